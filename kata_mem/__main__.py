@@ -1,0 +1,3 @@
+from kata_mem.main import run
+
+run()

@@ -1,0 +1,220 @@
+"""The ``kata-mem`` command line (click).
+
+stdout carries only the result (text, or JSON with ``--json``); diagnostics go
+to stderr. Every :class:`~kata_mem.errors.KataMemError` becomes one line on
+stderr and its exit code; click's usage errors exit 2.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any, Callable, Optional, TypeVar
+
+import click
+
+from kata_mem import config as config_mod
+from kata_mem import render
+from kata_mem.errors import InputError, KataMemError
+from kata_mem.host import probe_host
+from kata_mem.model import HostFacts, SizingConfig
+from kata_mem.planner import assumed_vm, plan
+from kata_mem.quantity import quantity_bytes
+from kata_mem.sources import build_request
+from kata_mem.units import fmt_bytes
+
+F = TypeVar("F", bound=Callable[..., Any])
+log = logging.getLogger("kata_mem")
+
+
+def _emit(data: dict[str, Any]) -> None:
+    click.echo(json.dumps(data, indent=2))
+
+
+def host_options(fn: F) -> F:
+    fn = click.option(
+        "--host-arch", metavar="ARCH", help="Override the architecture (amd64, arm64, ...)."
+    )(fn)
+    fn = click.option(
+        "--host-cpus", type=click.IntRange(min=1), metavar="N", help="Override the host CPU count."
+    )(fn)
+    fn = click.option("--host-memory", metavar="QTY", help="Override host MemTotal, e.g. 32Gi.")(fn)
+    return fn
+
+
+def _host(
+    host_memory: Optional[str], host_cpus: Optional[int], host_arch: Optional[str], cgroup: str
+) -> HostFacts:
+    memory = quantity_bytes(host_memory, "--host-memory") if host_memory is not None else None
+    if memory is not None and memory < 1 << 20:
+        raise InputError(f"--host-memory {host_memory!r}: expected at least 1Mi")
+    return probe_host(memory=memory, cpus=host_cpus, arch=host_arch, cgroup_dir=cgroup)
+
+
+def _config(path: Optional[str]) -> tuple[SizingConfig, str]:
+    found, why = config_mod.find_config(path, config_mod.env())
+    cfg = config_mod.load_config(found)
+    log.info("configuration %s (%s)", found, why)
+    return cfg, why
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("-v", "--verbose", count=True, help="More log output on stderr.")
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="Log format on stderr (json for shims).",
+)
+@click.version_option(package_name="kata-mem")
+def cli(verbose: int, log_format: str) -> None:
+    """Size and resize the guest memory of Kata-style VM sandboxes."""
+    from kata_mem.logs import setup_logging
+
+    setup_logging(verbose, log_format)
+
+
+@cli.command()
+@click.option(
+    "--config",
+    "config_path",
+    metavar="FILE",
+    help="Kata configuration TOML (default: where Kata looks).",
+)
+@click.option(
+    "--pod",
+    type=click.Path(path_type=Path, dir_okay=True),
+    metavar="FILE",
+    help="Kubernetes Pod manifest (YAML or JSON).",
+)
+@click.option(
+    "--oci",
+    type=click.Path(path_type=Path),
+    multiple=True,
+    metavar="FILE",
+    help="OCI config.json (repeatable).",
+)
+@click.option(
+    "--limit",
+    multiple=True,
+    metavar="QTY",
+    help="A container memory limit, e.g. 512Mi (repeatable).",
+)
+@click.option(
+    "--cpu", multiple=True, metavar="QTY", help="A container CPU limit, e.g. 500m (repeatable)."
+)
+@click.option(
+    "--current", metavar="QTY", help="Guest memory now (boot + plugged); default: boot memory."
+)
+@host_options
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print the plan as JSON (schema kata-mem/plan/v1)."
+)
+def preview(
+    config_path: Optional[str],
+    pod: Optional[Path],
+    oci: tuple[Path, ...],
+    limit: tuple[str, ...],
+    cpu: tuple[str, ...],
+    current: Optional[str],
+    host_memory: Optional[str],
+    host_cpus: Optional[int],
+    host_arch: Optional[str],
+    as_json: bool,
+) -> None:
+    """Show the memory and vCPUs a sandbox would get, the steps, and why. Changes nothing."""
+    cfg, _ = _config(config_path)
+    host = _host(host_memory, host_cpus, host_arch, cfg.settings.host_memory_cgroup)
+    request = build_request(pod, oci, limit, cpu)
+    current_bytes = None
+    if current is not None:
+        current_bytes = quantity_bytes(current, "--current")
+        if current_bytes < cfg.default_memory:
+            raise InputError(
+                f"--current {current!r}: below the boot memory {fmt_bytes(cfg.default_memory)} "
+                "(default_memory); expected the guest's total memory"
+            )
+    result = plan(cfg, host, request, assumed_vm(cfg, host, current_bytes))
+    if as_json:
+        _emit(render.plan_json(result, cfg))
+    else:
+        title = f"preview of {pod}" if pod else "preview"
+        click.echo(render.plan_text(result, cfg, title))
+
+
+@cli.command()
+@host_options
+@click.option(
+    "--cgroup",
+    default="",
+    metavar="DIR",
+    help="A cgroup v2 directory whose memory.max lowers host memory.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (schema kata-mem/host/v1).")
+def host(
+    host_memory: Optional[str],
+    host_cpus: Optional[int],
+    host_arch: Optional[str],
+    cgroup: str,
+    as_json: bool,
+) -> None:
+    """Show the host facts kata-mem sizes against."""
+    facts = _host(host_memory, host_cpus, host_arch, cgroup)
+    if as_json:
+        _emit(render.host_json(facts))
+    else:
+        click.echo(render.host_text(facts))
+
+
+@cli.group("config")
+def config_group() -> None:
+    """Inspect Kata configurations."""
+
+
+@config_group.command("check")
+@click.argument("file", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (schema kata-mem/config/v1).")
+def config_check(file: Optional[str], as_json: bool) -> None:
+    """Validate FILE (default: where Kata looks) and show each effective value and its origin."""
+    cfg, why = _config(file)
+    if as_json:
+        _emit(render.config_json(cfg, why))
+    else:
+        click.echo(render.config_text(cfg, why))
+
+
+def _report(exc: KataMemError, as_json: bool) -> int:
+    click.echo(f"kata-mem: error: {exc.message}", err=True)
+    if as_json:
+        _emit(render.error_json(exc))
+    return exc.exit_code
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    """Run the CLI; return the process exit code (never raises for bad input)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    as_json = "--json" in args
+    try:
+        rv = cli.main(args=args, prog_name="kata-mem", standalone_mode=False)
+    except KataMemError as exc:
+        return _report(exc, as_json)
+    except click.exceptions.Abort:
+        click.echo("kata-mem: aborted", err=True)
+        return 130
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except Exception as exc:  # a bug: say so briefly, with the traceback only on request
+        if os.environ.get("KATA_MEM_DEBUG"):
+            raise
+        click.echo(
+            f"kata-mem: internal error: {type(exc).__name__}: {exc} "
+            "(set KATA_MEM_DEBUG=1 for the traceback)",
+            err=True,
+        )
+        return 1
+    return rv if isinstance(rv, int) else 0

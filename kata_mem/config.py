@@ -1,0 +1,313 @@
+"""Read a Kata runtime configuration (TOML) as installed, with its drop-ins.
+
+Only the sizing keys are read; the hundreds of other keys are ignored. Kata's
+defaults and fallbacks are applied here and every effective value records where
+it came from. kata-mem's own settings live in a ``[kata_mem]`` table of the same
+files (Kata ignores tables it does not know).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import fields
+from fractions import Fraction
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from kata_mem.errors import ConfigError
+from kata_mem.model import Settings, SizingConfig
+from kata_mem.units import MiB
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python < 3.11 only
+    import tomli as tomllib
+
+#: Where Kata looks when no file is given, in order (after ``KATA_CONF_FILE``).
+DEFAULT_PATHS = (
+    "/etc/kata-containers/configuration.toml",
+    "/opt/kata/share/defaults/kata-containers/configuration.toml",
+)
+
+#: Kata's Go-runtime build defaults (src/runtime/Makefile).
+KATA_DEFAULT_MEMORY_MIB = 2048
+KATA_MIN_MEMORY_MIB = 256
+KATA_DEFAULT_SLOTS = 10
+
+Origins = dict[tuple[str, ...], str]
+
+
+def find_config(explicit: Optional[str], env: Mapping[str, str]) -> tuple[Path, str]:
+    """The configuration file to use and why it was chosen.
+
+    :raises ConfigError: when no file is given and none exists where Kata looks.
+    """
+    if explicit:
+        return Path(explicit), "--config"
+    from_env = env.get("KATA_CONF_FILE")
+    if from_env:
+        return Path(from_env), "KATA_CONF_FILE"
+    for candidate in DEFAULT_PATHS:
+        if Path(candidate).is_file():
+            return Path(candidate), "Kata default location"
+    raise ConfigError(
+        "no Kata configuration found: pass --config FILE, set KATA_CONF_FILE, or install one at "
+        + " or ".join(DEFAULT_PATHS)
+    )
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such configuration file") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a directory, expected a TOML file") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: not UTF-8 ({exc.reason})") from None
+
+
+def _merge(
+    into: dict[str, Any],
+    new: Mapping[str, Any],
+    origins: Origins,
+    file: str,
+    prefix: tuple[str, ...] = (),
+) -> None:
+    for key, value in new.items():
+        path = (*prefix, key)
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            _merge(into[key], value, origins, file, path)
+        else:
+            into[key] = value
+            _record(origins, path, value, file)
+
+
+def _record(origins: Origins, path: tuple[str, ...], value: Any, file: str) -> None:
+    origins[path] = file
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _record(origins, (*path, k), v, file)
+
+
+def load_raw(path: Path) -> tuple[dict[str, Any], Origins, tuple[str, ...]]:
+    """The merged TOML of ``path`` and its ``config.d/*.toml`` drop-ins (alphabetical,
+    later wins), the file each key came from, and the files read in order."""
+    data: dict[str, Any] = {}
+    origins: Origins = {}
+    files = [path]
+    dropin_dir = path.parent / "config.d"
+    if dropin_dir.is_dir():
+        files += sorted(p for p in dropin_dir.glob("*.toml") if p.is_file())
+    for f in files:
+        _merge(data, _read_toml(f), origins, str(f))
+    return data, origins, tuple(str(f) for f in files)
+
+
+class _Reader:
+    """Typed access to one table, with errors that name the file, key and expectation."""
+
+    def __init__(
+        self, table: Mapping[str, Any], path: tuple[str, ...], origins: Origins, fallback_file: str
+    ) -> None:
+        self.table = table
+        self.path = path
+        self.origins = origins
+        self.fallback_file = fallback_file
+        self.sources: list[tuple[str, str]] = []
+
+    def where(self, key: str) -> str:
+        file = self.origins.get((*self.path, key), self.fallback_file)
+        return f"{file}: [{'.'.join(self.path)}] {key}"
+
+    def get(self, key: str, default: Any, check: Callable[[Any], bool], expected: str) -> Any:
+        if key not in self.table:
+            self.sources.append((key, f"default ({_show(default)})"))
+            return default
+        value = self.table[key]
+        if not check(value):
+            raise ConfigError(f"{self.where(key)}: expected {expected}, got {_show(value)}")
+        self.sources.append((key, f"{self.where(key)} = {_show(value)}"))
+        return value
+
+    def note(self, key: str, text: str) -> None:
+        self.sources = [(k, f"{s}; {text}" if k == key else s) for k, s in self.sources]
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return repr(value)
+    if isinstance(value, (int, float)):
+        return str(value)
+    return f"a {type(value).__name__}"
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _nonneg_int(v: Any) -> bool:
+    return _is_int(v) and v >= 0
+
+
+def _is_bool(v: Any) -> bool:
+    return isinstance(v, bool)
+
+
+def _is_number(v: Any) -> bool:
+    return _is_int(v) or (isinstance(v, float) and math.isfinite(v))
+
+
+def load_config(path: Path) -> SizingConfig:
+    """Load the sizing configuration from ``path`` and its drop-ins.
+
+    :raises ConfigError: for a missing or unreadable file, invalid TOML, no or
+        several ``[hypervisor.NAME]`` sections, or a sizing key of the wrong
+        type or range; the message names the file and key.
+    """
+    data, origins, files = load_raw(path)
+    first = str(path)
+    hypervisors = data.get("hypervisor", {})
+    if not isinstance(hypervisors, dict) or not hypervisors:
+        raise ConfigError(
+            f"{first}: no [hypervisor.NAME] section (expected one, e.g. [hypervisor.qemu])"
+        )
+    tables = {k: v for k, v in hypervisors.items() if isinstance(v, dict)}
+    if len(tables) != 1:
+        names = ", ".join(f"[hypervisor.{n}]" for n in sorted(tables)) or "none"
+        raise ConfigError(f"{first}: expected exactly one [hypervisor.NAME] section, found {names}")
+    name, table = next(iter(tables.items()))
+    hv = _Reader(table, ("hypervisor", name), origins, first)
+
+    mem = hv.get(
+        "default_memory", KATA_DEFAULT_MEMORY_MIB, _nonneg_int, "a non-negative integer (MiB)"
+    )
+    if mem < KATA_MIN_MEMORY_MIB:
+        hv.note(
+            "default_memory",
+            f"below {KATA_MIN_MEMORY_MIB} MiB, Kata uses {KATA_DEFAULT_MEMORY_MIB}",
+        )
+        mem = KATA_DEFAULT_MEMORY_MIB
+    max_mem = hv.get(
+        "default_maxmemory", 0, _nonneg_int, "a non-negative integer (MiB; 0 = host memory)"
+    )
+    slots = hv.get("memory_slots", KATA_DEFAULT_SLOTS, _nonneg_int, "a non-negative integer")
+    if slots == 0:
+        hv.note("memory_slots", f"0 means {KATA_DEFAULT_SLOTS}")
+        slots = KATA_DEFAULT_SLOTS
+    offset = hv.get("memory_offset", 0, _nonneg_int, "a non-negative integer (MiB)")
+    virtio_mem = hv.get("enable_virtio_mem", False, _is_bool, "true or false")
+    hugepages = hv.get("enable_hugepages", False, _is_bool, "true or false")
+    vcpus = hv.get("default_vcpus", 1, _is_number, "a number of vCPUs (<0 = all host CPUs)")
+    max_vcpus = hv.get("default_maxvcpus", 0, _nonneg_int, "a non-negative integer (0 = host CPUs)")
+
+    runtime_table = data.get("runtime", {})
+    if not isinstance(runtime_table, dict):
+        raise ConfigError(f"{origins.get(('runtime',), first)}: [runtime] must be a table")
+    rt = _Reader(runtime_table, ("runtime",), origins, first)
+    static = rt.get("static_sandbox_resource_mgmt", False, _is_bool, "true or false")
+
+    settings, settings_sources = load_settings(data, origins, first)
+    sources = [(f"hypervisor.{name}.{k}", s) for k, s in hv.sources]
+    sources += [(f"runtime.{k}", s) for k, s in rt.sources]
+    sources += settings_sources
+    return SizingConfig(
+        path=first,
+        hypervisor=name,
+        default_memory=mem * MiB,
+        default_maxmemory=max_mem * MiB,
+        memory_slots=slots,
+        memory_offset=offset * MiB,
+        enable_virtio_mem=virtio_mem,
+        enable_hugepages=hugepages,
+        static_sandbox_resource_mgmt=static,
+        # Kata reads this as a float; repr() keeps 0.1 as 1/10, not its binary expansion.
+        default_vcpus=Fraction(repr(vcpus)) if isinstance(vcpus, float) else Fraction(vcpus),
+        default_maxvcpus=max_vcpus,
+        settings=settings,
+        sources=tuple(sources),
+        files=files,
+    )
+
+
+def _power_of_two_mib(v: Any) -> bool:
+    return _is_int(v) and v >= 1 and v & (v - 1) == 0
+
+
+def _percent(v: Any) -> bool:
+    return _is_int(v) and 0 <= v <= 100
+
+
+def _positive_number(v: Any) -> bool:
+    return _is_number(v) and v > 0
+
+
+def _is_str(v: Any) -> bool:
+    return isinstance(v, str)
+
+
+#: The ``[kata_mem]`` table: key -> (Settings field, scale, check, expected).
+SETTINGS_KEYS: dict[str, tuple[str, int, Callable[[Any], bool], str]] = {
+    "dimm_block_mib": ("dimm_block", MiB, _power_of_two_mib, "a power of two (MiB), e.g. 128"),
+    "virtio_mem_block_mib": (
+        "virtio_mem_block",
+        MiB,
+        _power_of_two_mib,
+        "a power of two (MiB), e.g. 2",
+    ),
+    "headroom_min_mib": ("headroom_min", MiB, _nonneg_int, "a non-negative integer (MiB)"),
+    "headroom_percent": ("headroom_percent", 1, _percent, "an integer from 0 to 100"),
+    "shrink_step_min_mib": ("shrink_step_min", MiB, _nonneg_int, "a non-negative integer (MiB)"),
+    "shrink_step_percent": ("shrink_step_percent", 1, _percent, "an integer from 0 to 100"),
+    "step_timeout_s": ("step_timeout_s", 1, _positive_number, "a positive number of seconds"),
+    "usage_max_age_s": ("usage_max_age_s", 1, _positive_number, "a positive number of seconds"),
+    "stats_interval_s": (
+        "stats_interval_s",
+        1,
+        lambda v: _is_int(v) and v >= 1,
+        "an integer >= 1 (seconds)",
+    ),
+    "allow_shrink": ("allow_shrink", 1, _is_bool, "true or false"),
+    "state_dir": ("state_dir", 1, lambda v: _is_str(v) and v.startswith("/"), "an absolute path"),
+    "host_memory_cgroup": ("host_memory_cgroup", 1, _is_str, 'a cgroup v2 directory or ""'),
+}
+
+
+def load_settings(
+    data: Mapping[str, Any], origins: Origins, first: str
+) -> tuple[Settings, list[tuple[str, str]]]:
+    """kata-mem's own ``[kata_mem]`` table; unknown keys are errors (it is our table)."""
+    table = data.get("kata_mem", {})
+    if not isinstance(table, dict):
+        raise ConfigError(f"{origins.get(('kata_mem',), first)}: [kata_mem] must be a table")
+    reader = _Reader(table, ("kata_mem",), origins, first)
+    unknown = sorted(set(table) - set(SETTINGS_KEYS))
+    if unknown:
+        raise ConfigError(
+            f"{reader.where(unknown[0])}: unknown kata-mem setting; expected one of "
+            + ", ".join(sorted(SETTINGS_KEYS))
+        )
+    defaults = Settings()
+    values: dict[str, Any] = {}
+    for key, (attr, scale, check, expected) in SETTINGS_KEYS.items():
+        default = getattr(defaults, attr)
+        shown = default // scale if scale > 1 else default
+        raw = reader.get(key, shown, check, expected)
+        values[attr] = raw * scale if scale > 1 else raw
+    assert {f.name for f in fields(Settings)} == set(values)
+    return Settings(**values), [(f"kata_mem.{k}", s) for k, s in reader.sources]
+
+
+def env() -> Mapping[str, str]:
+    """The process environment (an edge, kept here so the core never reads it)."""
+    return os.environ

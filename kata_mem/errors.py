@@ -1,0 +1,91 @@
+"""The kata-mem error tree.
+
+Every error that kata-mem raises on purpose is a :class:`KataMemError`; anything
+else escaping the package is a bug (exit code 1). Each class carries the exit
+code the CLI and the shim use::
+
+    KataMemError                 1  unexpected / internal
+     +-- ConfigError             3  configuration file, key or value
+     +-- InputError              4  pod, OCI spec, quantity, request
+     |    +-- QuantityError      4  a Kubernetes quantity that does not parse
+     +-- PlanRejected            5  refused by policy; nothing was changed
+     +-- BackendUnavailable      6  socket/URI missing, connection refused
+     +-- BackendError            7  the hypervisor refused or failed a command
+     +-- GuestTimeout            8  the guest did not complete in time
+
+Exit code 2 is click's usage error and has no class here. Codes 7 and 8 mean
+state may have changed; the next call reconciles it from the hypervisor.
+"""
+
+from __future__ import annotations
+
+
+class KataMemError(Exception):
+    """Root of every error kata-mem raises on purpose."""
+
+    exit_code = 1
+    kind = "internal"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class ConfigError(KataMemError):
+    """A configuration file is missing, unreadable, or has a bad key or value."""
+
+    exit_code = 3
+    kind = "config"
+
+
+class InputError(KataMemError):
+    """A pod manifest, OCI spec, request or command-line value is invalid."""
+
+    exit_code = 4
+    kind = "input"
+
+
+class QuantityError(InputError):
+    """A Kubernetes resource quantity does not follow the apimachinery grammar."""
+
+    kind = "quantity"
+
+
+class PlanRejected(KataMemError):
+    """The plan was refused by policy before anything was changed."""
+
+    exit_code = 5
+    kind = "rejected"
+
+
+class BackendUnavailable(KataMemError):
+    """The hypervisor endpoint cannot be reached (missing socket, refused, wrong URI)."""
+
+    exit_code = 6
+    kind = "backend-unavailable"
+
+
+class BackendError(KataMemError):
+    """The hypervisor answered a command with an error.
+
+    ``error_class`` keeps the hypervisor's own classification (a QMP error class
+    such as ``GenericError``, or a libvirt error code name) so that callers and
+    users can tell refusals apart without parsing ``message``.
+    """
+
+    exit_code = 7
+    kind = "backend"
+
+    def __init__(self, message: str, error_class: str = "") -> None:
+        super().__init__(message)
+        self.error_class = error_class
+
+
+class GuestTimeout(KataMemError):
+    """The guest did not confirm a change within the step timeout."""
+
+    exit_code = 8
+    kind = "guest-timeout"

@@ -1,0 +1,117 @@
+"""Probe the host: MemTotal and CPUs (psutil), architecture, hugepage pool, and
+optionally a cgroup v2 memory limit. Every fact can be overridden so previews
+are reproducible on any machine.
+"""
+
+from __future__ import annotations
+
+import platform
+from pathlib import Path
+from typing import Optional
+
+from kata_mem.errors import ConfigError
+from kata_mem.model import HostFacts
+from kata_mem.units import KiB, MiB, align_down
+
+#: Python's machine names to Kata/Go architecture names.
+GO_ARCH = {
+    "x86_64": "amd64",
+    "amd64": "amd64",
+    "aarch64": "arm64",
+    "arm64": "arm64",
+    "ppc64le": "ppc64le",
+    "s390x": "s390x",
+    "riscv64": "riscv64",
+}
+
+
+def _meminfo(proc: Path) -> dict[str, int]:
+    """``/proc/meminfo`` values in bytes (kB lines) or counts."""
+    out: dict[str, int] = {}
+    try:
+        text = (proc / "meminfo").read_text()
+    except OSError:
+        return out
+    for line in text.splitlines():
+        key, _, rest = line.partition(":")
+        parts = rest.split()
+        if parts and parts[0].isdigit():
+            out[key] = int(parts[0]) * (KiB if len(parts) > 1 and parts[1] == "kB" else 1)
+    return out
+
+
+def read_cgroup_memory_limit(cgroup_dir: str) -> Optional[int]:
+    """The effective ``memory.max`` of a cgroup v2 directory (the smallest along its
+    ancestors up to the mount root); ``None`` when unlimited.
+
+    :raises ConfigError: when the directory has no ``memory.max`` (not a cgroup v2
+        directory with the memory controller) or the file cannot be parsed.
+    """
+    path = Path(cgroup_dir)
+    if not (path / "memory.max").is_file():
+        raise ConfigError(
+            f"[kata_mem] host_memory_cgroup: {cgroup_dir} has no memory.max "
+            "(expected a cgroup v2 directory with the memory controller enabled)"
+        )
+    limit: Optional[int] = None
+    while (path / "memory.max").is_file():
+        raw = (path / "memory.max").read_text().strip()
+        if raw != "max":
+            if not raw.isdigit():
+                raise ConfigError(f"{path / 'memory.max'}: expected 'max' or bytes, got {raw!r}")
+            limit = int(raw) if limit is None else min(limit, int(raw))
+        if path.parent == path:
+            break
+        path = path.parent
+    return limit
+
+
+def probe_host(
+    *,
+    memory: Optional[int] = None,
+    cpus: Optional[int] = None,
+    arch: Optional[str] = None,
+    cgroup_dir: str = "",
+    proc: Path = Path("/proc"),
+) -> HostFacts:
+    """Host facts, each from its override when given, else from the machine.
+
+    :raises ConfigError: when ``cgroup_dir`` is set but is not a usable cgroup v2 directory.
+    """
+    sources: list[tuple[str, str]] = []
+    info = _meminfo(proc)
+    if memory is None:
+        import psutil
+
+        # Kata reads sysinfo totalram, the same number as MemTotal, in whole MiB.
+        memory = align_down(int(psutil.virtual_memory().total), MiB)
+        sources.append(("memory", "psutil (MemTotal), floored to MiB"))
+    else:
+        sources.append(("memory", "override"))
+    if cpus is None:
+        import psutil
+
+        cpus = int(psutil.cpu_count(logical=True) or 1)
+        sources.append(("cpus", "psutil (online CPUs)"))
+    else:
+        sources.append(("cpus", "override"))
+    if arch is None:
+        machine = platform.machine()
+        arch = GO_ARCH.get(machine, machine)
+        sources.append(("arch", f"platform.machine() = {machine}"))
+    else:
+        sources.append(("arch", "override"))
+    limit = read_cgroup_memory_limit(cgroup_dir) if cgroup_dir else None
+    if cgroup_dir:
+        sources.append(("cgroup_memory_limit", f"{cgroup_dir}/memory.max"))
+    return HostFacts(
+        memory=memory,
+        cpus=cpus,
+        arch=arch,
+        hugepage_size=info.get("Hugepagesize", 0),
+        hugepages_total=info.get("HugePages_Total", 0),
+        hugepages_free=info.get("HugePages_Free", 0),
+        cgroup_memory_limit=limit,
+        cgroup_path=cgroup_dir,
+        sources=(*sources, ("hugepages", f"{proc}/meminfo")),
+    )

@@ -1,0 +1,244 @@
+"""The values kata-mem reasons about: frozen dataclasses, sizes in int bytes.
+
+Edges (config, sources, host probe, backends) build these; the pure planner
+and safety policy consume them; the renderers turn them into text or JSON.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Literal, Optional
+
+from kata_mem.units import MiB
+
+Mechanism = Literal["pc-dimm", "virtio-mem", "static"]
+Role = Literal["app", "init", "sidecar"]
+State = Literal["running", "created", "stopped"]
+DeviceKind = Literal["dimm", "virtio-mem"]
+StepAction = Literal["plug_dimm", "unplug_dimm", "resize_virtio_mem"]
+
+#: Clamp causes, in the order they are applied.
+CAUSES = (
+    "default_maxmemory",
+    "host_memtotal",
+    "host_cgroup",
+    "hugepages",
+    "alignment",
+    "slots",
+    "device_space",
+)
+VCPU_CAUSES = ("default_maxvcpus", "host_cpus", "arch")
+
+#: Prefixes of the memory devices and backend objects kata-mem creates; anything
+#: else in the VM (cold-plugged DIMMs, the boot virtio-mem device) is not unplugged.
+DIMM_PREFIX = "kmdimm"
+MEMDEV_PREFIX = "kmmem"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """kata-mem's own settings (the ``[kata_mem]`` table); see the README for each."""
+
+    dimm_block: int = 128 * MiB
+    virtio_mem_block: int = 2 * MiB
+    headroom_min: int = 128 * MiB
+    headroom_percent: int = 10
+    shrink_step_min: int = 256 * MiB
+    shrink_step_percent: int = 10
+    step_timeout_s: float = 20.0
+    usage_max_age_s: float = 5.0
+    stats_interval_s: int = 1
+    allow_shrink: bool = False
+    state_dir: str = "/run/kata-mem"
+    host_memory_cgroup: str = ""
+
+
+@dataclass(frozen=True)
+class SizingConfig:
+    """The sizing keys of one Kata runtime configuration, after Kata's fallbacks.
+
+    ``sources`` maps every key to where its value came from (a file and key, a
+    Kata default, or a fallback rule), for ``kata-mem config check``.
+    """
+
+    path: str
+    hypervisor: str
+    default_memory: int
+    default_maxmemory: int
+    memory_slots: int
+    memory_offset: int
+    enable_virtio_mem: bool
+    enable_hugepages: bool
+    static_sandbox_resource_mgmt: bool
+    default_vcpus: Fraction
+    default_maxvcpus: int
+    settings: Settings = field(default_factory=Settings)
+    sources: tuple[tuple[str, str], ...] = ()
+    files: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    """What the host offers. ``memory`` is MemTotal floored to whole MiB."""
+
+    memory: int
+    cpus: int
+    arch: str
+    hugepage_size: int = 0
+    hugepages_total: int = 0
+    hugepages_free: int = 0
+    cgroup_memory_limit: Optional[int] = None
+    cgroup_path: str = ""
+    sources: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class Container:
+    """One container's resources as the sandbox sees them.
+
+    ``memory_limit`` <= 0 means no limit (adds nothing, as in Kata).
+    """
+
+    name: str
+    memory_limit: int = 0
+    hugepages_limit: int = 0
+    cpu: Fraction = Fraction(0)
+    role: Role = "app"
+    state: State = "running"
+    origin: str = ""
+
+
+@dataclass(frozen=True)
+class SandboxSizing:
+    """Pod-level sizing from CRI annotations (``io.kubernetes.cri.sandbox-*``)."""
+
+    memory: int
+    cpu: Fraction
+    origin: str = ""
+
+
+@dataclass(frozen=True)
+class SandboxRequest:
+    containers: tuple[Container, ...] = ()
+    sizing: Optional[SandboxSizing] = None
+
+
+@dataclass(frozen=True)
+class MemoryDevice:
+    """A memory device as the hypervisor reports it.
+
+    ``size`` is what is plugged now (for virtio-mem the device's ``size``, never
+    its ``requested-size``). A DIMM whose unplug is pending still counts.
+    """
+
+    id: str
+    kind: DeviceKind
+    size: int
+    requested: int = 0
+    max_size: int = 0
+    block: int = 0
+    slot: Optional[int] = None
+    memdev: str = ""
+    hotplugged: bool = True
+    pending_unplug: bool = False
+
+    @property
+    def ours(self) -> bool:
+        """True for DIMMs kata-mem plugged itself (the only ones it unplugs)."""
+        return self.kind == "dimm" and self.id.startswith(DIMM_PREFIX)
+
+
+@dataclass(frozen=True)
+class VmState:
+    """The VM's memory as observed (or, for previews, as assumed).
+
+    ``device_space`` is QEMU's ``maxmem - size`` (None when unknown), shared by
+    DIMMs and virtio-mem devices.
+    """
+
+    base: int
+    devices: tuple[MemoryDevice, ...] = ()
+    slots: int = 0
+    device_space: Optional[int] = None
+
+    @property
+    def plugged(self) -> int:
+        return sum(d.size for d in self.devices)
+
+    @property
+    def total(self) -> int:
+        return self.base + self.plugged
+
+    @property
+    def dimms(self) -> tuple[MemoryDevice, ...]:
+        return tuple(d for d in self.devices if d.kind == "dimm")
+
+    @property
+    def virtio_mem(self) -> Optional[MemoryDevice]:
+        return next((d for d in self.devices if d.kind == "virtio-mem"), None)
+
+
+@dataclass(frozen=True)
+class Clamp:
+    """One reason the target ended below what was requested."""
+
+    cause: str
+    limit: int
+    detail: str
+
+
+@dataclass(frozen=True)
+class Step:
+    """One hypervisor change. ``size`` is the DIMM size, or the virtio-mem
+    ``requested-size`` after the step; ``delta`` the signed change of plugged memory."""
+
+    action: StepAction
+    device: str
+    size: int
+    delta: int
+    total_after: int
+
+    @property
+    def shrinks(self) -> bool:
+        return self.delta < 0
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    host: int
+    configured_max: int
+    max: int
+    base: int
+    requested: int
+    target: int
+    current: int
+    mechanism: Mechanism
+    block: int
+    clamps: tuple[Clamp, ...]
+    steps: tuple[Step, ...]
+
+    @property
+    def delta(self) -> int:
+        return self.target - self.current
+
+    @property
+    def shrink(self) -> bool:
+        return self.target < self.current
+
+
+@dataclass(frozen=True)
+class VcpuPlan:
+    host: int
+    max: int
+    default: Fraction
+    requested: Fraction
+    target: int
+    clamps: tuple[Clamp, ...]
+
+
+@dataclass(frozen=True)
+class Plan:
+    memory: MemoryPlan
+    vcpus: VcpuPlan
+    warnings: tuple[str, ...]

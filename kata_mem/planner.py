@@ -1,0 +1,431 @@
+"""The sizing planner: pure functions from configuration, host, request and VM
+state to a :class:`~kata_mem.model.Plan`.
+
+No I/O, no clock, no environment. ``preview`` prints exactly the plan that
+``apply`` carries out. Each rule names the Kata behaviour it mirrors; where
+kata-mem deliberately differs, the docstring says why (README, "Compared with Kata").
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+from typing import Callable, Optional
+
+from kata_mem.model import (
+    DIMM_PREFIX,
+    Clamp,
+    Container,
+    HostFacts,
+    Mechanism,
+    MemoryDevice,
+    MemoryPlan,
+    Plan,
+    SandboxRequest,
+    SizingConfig,
+    Step,
+    VcpuPlan,
+    VmState,
+)
+from kata_mem.units import MiB, align_down, align_up, fmt_bytes
+
+#: Largest ACPI hot-add relative to the current guest memory (Kata's
+#: ``acpiMemoryHotplugFactor``): the guest needs ~64 B of memmap per 4 KiB page added.
+ACPI_HOTPLUG_FACTOR = 48
+#: Kata's fixed reserve added to QEMU ``maxmem`` on amd64/arm64 (``genericMemoryTopology``).
+QEMU_MAXMEM_RESERVE = 1024 * MiB
+#: Per-architecture vCPU caps (Kata ``govmm`` ``vmm_*.go``); arm64 assumes GICv3.
+ARCH_MAX_VCPUS = {"amd64": 240, "arm64": 123, "ppc64le": 128, "s390x": 248, "riscv64": 512}
+
+_ClampFn = Callable[[str, int, str], None]
+
+
+def workload(containers: tuple[Container, ...]) -> tuple[int, Fraction]:
+    """Memory (bytes) and CPUs the containers need at their peak.
+
+    Stopped containers count nothing and a container without a limit adds 0
+    (Kata ``calculateSandboxMemory``). Init containers run one at a time before
+    the app containers, next to the restartable sidecars declared before them,
+    so the peak is the larger of the biggest init phase and the app containers
+    plus sidecars (Kubernetes' effective pod limits). With only app containers
+    this is Kata's plain sum.
+    """
+    sidecar_mem, sidecar_cpu = 0, Fraction(0)
+    app_mem, app_cpu = 0, Fraction(0)
+    init_mem, init_cpu = 0, Fraction(0)
+    for c in containers:
+        if c.state == "stopped":
+            continue
+        mem = max(c.memory_limit, 0) + max(c.hugepages_limit, 0)
+        cpu = max(c.cpu, Fraction(0))
+        if c.role == "init":
+            init_mem = max(init_mem, sidecar_mem + mem)
+            init_cpu = max(init_cpu, sidecar_cpu + cpu)
+        elif c.role == "sidecar":
+            sidecar_mem += mem
+            sidecar_cpu += cpu
+        else:
+            app_mem += mem
+            app_cpu += cpu
+    return max(init_mem, app_mem + sidecar_mem), max(init_cpu, app_cpu + sidecar_cpu)
+
+
+def effective_host_memory(host: HostFacts) -> tuple[int, str]:
+    """Host memory and the cause name to report when it binds.
+
+    MemTotal as Kata reads it; lowered by a configured cgroup v2 limit (beyond Kata).
+    """
+    if host.cgroup_memory_limit is not None and host.cgroup_memory_limit < host.memory:
+        return host.cgroup_memory_limit, "host_cgroup"
+    return host.memory, "host_memtotal"
+
+
+def max_memory(cfg: SizingConfig, host: HostFacts) -> tuple[int, str]:
+    """The memory ceiling and its cause.
+
+    Kata ``defaultMaxMemSz``: ``default_maxmemory`` when non-zero and not above
+    the host, else the host; with hugepages, also no more than the pool holds.
+    """
+    host_mem, host_cause = effective_host_memory(host)
+    if cfg.default_maxmemory == 0 or cfg.default_maxmemory > host_mem:
+        ceiling, cause = host_mem, host_cause
+    else:
+        ceiling, cause = cfg.default_maxmemory, "default_maxmemory"
+    if cfg.enable_hugepages:
+        pool = host.hugepages_total * host.hugepage_size
+        if pool < ceiling:
+            ceiling, cause = pool, "hugepages"
+    return ceiling, cause
+
+
+def mechanism(cfg: SizingConfig) -> Mechanism:
+    if cfg.static_sandbox_resource_mgmt:
+        return "static"
+    return "virtio-mem" if cfg.enable_virtio_mem else "pc-dimm"
+
+
+def block_size(cfg: SizingConfig, host: HostFacts, vm: Optional[VmState] = None) -> int:
+    """Hotplug granularity: the guest memory block for DIMMs, the device's
+    ``block-size`` for virtio-mem (observed when known), whole MiB for static
+    sizing; with hugepages, also a multiple of the hugepage size."""
+    mech = mechanism(cfg)
+    if mech == "static":
+        block = MiB
+    elif mech == "virtio-mem":
+        dev = vm.virtio_mem if vm is not None else None
+        block = dev.block if dev is not None and dev.block > 0 else cfg.settings.virtio_mem_block
+    else:
+        block = cfg.settings.dimm_block
+    if cfg.enable_hugepages and host.hugepage_size > 0:
+        block = math.lcm(block, host.hugepage_size)
+    return block
+
+
+def assumed_vm(cfg: SizingConfig, host: HostFacts, current: Optional[int] = None) -> VmState:
+    """The VM a preview assumes: booted as Kata boots it (``-m default,slots,maxmem``),
+    with ``current - default`` already plugged as one DIMM or in the virtio-mem device.
+    """
+    ceiling, _ = max_memory(cfg, host)
+    base = cfg.default_memory
+    # QEMU maxmem = max + memory_offset + 1024 MiB (Kata genericMemoryTopology).
+    space = max(ceiling + cfg.memory_offset + QEMU_MAXMEM_RESERVE - base, 0)
+    plugged = max((current or base) - base, 0)
+    devices: tuple[MemoryDevice, ...] = ()
+    mech = mechanism(cfg)
+    if mech == "virtio-mem":
+        block = block_size(cfg, host)
+        devices = (
+            MemoryDevice(
+                id="virtiomem0",
+                kind="virtio-mem",
+                size=plugged,
+                requested=plugged,
+                max_size=align_down(ceiling - base, block) if ceiling > base else 0,
+                block=block,
+            ),
+        )
+    elif mech == "pc-dimm" and plugged:
+        devices = (MemoryDevice(id=f"{DIMM_PREFIX}0", kind="dimm", size=plugged, slot=0),)
+    return VmState(base=base, devices=devices, slots=cfg.memory_slots, device_space=space)
+
+
+def plan(
+    cfg: SizingConfig,
+    host: HostFacts,
+    request: SandboxRequest,
+    vm: Optional[VmState] = None,
+) -> Plan:
+    """Plan the sandbox's memory and vCPUs.
+
+    ``vm`` is the observed VM (``None``: a freshly booted VM as Kata boots it).
+    Never raises for large limits: the target is clamped and every clamp is
+    recorded with its cause.
+    """
+    vm = vm if vm is not None else assumed_vm(cfg, host)
+    mem_plan, warnings = _plan_memory(cfg, host, request, vm)
+    vcpus = _plan_vcpus(cfg, host, request)
+    warnings += [f"vCPUs: {c.detail}" for c in vcpus.clamps]
+    return Plan(memory=mem_plan, vcpus=vcpus, warnings=tuple(warnings))
+
+
+def _workload(cfg: SizingConfig, request: SandboxRequest) -> tuple[int, Fraction, list[str]]:
+    mem, cpu = workload(request.containers)
+    notes: list[str] = []
+    sizing = request.sizing
+    if sizing is not None:
+        if not request.containers or cfg.static_sandbox_resource_mgmt:
+            mem, cpu = sizing.memory, sizing.cpu
+            notes.append(f"sandbox sized from CRI annotations ({sizing.origin or 'sandbox spec'})")
+        else:
+            notes.append(
+                "CRI sandbox-sizing annotations ignored: containers were given and "
+                "static_sandbox_resource_mgmt is off (Kata sums the containers then)"
+            )
+    return mem, cpu, notes
+
+
+def _plan_memory(
+    cfg: SizingConfig, host: HostFacts, request: SandboxRequest, vm: VmState
+) -> tuple[MemoryPlan, list[str]]:
+    mech = mechanism(cfg)
+    host_mem, _ = effective_host_memory(host)
+    ceiling, ceiling_cause = max_memory(cfg, host)
+    block = block_size(cfg, host, vm)
+    base = vm.base
+    work_mem, _, warnings = _workload(cfg, request)
+    requested = cfg.default_memory + work_mem
+    clamps: list[Clamp] = []
+
+    def clamp(cause: str, limit: int, detail: str) -> None:
+        clamps.append(Clamp(cause, limit, detail))
+
+    if base > ceiling:
+        warnings.append(
+            f"default_memory {fmt_bytes(base)} is above the memory maximum {fmt_bytes(ceiling)}: "
+            "the sandbox keeps its boot memory and nothing is hotplugged"
+        )
+        ceiling = base
+    target = requested
+    if target > ceiling:
+        clamp(ceiling_cause, ceiling, _cause_text(ceiling_cause, requested, ceiling, cfg))
+        target = ceiling
+
+    # Round the hotplugged amount up to whole blocks, unless that crosses the max.
+    want = target - base
+    aligned = align_up(want, block)
+    if base + aligned > ceiling:
+        aligned = align_down(want, block)
+        if aligned < want:
+            clamp(
+                "alignment",
+                base + aligned,
+                f"rounded down to {fmt_bytes(base + aligned)}: the next {fmt_bytes(block)} "
+                f"block would cross the maximum {fmt_bytes(ceiling)}",
+            )
+    target = base + aligned
+
+    steps: tuple[Step, ...] = ()
+    if mech == "static":
+        # Sized at boot: the boot size is the target; nothing is plugged later.
+        warnings.append("static_sandbox_resource_mgmt: the VM is sized at boot, no hotplug")
+        current = target
+    else:
+        current = vm.total
+        if target > current:
+            steps, reached = (
+                _grow_dimm(vm, target, block, clamp)
+                if mech == "pc-dimm"
+                else _resize_virtio_mem(cfg, vm, target, block, clamp)
+            )
+            target = reached
+        elif target < current:
+            steps, target = (
+                _shrink_dimm(vm, target, clamp)
+                if mech == "pc-dimm"
+                else _resize_virtio_mem(cfg, vm, target, block, clamp)
+            )
+            if steps:
+                warnings.append(
+                    "shrink planned: each step runs only after the guest-usage safety check"
+                )
+    warnings.extend(f"memory: {c.detail}" for c in clamps)
+    return (
+        MemoryPlan(
+            host=host_mem,
+            configured_max=cfg.default_maxmemory,
+            max=ceiling,
+            base=base,
+            requested=requested,
+            target=target,
+            current=current,
+            mechanism=mech,
+            block=block,
+            clamps=tuple(clamps),
+            steps=steps,
+        ),
+        warnings,
+    )
+
+
+def _cause_text(cause: str, requested: int, limit: int, cfg: SizingConfig) -> str:
+    why = {
+        "default_maxmemory": "default_maxmemory",
+        "host_memtotal": "the host's MemTotal",
+        "host_cgroup": "the host memory cgroup limit",
+        "hugepages": "the hugepage pool",
+    }[cause]
+    return f"requested {fmt_bytes(requested)} clamped to {fmt_bytes(limit)} by {why}"
+
+
+def _next_dimm_index(vm: VmState) -> int:
+    used = [
+        int(d.id[len(DIMM_PREFIX) :])
+        for d in vm.dimms
+        if d.id.startswith(DIMM_PREFIX) and d.id[len(DIMM_PREFIX) :].isdigit()
+    ]
+    return max(used, default=-1) + 1
+
+
+def _space_used(vm: VmState) -> int:
+    # A virtio-mem device reserves its whole region, plugged or not.
+    return sum(d.max_size if d.kind == "virtio-mem" else d.size for d in vm.devices)
+
+
+def _grow_dimm(
+    vm: VmState, target: int, block: int, clamp: _ClampFn
+) -> tuple[tuple[Step, ...], int]:
+    """One DIMM per step, each at most 48x the current guest memory (Kata #4847)."""
+    steps: list[Step] = []
+    total = vm.total
+    free_slots = vm.slots - len(vm.dimms)
+    free_space = None if vm.device_space is None else vm.device_space - _space_used(vm)
+    index = _next_dimm_index(vm)
+    while total < target:
+        if free_slots <= 0:
+            clamp(
+                "slots",
+                total,
+                f"no free DIMM slot left ({vm.slots} in all): stops at {fmt_bytes(total)}",
+            )
+            break
+        # At least one block, so that even a tiny guest makes progress.
+        size = min(target - total, max(align_down(ACPI_HOTPLUG_FACTOR * total, block), block))
+        if free_space is not None and size > free_space:
+            size = max(align_down(free_space, block), 0)
+            clamp(
+                "device_space",
+                total + size,
+                f"QEMU device-memory space ({fmt_bytes(vm.device_space or 0)}) runs out: "
+                f"stops at {fmt_bytes(total + size)}",
+            )
+            if size <= 0:
+                break
+            target = total + size
+        total += size
+        steps.append(Step("plug_dimm", f"{DIMM_PREFIX}{index}", size, size, total))
+        index += 1
+        free_slots -= 1
+        if free_space is not None:
+            free_space -= size
+    return tuple(steps), total
+
+
+def _shrink_dimm(vm: VmState, target: int, clamp: _ClampFn) -> tuple[tuple[Step, ...], int]:
+    """Whole DIMMs, newest first, each no larger than what is left to remove.
+
+    Only DIMMs kata-mem plugged and whose unplug is not already pending qualify;
+    what cannot be removed in whole DIMMs stays (the target ends above the request).
+    """
+    steps: list[Step] = []
+    total = vm.total
+    candidates = [d for d in vm.dimms if d.ours and not d.pending_unplug]
+    candidates.sort(key=lambda d: (d.slot if d.slot is not None else -1, d.id), reverse=True)
+    for dimm in candidates:
+        if total - dimm.size >= target:
+            total -= dimm.size
+            steps.append(Step("unplug_dimm", dimm.id, dimm.size, -dimm.size, total))
+    if total > target:
+        clamp(
+            "alignment",
+            total,
+            f"whole DIMMs only: shrinks to {fmt_bytes(total)} instead of {fmt_bytes(target)}",
+        )
+    return tuple(steps), total
+
+
+def _resize_virtio_mem(
+    cfg: SizingConfig, vm: VmState, target: int, block: int, clamp: _ClampFn
+) -> tuple[tuple[Step, ...], int]:
+    """Growth in one ``requested-size`` change; shrink in bounded, block-aligned steps."""
+    dev = vm.virtio_mem
+    if dev is None:
+        clamp("device_space", vm.total, "no virtio-mem device in the VM: nothing can be resized")
+        return (), vm.total
+    others = vm.plugged - dev.size
+    want = target - vm.base - others
+    if want > dev.max_size:
+        want = align_down(dev.max_size, block)
+        clamp(
+            "device_space",
+            vm.base + others + want,
+            f"the virtio-mem device holds at most {fmt_bytes(dev.max_size)}: "
+            f"stops at {fmt_bytes(vm.base + others + want)}",
+        )
+    want = max(want, 0)
+    if want >= dev.size:
+        if want == dev.size:
+            return (), vm.total
+        return (
+            (Step("resize_virtio_mem", dev.id, want, want - dev.size, vm.base + others + want),),
+            vm.base + others + want,
+        )
+    bound = max(
+        align_down(
+            max(cfg.settings.shrink_step_min, dev.size * cfg.settings.shrink_step_percent // 100),
+            block,
+        ),
+        block,
+    )
+    steps: list[Step] = []
+    size = dev.size
+    while size > want:
+        new = max(want, size - bound)
+        steps.append(Step("resize_virtio_mem", dev.id, new, new - size, vm.base + others + new))
+        size = new
+    return tuple(steps), vm.base + others + want
+
+
+def _plan_vcpus(cfg: SizingConfig, host: HostFacts, request: SandboxRequest) -> VcpuPlan:
+    """Kata ``defaultMaxVCPUs``/``defaultVCPUs``; target = ceil(default + sum of quota/period)."""
+    _, work_cpu, _ = _workload(cfg, request)
+    arch_cap = ARCH_MAX_VCPUS.get(host.arch, host.cpus)
+    if cfg.default_maxvcpus == 0 or cfg.default_maxvcpus >= host.cpus:
+        ceiling, cause = host.cpus, "host_cpus"
+    else:
+        ceiling, cause = cfg.default_maxvcpus, "default_maxvcpus"
+    if arch_cap < ceiling:
+        ceiling, cause = arch_cap, "arch"
+    default = cfg.default_vcpus
+    usable = min(host.cpus, arch_cap)
+    if default < 0 or default > usable:
+        default = Fraction(usable)
+    elif default == 0:
+        default = Fraction(1)
+    requested = default + work_cpu
+    target = math.ceil(requested)
+    clamps: tuple[Clamp, ...] = ()
+    if target > ceiling:
+        clamps = (
+            Clamp(
+                cause, ceiling, f"requested {float(requested):g} clamped to {ceiling} by {cause}"
+            ),
+        )
+        target = ceiling
+    return VcpuPlan(
+        host=host.cpus,
+        max=ceiling,
+        default=default,
+        requested=requested,
+        target=target,
+        clamps=clamps,
+    )

@@ -1,0 +1,224 @@
+"""Plans, host facts and configurations as JSON documents and as text for people.
+
+The JSON shapes are the stable, documented interface (README, "JSON output");
+the text forms are for reading and may change.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kata_mem.errors import KataMemError
+from kata_mem.model import Clamp, HostFacts, Plan, SizingConfig, Step
+from kata_mem.units import MiB, to_mib_ceil, to_mib_floor
+
+PLAN_SCHEMA = "kata-mem/plan/v1"
+HOST_SCHEMA = "kata-mem/host/v1"
+CONFIG_SCHEMA = "kata-mem/config/v1"
+ERROR_SCHEMA = "kata-mem/error/v1"
+
+
+def _mib(n: int) -> int:
+    # Planned sizes are whole MiB by construction; round up anything that is not,
+    # so a size is never under-reported.
+    return to_mib_ceil(n)
+
+
+def step_json(step: Step) -> dict[str, Any]:
+    return {
+        "action": step.action,
+        "size_mib": _mib(step.size),
+        "device": step.device,
+        "delta_mib": step.delta // MiB if step.delta % MiB == 0 else -to_mib_ceil(-step.delta),
+        "total_mib": _mib(step.total_after),
+    }
+
+
+def _clamp_json(c: Clamp) -> dict[str, Any]:
+    return {"cause": c.cause, "limit_mib": _mib(c.limit), "detail": c.detail}
+
+
+def plan_json(plan: Plan, cfg: SizingConfig) -> dict[str, Any]:
+    m, v = plan.memory, plan.vcpus
+    return {
+        "schema": PLAN_SCHEMA,
+        "config": {"path": cfg.path, "hypervisor": cfg.hypervisor},
+        "memory": {
+            "host_mib": to_mib_floor(m.host),
+            "configured_max_mib": to_mib_floor(m.configured_max),
+            "max_mib": to_mib_floor(m.max),
+            "base_mib": _mib(m.base),
+            "requested_mib": _mib(m.requested),
+            "target_mib": _mib(m.target),
+            "current_mib": _mib(m.current),
+            "delta_mib": _mib(m.target) - _mib(m.current),
+            "mechanism": m.mechanism,
+            "block_mib": _mib(m.block),
+            "clamped_by": [c.cause for c in m.clamps],
+            "clamps": [_clamp_json(c) for c in m.clamps],
+            "shrink": m.shrink,
+            "steps": [step_json(s) for s in m.steps],
+        },
+        "vcpus": {
+            "host": v.host,
+            "max": v.max,
+            "default": float(v.default),
+            "requested": float(v.requested),
+            "target": v.target,
+            "clamped_by": [c.cause for c in v.clamps],
+        },
+        "warnings": list(plan.warnings),
+    }
+
+
+def _row(label: str, value: str, note: str = "") -> str:
+    return f"  {label:<22}{value:>12}  {note}".rstrip()
+
+
+def plan_text(plan: Plan, cfg: SizingConfig, title: str = "") -> str:
+    m, v = plan.memory, plan.vcpus
+    lines = []
+    if title:
+        lines.append(title)
+    lines.append(
+        f"config {cfg.path} [hypervisor.{cfg.hypervisor}]; mechanism {m.mechanism}, "
+        f"block {_mib(m.block)} MiB"
+    )
+    max_note = (
+        f"default_maxmemory {to_mib_floor(m.configured_max)} MiB, host {to_mib_floor(m.host)} MiB"
+        if m.configured_max
+        else f"default_maxmemory 0 = host {to_mib_floor(m.host)} MiB"
+    )
+    lines += [
+        "memory (MiB)",
+        _row("base (default_memory)", str(_mib(m.base))),
+        _row("requested", str(_mib(m.requested)), "base + container limits"),
+        _row("max", str(to_mib_floor(m.max)), max_note),
+        _row(
+            "target",
+            str(_mib(m.target)),
+            "clamped: " + ", ".join(c.cause for c in m.clamps) if m.clamps else "",
+        ),
+        _row("current", str(_mib(m.current))),
+        _row("delta", f"{_mib(m.target) - _mib(m.current):+d}"),
+    ]
+    if m.steps:
+        lines.append(
+            "steps" + (" (shrink: each is checked against guest usage first)" if m.shrink else "")
+        )
+        for i, s in enumerate(m.steps, 1):
+            j = step_json(s)
+            lines.append(
+                f"  {i}. {s.action:<18} {s.device:<12} {j['size_mib']:>8} MiB  "
+                f"({j['delta_mib']:+d} MiB, guest {j['total_mib']} MiB)"
+            )
+    else:
+        lines.append("steps: none")
+    for c in m.clamps:
+        lines.append(f"  why: {c.cause}: {c.detail}")
+    vc = f", clamped by {', '.join(c.cause for c in v.clamps)}" if v.clamps else ""
+    lines.append(
+        f"vCPUs: target {v.target} (default {float(v.default):g} + containers = "
+        f"{float(v.requested):g}), max {v.max}, host {v.host}{vc}"
+    )
+    other = [w for w in plan.warnings if not w.startswith(("memory: ", "vCPUs: "))]
+    lines += [f"note: {w}" for w in other]
+    return "\n".join(lines)
+
+
+def host_json(host: HostFacts) -> dict[str, Any]:
+    return {
+        "schema": HOST_SCHEMA,
+        "memory_mib": to_mib_floor(host.memory),
+        "cpus": host.cpus,
+        "arch": host.arch,
+        "hugepage_size_kib": host.hugepage_size // 1024,
+        "hugepages_total": host.hugepages_total,
+        "hugepages_free": host.hugepages_free,
+        "cgroup_path": host.cgroup_path or None,
+        "cgroup_memory_limit_mib": None
+        if host.cgroup_memory_limit is None
+        else to_mib_floor(host.cgroup_memory_limit),
+        "sources": dict(host.sources),
+    }
+
+
+def host_text(host: HostFacts) -> str:
+    d = host_json(host)
+    lines = [
+        f"memory   {d['memory_mib']} MiB",
+        f"cpus     {d['cpus']}",
+        f"arch     {d['arch']}",
+        f"hugepages {d['hugepages_total']} x {d['hugepage_size_kib']} KiB "
+        f"({d['hugepages_free']} free)",
+    ]
+    if host.cgroup_path:
+        limit = d["cgroup_memory_limit_mib"]
+        lines.append(
+            f"cgroup   {host.cgroup_path}: {'unlimited' if limit is None else f'{limit} MiB'}"
+        )
+    lines += [f"  {k}: {s}" for k, s in host.sources]
+    return "\n".join(lines)
+
+
+def config_json(cfg: SizingConfig, chosen_by: str) -> dict[str, Any]:
+    s = cfg.settings
+    return {
+        "schema": CONFIG_SCHEMA,
+        "path": cfg.path,
+        "chosen_by": chosen_by,
+        "files": list(cfg.files),
+        "hypervisor": cfg.hypervisor,
+        "effective": {
+            "default_memory_mib": to_mib_floor(cfg.default_memory),
+            "default_maxmemory_mib": to_mib_floor(cfg.default_maxmemory),
+            "memory_slots": cfg.memory_slots,
+            "memory_offset_mib": to_mib_floor(cfg.memory_offset),
+            "enable_virtio_mem": cfg.enable_virtio_mem,
+            "enable_hugepages": cfg.enable_hugepages,
+            "static_sandbox_resource_mgmt": cfg.static_sandbox_resource_mgmt,
+            "default_vcpus": float(cfg.default_vcpus),
+            "default_maxvcpus": cfg.default_maxvcpus,
+        },
+        "kata_mem": {
+            "dimm_block_mib": to_mib_floor(s.dimm_block),
+            "virtio_mem_block_mib": to_mib_floor(s.virtio_mem_block),
+            "headroom_min_mib": to_mib_floor(s.headroom_min),
+            "headroom_percent": s.headroom_percent,
+            "shrink_step_min_mib": to_mib_floor(s.shrink_step_min),
+            "shrink_step_percent": s.shrink_step_percent,
+            "step_timeout_s": s.step_timeout_s,
+            "usage_max_age_s": s.usage_max_age_s,
+            "stats_interval_s": s.stats_interval_s,
+            "allow_shrink": s.allow_shrink,
+            "state_dir": s.state_dir,
+            "host_memory_cgroup": s.host_memory_cgroup,
+        },
+        "sources": dict(cfg.sources),
+    }
+
+
+def config_text(cfg: SizingConfig, chosen_by: str) -> str:
+    d = config_json(cfg, chosen_by)
+    lines = [
+        f"{cfg.path} (chosen by {chosen_by}); files read: {', '.join(cfg.files)}",
+        "effective values:",
+    ]
+    src = dict(cfg.sources)
+    for key, value in d["effective"].items():
+        base = key.removesuffix("_mib")
+        section = (
+            "runtime" if base == "static_sandbox_resource_mgmt" else f"hypervisor.{cfg.hypervisor}"
+        )
+        lines.append(f"  {key:<30} {value!s:<10} <- {src.get(f'{section}.{base}', '?')}")
+    lines.append("kata-mem settings ([kata_mem]):")
+    for key, value in d["kata_mem"].items():
+        lines.append(f"  {key:<30} {value!s:<10} <- {src.get(f'kata_mem.{key}', '?')}")
+    return "\n".join(lines)
+
+
+def error_json(exc: KataMemError) -> dict[str, Any]:
+    return {
+        "schema": ERROR_SCHEMA,
+        "error": {"kind": exc.kind, "message": exc.message, "exit_code": exc.exit_code},
+    }

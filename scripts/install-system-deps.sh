@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Install the Debian packages kata-mem's real-component tests need.
+#
+#   scripts/install-system-deps.sh            # QEMU + guest build tools
+#   scripts/install-system-deps.sh libvirt    # ... plus libvirt (dev headers, daemon, virsh)
+#
+# Idempotent: installs only what is missing, and runs `apt-get update` only
+# when something has to be installed. Waits up to 300 s for the dpkg lock if
+# another apt/dpkg process is running. Must run as root.
+set -euo pipefail
+
+export DEBIAN_FRONTEND=noninteractive
+
+log() { printf 'install-system-deps: %s\n' "$*" >&2; }
+
+want_libvirt=0
+for arg in "$@"; do
+    case "$arg" in
+        libvirt) want_libvirt=1 ;;
+        -h|--help)
+            sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'
+            exit 0 ;;
+        *) log "unknown argument: $arg (expected: libvirt)"; exit 2 ;;
+    esac
+done
+
+packages=(qemu-system-x86 qemu-utils busybox-static cpio)
+if [[ $want_libvirt -eq 1 ]]; then
+    packages+=(libvirt-dev pkg-config libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients)
+fi
+
+is_installed() {
+    local status
+    status=$(dpkg-query -W -f='${db:Status-Abbrev}' "$1" 2>/dev/null || true)
+    [[ $status == ii* ]]
+}
+
+missing=()
+for pkg in "${packages[@]}"; do
+    if ! is_installed "$pkg"; then
+        missing+=("$pkg")
+    fi
+done
+
+if [[ ${#missing[@]} -eq 0 ]]; then
+    log "all packages present: ${packages[*]}"
+else
+    if [[ $(id -u) -ne 0 ]]; then
+        log "missing packages (${missing[*]}) and not root; run this script as root"
+        exit 1
+    fi
+    apt_opts=(-o DPkg::Lock::Timeout=300)
+    log "installing: ${missing[*]}"
+    apt-get "${apt_opts[@]}" update -q >&2
+    apt-get "${apt_opts[@]}" install -y -q --no-install-recommends "${missing[@]}" >&2
+fi
+
+# Sanity checks on the binaries the test harness needs.
+for cmd in qemu-system-x86_64 cpio; do
+    command -v "$cmd" >/dev/null || { log "$cmd not found after install"; exit 1; }
+done
+[[ -x /bin/busybox ]] || { log "/bin/busybox (busybox-static) not found after install"; exit 1; }
+if [[ $want_libvirt -eq 1 ]]; then
+    for cmd in libvirtd virsh pkg-config; do
+        command -v "$cmd" >/dev/null || { log "$cmd not found after install"; exit 1; }
+    done
+fi
+log "ok ($(qemu-system-x86_64 --version | head -n1))"
