@@ -1,0 +1,171 @@
+"""Every error the CLI can meet: one line naming what and where, the documented
+exit code, no traceback."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from kata_mem import errors
+from tests.conftest import KATA_CONFIGS, PODS, REPO, CliResult, write_config
+
+UPSTREAM_QEMU = str(KATA_CONFIGS / "configuration-qemu.toml")
+Run = Callable[..., CliResult]
+HOST = ("--host-memory", "16Gi", "--host-cpus", "4")
+
+
+def test_exit_codes_are_the_documented_ones() -> None:
+    table = {
+        errors.KataMemError: 1,
+        errors.ConfigError: 3,
+        errors.InputError: 4,
+        errors.QuantityError: 4,
+        errors.PlanRejected: 5,
+        errors.BackendUnavailable: 6,
+        errors.BackendError: 7,
+        errors.GuestTimeout: 8,
+    }
+    assert {cls: cls.exit_code for cls in table} == table
+
+
+def _one_line_error(r: CliResult, code: int, *needles: str) -> None:
+    assert r.code == code, (r.code, r.err)
+    assert "Traceback" not in r.err
+    lines = r.err.strip().splitlines()
+    assert len(lines) == 1, r.err
+    assert lines[0].startswith("kata-mem: error: ")
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+def test_missing_config_file(run_cli: Run, tmp_path: Path) -> None:
+    missing = tmp_path / "nope.toml"
+    _one_line_error(
+        run_cli("preview", "--config", str(missing), *HOST),
+        3,
+        str(missing),
+        "no such configuration file",
+    )
+
+
+def test_no_config_anywhere(run_cli: Run, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("kata_mem.config.DEFAULT_PATHS", ("/nonexistent/a.toml",))
+    _one_line_error(run_cli("config", "check"), 3, "no Kata configuration found", "KATA_CONF_FILE")
+
+
+def test_bad_toml(run_cli: Run, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[hypervisor.qemu]\ndefault_memory = \n")
+    _one_line_error(run_cli("config", "check", str(bad)), 3, str(bad), "invalid TOML")
+
+
+def test_wrong_type(run_cli: Run, tmp_path: Path) -> None:
+    path = write_config(tmp_path / "c.toml", {"default_maxmemory": "8G"})
+    _one_line_error(
+        run_cli("preview", "--config", str(path), *HOST),
+        3,
+        "[hypervisor.qemu] default_maxmemory",
+        "expected a non-negative integer (MiB",
+        "'8G'",
+    )
+
+
+def test_negative_size_in_config(run_cli: Run, tmp_path: Path) -> None:
+    path = write_config(tmp_path / "c.toml", {"default_memory": -2048})
+    _one_line_error(run_cli("config", "check", str(path)), 3, "default_memory", "got -2048")
+
+
+def test_unknown_unit(run_cli: Run) -> None:
+    _one_line_error(
+        run_cli("preview", "--config", UPSTREAM_QEMU, "--limit", "5K", *HOST),
+        4,
+        "--limit '5K'",
+        "invalid quantity",
+        "Ki Mi Gi",
+    )
+
+
+def test_negative_limit(run_cli: Run) -> None:
+    _one_line_error(
+        run_cli("preview", "--config", UPSTREAM_QEMU, "--limit", "-1Gi", *HOST), 4, "negative"
+    )
+
+
+def test_bad_host_memory(run_cli: Run) -> None:
+    _one_line_error(
+        run_cli("preview", "--config", UPSTREAM_QEMU, "--host-memory", "lots"),
+        4,
+        "--host-memory",
+        "'lots'",
+    )
+
+
+def test_manifest_without_containers(run_cli: Run, tmp_path: Path) -> None:
+    pod = tmp_path / "pod.yaml"
+    pod.write_text("apiVersion: v1\nkind: Pod\nmetadata: {name: x}\nspec: {}\n")
+    _one_line_error(
+        run_cli("preview", "--config", UPSTREAM_QEMU, "--pod", str(pod), *HOST),
+        4,
+        str(pod),
+        "spec.containers: expected a non-empty list",
+    )
+
+
+def test_missing_pod_file(run_cli: Run, tmp_path: Path) -> None:
+    _one_line_error(
+        run_cli("preview", "--config", UPSTREAM_QEMU, "--pod", str(tmp_path / "x.yaml"), *HOST),
+        4,
+        "no such Pod manifest file",
+    )
+
+
+def test_current_below_boot_memory(run_cli: Run) -> None:
+    _one_line_error(
+        run_cli("preview", "--config", UPSTREAM_QEMU, "--current", "1Gi", *HOST),
+        4,
+        "--current",
+        "below the boot memory",
+    )
+
+
+def test_usage_error_is_click_exit_2(run_cli: Run) -> None:
+    r = run_cli("preview", "--no-such-flag")
+    assert r.code == 2 and "No such option" in r.err
+
+
+def test_json_error_document(run_cli: Run, tmp_path: Path) -> None:
+    r = run_cli("preview", "--config", str(tmp_path / "x.toml"), "--json", *HOST)
+    assert r.code == 3
+    doc = json.loads(r.out)
+    assert doc["schema"] == "kata-mem/error/v1"
+    assert doc["error"]["kind"] == "config" and doc["error"]["exit_code"] == 3
+
+
+def test_real_process_prints_no_traceback(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_bytes(b"\xff\xfe not toml")
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kata_mem",
+            "preview",
+            "--config",
+            str(bad),
+            "--pod",
+            str(PODS / "memory-boom.yaml"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+        check=False,
+    )
+    assert r.returncode == 3
+    assert r.stderr.startswith(f"kata-mem: error: {bad}: invalid TOML")
+    assert "Traceback" not in r.stderr and r.stdout == ""

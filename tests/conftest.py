@@ -1,0 +1,80 @@
+"""Shared test helpers: building configurations through the real loader, and
+running the CLI in-process the way a user runs it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from kata_mem.config import load_config
+from kata_mem.main import main
+from kata_mem.model import SizingConfig
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURES = REPO / "tests" / "fixtures"
+KATA_CONFIGS = FIXTURES / "kata-configs"
+PODS = REPO / "examples" / "pods"
+
+
+def toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return f'"{v}"'
+    return str(v)
+
+
+def write_config(
+    path: Path,
+    hypervisor: Mapping[str, Any] | None = None,
+    runtime: Mapping[str, Any] | None = None,
+    kata_mem: Mapping[str, Any] | None = None,
+    name: str = "qemu",
+) -> Path:
+    """A minimal Kata configuration with the given sizing keys (unset: Kata defaults)."""
+    lines = [f"[hypervisor.{name}]", 'path = "/usr/bin/qemu-system-x86_64"']
+    lines += [f"{k} = {toml_value(v)}" for k, v in (hypervisor or {}).items()]
+    if runtime:
+        lines += ["[runtime]", *(f"{k} = {toml_value(v)}" for k, v in runtime.items())]
+    if kata_mem:
+        lines += ["[kata_mem]", *(f"{k} = {toml_value(v)}" for k, v in kata_mem.items())]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture
+def make_config(tmp_path: Path) -> Callable[..., SizingConfig]:
+    def build(**keys: Any) -> SizingConfig:
+        runtime = {}
+        if "static_sandbox_resource_mgmt" in keys:
+            runtime["static_sandbox_resource_mgmt"] = keys.pop("static_sandbox_resource_mgmt")
+        settings = keys.pop("kata_mem", None)
+        return load_config(write_config(tmp_path / "configuration.toml", keys, runtime, settings))
+
+    return build
+
+
+@dataclass(frozen=True)
+class CliResult:
+    code: int
+    out: str
+    err: str
+
+
+@pytest.fixture
+def run_cli(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Callable[..., CliResult]]:
+    monkeypatch.delenv("KATA_CONF_FILE", raising=False)
+    monkeypatch.delenv("KATA_MEM_DEBUG", raising=False)
+
+    def run(*args: str) -> CliResult:
+        code = main(list(args))
+        captured = capsys.readouterr()
+        return CliResult(code, captured.out, captured.err)
+
+    yield run

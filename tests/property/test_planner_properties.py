@@ -1,0 +1,110 @@
+"""Properties of the planner that hold for every configuration, host and workload."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+from kata_mem.model import MemoryDevice, SandboxRequest, SizingConfig, VmState
+from kata_mem.planner import ACPI_HOTPLUG_FACTOR, max_memory, plan
+from tests.strategies import configs, containers, hosts, requests
+
+
+@given(configs(), hosts, requests)
+def test_target_within_base_and_max(cfg: SizingConfig, host: object, req: SandboxRequest) -> None:
+    p = plan(cfg, host, req)  # type: ignore[arg-type]
+    m = p.memory
+    assert m.target >= cfg.default_memory
+    ceiling, _ = max_memory(cfg, host)  # type: ignore[arg-type]
+    if cfg.default_memory <= ceiling:
+        assert m.target <= ceiling
+    assert 1 <= p.vcpus.target <= p.vcpus.max or p.vcpus.max == 0
+
+
+@given(configs(), hosts, requests)
+def test_hotplugged_amount_is_block_aligned(
+    cfg: SizingConfig, host: object, req: SandboxRequest
+) -> None:
+    m = plan(cfg, host, req).memory  # type: ignore[arg-type]
+    assert (m.target - m.base) % m.block == 0
+    for step in m.steps:
+        assert step.size % m.block == 0
+
+
+@given(configs(), hosts, requests, containers)
+def test_monotone_in_the_limits(
+    cfg: SizingConfig, host: object, req: SandboxRequest, extra: object
+) -> None:
+    before = plan(cfg, host, req).memory.target  # type: ignore[arg-type]
+    more = SandboxRequest((*req.containers, extra))  # type: ignore[arg-type]
+    assert plan(cfg, host, more).memory.target >= before  # type: ignore[arg-type]
+
+
+@given(configs(mechanism="pc-dimm"), hosts, requests)
+def test_dimm_steps_respect_48x_slots_and_sum_to_delta(
+    cfg: SizingConfig, host: object, req: SandboxRequest
+) -> None:
+    m = plan(cfg, host, req).memory  # type: ignore[arg-type]
+    total = m.current
+    for step in m.steps:
+        assert step.action == "plug_dimm"
+        assert step.size <= max(ACPI_HOTPLUG_FACTOR * total, m.block)
+        total += step.size
+        assert step.total_after == total
+    assert total == m.target
+    assert len(m.steps) <= cfg.memory_slots
+
+
+def _after(vm: VmState, cfg: SizingConfig, host: object, req: SandboxRequest) -> VmState:
+    """The VM once the plan's steps are done (what a perfect hypervisor reports)."""
+    devices = list(vm.devices)
+    for step in plan(cfg, host, req, vm).memory.steps:  # type: ignore[arg-type]
+        if step.action == "plug_dimm":
+            devices.append(MemoryDevice(step.device, "dimm", step.size, slot=len(devices)))
+        elif step.action == "unplug_dimm":
+            devices = [d for d in devices if d.id != step.device]
+        else:
+            devices = [
+                dataclasses.replace(d, size=step.size, requested=step.size)
+                if d.id == step.device
+                else d
+                for d in devices
+            ]
+    return dataclasses.replace(vm, devices=tuple(devices))
+
+
+@given(configs(), hosts, requests, requests)
+def test_replanning_the_reached_state_is_a_no_op(
+    cfg: SizingConfig, host: object, first: SandboxRequest, second: SandboxRequest
+) -> None:
+    from kata_mem.planner import assumed_vm
+
+    vm = assumed_vm(cfg, host)  # type: ignore[arg-type]
+    vm = _after(vm, cfg, host, first)
+    vm = _after(vm, cfg, host, second)  # grow or shrink from there
+    again = plan(cfg, host, second, vm).memory  # type: ignore[arg-type]
+    assert again.steps == ()
+    if again.mechanism != "static":  # static sizing targets the boot size, not the VM
+        assert again.target == vm.total
+
+
+@given(configs(mechanism="virtio-mem"), hosts, requests, st.integers(min_value=1, max_value=64))
+def test_virtio_mem_shrink_steps_are_bounded(
+    cfg: SizingConfig, host: object, req: SandboxRequest, blocks: int
+) -> None:
+    from kata_mem.planner import assumed_vm
+
+    vm = assumed_vm(cfg, host)  # type: ignore[arg-type]
+    dev = vm.virtio_mem
+    assert dev is not None
+    size = min(blocks * 256 * 2**20, dev.max_size)
+    assume(size > 0 and size % dev.block == 0)
+    vm = dataclasses.replace(vm, devices=(dataclasses.replace(dev, size=size, requested=size),))
+    m = plan(cfg, host, req, vm).memory  # type: ignore[arg-type]
+    bound = max(cfg.settings.shrink_step_min, size * cfg.settings.shrink_step_percent // 100)
+    for step in m.steps:
+        if step.delta < 0:
+            assert -step.delta <= bound
+            assert step.size % dev.block == 0

@@ -1,0 +1,162 @@
+"""The Kata configuration reader: upstream files unchanged, drop-ins, fallbacks, errors."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+
+from kata_mem.config import find_config, load_config
+from kata_mem.errors import ConfigError
+from kata_mem.units import MiB
+from tests.conftest import KATA_CONFIGS, REPO, write_config
+
+UPSTREAM = sorted(KATA_CONFIGS.glob("*.toml"))
+
+# (file, hypervisor, static, virtio-mem, default_maxmemory MiB): as rendered upstream.
+EXPECTED = {
+    "configuration-qemu.toml": ("qemu", False, False, 0),
+    "configuration-clh.toml": ("clh", False, False, 0),
+    "configuration-fc.toml": ("firecracker", True, False, 0),
+    "configuration-qemu-snp.toml": ("qemu", True, False, 0),
+    "configuration-stratovirt.toml": ("stratovirt", True, False, 0),
+    "configuration-qemu-runtime-rs.toml": ("qemu", True, False, 0),
+    "configuration-dragonball.toml": ("dragonball", True, False, 0),
+    "configuration-clh-runtime-rs.toml": ("clh", True, False, 0),
+    "configuration-rs-fc.toml": ("firecracker", True, False, 2048),
+}
+
+
+def test_all_nine_upstream_files_are_present() -> None:
+    assert sorted(p.name for p in UPSTREAM) == sorted(EXPECTED)
+
+
+@pytest.mark.parametrize("path", UPSTREAM, ids=[p.name for p in UPSTREAM])
+def test_upstream_configuration_loads_unchanged(path: Path) -> None:
+    cfg = load_config(path)
+    hv, static, virtio, maxmem = EXPECTED[path.name]
+    assert (cfg.hypervisor, cfg.static_sandbox_resource_mgmt, cfg.enable_virtio_mem) == (
+        hv,
+        static,
+        virtio,
+    )
+    assert cfg.default_maxmemory == maxmem * MiB
+    assert cfg.default_memory == 2048 * MiB
+    assert cfg.memory_slots == 10
+
+
+def test_dropins_apply_alphabetically_later_wins(tmp_path: Path) -> None:
+    main = tmp_path / "configuration.toml"
+    main.write_bytes((KATA_CONFIGS / "configuration-qemu.toml").read_bytes())
+    (tmp_path / "config.d").mkdir()
+    (tmp_path / "config.d" / "20-later.toml").write_text(
+        "[hypervisor.qemu]\ndefault_maxmemory = 8192\n"
+    )
+    (tmp_path / "config.d" / "10-first.toml").write_text(
+        "[hypervisor.qemu]\ndefault_maxmemory = 4096\nmemory_slots = 4\n"
+    )
+    (tmp_path / "config.d" / "ignored.txt").write_text("not toml")
+    cfg = load_config(main)
+    assert cfg.default_maxmemory == 8192 * MiB
+    assert cfg.memory_slots == 4
+    sources = dict(cfg.sources)
+    assert "20-later.toml" in sources["hypervisor.qemu.default_maxmemory"]
+    assert "10-first.toml" in sources["hypervisor.qemu.memory_slots"]
+    assert [Path(f).name for f in cfg.files] == [
+        "configuration.toml",
+        "10-first.toml",
+        "20-later.toml",
+    ]
+
+
+def test_bundled_box_dropins(tmp_path: Path) -> None:
+    cfg = load_config(REPO / "configs" / "boxes" / "4x16" / "configuration.toml")
+    assert (cfg.default_memory, cfg.default_maxmemory) == (16384 * MiB, 16384 * MiB)
+    assert (cfg.default_vcpus, cfg.default_maxvcpus) == (Fraction(4), 4)
+
+
+def test_bundled_samples_load() -> None:
+    assert not load_config(REPO / "configs" / "configuration-qemu.toml").enable_virtio_mem
+    assert load_config(REPO / "configs" / "configuration-qemu-virtio-mem.toml").enable_virtio_mem
+
+
+def test_fallback_is_recorded(tmp_path: Path) -> None:
+    cfg = load_config(write_config(tmp_path / "c.toml", {"default_memory": 100, "memory_slots": 0}))
+    sources = dict(cfg.sources)
+    assert "Kata uses 2048" in sources["hypervisor.qemu.default_memory"]
+    assert "0 means 10" in sources["hypervisor.qemu.memory_slots"]
+    assert sources["kata_mem.headroom_percent"] == "default (10)"
+
+
+def test_settings_table(tmp_path: Path) -> None:
+    cfg = load_config(
+        write_config(tmp_path / "c.toml", kata_mem={"headroom_min_mib": 256, "allow_shrink": True})
+    )
+    assert cfg.settings.headroom_min == 256 * MiB
+    assert cfg.settings.allow_shrink is True
+
+
+@pytest.mark.parametrize(
+    ("hypervisor", "kata_mem", "message"),
+    [
+        (
+            {"default_memory": -1},
+            None,
+            r"\[hypervisor.qemu\] default_memory: expected a non-negative integer \(MiB\), got -1",
+        ),
+        (
+            {"default_memory": "2G"},
+            None,
+            r"default_memory: expected a non-negative integer \(MiB\), got '2G'",
+        ),
+        ({"default_maxmemory": 1.5}, None, r"default_maxmemory: expected a non-negative integer"),
+        (
+            {"enable_virtio_mem": "yes"},
+            None,
+            r"enable_virtio_mem: expected true or false, got 'yes'",
+        ),
+        ({"default_vcpus": True}, None, r"default_vcpus: expected a number of vCPUs"),
+        (
+            {},
+            {"headroom_percent": 150},
+            r"\[kata_mem\] headroom_percent: expected an integer from 0 to 100, got 150",
+        ),
+        ({}, {"dimm_block_mib": 100}, r"dimm_block_mib: expected a power of two"),
+        ({}, {"bogus": 1}, r"\[kata_mem\] bogus: unknown kata-mem setting"),
+    ],
+)
+def test_bad_values_name_file_key_and_expectation(
+    tmp_path: Path, hypervisor: dict[str, object], kata_mem: dict[str, object] | None, message: str
+) -> None:
+    path = write_config(tmp_path / "c.toml", hypervisor, kata_mem=kata_mem)
+    with pytest.raises(ConfigError, match=message) as info:
+        load_config(path)
+    assert str(path) in str(info.value)
+
+
+def test_bad_toml(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text("[hypervisor.qemu\ndefault_memory = 1\n")
+    with pytest.raises(ConfigError, match=r"c.toml: invalid TOML: .*line 1"):
+        load_config(path)
+
+
+def test_no_or_two_hypervisors(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text("[runtime]\n")
+    with pytest.raises(ConfigError, match=r"no \[hypervisor.NAME\] section"):
+        load_config(path)
+    path.write_text("[hypervisor.qemu]\n[hypervisor.clh]\n")
+    with pytest.raises(ConfigError, match=r"exactly one .*\[hypervisor.clh\], \[hypervisor.qemu\]"):
+        load_config(path)
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="no such configuration file"):
+        load_config(tmp_path / "nope.toml")
+
+
+def test_find_config_order(tmp_path: Path) -> None:
+    assert find_config("x.toml", {"KATA_CONF_FILE": "y.toml"}) == (Path("x.toml"), "--config")
+    assert find_config(None, {"KATA_CONF_FILE": "y.toml"}) == (Path("y.toml"), "KATA_CONF_FILE")

@@ -1,0 +1,116 @@
+"""The planner against the JSON case table (tests/fixtures/plan-cases), one case per rule."""
+
+from __future__ import annotations
+
+import json
+from fractions import Fraction
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from kata_mem.model import (
+    Container,
+    HostFacts,
+    MemoryDevice,
+    SandboxRequest,
+    SandboxSizing,
+    SizingConfig,
+    VmState,
+)
+from kata_mem.planner import assumed_vm, plan
+from kata_mem.quantity import parse_quantity, quantity_bytes
+from kata_mem.units import MiB
+from tests.conftest import FIXTURES
+
+CASES = [
+    case
+    for f in sorted((FIXTURES / "plan-cases").glob("*.json"))
+    for case in json.loads(Path(f).read_text())["cases"]
+]
+
+
+def build_host(spec: dict[str, Any]) -> HostFacts:
+    limit = spec.get("cgroup_limit_mib")
+    return HostFacts(
+        memory=spec["memory_mib"] * MiB,
+        cpus=spec.get("cpus", 4),
+        arch=spec.get("arch", "amd64"),
+        hugepage_size=spec.get("hugepage_size_kib", 2048) * 1024,
+        hugepages_total=spec.get("hugepages_total", 0),
+        cgroup_memory_limit=None if limit is None else limit * MiB,
+    )
+
+
+def build_request(case: dict[str, Any]) -> SandboxRequest:
+    containers = tuple(
+        Container(
+            name=f"c{i}",
+            memory_limit=quantity_bytes(c["limit"]) if "limit" in c else 0,
+            cpu=parse_quantity(c["cpu"]) if "cpu" in c else Fraction(0),
+            role=c.get("role", "app"),
+            state=c.get("state", "running"),
+        )
+        for i, c in enumerate(case.get("containers", []))
+    )
+    sizing = case.get("sizing")
+    return SandboxRequest(
+        containers,
+        None
+        if sizing is None
+        else SandboxSizing(quantity_bytes(sizing["memory"]), parse_quantity(sizing["cpu"])),
+    )
+
+
+def build_vm(spec: dict[str, Any]) -> VmState:
+    devices = tuple(
+        MemoryDevice(
+            id=d["id"],
+            kind=d["kind"],
+            size=d["size_mib"] * MiB,
+            requested=d["size_mib"] * MiB,
+            max_size=d.get("max_mib", d["size_mib"]) * MiB,
+            block=d.get("block_mib", 0) * MiB,
+            slot=d.get("slot"),
+            pending_unplug=d.get("pending", False),
+        )
+        for d in spec["devices"]
+    )
+    return VmState(spec["base_mib"] * MiB, devices, spec["slots"], spec["device_space_mib"] * MiB)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])
+def test_plan_case(case: dict[str, Any], make_config: Callable[..., SizingConfig]) -> None:
+    cfg = make_config(**case.get("config", {}))
+    host = build_host(case["host"])
+    if "vm" in case:
+        vm = build_vm(case["vm"])
+    else:
+        current = case.get("current_mib")
+        vm = assumed_vm(cfg, host, None if current is None else current * MiB)
+    result = plan(cfg, host, build_request(case), vm)
+    m, expect = result.memory, case["expect"]
+    got = {
+        "host_mib": m.host // MiB,
+        "max_mib": m.max // MiB,
+        "base_mib": m.base // MiB,
+        "requested_mib": -(-m.requested // MiB),
+        "target_mib": m.target // MiB,
+        "current_mib": m.current // MiB,
+        "mechanism": m.mechanism,
+        "block_mib": m.block // MiB,
+        "clamped_by": [c.cause for c in m.clamps],
+        "shrink": m.shrink,
+        "steps": [[s.action, s.size // MiB, s.device] for s in m.steps],
+        "slots": cfg.memory_slots,
+    }
+    for key, want in expect.items():
+        if key == "vcpus":
+            v = result.vcpus
+            got_v = {"target": v.target, "max": v.max, "clamped_by": [c.cause for c in v.clamps]}
+            for vkey, vwant in want.items():
+                assert got_v[vkey] == vwant, f"vcpus.{vkey}"
+        elif key == "warning":
+            assert any(want in w for w in result.warnings), result.warnings
+        else:
+            assert got[key] == want, key

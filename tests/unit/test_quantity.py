@@ -1,0 +1,107 @@
+"""Kubernetes quantities: the Go vectors (apimachinery) and the rejections."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import pytest
+
+from kata_mem.errors import QuantityError
+from kata_mem.quantity import INT64_MAX, format_quantity, parse_quantity, quantity_bytes
+
+ACCEPTED = [
+    ("50Mi", 52428800),
+    ("1000Gi", 1073741824000),
+    ("1.5G", 1500000000),
+    (".5Gi", 536870912),
+    ("1e3", 1000),
+    ("1E3", 1000),
+    ("1e+3", 1000),
+    ("1E", 10**18),
+    ("1.G", 10**9),
+    ("129e6", 129000000),
+    ("123Mi", 128974848),
+    ("0", 0),
+    ("+5", 5),
+    ("007", 7),
+    ("1Ki", 1024),
+    ("1k", 1000),
+    ("1Ei", 2**60),
+]
+
+
+@pytest.mark.parametrize(("text", "value"), ACCEPTED)
+def test_accepted(text: str, value: int) -> None:
+    assert parse_quantity(text) == value
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("500m", Fraction(1, 2)),
+        ("0.9n", Fraction(1, 10**9)),
+        ("1e-12", Fraction(1, 10**9)),
+        ("-1m", Fraction(-1, 1000)),
+    ],
+)
+def test_fractions_round_up_to_nano(text: str, value: Fraction) -> None:
+    assert parse_quantity(text) == value
+
+
+def test_binary_caps_at_int64() -> None:
+    assert parse_quantity("8Ei") == INT64_MAX
+
+
+def test_500m_is_one_byte() -> None:
+    assert quantity_bytes("500m") == 1
+
+
+def test_huge_exponent_is_cheap_and_caps_as_bytes() -> None:
+    assert quantity_bytes("1e999999999") == INT64_MAX
+    assert parse_quantity("0e999999999") == 0
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "1K",
+        "1ki",
+        "1.5e3Mi",
+        "1_000",
+        " 5",
+        "5 ",
+        "NaN",
+        "Infinity",
+        "",
+        "1e",
+        ".",
+        "+",
+        "-",
+        "1.1.1",
+        "1Mi ",
+        "١٢",
+        "1e99999999999",
+    ],
+)
+def test_rejected(text: str) -> None:
+    with pytest.raises(QuantityError) as info:
+        parse_quantity(text)
+    assert repr(text) in str(info.value) or "exponent" in str(info.value)
+
+
+def test_negative_bytes_rejected_with_field_name() -> None:
+    with pytest.raises(QuantityError, match=r"--limit: '-1Gi' is negative"):
+        quantity_bytes("-1Gi", "--limit")
+
+
+@pytest.mark.parametrize(
+    "value",
+    [Fraction(0), Fraction(1536 * 2**20), Fraction(1000), Fraction(1, 2), Fraction(-3 * 2**30)],
+)
+def test_format_round_trips(value: Fraction) -> None:
+    assert parse_quantity(format_quantity(value)) == value
+
+
+def test_format_prefers_largest_binary_suffix() -> None:
+    assert format_quantity(Fraction(3 * 2**30)) == "3Gi"
+    assert format_quantity(Fraction(1000)) == "1000"

@@ -1,0 +1,179 @@
+"""Pod manifests, OCI specs and CRI annotations into containers."""
+
+from __future__ import annotations
+
+import json
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+
+from kata_mem.errors import InputError, QuantityError
+from kata_mem.planner import workload
+from kata_mem.sources import build_request, read_oci, read_pod
+from kata_mem.units import MiB
+from tests.conftest import PODS
+
+
+def test_memory_boom_pod() -> None:
+    (c,) = read_pod(PODS / "memory-boom.yaml")
+    assert (c.name, c.memory_limit, c.cpu, c.role) == (
+        "memory-boom",
+        1000 * 2**30,
+        Fraction(500),
+        "app",
+    )
+
+
+def test_init_and_sidecar_roles() -> None:
+    cs = read_pod(PODS / "init-heavy.yaml")
+    assert [(c.name, c.role) for c in cs] == [
+        ("log-shipper", "sidecar"),
+        ("warm-cache", "init"),
+        ("app", "app"),
+    ]
+    mem, cpu = workload(cs)
+    assert mem == (128 + 3072) * MiB
+    assert cpu == Fraction(11, 10)
+
+
+def test_two_containers_pod() -> None:
+    mem, _ = workload(read_pod(PODS / "two-containers.yaml"))
+    assert mem == (1536 + 512) * MiB
+
+
+def test_json_pod_and_hugepages(tmp_path: Path) -> None:
+    pod = {
+        "kind": "Pod",
+        "spec": {
+            "containers": [
+                {
+                    "name": "a",
+                    "resources": {"limits": {"memory": 1073741824, "hugepages-2Mi": "64Mi"}},
+                }
+            ]
+        },
+    }
+    path = tmp_path / "pod.json"
+    path.write_text(json.dumps(pod))
+    (c,) = read_pod(path)
+    assert (c.memory_limit, c.hugepages_limit) == (2**30, 64 * MiB)
+
+
+@pytest.mark.parametrize(
+    ("text", "error", "message"),
+    [
+        (
+            "kind: Pod\nspec: {containers: []}\n",
+            InputError,
+            r"spec.containers: expected a non-empty list",
+        ),
+        (
+            "kind: Deployment\n",
+            InputError,
+            r"expected one Pod manifest \(kind: Pod\), found no document",
+        ),
+        (
+            "kind: Pod\nspec: {containers: [{name: a, resources: {limits: {memory: 1.5}}}]}\n",
+            InputError,
+            r"spec.containers\[0\].resources.limits.memory: .*quote it",
+        ),
+        (
+            "kind: Pod\nspec: {containers: [{name: a, resources: {limits: {memory: 1K}}}]}\n",
+            QuantityError,
+            r"spec.containers\[0\].resources.limits.memory: invalid quantity '1K'",
+        ),
+        (
+            "kind: Pod\nspec: {containers: [{name: a, resources: {limits: {memory: -1Gi}}}]}\n",
+            InputError,
+            r"is negative",
+        ),
+        ("kind: Pod\nspec: [\n", InputError, r"invalid YAML/JSON"),
+    ],
+)
+def test_bad_pods(tmp_path: Path, text: str, error: type[Exception], message: str) -> None:
+    path = tmp_path / "pod.yaml"
+    path.write_text(text)
+    with pytest.raises(error, match=message) as info:
+        read_pod(path)
+    assert str(path) in str(info.value)
+
+
+def test_oci_container(tmp_path: Path) -> None:
+    spec = {
+        "linux": {
+            "resources": {
+                "memory": {"limit": 536870912},
+                "cpu": {"quota": 50000, "period": 100000},
+                "hugepageLimits": [{"pageSize": "2MB", "limit": 2097152}],
+            }
+        }
+    }
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(spec))
+    c, sizing = read_oci(path)
+    assert sizing is None and c is not None
+    assert (c.memory_limit, c.hugepages_limit, c.cpu) == (512 * MiB, 2 * MiB, Fraction(1, 2))
+
+
+def test_oci_unlimited_is_zero(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"linux": {"resources": {"memory": {"limit": -1}}}}))
+    c, _ = read_oci(path)
+    assert c is not None and c.memory_limit == 0
+
+
+def test_oci_sandbox_annotations(tmp_path: Path) -> None:
+    ann = {
+        "io.kubernetes.cri.container-type": "sandbox",
+        "io.kubernetes.cri.sandbox-memory": "4294967296",
+        "io.kubernetes.cri.sandbox-cpu-quota": "400000",
+        "io.kubernetes.cri.sandbox-cpu-period": "100000",
+    }
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"annotations": ann}))
+    c, sizing = read_oci(path)
+    assert c is None and sizing is not None
+    assert (sizing.memory, sizing.cpu) == (4096 * MiB, Fraction(4))
+
+
+def test_oci_shares_fallback(tmp_path: Path) -> None:
+    ann = {
+        "io.kubernetes.cri.sandbox-memory": "-5",
+        "io.kubernetes.cri.sandbox-cpu-quota": "-1",
+        "io.kubernetes.cri.sandbox-cpu-shares": "2048",
+    }
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"annotations": ann}))
+    _, sizing = read_oci(path)
+    assert sizing is not None and (sizing.memory, sizing.cpu) == (0, Fraction(2))
+
+
+@pytest.mark.parametrize(
+    ("doc", "message"),
+    [
+        ("[1, 2]", r"expected an OCI runtime spec"),
+        (
+            '{"linux": {"resources": {"memory": {"limit": "1Gi"}}}}',
+            r"linux.resources.memory.limit: expected an integer, got '1Gi'",
+        ),
+        (
+            '{"annotations": {"io.kubernetes.cri.sandbox-memory": "lots"}}',
+            r"annotation io.kubernetes.cri.sandbox-memory: expected an integer",
+        ),
+        ("{", r"invalid JSON"),
+    ],
+)
+def test_bad_oci(tmp_path: Path, doc: str, message: str) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(doc)
+    with pytest.raises(InputError, match=message):
+        read_oci(path)
+
+
+def test_cli_values() -> None:
+    req = build_request(None, (), ("1Gi", "500m"), ("250m",))
+    assert [c.memory_limit for c in req.containers] == [2**30, 1, 0]
+    assert req.containers[2].cpu == Fraction(1, 4)
+    with pytest.raises(QuantityError, match=r"--limit '1K'"):
+        build_request(None, (), ("1K",), ())
