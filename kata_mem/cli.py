@@ -20,7 +20,7 @@ from kata_mem import config as config_mod
 from kata_mem import render
 from kata_mem.errors import InputError, KataMemError
 from kata_mem.host import probe_host
-from kata_mem.model import HostFacts, SizingConfig
+from kata_mem.model import HostFacts, Settings, SizingConfig
 from kata_mem.planner import assumed_vm, plan
 from kata_mem.quantity import quantity_bytes
 from kata_mem.sources import build_request
@@ -78,39 +78,51 @@ def cli(verbose: int, log_format: str) -> None:
     setup_logging(verbose, log_format)
 
 
+def request_options(fn: F) -> F:
+    """The options that describe a sandbox (shared by preview and apply)."""
+    options = [
+        click.option(
+            "--config",
+            "config_path",
+            metavar="FILE",
+            help="Kata configuration TOML (default: where Kata looks).",
+        ),
+        click.option(
+            "--pod",
+            type=click.Path(path_type=Path),
+            metavar="FILE",
+            help="Kubernetes Pod manifest (YAML or JSON).",
+        ),
+        click.option(
+            "--oci",
+            type=click.Path(path_type=Path),
+            multiple=True,
+            metavar="FILE",
+            help="OCI config.json (repeatable).",
+        ),
+        click.option(
+            "--limit",
+            multiple=True,
+            metavar="QTY",
+            help="A container memory limit, e.g. 512Mi (repeatable).",
+        ),
+        click.option(
+            "--cpu",
+            multiple=True,
+            metavar="QTY",
+            help="A container CPU limit, e.g. 500m (repeatable).",
+        ),
+    ]
+    for opt in reversed(options):
+        fn = opt(fn)
+    return host_options(fn)
+
+
 @cli.command()
-@click.option(
-    "--config",
-    "config_path",
-    metavar="FILE",
-    help="Kata configuration TOML (default: where Kata looks).",
-)
-@click.option(
-    "--pod",
-    type=click.Path(path_type=Path, dir_okay=True),
-    metavar="FILE",
-    help="Kubernetes Pod manifest (YAML or JSON).",
-)
-@click.option(
-    "--oci",
-    type=click.Path(path_type=Path),
-    multiple=True,
-    metavar="FILE",
-    help="OCI config.json (repeatable).",
-)
-@click.option(
-    "--limit",
-    multiple=True,
-    metavar="QTY",
-    help="A container memory limit, e.g. 512Mi (repeatable).",
-)
-@click.option(
-    "--cpu", multiple=True, metavar="QTY", help="A container CPU limit, e.g. 500m (repeatable)."
-)
+@request_options
 @click.option(
     "--current", metavar="QTY", help="Guest memory now (boot + plugged); default: boot memory."
 )
-@host_options
 @click.option(
     "--json", "as_json", is_flag=True, help="Print the plan as JSON (schema kata-mem/plan/v1)."
 )
@@ -120,10 +132,10 @@ def preview(
     oci: tuple[Path, ...],
     limit: tuple[str, ...],
     cpu: tuple[str, ...],
-    current: Optional[str],
     host_memory: Optional[str],
     host_cpus: Optional[int],
     host_arch: Optional[str],
+    current: Optional[str],
     as_json: bool,
 ) -> None:
     """Show the memory and vCPUs a sandbox would get, the steps, and why. Changes nothing."""
@@ -144,6 +156,135 @@ def preview(
     else:
         title = f"preview of {pod}" if pod else "preview"
         click.echo(render.plan_text(result, cfg, title))
+
+
+def _sandbox_id(sandbox: Optional[str], qmp: Optional[str]) -> str:
+    if sandbox:
+        return sandbox
+    if qmp:
+        import hashlib
+
+        return "qmp-" + hashlib.sha256(os.path.realpath(qmp).encode()).hexdigest()[:12]
+    return "dry-run"
+
+
+def backend_options(fn: F) -> F:
+    fn = click.option(
+        "--state-dir",
+        metavar="DIR",
+        help="Per-sandbox lock and journal (default: [kata_mem] state_dir).",
+    )(fn)
+    fn = click.option(
+        "--sandbox", metavar="ID", help="Sandbox id (default: derived from the socket path)."
+    )(fn)
+    return click.option("--qmp", metavar="SOCKET", help="The VM's QMP unix socket.")(fn)
+
+
+#: Outcome reasons that mean the hypervisor or the guest failed; they get their own exit codes.
+_REASON_EXIT = {"BackendError": 7, "UnplugTimeout": 8, "PlugTimeout": 8}
+
+
+@cli.command()
+@request_options
+@backend_options
+@click.option(
+    "--dry-run", is_flag=True, help="Run the plan on an in-memory copy of the VM; change nothing."
+)
+@click.option(
+    "--allow-shrink",
+    is_flag=True,
+    help="Let the guest's memory go down (each step safety-checked).",
+)
+@click.option(
+    "--force",
+    is_flag=True,
+    hidden=True,
+    help="Tests and benchmarks only: skip the shrink safety checks.",
+)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print the outcome as JSON (schema kata-mem/outcome/v1).",
+)
+def apply(
+    config_path: Optional[str],
+    pod: Optional[Path],
+    oci: tuple[Path, ...],
+    limit: tuple[str, ...],
+    cpu: tuple[str, ...],
+    host_memory: Optional[str],
+    host_cpus: Optional[int],
+    host_arch: Optional[str],
+    qmp: Optional[str],
+    sandbox: Optional[str],
+    state_dir: Optional[str],
+    dry_run: bool,
+    allow_shrink: bool,
+    force: bool,
+    as_json: bool,
+) -> int:
+    """Resize the VM's memory to what its containers need: reconcile, plan, step, verify."""
+    from kata_mem.apply import apply_request
+
+    cfg, _ = _config(config_path)
+    host = _host(host_memory, host_cpus, host_arch, cfg.settings.host_memory_cgroup)
+    request = build_request(pod, oci, limit, cpu)
+    if qmp is None and not dry_run:
+        raise click.UsageError("apply needs --qmp SOCKET (or --dry-run)")
+    if force:
+        click.echo(
+            "kata-mem: WARNING: --force skips every shrink safety check; for tests and benchmarks only",
+            err=True,
+        )
+    sid = _sandbox_id(sandbox, qmp)
+    result = apply_request(
+        cfg,
+        host,
+        request,
+        qmp=qmp,
+        sandbox=sid,
+        state_dir=state_dir,
+        dry_run=dry_run,
+        allow_shrink=allow_shrink,
+        force=force,
+    )
+    if as_json:
+        doc = render.outcome_json(result.outcome, sid, result.warnings)
+        doc["plan"] = render.plan_json(result.plan, cfg)
+        _emit(doc)
+    else:
+        click.echo(render.plan_text(result.plan, cfg, "plan (from the observed VM)"))
+        click.echo(render.outcome_text(result.outcome, result.warnings))
+    return _REASON_EXIT.get(result.outcome.reason, 0)
+
+
+@cli.command()
+@backend_options
+@click.option("--config", "config_path", metavar="FILE", help="Kata configuration (for state_dir).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (schema kata-mem/status/v1).")
+def status(
+    qmp: Optional[str],
+    sandbox: Optional[str],
+    state_dir: Optional[str],
+    config_path: Optional[str],
+    as_json: bool,
+) -> None:
+    """Show what the hypervisor reports: boot memory, devices, plugged total, guest usage."""
+    from kata_mem.apply import read_status
+
+    if qmp is None:
+        raise click.UsageError("status needs --qmp SOCKET")
+    directory = state_dir
+    if directory is None:
+        directory = (
+            _config(config_path)[0].settings.state_dir if config_path else Settings().state_dir
+        )
+    vm, usage, record = read_status(qmp, _sandbox_id(sandbox, qmp), directory)
+    if as_json:
+        _emit(render.status_json(vm, usage, record))
+    else:
+        click.echo(render.status_text(vm, usage, record))
 
 
 @cli.command()

@@ -161,6 +161,9 @@ class VmState:
     devices: tuple[MemoryDevice, ...] = ()
     slots: int = 0
     device_space: Optional[int] = None
+    #: Backend objects kata-mem created whose DIMM is gone (left by a crash or a
+    #: late ``DEVICE_DELETED``); safe to delete.
+    orphans: tuple[str, ...] = ()
 
     @property
     def plugged(self) -> int:
@@ -177,6 +180,9 @@ class VmState:
     @property
     def virtio_mem(self) -> Optional[MemoryDevice]:
         return next((d for d in self.devices if d.kind == "virtio-mem"), None)
+
+    def device(self, device_id: str) -> Optional[MemoryDevice]:
+        return next((d for d in self.devices if d.id == device_id), None)
 
 
 @dataclass(frozen=True)
@@ -242,3 +248,56 @@ class Plan:
     memory: MemoryPlan
     vcpus: VcpuPlan
     warnings: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class GuestUsage:
+    """The guest's own view of its memory, from virtio-balloon statistics (bytes).
+
+    A field is ``None`` when the guest did not report it (QEMU shows -1). The
+    reading is as old as ``observed_at - last_update`` seconds (host clock).
+    """
+
+    total: Optional[int] = None
+    available: Optional[int] = None
+    free: Optional[int] = None
+    disk_caches: Optional[int] = None
+    major_faults: Optional[int] = None
+    last_update: Optional[float] = None
+    observed_at: float = 0.0
+
+    @property
+    def age(self) -> Optional[float]:
+        if self.last_update is None or self.last_update <= 0:
+            return None
+        return max(self.observed_at - self.last_update, 0.0)
+
+    @property
+    def used(self) -> Optional[int]:
+        if self.total is None or self.available is None:
+            return None
+        return max(self.total - self.available, 0)
+
+    @property
+    def reclaimable(self) -> int:
+        """Conservative: page cache that is free to drop, never more than
+        MemAvailable - MemFree (so tmpfs/shmem is never counted)."""
+        if self.disk_caches is None or self.available is None or self.free is None:
+            return 0
+        return max(min(self.disk_caches, self.available - self.free), 0)
+
+
+Status = Literal["Resized", "NoChange", "Deferred", "InProgress", "Infeasible"]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What an ``apply`` did, in KEP-1287's vocabulary (see DESIGN §4)."""
+
+    status: Status
+    reason: str
+    message: str
+    observed: int
+    target: int
+    steps: tuple[Step, ...] = ()
+    retry_after_s: Optional[float] = None

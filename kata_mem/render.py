@@ -6,10 +6,20 @@ the text forms are for reading and may change.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 from kata_mem.errors import KataMemError
-from kata_mem.model import Clamp, HostFacts, Plan, SizingConfig, Step
+from kata_mem.model import (
+    Clamp,
+    GuestUsage,
+    HostFacts,
+    MemoryDevice,
+    Outcome,
+    Plan,
+    SizingConfig,
+    Step,
+    VmState,
+)
 from kata_mem.units import MiB, to_mib_ceil, to_mib_floor
 
 PLAN_SCHEMA = "kata-mem/plan/v1"
@@ -222,3 +232,119 @@ def error_json(exc: KataMemError) -> dict[str, Any]:
         "schema": ERROR_SCHEMA,
         "error": {"kind": exc.kind, "message": exc.message, "exit_code": exc.exit_code},
     }
+
+
+OUTCOME_SCHEMA = "kata-mem/outcome/v1"
+STATUS_SCHEMA = "kata-mem/status/v1"
+
+
+def outcome_json(outcome: Outcome, sandbox: str, warnings: tuple[str, ...] = ()) -> dict[str, Any]:
+    return {
+        "schema": OUTCOME_SCHEMA,
+        "sandbox": sandbox,
+        "status": outcome.status,
+        "reason": outcome.reason,
+        "message": outcome.message,
+        "observed_mib": to_mib_floor(outcome.observed),
+        "target_mib": _mib(outcome.target),
+        "steps": [step_json(s) for s in outcome.steps],
+        "retry_after_s": outcome.retry_after_s,
+        "warnings": list(warnings),
+    }
+
+
+def outcome_text(outcome: Outcome, warnings: tuple[str, ...] = ()) -> str:
+    head = f"{outcome.status}{f' ({outcome.reason})' if outcome.reason else ''}: {outcome.message}"
+    lines = [
+        head,
+        f"guest memory {to_mib_floor(outcome.observed)} MiB, target {_mib(outcome.target)} MiB",
+    ]
+    for i, s in enumerate(outcome.steps, 1):
+        j = step_json(s)
+        lines.append(
+            f"  done {i}. {s.action} {s.device} {j['size_mib']} MiB ({j['delta_mib']:+d} MiB)"
+        )
+    if outcome.retry_after_s is not None:
+        lines.append(f"retry after {outcome.retry_after_s:g} s")
+    lines += [f"note: {w}" for w in warnings]
+    return "\n".join(lines)
+
+
+def _device_json(d: MemoryDevice) -> dict[str, Any]:
+    return {
+        "id": d.id,
+        "kind": d.kind,
+        "size_mib": to_mib_floor(d.size),
+        "requested_mib": to_mib_floor(d.requested),
+        "max_mib": to_mib_floor(d.max_size),
+        "block_mib": d.block / MiB if d.block % MiB else d.block // MiB,
+        "slot": d.slot,
+        "memdev": d.memdev,
+        "ours": d.ours,
+        "pending_unplug": d.pending_unplug,
+    }
+
+
+def status_json(
+    vm: VmState, usage: Optional[GuestUsage], record: Optional[dict[str, Any]]
+) -> dict[str, Any]:
+    guest = None
+    if usage is not None:
+        guest = {
+            "total_mib": None if usage.total is None else to_mib_floor(usage.total),
+            "available_mib": None if usage.available is None else to_mib_floor(usage.available),
+            "free_mib": None if usage.free is None else to_mib_floor(usage.free),
+            "used_mib": None if usage.used is None else to_mib_floor(usage.used),
+            "age_s": None if usage.age is None else round(usage.age, 1),
+        }
+    return {
+        "schema": STATUS_SCHEMA,
+        "base_mib": to_mib_floor(vm.base),
+        "plugged_mib": to_mib_floor(vm.plugged),
+        "total_mib": to_mib_floor(vm.total),
+        "slots": vm.slots,
+        "slots_used": len(vm.dimms),
+        "device_space_mib": None if vm.device_space is None else to_mib_floor(vm.device_space),
+        "devices": [_device_json(d) for d in vm.devices],
+        "orphans": list(vm.orphans),
+        "guest": guest,
+        "journal": record,
+    }
+
+
+def status_text(vm: VmState, usage: Optional[GuestUsage], record: Optional[dict[str, Any]]) -> str:
+    d = status_json(vm, usage, record)
+    lines = [
+        f"boot memory {d['base_mib']} MiB, plugged {d['plugged_mib']} MiB, total {d['total_mib']} MiB",
+        f"DIMM slots {d['slots_used']}/{d['slots']} used; device space {d['device_space_mib']} MiB",
+    ]
+    for dev in d["devices"]:
+        extra = (
+            f" requested {dev['requested_mib']} MiB of {dev['max_mib']} MiB"
+            if dev["kind"] == "virtio-mem"
+            else f" slot {dev['slot']}"
+        )
+        pending = " (unplug pending)" if dev["pending_unplug"] else ""
+        lines.append(
+            f"  {dev['kind']:<10} {dev['id'] or '(no id)':<12} {dev['size_mib']:>7} MiB{extra}{pending}"
+        )
+    if d["orphans"]:
+        lines.append(f"orphaned backend objects: {', '.join(d['orphans'])}")
+    g = d["guest"]
+    if g is None:
+        lines.append("guest: no balloon statistics")
+    else:
+        lines.append(
+            f"guest: MemTotal {g['total_mib']} MiB, available {g['available_mib']} MiB, free {g['free_mib']} MiB "
+            f"(reading {g['age_s']} s old)"
+        )
+    if record:
+        lines.append(
+            f"journal: {record.get('state')}, pending unplug {record.get('pending_unplug') or 'none'}"
+        )
+        last = record.get("last_outcome")
+        if last:
+            lines.append(
+                f"last outcome: {last.get('status')} {last.get('reason') or ''} {last.get('message')}".rstrip()
+            )
+    return "\n".join(lines)

@@ -61,7 +61,7 @@ for cmd in qemu-system-x86_64 cpio; do
 done
 [[ -x /bin/busybox ]] || { log "/bin/busybox (busybox-static) not found after install"; exit 1; }
 if [[ $want_libvirt -eq 1 ]]; then
-    for cmd in libvirtd virsh pkg-config; do
+    for cmd in /usr/sbin/libvirtd virsh pkg-config; do
         command -v "$cmd" >/dev/null || { log "$cmd not found after install"; exit 1; }
     done
 fi

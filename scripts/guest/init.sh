@@ -142,7 +142,7 @@ handle() {
             sync
             poweroff -f
             ;;
-        '') ;;
+        '') echo "ERR empty command" ;;
         *) echo "ERR unknown command: $cmd" ;;
     esac
 }
@@ -171,7 +171,7 @@ PORT=
 i=0
 while ! find_ctl_port; do
     i=$((i + 1))
-    if [ "$i" -ge 100 ]; then
+    if [ "$i" -ge 30 ]; then
         break
     fi
     sleep 0.1

@@ -135,7 +135,9 @@ def test_balloon_guest_stats(guest: GuestVM) -> None:
 
 
 def test_minimal_guest_poweroff(boot_guest: BootGuest) -> None:
-    vm = boot_guest(GuestSpec(virtio_mem_mib=0, balloon=False))
+    # Also covers the bzImage fallback (used when build-guest.sh made no PVH vmlinux).
+    vm = boot_guest(GuestSpec(virtio_mem_mib=0, balloon=False, kernel="vmlinuz"))
+    assert vm.kernel.name == "vmlinuz"
     assert vm.boot_seconds is not None
     assert vm.boot_seconds < 90
     mem = vm.status()

@@ -1,6 +1,6 @@
 """Boot the tiny kata-mem test guest under QEMU TCG and talk to it.
 
-The guest (``scripts/build-guest.sh`` builds ``vmlinuz`` + ``initramfs.gz``) runs
+The guest (``scripts/build-guest.sh`` builds ``vmlinuz``/``vmlinux`` + ``initramfs.gz``) runs
 ``scripts/guest/init.sh`` as /init: it prints ``KATA-MEM-GUEST-READY`` on the
 serial console and serves ``status`` / ``alloc MIB`` / ``free`` / ``online`` /
 ``poweroff`` on the virtio-serial port ``ctl``, which QEMU exposes on the host as
@@ -59,6 +59,9 @@ class GuestSpec:
     balloon: bool = True
     online_state: str = "online_movable"
     cpus: int = 1
+    # "auto": the PVH ELF ``vmlinux`` when build-guest.sh produced one (boots ~5 s
+    # faster under TCG), else the bzImage ``vmlinuz``; or force either name.
+    kernel: str = "auto"
     kernel_args: tuple[str, ...] = ()
     extra_qemu_args: tuple[str, ...] = ()
 
@@ -121,6 +124,20 @@ def _stop_all() -> None:
             vm.stop()
 
 
+def _death_signal_prefix() -> list[str]:
+    """``setpriv --pdeathsig TERM --``: QEMU gets SIGTERM when the test process dies.
+
+    This covers a SIGKILL of pytest, where neither teardown nor atexit run.
+    setpriv (util-linux, Essential in Debian) sets PR_SET_PDEATHSIG and execs
+    QEMU, so the PID stays QEMU's. Only from the main thread: the signal fires
+    when the *thread* that forked exits.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return []
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", "TERM", "--"] if setpriv else []
+
+
 def _opt(value: object) -> str:
     """Escape a value for a QEMU ``key=value,...`` option string."""
     return str(value).replace(",", ",,")
@@ -149,7 +166,6 @@ class GuestVM:
         self.workdir = Path(workdir)
         self.spec = spec
         self.qemu_binary = qemu_binary or os.environ.get("KATA_MEM_QEMU") or QEMU_BINARY
-        self.kernel = self.guest_dir / "vmlinuz"
         self.initrd = self.guest_dir / "initramfs.gz"
         self._console_log = self.workdir / "console.log"
         self._qemu_log = self.workdir / "qemu.log"
@@ -168,6 +184,17 @@ class GuestVM:
             return self.workdir
         self._sock_dir = Path(tempfile.mkdtemp(prefix="kmg-"))
         return self._sock_dir
+
+    @property
+    def kernel(self) -> Path:
+        """The kernel image QEMU boots (see :attr:`GuestSpec.kernel`)."""
+        choice = self.spec.kernel
+        if choice == "auto":
+            pvh = self.guest_dir / "vmlinux"
+            return pvh if pvh.is_file() else self.guest_dir / "vmlinuz"
+        if choice not in ("vmlinux", "vmlinuz"):
+            raise ValueError(f"GuestSpec.kernel must be auto, vmlinux or vmlinuz, not {choice!r}")
+        return self.guest_dir / choice
 
     @property
     def qmp_socket(self) -> Path:
@@ -245,12 +272,13 @@ class GuestVM:
         t0 = time.monotonic()
         with open(self._qemu_log, "wb") as qemu_log:
             self._proc = subprocess.Popen(
-                self.qemu_argv(),
+                [*_death_signal_prefix(), *self.qemu_argv()],
                 stdin=subprocess.DEVNULL,
                 stdout=qemu_log,
                 stderr=subprocess.STDOUT,
                 cwd=self.workdir,
-                start_new_session=True,  # a Ctrl-C to pytest must not kill QEMU before stop()
+                # Same process group as the test run: a Ctrl-C or a group kill
+                # reaches QEMU too.
             )
         _live.add(self)
         try:
@@ -357,8 +385,8 @@ class GuestVM:
     # -- guest control ------------------------------------------------------------
     def command(self, line: str, timeout: float = 30.0) -> str:
         """Send one command line on the ``ctl`` port and return the reply line."""
-        if "\n" in line:
-            raise ValueError("command must be a single line")
+        if "\n" in line or not line.strip():
+            raise ValueError(f"command must be a single non-empty line: {line!r}")
         with self._lock:
             sock = self._ctl
             if sock is None:

@@ -1,0 +1,108 @@
+"""The library entry points that touch a VM: ``apply_request`` and ``read_status``.
+
+They pick the backend (QMP, or the in-memory fake for a dry run), open the
+sandbox's state, and hand over to the executor.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any, Optional
+
+from kata_mem.backends import Backend, open_backend
+from kata_mem.backends.fake import FakeBackend, FakeGuest
+from kata_mem.executor import Executor, Options, Result
+from kata_mem.journal import SandboxState
+from kata_mem.model import GuestUsage, HostFacts, SandboxRequest, SizingConfig, VmState
+from kata_mem.planner import assumed_vm
+
+
+def _connect(cfg: SizingConfig, qmp: str) -> Backend:
+    from kata_mem.backends.qmp import QmpBackend
+
+    return QmpBackend.connect(
+        qmp, hugepages=cfg.enable_hugepages, stats_interval=cfg.settings.stats_interval_s
+    )
+
+
+def _dry_run_backend(cfg: SizingConfig, host: HostFacts, qmp: Optional[str]) -> FakeBackend:
+    """An in-memory copy of the VM (observed, read-only, when a socket is given)."""
+    if qmp is None:
+        return FakeBackend(assumed_vm(cfg, host))
+    real = _connect(cfg, qmp)
+    try:
+        vm, usage = real.observe(), real.guest_usage()
+    finally:
+        real.close()
+    guest = FakeGuest(stats=False)
+    if (
+        usage is not None
+        and usage.total is not None
+        and usage.available is not None
+        and usage.free is not None
+    ):
+        guest = FakeGuest(
+            used=usage.total - usage.available,
+            caches=usage.available - usage.free,
+            reserved=max(vm.total - usage.total, 0),
+        )
+    return FakeBackend(vm, guest)
+
+
+def apply_request(
+    cfg: SizingConfig,
+    host: HostFacts,
+    request: SandboxRequest,
+    *,
+    qmp: Optional[str],
+    sandbox: str,
+    state_dir: Optional[str] = None,
+    dry_run: bool = False,
+    allow_shrink: bool = False,
+    force: bool = False,
+    backend: Optional[Backend] = None,
+) -> Result:
+    """Resize the sandbox's VM to what its containers need.
+
+    With ``dry_run`` the plan runs against an in-memory copy of the VM and a
+    throw-away journal: nothing on the host changes.
+
+    :raises BackendUnavailable: the VM's monitor cannot be reached.
+    :raises ConfigError: the state directory cannot be written.
+    :raises BackendError: a query failed outside a step (steps report failures in the outcome).
+    """
+    options = Options(allow_shrink=allow_shrink, force=force)
+    if dry_run:
+        fake = _dry_run_backend(cfg, host, qmp)
+        with tempfile.TemporaryDirectory(prefix="kata-mem-dry-run-") as tmp:
+            return Executor(fake, SandboxState(tmp, sandbox), sleep=lambda _s: None).apply(
+                cfg, host, request, options
+            )
+    if backend is None:
+        if qmp is None:
+            raise ValueError("apply_request needs qmp= or backend=")
+        backend = _connect(cfg, qmp)
+    try:
+        return Executor(backend, SandboxState(state_dir or cfg.settings.state_dir, sandbox)).apply(
+            cfg, host, request, options
+        )
+    finally:
+        backend.close()
+
+
+def read_status(
+    qmp: str, sandbox: str, state_dir: str
+) -> tuple[VmState, Optional[GuestUsage], Optional[dict[str, Any]]]:
+    """What the hypervisor reports, the guest's usage, and the sandbox's journal (if any).
+
+    :raises BackendUnavailable: the VM's monitor cannot be reached.
+    """
+    backend = open_backend("qmp", qmp)
+    try:
+        vm, usage = backend.observe(), backend.guest_usage()
+    finally:
+        backend.close()
+    state = SandboxState(state_dir, sandbox)
+    record = state.load().to_json() if Path(state.path).is_file() else None
+    return vm, usage, record

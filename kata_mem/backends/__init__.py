@@ -1,0 +1,79 @@
+"""The hypervisor port: one small Protocol that every backend implements.
+
+Backends translate; they never decide sizes. A :class:`~kata_mem.model.Step`
+arrives with its sizes already planned; the backend issues the hypervisor
+commands for it, reports progress from what the hypervisor says, and turns
+every hypervisor error into the kata-mem error tree at its boundary.
+
+The QMP and libvirt modules import their client libraries, so they are loaded
+only by :func:`open_backend`, when asked for.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Optional, Protocol
+
+from kata_mem.model import GuestUsage, Step, VmState
+
+Progress = Literal["done", "pending", "rejected"]
+
+
+@dataclass(frozen=True)
+class StepProgress:
+    """Where a step stands, from the hypervisor's own report."""
+
+    state: Progress
+    detail: str = ""
+
+
+class Backend(Protocol):
+    """What the executor needs from a hypervisor."""
+
+    def observe(self) -> VmState:
+        """The VM's memory now, from the hypervisor (never from our own records).
+
+        :raises BackendUnavailable: the hypervisor went away.
+        :raises BackendError: the hypervisor refused a query.
+        """
+        ...
+
+    def begin(self, step: Step) -> None:
+        """Issue the commands for ``step`` and return without waiting.
+
+        A failed plug leaves no orphan backend object behind.
+
+        :raises BackendError: the hypervisor refused; nothing was changed.
+        :raises BackendUnavailable: the connection failed (state unknown; observe again).
+        """
+        ...
+
+    def poll(self, step: Step) -> StepProgress:
+        """Whether ``step`` is done, still pending, or refused by the guest.
+
+        For a DIMM unplug, "done" means ``DEVICE_DELETED`` arrived and its
+        backend object was deleted.
+        """
+        ...
+
+    def release(self, memdev: str) -> None:
+        """Delete an orphaned backend object (one listed in ``VmState.orphans``)."""
+        ...
+
+    def guest_usage(self) -> Optional[GuestUsage]:
+        """Fresh-as-possible guest memory statistics; ``None`` without a balloon."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def open_backend(kind: str, target: str) -> Backend:
+    """Connect to a backend by name: ``qmp`` (``target`` is the QMP socket path).
+
+    :raises BackendUnavailable: the endpoint cannot be reached.
+    """
+    if kind == "qmp":
+        from kata_mem.backends.qmp import QmpBackend
+
+        return QmpBackend.connect(target)
+    raise ValueError(f"unknown backend kind {kind!r}")

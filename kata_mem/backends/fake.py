@@ -1,0 +1,182 @@
+"""An in-memory hypervisor with a guest: the backend for ``--dry-run`` and unit tests.
+
+It enforces what QEMU enforces (free slots, device-memory space, block
+multiples, unknown ids) and what a Linux guest does (virtio-mem cannot unplug
+memory the guest uses; a guest may refuse a DIMM eject or never answer), so the
+executor's handling of each case can be tested without a VM.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from kata_mem.backends import StepProgress
+from kata_mem.errors import BackendError
+from kata_mem.model import DIMM_PREFIX, MEMDEV_PREFIX, GuestUsage, MemoryDevice, Step, VmState
+from kata_mem.units import MiB, align_up, fmt_bytes
+
+#: QEMU's memory-backend-ram alignment for a DIMM on x86-64.
+DIMM_ALIGN = 2 * MiB
+
+
+@dataclass
+class FakeGuest:
+    """The guest's behaviour. ``used`` is memory that cannot be reclaimed or moved;
+    ``reserved`` is boot memory the kernel keeps that never shows in MemTotal."""
+
+    used: int = 256 * MiB
+    reserved: int = 0
+    caches: int = 0
+    refuse_unplug: set[str] = field(default_factory=set)
+    confirm: bool = True
+    polls_to_complete: int = 0
+    stats: bool = True
+    stats_age_s: float = 0.0
+
+
+class FakeBackend:
+    """Implements :class:`~kata_mem.backends.Backend` in memory."""
+
+    def __init__(
+        self,
+        state: VmState,
+        guest: Optional[FakeGuest] = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.state = state
+        self.guest = guest or FakeGuest()
+        self.clock = clock
+        self.calls: list[str] = []
+        self._pending: dict[str, int] = {}
+        self.closed = False
+
+    # -- the Backend protocol ------------------------------------------------
+
+    def observe(self) -> VmState:
+        self.calls.append("observe")
+        return self.state
+
+    def begin(self, step: Step) -> None:
+        self.calls.append(f"{step.action} {step.device} {step.size // MiB}M")
+        if step.action == "plug_dimm":
+            self._check_plug(step)
+            memdev = MEMDEV_PREFIX + step.device[len(DIMM_PREFIX) :]
+            used_slots = {d.slot for d in self.state.dimms}
+            slot = next(i for i in range(self.state.slots) if i not in used_slots)
+            self._pending[step.device] = self.guest.polls_to_complete
+            self._set_devices(
+                (
+                    *self.state.devices,
+                    MemoryDevice(
+                        step.device,
+                        "dimm",
+                        step.size,
+                        step.size,
+                        step.size,
+                        slot=slot,
+                        memdev=memdev,
+                    ),
+                )
+            )
+        elif step.action == "unplug_dimm":
+            dev = self.state.device(step.device)
+            if dev is None or dev.kind != "dimm":
+                raise BackendError(f"Device '{step.device}' not found", "DeviceNotFound")
+            self._pending[step.device] = self.guest.polls_to_complete
+        else:
+            dev = self.state.device(step.device)
+            if dev is None or dev.kind != "virtio-mem":
+                raise BackendError(f"Device '{step.device}' not found", "DeviceNotFound")
+            if dev.block and step.size % dev.block:
+                raise BackendError(
+                    f"'requested-size' has to be multiples of 'block-size' (0x{dev.block:x})",
+                    "GenericError",
+                )
+            if step.size > dev.max_size:
+                raise BackendError(
+                    f"'requested-size' cannot exceed the memory backend size(0x{dev.max_size:x})",
+                    "GenericError",
+                )
+            self._replace(dataclasses.replace(dev, requested=step.size))
+            self._pending[step.device] = self.guest.polls_to_complete
+
+    def poll(self, step: Step) -> StepProgress:
+        self.calls.append(f"poll {step.device}")
+        if not self.guest.confirm:
+            return StepProgress("pending", "the guest has not answered")
+        left = self._pending.get(step.device, 0)
+        if left > 0:
+            self._pending[step.device] = left - 1
+            return StepProgress("pending")
+        dev = self.state.device(step.device)
+        if step.action == "plug_dimm":
+            return StepProgress("done" if dev is not None else "rejected")
+        if step.action == "unplug_dimm":
+            if dev is None:
+                return StepProgress("done")
+            if step.device in self.guest.refuse_unplug:
+                return StepProgress("rejected", "DEVICE_UNPLUG_GUEST_ERROR")
+            if self.state.total - self.guest.reserved - dev.size < self.guest.used:
+                return StepProgress("pending", "the guest cannot offline memory it uses")
+            self._set_devices(tuple(d for d in self.state.devices if d.id != step.device))
+            return StepProgress("done")
+        assert dev is not None
+        # The driver plugs at once; it unplugs only blocks the guest does not use.
+        floor = max(self.guest.used + self.guest.reserved - (self.state.total - dev.size), 0)
+        size = max(dev.requested, align_up(floor, dev.block or 1))
+        self._replace(dataclasses.replace(dev, size=min(size, dev.max_size)))
+        return StepProgress(
+            "done" if size == dev.requested else "pending", f"size {fmt_bytes(size)}"
+        )
+
+    def release(self, memdev: str) -> None:
+        self.calls.append(f"release {memdev}")
+        self.state = dataclasses.replace(
+            self.state, orphans=tuple(o for o in self.state.orphans if o != memdev)
+        )
+
+    def guest_usage(self) -> Optional[GuestUsage]:
+        if not self.guest.stats:
+            return None
+        now = self.clock()
+        total = self.state.total - self.guest.reserved
+        available = max(total - self.guest.used, 0)
+        return GuestUsage(
+            total=total,
+            available=available,
+            free=max(available - self.guest.caches, 0),
+            disk_caches=self.guest.caches,
+            major_faults=0,
+            last_update=now - self.guest.stats_age_s,
+            observed_at=now,
+        )
+
+    def close(self) -> None:
+        self.closed = True
+
+    # -- helpers -------------------------------------------------------------
+
+    def _check_plug(self, step: Step) -> None:
+        if self.state.device(step.device) is not None:
+            raise BackendError(f"Duplicate device ID '{step.device}'", "GenericError")
+        if len(self.state.dimms) >= self.state.slots:
+            raise BackendError("no free slots available", "GenericError")
+        if step.size % DIMM_ALIGN:
+            raise BackendError(
+                f"backend memory size must be multiple of 0x{DIMM_ALIGN:x}", "GenericError"
+            )
+        used = sum(d.max_size if d.kind == "virtio-mem" else d.size for d in self.state.devices)
+        if self.state.device_space is not None and used + step.size > self.state.device_space:
+            raise BackendError(
+                f"not enough space, currently 0x{used:x} in use of total space for memory devices 0x{self.state.device_space:x}",
+                "GenericError",
+            )
+
+    def _set_devices(self, devices: tuple[MemoryDevice, ...]) -> None:
+        self.state = dataclasses.replace(self.state, devices=devices)
+
+    def _replace(self, dev: MemoryDevice) -> None:
+        self._set_devices(tuple(dev if d.id == dev.id else d for d in self.state.devices))

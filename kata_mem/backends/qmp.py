@@ -1,0 +1,424 @@
+"""The QEMU backend, over QMP with QEMU's own client library ``qemu.qmp``.
+
+``qemu.qmp`` is asynchronous; this module keeps one private event loop per
+connection and drives it from a synchronous facade, so nothing above the
+backend knows about asyncio. Events (``ACPI_DEVICE_OST``, ``DEVICE_DELETED``,
+``DEVICE_UNPLUG_GUEST_ERROR``) are collected by a listener while commands run
+and read by :meth:`QmpBackend.poll`. Every QMP failure becomes a kata-mem error
+here, with the QMP error class and text kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import stat
+import time
+from collections.abc import Coroutine
+from typing import Any, Optional, TypeVar
+
+from qemu.qmp import (
+    ConnectError,
+    EventListener,
+    ExecInterruptedError,
+    ExecuteError,
+    QMPClient,
+    QMPError,
+)
+
+from kata_mem.backends import StepProgress
+from kata_mem.errors import BackendError, BackendUnavailable
+from kata_mem.model import DIMM_PREFIX, MEMDEV_PREFIX, GuestUsage, MemoryDevice, Step, VmState
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+#: A QMP command that takes longer than this is treated as a hung monitor.
+COMMAND_TIMEOUT_S = 10.0
+CONNECT_TIMEOUT_S = 5.0
+#: QEMU reports an unset balloon statistic as u64 -1.
+_UNSET = (1 << 64) - 1
+#: ACPI _OST: 0 = success, 0x84 = ejection in progress; anything else on an eject is a refusal.
+_OST_EJECT_OK = (0x0, 0x84)
+_OST_INSERT, _OST_EJECT = 0x1, 0x3
+
+
+def memdev_for(device_id: str) -> str:
+    """The backend object id that goes with a kata-mem DIMM id (``kmdimm3`` -> ``kmmem3``)."""
+    return MEMDEV_PREFIX + device_id[len(DIMM_PREFIX) :]
+
+
+def check_socket(path: str) -> None:
+    """Refuse anything but a unix socket, with the reason.
+
+    As root a symlink is refused too: it could point kata-mem at another VM's monitor.
+
+    :raises BackendUnavailable: missing path, symlink (as root), or not a socket.
+    """
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        raise BackendUnavailable(f"QMP socket {path}: no such file (is the VM running?)") from None
+    except OSError as exc:
+        raise BackendUnavailable(f"QMP socket {path}: {exc.strerror}") from None
+    if stat.S_ISLNK(st.st_mode):
+        if os.geteuid() == 0:
+            raise BackendUnavailable(
+                f"QMP socket {path}: is a symlink; refused as root, because a link can point kata-mem "
+                "at another VM's monitor. Pass the socket's real path"
+            )
+        st = os.stat(path)
+    if not stat.S_ISSOCK(st.st_mode):
+        kind = (
+            "directory"
+            if stat.S_ISDIR(st.st_mode)
+            else "regular file"
+            if stat.S_ISREG(st.st_mode)
+            else "non-socket file"
+        )
+        raise BackendUnavailable(f"QMP socket {path}: is a {kind}, not a unix socket")
+
+
+def _int(value: object, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise BackendError(
+            f"unexpected QMP reply: {what} is {value!r}, expected an integer", "ProtocolError"
+        )
+    return value
+
+
+def _dict(value: object, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise BackendError(
+            f"unexpected QMP reply: {what} is {type(value).__name__}, expected an object",
+            "ProtocolError",
+        )
+    return value
+
+
+class QmpBackend:
+    """Implements :class:`~kata_mem.backends.Backend` for QEMU."""
+
+    def __init__(
+        self,
+        path: str,
+        client: QMPClient,
+        loop: asyncio.AbstractEventLoop,
+        hugepages: bool,
+        stats_interval: int,
+    ) -> None:
+        self.path = path
+        self._client = client
+        self._loop = loop
+        self._hugepages = hugepages
+        self._stats_interval = stats_interval
+        self._events = EventListener()
+        client.register_listener(self._events)
+        self._seen: list[dict[str, Any]] = []
+        self._balloon: Optional[str] = None
+        self.round_trips = 0
+
+    @classmethod
+    def connect(cls, path: str, *, hugepages: bool = False, stats_interval: int = 1) -> QmpBackend:
+        """Connect and negotiate capabilities.
+
+        :raises BackendUnavailable: missing socket, not a socket, refused, or no greeting.
+        """
+        check_socket(path)
+        loop = asyncio.new_event_loop()
+        client = QMPClient("kata-mem")
+        try:
+            loop.run_until_complete(asyncio.wait_for(client.connect(path), CONNECT_TIMEOUT_S))
+        except ConnectError as exc:
+            loop.close()
+            cause = exc.exc
+            if isinstance(cause, ConnectionRefusedError):
+                why = "connection refused (the VM is gone or not listening)"
+            elif isinstance(cause, PermissionError):
+                why = "permission denied"
+            else:
+                why = f"{exc.error_message}: {cause}"
+            raise BackendUnavailable(f"QMP socket {path}: {why}") from None
+        except (asyncio.TimeoutError, OSError, QMPError) as exc:
+            loop.close()
+            raise BackendUnavailable(
+                f"QMP socket {path}: no QMP session ({type(exc).__name__}: {exc})"
+            ) from None
+        return cls(path, client, loop, hugepages, stats_interval)
+
+    # -- plumbing -----------------------------------------------------------------
+
+    def _run(self, coro: Coroutine[Any, Any, T], what: str) -> T:
+        try:
+            return self._loop.run_until_complete(asyncio.wait_for(coro, COMMAND_TIMEOUT_S))
+        except ExecuteError as exc:
+            raise BackendError(f"{what}: {exc}", exc.error_class) from None
+        except asyncio.TimeoutError:
+            raise BackendError(
+                f"{what}: no reply within {COMMAND_TIMEOUT_S:g} s", "Timeout"
+            ) from None
+        except (ExecInterruptedError, QMPError, OSError, EOFError) as exc:
+            raise BackendUnavailable(
+                f"QMP socket {self.path}: connection lost during {what} ({type(exc).__name__})"
+            ) from None
+
+    def _execute(self, cmd: str, args: Optional[dict[str, object]] = None) -> object:
+        self.round_trips += 1
+        return self._run(self._client.execute(cmd, args), cmd)
+
+    def _drain_events(self) -> None:
+        # Let the reader task take in whatever QEMU has sent, then collect it.
+        self._run(asyncio.sleep(0.005), "event read")
+        for event in self._events.clear():
+            self._seen.append(dict(event))
+
+    def _event(
+        self, name: str, device: str, source: Optional[int] = None
+    ) -> Optional[dict[str, Any]]:
+        """The latest event ``name`` about ``device`` (for ACPI_DEVICE_OST, of ``source``)."""
+        for event in reversed(self._seen):
+            if event.get("event") != name:
+                continue
+            data = event.get("data") or {}
+            info = data.get("info") if name == "ACPI_DEVICE_OST" else data
+            if not isinstance(info, dict) or info.get("device") != device:
+                continue
+            if source is None or info.get("source") == source:
+                return dict(data)
+        return None
+
+    # -- the Backend protocol ---------------------------------------------------------
+
+    def observe(self) -> VmState:
+        summary = _dict(self._execute("query-memory-size-summary"), "query-memory-size-summary")
+        base = _int(summary.get("base-memory"), "base-memory")
+        raw = self._execute("query-memory-devices")
+        if not isinstance(raw, list):
+            raise BackendError(
+                "unexpected QMP reply: query-memory-devices is not a list", "ProtocolError"
+            )
+        devices: list[MemoryDevice] = []
+        other_space = 0
+        for i, item in enumerate(raw):
+            entry = _dict(item, f"query-memory-devices[{i}]")
+            kind = entry.get("type")
+            data = _dict(entry.get("data"), f"query-memory-devices[{i}].data")
+            if kind == "dimm":
+                devices.append(
+                    MemoryDevice(
+                        id=str(data.get("id") or ""),
+                        kind="dimm",
+                        size=_int(data.get("size"), "dimm size"),
+                        requested=_int(data.get("size"), "dimm size"),
+                        max_size=_int(data.get("size"), "dimm size"),
+                        slot=_int(data.get("slot"), "dimm slot"),
+                        memdev=str(data.get("memdev", "")).removeprefix("/objects/"),
+                        hotplugged=bool(data.get("hotplugged", False)),
+                    )
+                )
+            elif kind == "virtio-mem":
+                devices.append(
+                    MemoryDevice(
+                        id=str(data.get("id") or ""),
+                        kind="virtio-mem",
+                        size=_int(data.get("size"), "virtio-mem size"),
+                        requested=_int(data.get("requested-size"), "virtio-mem requested-size"),
+                        max_size=_int(data.get("max-size"), "virtio-mem max-size"),
+                        block=_int(data.get("block-size"), "virtio-mem block-size"),
+                        memdev=str(data.get("memdev", "")).removeprefix("/objects/"),
+                    )
+                )
+            elif isinstance(data.get("size"), int):
+                other_space += int(
+                    data["size"]
+                )  # nvdimm, virtio-pmem, sgx-epc: space, not RAM we manage
+        slots, space = 0, None
+        try:
+            machine = _dict(
+                self._execute("qom-get", {"path": "/machine", "property": "memory"}),
+                "/machine memory",
+            )
+            slots = _int(machine.get("slots", 0), "memory slots")
+            space = (
+                _int(machine.get("max-size"), "memory max-size")
+                - _int(machine.get("size"), "memory size")
+                - other_space
+            )
+        except BackendError:
+            slots = (
+                max((d.slot or 0) + 1 for d in devices if d.kind == "dimm")
+                if any(d.kind == "dimm" for d in devices)
+                else 0
+            )
+        objects = self._execute("qom-list", {"path": "/objects"})
+        names = (
+            [str(o.get("name")) for o in objects if isinstance(o, dict)]
+            if isinstance(objects, list)
+            else []
+        )
+        in_use = {d.memdev for d in devices}
+        orphans = tuple(n for n in names if n.startswith(MEMDEV_PREFIX) and n not in in_use)
+        return VmState(
+            base=base, devices=tuple(devices), slots=slots, device_space=space, orphans=orphans
+        )
+
+    def begin(self, step: Step) -> None:
+        self._drain_events()
+        self._seen.clear()
+        if step.action == "plug_dimm":
+            memdev = memdev_for(step.device)
+            props: dict[str, object] = {
+                "qom-type": "memory-backend-ram",
+                "id": memdev,
+                "size": step.size,
+            }
+            if self._hugepages:
+                props = {
+                    "qom-type": "memory-backend-file",
+                    "id": memdev,
+                    "size": step.size,
+                    "mem-path": "/dev/hugepages",
+                    "share": True,
+                }
+            self._execute("object-add", props)
+            try:
+                self._execute(
+                    "device_add", {"driver": "pc-dimm", "id": step.device, "memdev": memdev}
+                )
+            except BackendError:
+                # No orphan backend object: the DIMM never existed.
+                try:
+                    self._execute("object-del", {"id": memdev})
+                except BackendError as exc:
+                    log.warning("could not delete %s after a failed device_add: %s", memdev, exc)
+                raise
+        elif step.action == "unplug_dimm":
+            self._execute("device_del", {"id": step.device})
+        else:
+            self._execute(
+                "qom-set",
+                {
+                    "path": f"/machine/peripheral/{step.device}",
+                    "property": "requested-size",
+                    "value": step.size,
+                },
+            )
+
+    def poll(self, step: Step) -> StepProgress:
+        self._drain_events()
+        if step.action == "plug_dimm":
+            ost = self._event("ACPI_DEVICE_OST", step.device, source=_OST_INSERT)
+            info = ost["info"] if ost is not None else self._ospm_status(step.device)
+            if info is not None and info.get("source") == _OST_INSERT:
+                status = info.get("status")
+                return (
+                    StepProgress("done")
+                    if status == 0
+                    else StepProgress("rejected", f"ACPI _OST status {status!r}")
+                )
+            return StepProgress("pending", "waiting for the guest's ACPI_DEVICE_OST")
+        if step.action == "unplug_dimm":
+            if (
+                self._event("DEVICE_DELETED", step.device) is not None
+                or self.observe().device(step.device) is None
+            ):
+                self._release_after_unplug(step.device)
+                return StepProgress("done")
+            if self._event("DEVICE_UNPLUG_GUEST_ERROR", step.device) is not None:
+                return StepProgress("rejected", "DEVICE_UNPLUG_GUEST_ERROR")
+            ost = self._event("ACPI_DEVICE_OST", step.device, source=_OST_EJECT)
+            if ost is not None and ost["info"].get("status") not in _OST_EJECT_OK:
+                return StepProgress(
+                    "rejected", f"ACPI _OST eject status {ost['info'].get('status')!r}"
+                )
+            return StepProgress("pending", "waiting for DEVICE_DELETED")
+        dev = self.observe().device(step.device)
+        if dev is None:
+            return StepProgress("rejected", f"virtio-mem device {step.device} is gone")
+        if dev.size == dev.requested == step.size:
+            return StepProgress("done")
+        return StepProgress(
+            "pending", f"plugged {dev.size >> 20} MiB, requested {dev.requested >> 20} MiB"
+        )
+
+    def _ospm_status(self, device: str) -> Optional[dict[str, Any]]:
+        # The event may have come before this connection; QEMU keeps the last status.
+        try:
+            entries = self._execute("query-acpi-ospm-status")
+        except BackendError:
+            return None
+        for entry in entries if isinstance(entries, list) else []:
+            if isinstance(entry, dict) and entry.get("device") == device:
+                return entry
+        return None
+
+    def _release_after_unplug(self, device: str) -> None:
+        memdev = memdev_for(device)
+        try:
+            self._execute("object-del", {"id": memdev})
+        except BackendError as exc:
+            # Left as an orphan; the next call's reconcile deletes it.
+            log.warning("object-del %s after DEVICE_DELETED failed: %s", memdev, exc)
+
+    def release(self, memdev: str) -> None:
+        self._execute("object-del", {"id": memdev})
+
+    def guest_usage(self) -> Optional[GuestUsage]:
+        path = self._balloon_path()
+        if path is None:
+            return None
+        interval = self._execute(
+            "qom-get", {"path": path, "property": "guest-stats-polling-interval"}
+        )
+        if interval != self._stats_interval:
+            self._execute(
+                "qom-set",
+                {
+                    "path": path,
+                    "property": "guest-stats-polling-interval",
+                    "value": self._stats_interval,
+                },
+            )
+        raw = _dict(
+            self._execute("qom-get", {"path": path, "property": "guest-stats"}), "guest-stats"
+        )
+        stats = _dict(raw.get("stats", {}), "guest-stats.stats")
+
+        def stat_value(name: str) -> Optional[int]:
+            value = stats.get(name)
+            if not isinstance(value, int) or value in (_UNSET, -1):
+                return None
+            return value
+
+        last = raw.get("last-update")
+        return GuestUsage(
+            total=stat_value("stat-total-memory"),
+            available=stat_value("stat-available-memory"),
+            free=stat_value("stat-free-memory"),
+            disk_caches=stat_value("stat-disk-caches"),
+            major_faults=stat_value("stat-major-faults"),
+            last_update=float(last) if isinstance(last, int) and last > 0 else None,
+            observed_at=time.time(),
+        )
+
+    def _balloon_path(self) -> Optional[str]:
+        if self._balloon is None:
+            for container in ("/machine/peripheral", "/machine/peripheral-anon"):
+                children = self._execute("qom-list", {"path": container})
+                for child in children if isinstance(children, list) else []:
+                    if isinstance(child, dict) and "virtio-balloon" in str(child.get("type", "")):
+                        self._balloon = f"{container}/{child.get('name')}"
+                        return self._balloon
+            self._balloon = ""
+        return self._balloon or None
+
+    def close(self) -> None:
+        try:
+            self._loop.run_until_complete(
+                asyncio.wait_for(self._client.disconnect(), CONNECT_TIMEOUT_S)
+            )
+        except (QMPError, OSError, EOFError, asyncio.TimeoutError):
+            pass  # the VM may already be gone; nothing to clean up on our side
+        finally:
+            self._loop.close()

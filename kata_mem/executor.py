@@ -1,0 +1,526 @@
+"""Carry out a plan on a backend: reconcile, then step, verify, and record.
+
+The only sequencer of side effects. Under the sandbox lock it
+
+1. reconciles the intent record with the hypervisor (the truth): deletes
+   orphaned backend objects, settles DIMMs whose unplug was pending, raises any
+   virtio-mem ``requested-size`` left below the plugged size by a crash;
+2. plans from the observed VM (so re-running the same input is a no-op);
+3. runs the steps one at a time: shrink steps only after the safety check
+   (:mod:`kata_mem.safety`) with fresh guest usage; the record is written
+   before each command and updated with the observed result after it; each
+   step is waited for (``step_timeout_s``) and verified from the hypervisor;
+4. on a timeout, refusal or guest pressure it stops, reverts what can be
+   reverted, and reports the outcome in KEP-1287's vocabulary.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import time
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from kata_mem import safety
+from kata_mem.backends import Backend, StepProgress
+from kata_mem.errors import BackendError, KataMemError
+from kata_mem.journal import Record, SandboxState
+from kata_mem.model import (
+    GuestUsage,
+    HostFacts,
+    Outcome,
+    Plan,
+    SandboxRequest,
+    SizingConfig,
+    Status,
+    Step,
+    VmState,
+)
+from kata_mem.planner import plan as make_plan
+from kata_mem.units import MiB, fmt_bytes
+
+log = logging.getLogger(__name__)
+
+#: How long a second call for the same sandbox waits for the first to finish.
+LOCK_WAIT_S = 120.0
+POLL_INTERVAL_S = 0.05
+#: Deferred shrinks are retried after this, doubling per attempt, up to the cap.
+BACKOFF_START_S = 30.0
+BACKOFF_MAX_S = 300.0
+
+
+@dataclass(frozen=True)
+class Options:
+    allow_shrink: bool = False
+    force: bool = False
+
+
+@dataclass(frozen=True)
+class Result:
+    plan: Plan
+    outcome: Outcome
+    warnings: tuple[str, ...] = ()
+
+
+class _Stop(Exception):
+    """Ends the step loop with an outcome."""
+
+    def __init__(self, status: Status, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.reason, self.message = status, reason, message
+
+
+def _crashpoint(name: str) -> None:
+    # Fault injection for the crash tests: die exactly here, as a kill -9 would.
+    if os.environ.get("KATA_MEM_CRASH_AT") == name:
+        os._exit(99)
+
+
+def backoff(attempts: int) -> float:
+    return float(min(BACKOFF_START_S * 2 ** max(attempts - 1, 0), BACKOFF_MAX_S))
+
+
+class Executor:
+    """Applies plans for one sandbox on one backend."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        state: SandboxState,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.backend = backend
+        self.state = state
+        self.clock = clock
+        self.sleep = sleep
+        self.warnings: list[str] = []
+
+    # -- entry point -----------------------------------------------------------
+
+    def apply(
+        self, cfg: SizingConfig, host: HostFacts, request: SandboxRequest, options: Options
+    ) -> Result:
+        """Reconcile, plan from the observed VM, and run the plan.
+
+        :raises BackendUnavailable: the hypervisor cannot be reached (nothing planned).
+        :raises ConfigError: the state directory cannot be written (nothing changed).
+        """
+        with self.state.locked(LOCK_WAIT_S) as got:
+            if not got:
+                vm = self.backend.observe()
+                p = make_plan(cfg, host, request, vm)
+                return Result(
+                    p,
+                    Outcome(
+                        "Deferred",
+                        "Busy",
+                        "another resize of this sandbox is running",
+                        vm.total,
+                        p.memory.target,
+                        (),
+                        1.0,
+                    ),
+                )
+            record = self.state.load()
+            vm = self.reconcile(record, cfg)
+            p = make_plan(cfg, host, request, vm)
+            outcome = self._run(p, vm, record, cfg, options)
+            self._finish(record, outcome)
+            return Result(p, outcome, tuple(self.state.warnings + self.warnings))
+
+    # -- reconcile ---------------------------------------------------------------
+
+    def reconcile(self, record: Record, cfg: SizingConfig) -> VmState:
+        """Make the record match the hypervisor, and repair what a crash left.
+
+        Returns the observed VM, with DIMMs whose unplug is pending marked so.
+        """
+        vm = self.backend.observe()
+        if record.state == "running" and record.step:
+            step = record.step
+            self._note(
+                f"reconciled: the previous call stopped during {step.get('action')} {step.get('device')} ({record.phase})"
+            )
+            device = str(step.get("device"))
+            if (
+                step.get("action") == "unplug_dimm"
+                and record.phase == "issued"
+                and vm.device(device)
+            ):
+                record.pending_unplug.append(device)
+        for memdev in vm.orphans:
+            self._note(f"reconciled: deleting orphaned backend object {memdev}")
+            self.backend.release(memdev)
+        dev = vm.virtio_mem
+        if dev is not None and dev.requested < dev.size:
+            # Left below the plugged size (a crash or timeout mid-shrink): the guest would keep
+            # unplugging on its own, invisibly. Raise it to what is plugged.
+            self._note(
+                f"reconciled: {dev.id} requested-size raised from {fmt_bytes(dev.requested)} to {fmt_bytes(dev.size)}"
+            )
+            self._write(
+                record,
+                "running",
+                Step("resize_virtio_mem", dev.id, dev.size, 0, vm.total),
+                "intent",
+            )
+            self.backend.begin(Step("resize_virtio_mem", dev.id, dev.size, 0, vm.total))
+        vm = self.backend.observe()
+        pending = [d for d in record.pending_unplug if vm.device(d) is not None]
+        for gone in sorted(set(record.pending_unplug) - set(pending)):
+            self._note(f"reconciled: pending unplug of {gone} completed")
+        record.pending_unplug = pending
+        record.state, record.step, record.phase = "idle", None, ""
+        record.observed_mib = vm.total // MiB
+        self.state.save(record)
+        if pending:
+            vm = dataclasses.replace(
+                vm,
+                devices=tuple(
+                    dataclasses.replace(d, pending_unplug=True) if d.id in pending else d
+                    for d in vm.devices
+                ),
+            )
+        return vm
+
+    # -- the step loop ---------------------------------------------------------------
+
+    def _run(
+        self, p: Plan, vm: VmState, record: Record, cfg: SizingConfig, options: Options
+    ) -> Outcome:
+        m = p.memory
+        done: list[Step] = []
+        if not m.steps:
+            return self._no_steps(p, vm)
+        if m.shrink and not (options.allow_shrink or cfg.settings.allow_shrink or options.force):
+            return Outcome(
+                "Infeasible",
+                "ShrinkNotAllowed",
+                f"target {fmt_bytes(m.target)} is below the current {fmt_bytes(vm.total)}; shrinking is off "
+                "(pass --allow-shrink or set [kata_mem] allow_shrink = true)",
+                vm.total,
+                m.target,
+            )
+        if m.shrink and any(d.pending_unplug for d in vm.devices):
+            return Outcome(
+                "Deferred",
+                "Busy",
+                "a DIMM unplug is still pending in the guest",
+                vm.total,
+                m.target,
+                (),
+                5.0,
+            )
+        baseline: Optional[GuestUsage] = None
+        if m.shrink and not options.force:
+            baseline = self.backend.guest_usage()
+            verdict = safety.check_step(
+                current_total=vm.total,
+                after_total=m.target,
+                usage=baseline,
+                settings=cfg.settings,
+                block=m.block,
+            )
+            if verdict.action == "defer":
+                return self._deferred(record, verdict.reason, verdict.message, vm, m.target)
+        if options.force:
+            self._note("--force: shrink safety checks skipped (for tests and benchmarks only)")
+        try:
+            for step in m.steps:
+                vm = self._step(step, vm, record, cfg, options, baseline, done)
+                done.append(step)
+        except _Stop as stop:
+            vm = self._observe_safely(vm)
+            if done and stop.status == "Deferred" and m.shrink:
+                return Outcome(
+                    "InProgress",
+                    "PartialShrink",
+                    f"stopped after {len(done)} step(s): {stop.message}",
+                    vm.total,
+                    m.target,
+                    tuple(done),
+                )
+            if stop.status == "Deferred":
+                return self._deferred(record, stop.reason, stop.message, vm, m.target, tuple(done))
+            return Outcome(stop.status, stop.reason, stop.message, vm.total, m.target, tuple(done))
+        vm = self.backend.observe()
+        if vm.total != m.target:
+            return Outcome(
+                "InProgress",
+                "PartialShrink" if m.shrink else "BackendError",
+                f"the hypervisor reports {fmt_bytes(vm.total)}, not the target {fmt_bytes(m.target)}",
+                vm.total,
+                m.target,
+                tuple(done),
+            )
+        record.deferred = None
+        return Outcome(
+            "Resized",
+            "",
+            f"guest memory {fmt_bytes(vm.total)} (verified)",
+            vm.total,
+            m.target,
+            tuple(done),
+        )
+
+    def _step(
+        self,
+        step: Step,
+        vm: VmState,
+        record: Record,
+        cfg: SizingConfig,
+        options: Options,
+        baseline: Optional[GuestUsage],
+        done: list[Step],
+    ) -> VmState:
+        block = (
+            vm.virtio_mem.block
+            if step.action == "resize_virtio_mem" and vm.virtio_mem
+            else cfg.settings.dimm_block
+        )
+        if step.shrinks and not options.force:
+            usage = self._fresh_usage(cfg)
+            verdict = safety.check_step(
+                current_total=vm.total,
+                after_total=step.total_after,
+                usage=usage,
+                settings=cfg.settings,
+                block=block,
+                baseline=baseline,
+            )
+            if verdict.action == "defer":
+                raise _Stop("Deferred", verdict.reason, verdict.message)
+        before = vm
+        self._write(record, "running", step, "intent")
+        _crashpoint("before-command")
+        try:
+            self.backend.begin(step)
+        except BackendError as exc:
+            raise _Stop(
+                "InProgress",
+                "BackendError",
+                f"{step.action} {step.device}: {exc.error_class}: {exc}",
+            ) from None
+        self._write(record, "running", step, "issued")
+        _crashpoint("after-command")
+        progress = self._wait(step, cfg, options, block)
+        vm = self.backend.observe()
+        self._write(record, "running", step, "done")
+        guarded = step.shrinks and step.action == "resize_virtio_mem" and not options.force
+        if progress.state == "done":
+            log.info(
+                "step %s %s done: guest memory %s", step.action, step.device, fmt_bytes(vm.total)
+            )
+            if guarded:
+                pressure = safety.under_pressure(self._fresh_usage(cfg), cfg.settings, block)
+                if pressure:
+                    progress = StepProgress("pending", f"pressure: {pressure}")
+            if progress.state == "done":
+                return vm
+        # Not done: decide what to keep, what to revert, and how to report it.
+        if step.action == "unplug_dimm":
+            if progress.state == "rejected":
+                raise _Stop(
+                    "InProgress",
+                    "UnplugRejected",
+                    f"the guest refused to release {step.device} ({progress.detail})",
+                )
+            record.pending_unplug.append(step.device)
+            self.state.save(record)
+            raise _Stop(
+                "InProgress",
+                "UnplugTimeout",
+                f"{step.device}: no DEVICE_DELETED within {cfg.settings.step_timeout_s:g} s; it stays counted as "
+                "plugged and pending, and is settled on a later call",
+            )
+        dev = vm.device(step.device)
+        prior = before.device(step.device)
+        pressure_text = (
+            progress.detail.removeprefix("pressure: ")
+            if progress.detail.startswith("pressure: ")
+            else ""
+        )
+        if step.shrinks and dev is not None and prior is not None:
+            # Under pressure, give back what the step took; otherwise stop where the guest got to,
+            # so the driver does not go on unplugging by itself after we have given up.
+            self._revert(step, prior.size if pressure_text else dev.size, vm, record)
+            vm = self.backend.observe()
+        if pressure_text:
+            raise _Stop("Deferred", "GuestPressure", f"{pressure_text}; the step was reverted")
+        timeout = f"{cfg.settings.step_timeout_s:g} s"
+        if step.shrinks:
+            raise _Stop(
+                "InProgress",
+                "UnplugTimeout",
+                f"{step.device}: the guest did not release the memory within {timeout} ({progress.detail}); "
+                f"stopped at {fmt_bytes(vm.total)}",
+            )
+        raise _Stop(
+            "InProgress",
+            "PlugTimeout",
+            f"{step.device}: the guest did not confirm within {timeout} ({progress.detail}); "
+            f"the hypervisor reports {fmt_bytes(vm.total)}",
+        )
+
+    def _wait(self, step: Step, cfg: SizingConfig, options: Options, block: int) -> StepProgress:
+        deadline = self.clock() + cfg.settings.step_timeout_s
+        next_check = self.clock() + 1.0
+        progress = StepProgress("pending")
+        while True:
+            try:
+                progress = self.backend.poll(step)
+            except BackendError as exc:
+                return StepProgress("rejected", f"{exc.error_class}: {exc}")
+            if progress.state != "pending":
+                return progress
+            now = self.clock()
+            if (
+                step.shrinks
+                and step.action == "resize_virtio_mem"
+                and not options.force
+                and now >= next_check
+            ):
+                next_check = now + 1.0
+                reason = safety.under_pressure(self.backend.guest_usage(), cfg.settings, block)
+                if reason:
+                    return StepProgress("pending", f"pressure: {reason}")
+            if now >= deadline:
+                return progress
+            self.sleep(POLL_INTERVAL_S)
+
+    def _revert(self, step: Step, size: int, vm: VmState, record: Record) -> None:
+        revert = Step("resize_virtio_mem", step.device, size, 0, vm.total)
+        self._note(f"reverting {step.device} requested-size to {fmt_bytes(size)}")
+        self._write(record, "running", revert, "intent")
+        self.backend.begin(revert)
+        deadline = self.clock() + 5.0
+        while self.backend.poll(revert).state == "pending" and self.clock() < deadline:
+            self.sleep(POLL_INTERVAL_S)
+
+    def _fresh_usage(self, cfg: SizingConfig) -> Optional[GuestUsage]:
+        """A reading taken after now (the guest polls every ``stats_interval_s``)."""
+        start = self.clock()
+        deadline = start + 2 * cfg.settings.stats_interval_s + 1.0
+        usage = self.backend.guest_usage()
+        while (
+            usage is not None and (usage.last_update or 0) < start - 0.5 and self.clock() < deadline
+        ):
+            self.sleep(0.2)
+            usage = self.backend.guest_usage()
+        return usage
+
+    # -- outcomes and records ---------------------------------------------------------
+
+    def _no_steps(self, p: Plan, vm: VmState) -> Outcome:
+        m = p.memory
+        causes = {c.cause for c in m.clamps}
+        if m.mechanism == "static":
+            return Outcome(
+                "NoChange",
+                "",
+                "static sizing: the VM is sized at boot, nothing is hotplugged",
+                vm.total,
+                m.target,
+            )
+        if (
+            m.target == vm.total
+            and m.requested > vm.total
+            and not causes & {"slots", "device_space"}
+        ):
+            return Outcome(
+                "NoChange",
+                "",
+                f"already at the target {fmt_bytes(m.target)} (clamped: {', '.join(sorted(causes)) or 'none'})",
+                vm.total,
+                m.target,
+            )
+        if m.requested > vm.total and "slots" in causes:
+            return Outcome(
+                "Infeasible",
+                "NoFreeSlots",
+                f"no free DIMM slot: the guest stays at {fmt_bytes(vm.total)}",
+                vm.total,
+                m.target,
+            )
+        if m.requested > vm.total and "device_space" in causes:
+            return Outcome(
+                "Infeasible",
+                "NoDeviceSpace",
+                f"no hotplug space left: the guest stays at {fmt_bytes(vm.total)}",
+                vm.total,
+                m.target,
+            )
+        if m.requested < vm.total and m.target == vm.total:
+            if m.requested < vm.base:
+                return Outcome(
+                    "Infeasible",
+                    "BelowBaseMemory",
+                    f"the target is below the boot memory {fmt_bytes(vm.base)}",
+                    vm.total,
+                    m.target,
+                )
+            return Outcome(
+                "Infeasible",
+                "BackendCannotShrink",
+                f"nothing can be removed: {fmt_bytes(vm.total - m.requested)} is not made of whole DIMMs kata-mem plugged",
+                vm.total,
+                m.target,
+            )
+        return Outcome(
+            "NoChange", "", f"already at the target {fmt_bytes(vm.total)}", vm.total, m.target
+        )
+
+    def _deferred(
+        self,
+        record: Record,
+        reason: str,
+        message: str,
+        vm: VmState,
+        target: int,
+        done: tuple[Step, ...] = (),
+    ) -> Outcome:
+        attempts = int((record.deferred or {}).get("attempts", 0)) + 1
+        wait = backoff(attempts)
+        record.deferred = {
+            "reason": reason,
+            "attempts": attempts,
+            "retry_at": self.clock() + wait,
+            "target_mib": target // MiB,
+        }
+        return Outcome("Deferred", reason, message, vm.total, target, done, wait)
+
+    def _finish(self, record: Record, outcome: Outcome) -> None:
+        record.state, record.step, record.phase = "idle", None, ""
+        record.observed_mib = outcome.observed // MiB
+        if outcome.status != "Deferred":
+            record.deferred = None
+        record.last_outcome = {
+            "status": outcome.status,
+            "reason": outcome.reason,
+            "message": outcome.message,
+            "at": self.clock(),
+        }
+        self.state.save(record)
+
+    def _write(self, record: Record, state: str, step: Step, phase: str) -> None:
+        record.state, record.phase = state, phase
+        record.step = {
+            "action": step.action,
+            "device": step.device,
+            "size": step.size,
+            "delta": step.delta,
+        }
+        self.state.save(record)
+
+    def _observe_safely(self, vm: VmState) -> VmState:
+        try:
+            return self.backend.observe()
+        except KataMemError:
+            return vm
+
+    def _note(self, text: str) -> None:
+        log.warning("%s", text)
+        self.warnings.append(text)

@@ -1,0 +1,201 @@
+"""The QMP backend and executor under faults a real QEMU cannot produce on demand,
+using a scripted QMP server. After each fault the next ``apply`` converges and
+nothing is left half-plugged and unrecorded."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from tests.conftest import CliResult, write_config
+from tests.support.fake_qmp import FakeQemu, FakeQmpServer
+
+Run = Callable[..., CliResult]
+MiB = 1 << 20
+
+
+@pytest.fixture
+def qemu() -> FakeQemu:
+    return FakeQemu()
+
+
+@pytest.fixture
+def server(tmp_path: Path, qemu: FakeQemu) -> Iterator[FakeQmpServer]:
+    with FakeQmpServer(tmp_path / "qmp.sock", qemu) as srv:
+        yield srv
+
+
+@pytest.fixture
+def apply(
+    run_cli: Run, tmp_path: Path, server: FakeQmpServer
+) -> Callable[..., tuple[int, dict[str, Any]]]:
+    cfg = write_config(
+        tmp_path / "configuration.toml",
+        {"default_memory": 512, "default_maxmemory": 4096, "memory_slots": 4},
+        kata_mem={"step_timeout_s": 1, "state_dir": str(tmp_path / "state")},
+    )
+
+    def run(*args: str) -> tuple[int, dict[str, Any]]:
+        r = run_cli(
+            "apply",
+            "--config",
+            str(cfg),
+            "--qmp",
+            str(server.path),
+            "--sandbox",
+            "sb1",
+            "--host-memory",
+            "16Gi",
+            "--host-cpus",
+            "4",
+            "--json",
+            *args,
+        )
+        doc = json.loads(r.out) if r.out.strip() else {}
+        return r.code, doc
+
+    return run
+
+
+def _no_orphans(qemu: FakeQemu) -> None:
+    in_use = {d["data"]["memdev"].removeprefix("/objects/") for d in qemu.devices.values()}
+    assert set(qemu.objects) == in_use, "a backend object without its DIMM was left behind"
+
+
+def test_grow_then_no_change(
+    apply: Callable[..., tuple[int, dict[str, Any]]], qemu: FakeQemu
+) -> None:
+    code, doc = apply("--limit", "256Mi")
+    assert (code, doc["status"], doc["observed_mib"]) == (0, "Resized", 768)
+    assert list(qemu.devices) == ["kmdimm0"]
+    code, doc = apply("--limit", "256Mi")
+    assert (code, doc["status"], doc["steps"]) == (0, "NoChange", [])
+
+
+def test_error_reply_leaves_no_orphan_then_converges(
+    apply: Callable[..., tuple[int, dict[str, Any]]], qemu: FakeQemu
+) -> None:
+    qemu.fail["device_add"] = (
+        "GenericError",
+        "not enough space, currently 0x0 in use of total space for memory devices 0x0",
+    )
+    code, doc = apply("--limit", "256Mi")
+    assert code == 7
+    assert (doc["status"], doc["reason"]) == ("InProgress", "BackendError")
+    assert "GenericError: device_add: not enough space" in str(doc["message"])
+    assert "object-del" in qemu.commands
+    _no_orphans(qemu)
+    assert qemu.devices == {}
+    del qemu.fail["device_add"]
+    code, doc = apply("--limit", "256Mi")
+    assert (code, doc["status"], doc["observed_mib"]) == (0, "Resized", 768)
+
+
+def test_connection_dropped_mid_plan(
+    apply: Callable[..., tuple[int, dict[str, Any]]], qemu: FakeQemu, run_cli: Run
+) -> None:
+    # The DIMM is added, then the monitor goes away before answering.
+    qemu.drop_after.add("device_add")
+    code, doc = apply("--limit", "256Mi")
+    assert code == 6
+    assert doc["error"]["kind"] == "backend-unavailable"
+    qemu.drop_after.clear()
+    code, doc = apply("--limit", "256Mi")
+    # The DIMM from the dropped call is found and counted; nothing is plugged twice.
+    assert (code, doc["status"], doc["observed_mib"]) == (0, "NoChange", 768)
+    assert list(qemu.devices) == ["kmdimm0"]
+    assert any("reconciled" in str(w) for w in doc["warnings"])
+    _no_orphans(qemu)
+
+
+def test_dropped_between_object_add_and_device_add(
+    apply: Callable[..., tuple[int, dict[str, Any]]], qemu: FakeQemu
+) -> None:
+    qemu.drop_after.add("object-add")
+    code, _ = apply("--limit", "256Mi")
+    assert code == 6
+    assert list(qemu.objects) == ["kmmem0"] and qemu.devices == {}
+    qemu.drop_after.clear()
+    code, doc = apply("--limit", "256Mi")
+    assert (code, doc["status"], doc["observed_mib"]) == (0, "Resized", 768)
+    assert any("orphaned backend object kmmem0" in str(w) for w in doc["warnings"])
+    _no_orphans(qemu)
+
+
+def test_guest_never_confirms(
+    apply: Callable[..., tuple[int, dict[str, Any]]], qemu: FakeQemu
+) -> None:
+    qemu.guest_confirms = False
+    code, doc = apply("--limit", "256Mi")
+    assert code == 8
+    assert (doc["status"], doc["reason"]) == ("InProgress", "PlugTimeout")
+    # The hypervisor has the DIMM: it is what is recorded, not the request.
+    assert doc["observed_mib"] == 768
+    code, doc = apply("--limit", "256Mi")
+    assert (code, doc["status"]) == (0, "NoChange")
+    _no_orphans(qemu)
+
+
+def test_unknown_command_class_is_kept(
+    apply: Callable[..., tuple[int, dict[str, Any]]], qemu: FakeQemu
+) -> None:
+    qemu.fail["query-memory-devices"] = (
+        "CommandNotFound",
+        "The command query-memory-devices has not been found",
+    )
+    code, doc = apply("--limit", "256Mi")
+    assert code == 7
+    assert (
+        "query-memory-devices: The command query-memory-devices has not been found"
+        in doc["error"]["message"]
+    )
+
+
+def test_status_against_fake(
+    run_cli: Run, server: FakeQmpServer, qemu: FakeQemu, tmp_path: Path
+) -> None:
+    qemu.objects["kmmem3"] = 128 * MiB
+    r = run_cli(
+        "status", "--qmp", str(server.path), "--state-dir", str(tmp_path / "state"), "--json"
+    )
+    doc = json.loads(r.out)
+    assert (doc["base_mib"], doc["slots"], doc["device_space_mib"], doc["orphans"]) == (
+        512,
+        4,
+        3584,
+        ["kmmem3"],
+    )
+    assert doc["guest"] is None
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda p: None, "no such file"),
+        (lambda p: p.write_text("x"), "is a regular file, not a unix socket"),
+        (lambda p: p.mkdir(), "is a directory"),
+    ],
+)
+def test_backend_unavailable(
+    run_cli: Run, tmp_path: Path, make: Callable[[Path], object], message: str
+) -> None:
+    path = tmp_path / "qmp.sock"
+    make(path)
+    r = run_cli("status", "--qmp", str(path))
+    assert r.code == 6
+    assert message in r.err and "Traceback" not in r.err
+
+
+def test_connection_refused(run_cli: Run, tmp_path: Path) -> None:
+    import socket
+
+    path = tmp_path / "dead.sock"
+    s = socket.socket(socket.AF_UNIX)
+    s.bind(str(path))
+    s.close()  # a socket file nobody listens on
+    r = run_cli("status", "--qmp", str(path))
+    assert r.code == 6 and "connection refused" in r.err

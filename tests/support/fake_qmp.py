@@ -1,0 +1,232 @@
+"""A scripted QMP server on a unix socket, for fault tests that a real QEMU cannot
+produce on demand: error replies, a connection dropped mid-plan, a guest that
+never confirms.
+
+It speaks the wire protocol as QEMU does (greeting without an id, replies with
+the request's id, events interleaved) and reads requests as a JSON *stream*:
+``qemu.qmp`` sends messages without newlines between them. Behind it is a small
+model of QEMU's memory devices, so that a test can check what was left behind.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+MiB = 1 << 20
+
+
+@dataclass
+class FakeQemu:
+    """QEMU's memory model plus the faults to inject."""
+
+    base: int = 512 * MiB
+    slots: int = 4
+    maxmem: int = 4096 * MiB
+    devices: dict[str, dict[str, Any]] = field(default_factory=dict)
+    objects: dict[str, int] = field(default_factory=dict)
+    #: command name -> (error class, description) to answer instead of executing
+    fail: dict[str, tuple[str, str]] = field(default_factory=dict)
+    #: command name -> close the connection after executing it, without replying
+    drop_after: set[str] = field(default_factory=set)
+    #: whether the "guest" confirms a DIMM insert (ACPI_DEVICE_OST) and completes ejects
+    guest_confirms: bool = True
+    commands: list[str] = field(default_factory=list)
+
+    def dimms(self) -> list[dict[str, Any]]:
+        return [d for d in self.devices.values() if d["type"] == "dimm"]
+
+    def handle(
+        self, cmd: str, args: dict[str, Any]
+    ) -> tuple[Optional[dict[str, Any]], list[dict[str, Any]]]:
+        """The reply (``{"return": ...}`` or ``{"error": ...}``) and events to send after it."""
+        self.commands.append(cmd)
+        if cmd in self.fail:
+            cls, desc = self.fail[cmd]
+            return {"error": {"class": cls, "desc": desc}}, []
+        events: list[dict[str, Any]] = []
+        if cmd == "qmp_capabilities":
+            return {"return": {}}, []
+        if cmd == "query-memory-size-summary":
+            plugged = sum(d["data"]["size"] for d in self.devices.values())
+            return {"return": {"base-memory": self.base, "plugged-memory": plugged}}, []
+        if cmd == "query-memory-devices":
+            return {
+                "return": [
+                    {"type": d["type"], "data": dict(d["data"])} for d in self.devices.values()
+                ]
+            }, []
+        if cmd == "qom-get" and args.get("path") == "/machine" and args.get("property") == "memory":
+            return {"return": {"size": self.base, "slots": self.slots, "max-size": self.maxmem}}, []
+        if cmd == "qom-list":
+            if args.get("path") == "/objects":
+                return {
+                    "return": [
+                        {"name": n, "type": "child<memory-backend-ram>"} for n in self.objects
+                    ]
+                }, []
+            return {"return": []}, []
+        if cmd == "query-acpi-ospm-status":
+            return {"return": []}, []
+        if cmd == "object-add":
+            oid = str(args["id"])
+            if oid in self.objects:
+                return _generic(
+                    f"attempt to add duplicate property '{oid}' to object (type 'container')"
+                ), []
+            self.objects[oid] = int(args["size"])
+            return {"return": {}}, []
+        if cmd == "object-del":
+            oid = str(args["id"])
+            if oid not in self.objects:
+                return _generic(f"object '{oid}' not found"), []
+            if any(d["data"].get("memdev") == f"/objects/{oid}" for d in self.devices.values()):
+                return _generic(f"object '{oid}' is in use, can not be deleted"), []
+            del self.objects[oid]
+            return {"return": {}}, []
+        if cmd == "device_add":
+            did, memdev = str(args["id"]), str(args["memdev"])
+            if memdev not in self.objects:
+                return _generic(f"can't find memdev '{memdev}'"), []
+            if len(self.dimms()) >= self.slots:
+                return _generic("no free slots available"), []
+            slot = min(set(range(self.slots)) - {d["data"]["slot"] for d in self.dimms()})
+            size = self.objects[memdev]
+            self.devices[did] = {
+                "type": "dimm",
+                "data": {
+                    "id": did,
+                    "size": size,
+                    "slot": slot,
+                    "memdev": f"/objects/{memdev}",
+                    "hotplugged": True,
+                    "hotpluggable": True,
+                    "node": 0,
+                    "addr": 0,
+                },
+            }
+            if self.guest_confirms:
+                events.append(
+                    _event(
+                        "ACPI_DEVICE_OST",
+                        {
+                            "info": {
+                                "device": did,
+                                "slot": str(slot),
+                                "slot-type": "DIMM",
+                                "source": 1,
+                                "status": 0,
+                            }
+                        },
+                    )
+                )
+            return {"return": {}}, events
+        if cmd == "device_del":
+            did = str(args["id"])
+            if did not in self.devices:
+                return {
+                    "error": {"class": "DeviceNotFound", "desc": f"Device '{did}' not found"}
+                }, []
+            if self.guest_confirms:
+                del self.devices[did]
+                events.append(
+                    _event("DEVICE_DELETED", {"device": did, "path": f"/machine/peripheral/{did}"})
+                )
+            return {"return": {}}, events
+        return {
+            "error": {"class": "CommandNotFound", "desc": f"The command {cmd} has not been found"}
+        }, []
+
+
+def _generic(desc: str) -> dict[str, Any]:
+    return {"error": {"class": "GenericError", "desc": desc}}
+
+
+def _event(name: str, data: dict[str, Any]) -> dict[str, Any]:
+    now = time.time()
+    return {
+        "event": name,
+        "data": data,
+        "timestamp": {"seconds": int(now), "microseconds": int(now % 1 * 1e6)},
+    }
+
+
+class FakeQmpServer:
+    """Serves :class:`FakeQemu` on a unix socket, one client at a time, in a thread."""
+
+    def __init__(self, path: Path, qemu: FakeQemu) -> None:
+        self.path = path
+        self.qemu = qemu
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._sock.bind(str(path))
+        self._sock.listen(4)
+        self._sock.settimeout(0.2)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self._sock.close()
+        self.path.unlink(missing_ok=True)
+
+    def __enter__(self) -> FakeQmpServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._sock.accept()
+            except socket.timeout:
+                continue
+            with conn:
+                self._session(conn)
+
+    def _session(self, conn: socket.socket) -> None:
+        conn.settimeout(0.2)
+        greeting = {
+            "QMP": {
+                "version": {"qemu": {"micro": 22, "minor": 2, "major": 7}, "package": "fake"},
+                "capabilities": [],
+            }
+        }
+        conn.sendall(json.dumps(greeting).encode() + b"\r\n")
+        decoder = json.JSONDecoder()
+        buf = ""
+        while not self._stop.is_set():
+            try:
+                chunk = conn.recv(65536)
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            if not chunk:
+                return
+            buf += chunk.decode()
+            while buf.strip():
+                buf = buf.lstrip()
+                try:
+                    msg, end = decoder.raw_decode(buf)
+                except json.JSONDecodeError:
+                    break  # wait for the rest of the message
+                buf = buf[end:]
+                cmd = str(msg.get("execute", ""))
+                reply, events = self.qemu.handle(cmd, dict(msg.get("arguments") or {}))
+                if cmd in self.qemu.drop_after:
+                    conn.close()
+                    return
+                if reply is not None:
+                    if "id" in msg:
+                        reply["id"] = msg["id"]
+                    conn.sendall(json.dumps(reply).encode() + b"\r\n")
+                for event in events:
+                    conn.sendall(json.dumps(event).encode() + b"\r\n")
