@@ -12,7 +12,7 @@ from typing import Any, Optional
 
 from kata_mem.backends import Backend, open_backend
 from kata_mem.backends.fake import FakeBackend, FakeGuest
-from kata_mem.executor import Executor, Options, Result
+from kata_mem.executor import Executor, Options, Result, fresh_usage
 from kata_mem.journal import SandboxState
 from kata_mem.model import GuestUsage, HostFacts, SandboxRequest, SizingConfig, VmState
 from kata_mem.planner import assumed_vm
@@ -32,7 +32,7 @@ def _dry_run_backend(cfg: SizingConfig, host: HostFacts, qmp: Optional[str]) -> 
         return FakeBackend(assumed_vm(cfg, host))
     real = _connect(cfg, qmp)
     try:
-        vm, usage = real.observe(), real.guest_usage()
+        vm, usage = real.observe(), fresh_usage(real, cfg.settings.stats_interval_s)
     finally:
         real.close()
     guest = FakeGuest(stats=False)
@@ -100,7 +100,7 @@ def read_status(
     """
     backend = open_backend("qmp", qmp)
     try:
-        vm, usage = backend.observe(), backend.guest_usage()
+        vm, usage = backend.observe(), fresh_usage(backend, 1)
     finally:
         backend.close()
     state = SandboxState(state_dir, sandbox)

@@ -78,6 +78,23 @@ def _crashpoint(name: str) -> None:
         os._exit(99)
 
 
+def fresh_usage(
+    backend: Backend,
+    interval_s: float,
+    clock: Callable[[], float] = time.time,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Optional[GuestUsage]:
+    """A balloon reading taken after this call began (the guest reports every
+    ``interval_s``); the last reading, however old, if none comes in time."""
+    start = clock()
+    deadline = start + 2 * interval_s + 1.0
+    usage = backend.guest_usage()
+    while usage is not None and (usage.last_update or 0) < start - 0.5 and clock() < deadline:
+        sleep(0.2)
+        usage = backend.guest_usage()
+    return usage
+
+
 def backoff(attempts: int) -> float:
     return float(min(BACKOFF_START_S * 2 ** max(attempts - 1, 0), BACKOFF_MAX_S))
 
@@ -193,6 +210,16 @@ class Executor:
     ) -> Outcome:
         m = p.memory
         done: list[Step] = []
+        if m.aligned < vm.total and any(d.pending_unplug for d in vm.devices):
+            return Outcome(
+                "Deferred",
+                "Busy",
+                "a DIMM unplug is still pending in the guest",
+                vm.total,
+                m.target,
+                (),
+                5.0,
+            )
         if not m.steps:
             return self._no_steps(p, vm)
         if m.shrink and not (options.allow_shrink or cfg.settings.allow_shrink or options.force):
@@ -401,16 +428,7 @@ class Executor:
             self.sleep(POLL_INTERVAL_S)
 
     def _fresh_usage(self, cfg: SizingConfig) -> Optional[GuestUsage]:
-        """A reading taken after now (the guest polls every ``stats_interval_s``)."""
-        start = self.clock()
-        deadline = start + 2 * cfg.settings.stats_interval_s + 1.0
-        usage = self.backend.guest_usage()
-        while (
-            usage is not None and (usage.last_update or 0) < start - 0.5 and self.clock() < deadline
-        ):
-            self.sleep(0.2)
-            usage = self.backend.guest_usage()
-        return usage
+        return fresh_usage(self.backend, cfg.settings.stats_interval_s, self.clock, self.sleep)
 
     # -- outcomes and records ---------------------------------------------------------
 
@@ -425,27 +443,15 @@ class Executor:
                 vm.total,
                 m.target,
             )
-        if (
-            m.target == vm.total
-            and m.requested > vm.total
-            and not causes & {"slots", "device_space"}
-        ):
-            return Outcome(
-                "NoChange",
-                "",
-                f"already at the target {fmt_bytes(m.target)} (clamped: {', '.join(sorted(causes)) or 'none'})",
-                vm.total,
-                m.target,
-            )
-        if m.requested > vm.total and "slots" in causes:
-            return Outcome(
-                "Infeasible",
-                "NoFreeSlots",
-                f"no free DIMM slot: the guest stays at {fmt_bytes(vm.total)}",
-                vm.total,
-                m.target,
-            )
-        if m.requested > vm.total and "device_space" in causes:
+        if m.aligned > vm.total:
+            if "slots" in causes:
+                return Outcome(
+                    "Infeasible",
+                    "NoFreeSlots",
+                    f"no free DIMM slot: the guest stays at {fmt_bytes(vm.total)}",
+                    vm.total,
+                    m.target,
+                )
             return Outcome(
                 "Infeasible",
                 "NoDeviceSpace",
@@ -453,7 +459,7 @@ class Executor:
                 vm.total,
                 m.target,
             )
-        if m.requested < vm.total and m.target == vm.total:
+        if m.aligned < vm.total:
             if m.requested < vm.base:
                 return Outcome(
                     "Infeasible",
@@ -465,12 +471,17 @@ class Executor:
             return Outcome(
                 "Infeasible",
                 "BackendCannotShrink",
-                f"nothing can be removed: {fmt_bytes(vm.total - m.requested)} is not made of whole DIMMs kata-mem plugged",
+                f"{fmt_bytes(vm.total - m.aligned)} cannot be removed: it is not made of whole DIMMs kata-mem plugged",
                 vm.total,
                 m.target,
             )
+        clamped = f" (clamped: {', '.join(c.cause for c in m.clamps)})" if m.clamps else ""
         return Outcome(
-            "NoChange", "", f"already at the target {fmt_bytes(vm.total)}", vm.total, m.target
+            "NoChange",
+            "",
+            f"already at the target {fmt_bytes(vm.total)}{clamped}",
+            vm.total,
+            m.target,
         )
 
     def _deferred(

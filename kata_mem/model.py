@@ -217,6 +217,9 @@ class MemoryPlan:
     max: int
     base: int
     requested: int
+    #: The target after the max and alignment, before slots, device space or whole
+    #: DIMMs constrain it: what the guest should have if the mechanism allowed.
+    aligned: int
     target: int
     current: int
     mechanism: Mechanism

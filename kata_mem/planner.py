@@ -223,6 +223,7 @@ def _plan_memory(
                 f"block would cross the maximum {fmt_bytes(ceiling)}",
             )
     target = base + aligned
+    aligned_target = target
 
     steps: tuple[Step, ...] = ()
     if mech == "static":
@@ -256,6 +257,7 @@ def _plan_memory(
             max=ceiling,
             base=base,
             requested=requested,
+            aligned=aligned_target,
             target=target,
             current=current,
             mechanism=mech,

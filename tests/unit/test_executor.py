@@ -1,0 +1,303 @@
+"""The executor on the in-memory fake backend: every outcome and reason of DESIGN §4,
+the journal, the lock, and recovery."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from kata_mem.backends import StepProgress
+from kata_mem.backends.fake import FakeBackend, FakeGuest
+from kata_mem.executor import Executor, Options
+from kata_mem.journal import SandboxState
+from kata_mem.model import (
+    Container,
+    HostFacts,
+    MemoryDevice,
+    SandboxRequest,
+    SizingConfig,
+    Step,
+    VmState,
+)
+from kata_mem.units import GiB, MiB
+
+HOST = HostFacts(memory=16 * GiB, cpus=4, arch="amd64")
+Clock = Callable[[], float]
+
+
+class FakeTime:
+    """A clock that advances only when the executor sleeps (no real waiting)."""
+
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def request(*limits_mib: int) -> SandboxRequest:
+    return SandboxRequest(tuple(Container(f"c{i}", n * MiB) for i, n in enumerate(limits_mib)))
+
+
+def vm_virtio(plugged_mib: int = 0, max_mib: int = 2048) -> VmState:
+    dev = MemoryDevice(
+        "vm0", "virtio-mem", plugged_mib * MiB, plugged_mib * MiB, max_mib * MiB, 2 * MiB
+    )
+    return VmState(512 * MiB, (dev,), slots=8, device_space=15 * GiB)
+
+
+def vm_dimms(*sizes_mib: int, slots: int = 8) -> VmState:
+    devs = tuple(
+        MemoryDevice(f"kmdimm{i}", "dimm", n * MiB, n * MiB, n * MiB, slot=i, memdev=f"kmmem{i}")
+        for i, n in enumerate(sizes_mib)
+    )
+    return VmState(512 * MiB, devs, slots=slots, device_space=15 * GiB)
+
+
+@pytest.fixture
+def cfgs(make_config: Callable[..., SizingConfig]) -> dict[str, SizingConfig]:
+    common = {"default_memory": 512, "default_maxmemory": 8192}
+    return {
+        "dimm": make_config(**common),
+        "virtio": make_config(**common, enable_virtio_mem=True),
+    }
+
+
+@pytest.fixture
+def run(tmp_path: Path) -> Callable[..., Any]:
+    def go(cfg: SizingConfig, backend: FakeBackend, req: SandboxRequest, **options: bool) -> Any:
+        t = FakeTime()
+        backend.clock = t.clock
+        executor = Executor(
+            backend, SandboxState(tmp_path / "state", "sb"), clock=t.clock, sleep=t.sleep
+        )
+        return executor.apply(cfg, HOST, req, Options(**options))
+
+    return go
+
+
+def test_grow_dimm_then_no_change(cfgs: dict[str, SizingConfig], run: Callable[..., Any]) -> None:
+    b = FakeBackend(vm_dimms())
+    r = run(cfgs["dimm"], b, request(300))
+    assert (r.outcome.status, r.outcome.observed) == ("Resized", (512 + 384) * MiB)
+    assert [d.id for d in b.state.dimms] == ["kmdimm0"]
+    r = run(cfgs["dimm"], b, request(300))
+    assert (r.outcome.status, r.outcome.steps) == ("NoChange", ())
+
+
+def test_no_free_slots(cfgs: dict[str, SizingConfig], run: Callable[..., Any]) -> None:
+    b = FakeBackend(vm_dimms(128, 128, slots=2))
+    r = run(cfgs["dimm"], b, request(1024))
+    assert (r.outcome.status, r.outcome.reason) == ("Infeasible", "NoFreeSlots")
+
+
+def test_shrink_not_allowed_is_reported_not_executed(
+    cfgs: dict[str, SizingConfig], run: Callable[..., Any]
+) -> None:
+    b = FakeBackend(vm_virtio(1024), FakeGuest(used=100 * MiB))
+    r = run(cfgs["virtio"], b, request())
+    assert (r.outcome.status, r.outcome.reason) == ("Infeasible", "ShrinkNotAllowed")
+    assert b.state.virtio_mem is not None and b.state.virtio_mem.size == 1024 * MiB
+    assert not any(c.startswith("resize") for c in b.calls)
+
+
+def test_idle_guest_shrinks_in_verified_steps(
+    cfgs: dict[str, SizingConfig], run: Callable[..., Any]
+) -> None:
+    b = FakeBackend(vm_virtio(1024), FakeGuest(used=100 * MiB))
+    r = run(cfgs["virtio"], b, request(), allow_shrink=True)
+    assert (r.outcome.status, r.outcome.observed) == ("Resized", 512 * MiB)
+    assert [s.size // MiB for s in r.outcome.steps] == [768, 512, 256, 0]
+
+
+def test_usage_above_target_defers_before_any_step(
+    cfgs: dict[str, SizingConfig], run: Callable[..., Any]
+) -> None:
+    b = FakeBackend(vm_virtio(1024), FakeGuest(used=800 * MiB))
+    r = run(cfgs["virtio"], b, request(), allow_shrink=True)
+    assert (r.outcome.status, r.outcome.reason) == ("Deferred", "UsageAboveTarget")
+    assert "guest usage 800 MiB" in r.outcome.message and "headroom 128 MiB" in r.outcome.message
+    assert r.outcome.retry_after_s == 30.0
+    assert b.state.virtio_mem is not None and b.state.virtio_mem.requested == 1024 * MiB
+    # Retried later with backoff: 30 s, then 60 s.
+    r = run(cfgs["virtio"], b, request(), allow_shrink=True)
+    assert r.outcome.retry_after_s == 60.0
+
+
+@pytest.mark.parametrize(
+    ("guest", "text"),
+    [
+        (FakeGuest(stats=False), "no guest memory statistics"),
+        (FakeGuest(stats_age_s=60), "60.0 s old"),
+    ],
+)
+def test_unknown_usage_is_deferred_never_infeasible(
+    cfgs: dict[str, SizingConfig], run: Callable[..., Any], guest: FakeGuest, text: str
+) -> None:
+    b = FakeBackend(vm_virtio(1024), guest)
+    r = run(cfgs["virtio"], b, request(), allow_shrink=True)
+    assert (r.outcome.status, r.outcome.reason) == ("Deferred", "UsageUnknown")
+    assert text in r.outcome.message
+
+
+def test_force_skips_the_checks(cfgs: dict[str, SizingConfig], run: Callable[..., Any]) -> None:
+    b = FakeBackend(vm_virtio(1024), FakeGuest(stats=False))
+    r = run(cfgs["virtio"], b, request(), force=True)
+    assert r.outcome.status == "Resized"
+    assert any("--force" in w for w in r.warnings)
+
+
+class AllocatingGuest(FakeBackend):
+    """The guest allocates after the first shrink step completes."""
+
+    def poll(self, step: Step) -> Any:
+        progress = super().poll(step)
+        if progress.state == "done" and step.size == 768 * MiB:
+            self.guest.used = 900 * MiB
+        return progress
+
+
+def test_guest_allocating_mid_shrink_stops_it(
+    cfgs: dict[str, SizingConfig], run: Callable[..., Any]
+) -> None:
+    b = AllocatingGuest(vm_virtio(1024), FakeGuest(used=100 * MiB))
+    r = run(cfgs["virtio"], b, request(), allow_shrink=True)
+    assert (r.outcome.status, r.outcome.reason) == ("InProgress", "PartialShrink")
+    assert "UsageAboveTarget" not in r.outcome.message and "shrink deferred" in r.outcome.message
+    assert [s.size // MiB for s in r.outcome.steps] == [768]
+    dev = b.state.virtio_mem
+    assert dev is not None and dev.requested == dev.size == 768 * MiB
+
+
+def test_stuck_virtio_mem_is_reverted_to_observed(
+    cfgs: dict[str, SizingConfig], run: Callable[..., Any]
+) -> None:
+    # Statistics say the guest is idle, but its memory cannot be unplugged (e.g. unmovable).
+    class Stuck(FakeBackend):
+        def poll(self, step: Step) -> Any:
+            if step.delta < 0:
+                return StepProgress("pending", "size stays")
+            return super().poll(step)
+
+    b = Stuck(vm_virtio(1024), FakeGuest(used=100 * MiB))
+    r = run(cfgs["virtio"], b, request(), allow_shrink=True)
+    assert (r.outcome.status, r.outcome.reason) == ("InProgress", "UnplugTimeout")
+    dev = b.state.virtio_mem
+    assert dev is not None and dev.requested == dev.size  # never left below what is plugged
+
+
+def test_dimm_unplug_rejected(cfgs: dict[str, SizingConfig], run: Callable[..., Any]) -> None:
+    b = FakeBackend(vm_dimms(512, 256), FakeGuest(used=100 * MiB, refuse_unplug={"kmdimm1"}))
+    r = run(cfgs["dimm"], b, request(), allow_shrink=True)
+    assert (r.outcome.status, r.outcome.reason) == ("InProgress", "UnplugRejected")
+    assert b.state.device("kmdimm1") is not None
+
+
+def test_dimm_unplug_timeout_stays_pending_and_is_settled_later(
+    cfgs: dict[str, SizingConfig], run: Callable[..., Any], tmp_path: Path
+) -> None:
+    b = FakeBackend(vm_dimms(256), FakeGuest(used=100 * MiB, confirm=False))
+    r = run(cfgs["dimm"], b, request(), allow_shrink=True)
+    assert (r.outcome.status, r.outcome.reason) == ("InProgress", "UnplugTimeout")
+    assert r.outcome.observed == 768 * MiB  # still counted as plugged
+    journal = json.loads((tmp_path / "state" / "sb" / "journal.json").read_text())
+    assert journal["pending_unplug"] == ["kmdimm0"]
+    # A second shrink while the unplug is pending is Busy, not a second device_del.
+    r = run(cfgs["dimm"], b, request(), allow_shrink=True)
+    assert (r.outcome.status, r.outcome.reason) == ("Deferred", "Busy")
+    # The guest finishes later; the next call settles it and deletes the backend object.
+    b.state = dataclasses.replace(b.state, devices=(), orphans=("kmmem0",))
+    r = run(cfgs["dimm"], b, request(), allow_shrink=True)
+    assert r.outcome.status == "NoChange"
+    assert "release kmmem0" in b.calls
+    assert (
+        json.loads((tmp_path / "state" / "sb" / "journal.json").read_text())["pending_unplug"] == []
+    )
+
+
+def test_reconcile_raises_requested_left_below_size(
+    cfgs: dict[str, SizingConfig], run: Callable[..., Any]
+) -> None:
+    dev = MemoryDevice("vm0", "virtio-mem", 1024 * MiB, 256 * MiB, 2048 * MiB, 2 * MiB)
+    b = FakeBackend(VmState(512 * MiB, (dev,), 8, 15 * GiB), FakeGuest(used=100 * MiB))
+    r = run(cfgs["virtio"], b, request(1024))
+    assert any("requested-size raised" in w for w in r.warnings)
+    assert r.outcome.status == "NoChange"
+    d = b.state.virtio_mem
+    assert d is not None and d.requested == d.size == 1024 * MiB
+
+
+def test_corrupt_journal_is_rebuilt(
+    cfgs: dict[str, SizingConfig], run: Callable[..., Any], tmp_path: Path
+) -> None:
+    (tmp_path / "state" / "sb").mkdir(parents=True)
+    (tmp_path / "state" / "sb" / "journal.json").write_text('{"schema": "kata-mem/jour')
+    b = FakeBackend(vm_dimms())
+    r = run(cfgs["dimm"], b, request(256))
+    assert r.outcome.status == "Resized"
+    assert any("corrupt or truncated" in w for w in r.warnings)
+    assert (
+        json.loads((tmp_path / "state" / "sb" / "journal.json").read_text())["observed_mib"] == 768
+    )
+
+
+def test_state_files_are_private(
+    cfgs: dict[str, SizingConfig], run: Callable[..., Any], tmp_path: Path
+) -> None:
+    run(cfgs["dimm"], FakeBackend(vm_dimms()), request(256))
+    assert (tmp_path / "state" / "sb").stat().st_mode & 0o777 == 0o700
+    assert (tmp_path / "state" / "sb" / "journal.json").stat().st_mode & 0o777 == 0o600
+
+
+def test_busy_when_the_lock_is_held(
+    cfgs: dict[str, SizingConfig], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("kata_mem.executor.LOCK_WAIT_S", 0.2)
+    state = SandboxState(tmp_path / "state", "sb")
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with SandboxState(tmp_path / "state", "sb").locked(1.0):
+            held.set()
+            release.wait(5)
+
+    t = threading.Thread(target=hold)
+    t.start()
+    held.wait(5)
+    try:
+        r = Executor(FakeBackend(vm_dimms()), state).apply(
+            cfgs["dimm"], HOST, request(256), Options()
+        )
+    finally:
+        release.set()
+        t.join()
+    assert (r.outcome.status, r.outcome.reason) == ("Deferred", "Busy")
+
+
+def test_unwritable_state_dir_changes_nothing(
+    cfgs: dict[str, SizingConfig], tmp_path: Path
+) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    b = FakeBackend(vm_dimms())
+    from kata_mem.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="cannot write the sandbox state"):
+        Executor(b, SandboxState(blocker, "sb")).apply(cfgs["dimm"], HOST, request(256), Options())
+    assert b.state.dimms == ()
+
+
+def test_bad_sandbox_ids_are_refused() -> None:
+    from kata_mem.errors import InputError
+
+    for bad in ("../x", "", "a/b", ".", "x" * 200):
+        with pytest.raises(InputError):
+            SandboxState("/tmp", bad)
