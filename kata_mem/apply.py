@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from kata_mem.backends import Backend, open_backend
-from kata_mem.backends.fake import FakeBackend, FakeGuest
+from kata_mem.backends.fake import FakeBackend, FakeGuest, VirtualTime
 from kata_mem.executor import Executor, Options, Result, fresh_usage
 from kata_mem.journal import SandboxState
 from kata_mem.model import GuestUsage, HostFacts, SandboxRequest, SizingConfig, VmState
@@ -74,11 +74,14 @@ def apply_request(
     """
     options = Options(allow_shrink=allow_shrink, force=force)
     if dry_run:
+        virtual = VirtualTime()
         fake = _dry_run_backend(cfg, host, qmp)
+        fake.clock, fake.sleep = virtual.clock, virtual.sleep
         with tempfile.TemporaryDirectory(prefix="kata-mem-dry-run-") as tmp:
-            return Executor(fake, SandboxState(tmp, sandbox), sleep=lambda _s: None).apply(
-                cfg, host, request, options
+            executor = Executor(
+                fake, SandboxState(tmp, sandbox), clock=virtual.clock, sleep=virtual.sleep
             )
+            return executor.apply(cfg, host, request, options)
     if backend is None:
         if qmp is None:
             raise ValueError("apply_request needs qmp= or backend=")

@@ -45,7 +45,8 @@ log = logging.getLogger(__name__)
 
 #: How long a second call for the same sandbox waits for the first to finish.
 LOCK_WAIT_S = 120.0
-POLL_INTERVAL_S = 0.05
+#: Longest a poll waits for news from the hypervisor before the executor looks again.
+POLL_WAIT_S = 0.25
 #: Deferred shrinks are retried after this, doubling per attempt, up to the cap.
 BACKOFF_START_S = 30.0
 BACKOFF_MAX_S = 300.0
@@ -168,9 +169,11 @@ class Executor:
                 and vm.device(device)
             ):
                 record.pending_unplug.append(device)
+        repaired = False
         for memdev in vm.orphans:
             self._note(f"reconciled: deleting orphaned backend object {memdev}")
             self.backend.release(memdev)
+            repaired = True
         dev = vm.virtio_mem
         if dev is not None and dev.requested < dev.size:
             # Left below the plugged size (a crash or timeout mid-shrink): the guest would keep
@@ -178,21 +181,20 @@ class Executor:
             self._note(
                 f"reconciled: {dev.id} requested-size raised from {fmt_bytes(dev.requested)} to {fmt_bytes(dev.size)}"
             )
-            self._write(
-                record,
-                "running",
-                Step("resize_virtio_mem", dev.id, dev.size, 0, vm.total),
-                "intent",
-            )
-            self.backend.begin(Step("resize_virtio_mem", dev.id, dev.size, 0, vm.total))
-        vm = self.backend.observe()
+            raise_step = Step("resize_virtio_mem", dev.id, dev.size, 0, vm.total)
+            self._write(record, "running", raise_step, "intent")
+            self.backend.begin(raise_step)
+            repaired = True
+        if repaired:
+            vm = self.backend.observe()
         pending = [d for d in record.pending_unplug if vm.device(d) is not None]
         for gone in sorted(set(record.pending_unplug) - set(pending)):
             self._note(f"reconciled: pending unplug of {gone} completed")
-        record.pending_unplug = pending
-        record.state, record.step, record.phase = "idle", None, ""
-        record.observed_mib = vm.total // MiB
-        self.state.save(record)
+        if repaired or record.state != "idle" or pending != record.pending_unplug:
+            record.pending_unplug = pending
+            record.state, record.step, record.phase = "idle", None, ""
+            record.observed_mib = vm.total // MiB
+            self.state.save(record)
         if pending:
             vm = dataclasses.replace(
                 vm,
@@ -273,7 +275,6 @@ class Executor:
             if stop.status == "Deferred":
                 return self._deferred(record, stop.reason, stop.message, vm, m.target, tuple(done))
             return Outcome(stop.status, stop.reason, stop.message, vm.total, m.target, tuple(done))
-        vm = self.backend.observe()
         if vm.total != m.target:
             return Outcome(
                 "InProgress",
@@ -331,11 +332,12 @@ class Executor:
                 "BackendError",
                 f"{step.action} {step.device}: {exc.error_class}: {exc}",
             ) from None
-        self._write(record, "running", step, "issued")
+        if step.action == "unplug_dimm":
+            # Only an unplug needs this on disk: after a crash it tells "maybe pending" from "never sent".
+            self._write(record, "running", step, "issued")
         _crashpoint("after-command")
         progress = self._wait(step, cfg, options, block)
         vm = self.backend.observe()
-        self._write(record, "running", step, "done")
         guarded = step.shrinks and step.action == "resize_virtio_mem" and not options.force
         if progress.state == "done":
             log.info(
@@ -398,7 +400,9 @@ class Executor:
         progress = StepProgress("pending")
         while True:
             try:
-                progress = self.backend.poll(step)
+                progress = self.backend.poll(
+                    step, max(min(POLL_WAIT_S, deadline - self.clock()), 0.0)
+                )
             except BackendError as exc:
                 return StepProgress("rejected", f"{exc.error_class}: {exc}")
             if progress.state != "pending":
@@ -416,7 +420,6 @@ class Executor:
                     return StepProgress("pending", f"pressure: {reason}")
             if now >= deadline:
                 return progress
-            self.sleep(POLL_INTERVAL_S)
 
     def _revert(self, step: Step, size: int, vm: VmState, record: Record) -> None:
         revert = Step("resize_virtio_mem", step.device, size, 0, vm.total)
@@ -424,8 +427,8 @@ class Executor:
         self._write(record, "running", revert, "intent")
         self.backend.begin(revert)
         deadline = self.clock() + 5.0
-        while self.backend.poll(revert).state == "pending" and self.clock() < deadline:
-            self.sleep(POLL_INTERVAL_S)
+        while self.backend.poll(revert, POLL_WAIT_S).state == "pending" and self.clock() < deadline:
+            pass
 
     def _fresh_usage(self, cfg: SizingConfig) -> Optional[GuestUsage]:
         return fresh_usage(self.backend, cfg.settings.stats_interval_s, self.clock, self.sleep)

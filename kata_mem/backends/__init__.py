@@ -48,11 +48,13 @@ class Backend(Protocol):
         """
         ...
 
-    def poll(self, step: Step) -> StepProgress:
+    def poll(self, step: Step, wait_s: float) -> StepProgress:
         """Whether ``step`` is done, still pending, or refused by the guest.
 
-        For a DIMM unplug, "done" means ``DEVICE_DELETED`` arrived and its
-        backend object was deleted.
+        While it is pending, wait up to ``wait_s`` for news from the hypervisor
+        (an event) before answering, so that callers need not sleep. For a DIMM
+        unplug, "done" means ``DEVICE_DELETED`` arrived and its backend object
+        was deleted.
         """
         ...
 

@@ -45,10 +45,12 @@ class FakeBackend:
         state: VmState,
         guest: Optional[FakeGuest] = None,
         clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.state = state
         self.guest = guest or FakeGuest()
         self.clock = clock
+        self.sleep = sleep
         self.calls: list[str] = []
         self._pending: dict[str, int] = {}
         self.closed = False
@@ -103,7 +105,13 @@ class FakeBackend:
             self._replace(dataclasses.replace(dev, requested=step.size))
             self._pending[step.device] = self.guest.polls_to_complete
 
-    def poll(self, step: Step) -> StepProgress:
+    def poll(self, step: Step, wait_s: float = 0.0) -> StepProgress:
+        progress = self._progress(step)
+        if progress.state == "pending":
+            self.sleep(wait_s)
+        return progress
+
+    def _progress(self, step: Step) -> StepProgress:
         self.calls.append(f"poll {step.device}")
         if not self.guest.confirm:
             return StepProgress("pending", "the guest has not answered")
@@ -180,3 +188,16 @@ class FakeBackend:
 
     def _replace(self, dev: MemoryDevice) -> None:
         self._set_devices(tuple(dev if d.id == dev.id else d for d in self.state.devices))
+
+
+class VirtualTime:
+    """A clock that only moves when something sleeps: dry runs and tests never wait."""
+
+    def __init__(self, start: Optional[float] = None) -> None:
+        self.now = time.time() if start is None else start
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += max(seconds, 0.001)

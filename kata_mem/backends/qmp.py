@@ -37,6 +37,7 @@ T = TypeVar("T")
 #: A QMP command that takes longer than this is treated as a hung monitor.
 COMMAND_TIMEOUT_S = 10.0
 CONNECT_TIMEOUT_S = 5.0
+VIRTIO_MEM_POLL_S = 0.02
 #: QEMU reports an unset balloon statistic as u64 -1.
 _UNSET = (1 << 64) - 1
 #: ACPI _OST: 0 = success, 0x84 = ejection in progress; anything else on an eject is a refusal.
@@ -117,6 +118,8 @@ class QmpBackend:
         client.register_listener(self._events)
         self._seen: list[dict[str, Any]] = []
         self._balloon: Optional[str] = None
+        self._machine: Optional[tuple[int, Optional[int]]] = None
+        self._base: Optional[int] = None
         self.round_trips = 0
 
     @classmethod
@@ -167,9 +170,16 @@ class QmpBackend:
         self.round_trips += 1
         return self._run(self._client.execute(cmd, args), cmd)
 
-    def _drain_events(self) -> None:
-        # Let the reader task take in whatever QEMU has sent, then collect it.
-        self._run(asyncio.sleep(0.005), "event read")
+    def _drain_events(self, wait_s: float = 0.0) -> None:
+        """Collect the events QEMU has sent; with ``wait_s``, first wait that long for one."""
+        if wait_s > 0:
+            try:
+                event = self._loop.run_until_complete(asyncio.wait_for(self._events.get(), wait_s))
+                self._seen.append(dict(event))
+            except asyncio.TimeoutError:
+                pass
+        for _ in range(3):  # let the reader task take in what is already on the socket
+            self._run(asyncio.sleep(0), "event read")
         for event in self._events.clear():
             self._seen.append(dict(event))
 
@@ -190,9 +200,8 @@ class QmpBackend:
 
     # -- the Backend protocol ---------------------------------------------------------
 
-    def observe(self) -> VmState:
-        summary = _dict(self._execute("query-memory-size-summary"), "query-memory-size-summary")
-        base = _int(summary.get("base-memory"), "base-memory")
+    def _query_devices(self) -> tuple[list[MemoryDevice], int]:
+        """The DIMM and virtio-mem devices, and the space other memory devices take."""
         raw = self._execute("query-memory-devices")
         if not isinstance(raw, list):
             raise BackendError(
@@ -233,24 +242,36 @@ class QmpBackend:
                 other_space += int(
                     data["size"]
                 )  # nvdimm, virtio-pmem, sgx-epc: space, not RAM we manage
-        slots, space = 0, None
-        try:
-            machine = _dict(
-                self._execute("qom-get", {"path": "/machine", "property": "memory"}),
-                "/machine memory",
-            )
-            slots = _int(machine.get("slots", 0), "memory slots")
-            space = (
-                _int(machine.get("max-size"), "memory max-size")
-                - _int(machine.get("size"), "memory size")
-                - other_space
-            )
-        except BackendError:
-            slots = (
-                max((d.slot or 0) + 1 for d in devices if d.kind == "dimm")
-                if any(d.kind == "dimm" for d in devices)
-                else 0
-            )
+        return devices, other_space
+
+    def _machine_memory(self) -> tuple[int, Optional[int]]:
+        """DIMM slots and ``maxmem - size`` (fixed for the VM's life, so asked once)."""
+        if self._machine is None:
+            try:
+                machine = _dict(
+                    self._execute("qom-get", {"path": "/machine", "property": "memory"}),
+                    "/machine memory",
+                )
+                size = _int(machine.get("size"), "memory size")
+                self._machine = (
+                    _int(machine.get("slots", 0), "memory slots"),
+                    _int(machine.get("max-size"), "memory max-size") - size,
+                )
+            except BackendError:
+                self._machine = (0, None)  # QEMU before 7.1 has no such property
+        return self._machine
+
+    def observe(self) -> VmState:
+        if self._base is None:  # boot memory is fixed for the VM's life
+            summary = _dict(self._execute("query-memory-size-summary"), "query-memory-size-summary")
+            self._base = _int(summary.get("base-memory"), "base-memory")
+        base = self._base
+        devices, other_space = self._query_devices()
+        slots, space = self._machine_memory()
+        if not slots and any(d.kind == "dimm" for d in devices):
+            slots = max((d.slot or 0) + 1 for d in devices if d.kind == "dimm")
+        if space is not None:
+            space -= other_space
         objects = self._execute("qom-list", {"path": "/objects"})
         names = (
             [str(o.get("name")) for o in objects if isinstance(o, dict)]
@@ -264,7 +285,8 @@ class QmpBackend:
         )
 
     def begin(self, step: Step) -> None:
-        self._drain_events()
+        # Only events that follow this step's commands are about it.
+        self._events.clear()
         self._seen.clear()
         if step.action == "plug_dimm":
             memdev = memdev_for(step.device)
@@ -305,24 +327,36 @@ class QmpBackend:
                 },
             )
 
-    def poll(self, step: Step) -> StepProgress:
+    def poll(self, step: Step, wait_s: float = 0.0) -> StepProgress:
         self._drain_events()
+        progress = self._check(step, query=True)
+        if step.action == "resize_virtio_mem":
+            # QEMU rate-limits MEMORY_DEVICE_SIZE_CHANGE to about one a second, so the
+            # plugged size is polled instead of waited for.
+            deadline = time.monotonic() + wait_s
+            while progress.state == "pending" and time.monotonic() < deadline:
+                self._drain_events(min(VIRTIO_MEM_POLL_S, max(deadline - time.monotonic(), 0.0)))
+                progress = self._check(step, query=True)
+        elif progress.state == "pending" and wait_s > 0:
+            self._drain_events(wait_s)
+            progress = self._check(step, query=False)
+        return progress
+
+    def _check(self, step: Step, query: bool) -> StepProgress:
+        """Progress from the events seen, and (``query``, or for virtio-mem) from QEMU."""
         if step.action == "plug_dimm":
             ost = self._event("ACPI_DEVICE_OST", step.device, source=_OST_INSERT)
-            info = ost["info"] if ost is not None else self._ospm_status(step.device)
-            if info is not None and info.get("source") == _OST_INSERT:
-                status = info.get("status")
-                return (
-                    StepProgress("done")
-                    if status == 0
-                    else StepProgress("rejected", f"ACPI _OST status {status!r}")
-                )
-            return StepProgress("pending", "waiting for the guest's ACPI_DEVICE_OST")
+            if ost is None:
+                return StepProgress("pending", "waiting for the guest's ACPI_DEVICE_OST")
+            status = ost["info"].get("status")
+            return (
+                StepProgress("done")
+                if status == 0
+                else StepProgress("rejected", f"ACPI _OST status {status!r}")
+            )
         if step.action == "unplug_dimm":
-            if (
-                self._event("DEVICE_DELETED", step.device) is not None
-                or self.observe().device(step.device) is None
-            ):
+            deleted = self._event("DEVICE_DELETED", step.device) is not None
+            if deleted or (query and all(d.id != step.device for d in self._query_devices()[0])):
                 self._release_after_unplug(step.device)
                 return StepProgress("done")
             if self._event("DEVICE_UNPLUG_GUEST_ERROR", step.device) is not None:
@@ -333,7 +367,7 @@ class QmpBackend:
                     "rejected", f"ACPI _OST eject status {ost['info'].get('status')!r}"
                 )
             return StepProgress("pending", "waiting for DEVICE_DELETED")
-        dev = self.observe().device(step.device)
+        dev = next((d for d in self._query_devices()[0] if d.id == step.device), None)
         if dev is None:
             return StepProgress("rejected", f"virtio-mem device {step.device} is gone")
         if dev.size == dev.requested == step.size:
@@ -341,17 +375,6 @@ class QmpBackend:
         return StepProgress(
             "pending", f"plugged {dev.size >> 20} MiB, requested {dev.requested >> 20} MiB"
         )
-
-    def _ospm_status(self, device: str) -> Optional[dict[str, Any]]:
-        # The event may have come before this connection; QEMU keeps the last status.
-        try:
-            entries = self._execute("query-acpi-ospm-status")
-        except BackendError:
-            return None
-        for entry in entries if isinstance(entries, list) else []:
-            if isinstance(entry, dict) and entry.get("device") == device:
-                return entry
-        return None
 
     def _release_after_unplug(self, device: str) -> None:
         memdev = memdev_for(device)

@@ -12,7 +12,7 @@ from typing import Any, Callable
 import pytest
 
 from kata_mem.backends import StepProgress
-from kata_mem.backends.fake import FakeBackend, FakeGuest
+from kata_mem.backends.fake import FakeBackend, FakeGuest, VirtualTime
 from kata_mem.executor import Executor, Options
 from kata_mem.journal import SandboxState
 from kata_mem.model import (
@@ -27,20 +27,6 @@ from kata_mem.model import (
 from kata_mem.units import GiB, MiB
 
 HOST = HostFacts(memory=16 * GiB, cpus=4, arch="amd64")
-Clock = Callable[[], float]
-
-
-class FakeTime:
-    """A clock that advances only when the executor sleeps (no real waiting)."""
-
-    def __init__(self) -> None:
-        self.now = 1_000_000.0
-
-    def clock(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
 
 
 def request(*limits_mib: int) -> SandboxRequest:
@@ -74,8 +60,8 @@ def cfgs(make_config: Callable[..., SizingConfig]) -> dict[str, SizingConfig]:
 @pytest.fixture
 def run(tmp_path: Path) -> Callable[..., Any]:
     def go(cfg: SizingConfig, backend: FakeBackend, req: SandboxRequest, **options: bool) -> Any:
-        t = FakeTime()
-        backend.clock = t.clock
+        t = VirtualTime()
+        backend.clock, backend.sleep = t.clock, t.sleep
         executor = Executor(
             backend, SandboxState(tmp_path / "state", "sb"), clock=t.clock, sleep=t.sleep
         )
@@ -158,8 +144,8 @@ def test_force_skips_the_checks(cfgs: dict[str, SizingConfig], run: Callable[...
 class AllocatingGuest(FakeBackend):
     """The guest allocates after the first shrink step completes."""
 
-    def poll(self, step: Step) -> Any:
-        progress = super().poll(step)
+    def _progress(self, step: Step) -> Any:
+        progress = super()._progress(step)
         if progress.state == "done" and step.size == 768 * MiB:
             self.guest.used = 900 * MiB
         return progress
@@ -182,10 +168,10 @@ def test_stuck_virtio_mem_is_reverted_to_observed(
 ) -> None:
     # Statistics say the guest is idle, but its memory cannot be unplugged (e.g. unmovable).
     class Stuck(FakeBackend):
-        def poll(self, step: Step) -> Any:
+        def _progress(self, step: Step) -> Any:
             if step.delta < 0:
                 return StepProgress("pending", "size stays")
-            return super().poll(step)
+            return super()._progress(step)
 
     b = Stuck(vm_virtio(1024), FakeGuest(used=100 * MiB))
     r = run(cfgs["virtio"], b, request(), allow_shrink=True)

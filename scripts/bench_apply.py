@@ -1,0 +1,171 @@
+#!/usr/bin/env python3
+"""Benchmark: `apply` of +1 GiB (pc-dimm and virtio-mem) on a real guest, against a
+minimal stdlib-only QMP client issuing the essential commands to the same guest.
+
+Both sides start from the same state (nothing plugged), are timed from connect to
+verified completion, and alternate round by round so machine noise hits both alike.
+Between rounds the memory is removed again with the stdlib client (not timed).
+
+    .venv/bin/python scripts/bench_apply.py [--rounds 10]
+
+kata-mem is called in-process (``apply_request``), so Python start-up is not part
+of either side; its QMP round trips are counted by the backend.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from kata_mem.backends.qmp import QmpBackend  # noqa: E402
+from kata_mem.config import load_config  # noqa: E402
+from kata_mem.executor import Executor, Options  # noqa: E402
+from kata_mem.journal import SandboxState  # noqa: E402
+from kata_mem.model import Container, HostFacts, SandboxRequest  # noqa: E402
+from tests.conftest import write_config  # noqa: E402
+from tests.support.guestvm import GuestSpec, GuestVM  # noqa: E402
+from tests.support.qmp_min import QMPClient  # noqa: E402
+
+GiB = 1 << 30
+HOST = HostFacts(memory=16 * GiB, cpus=4, arch="amd64")
+REQUEST = SandboxRequest((Container("c", GiB),))
+
+
+def wait_until(pred: Callable[[], bool], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            raise TimeoutError("the guest did not complete")
+        time.sleep(0.01)
+
+
+def baseline_dimm(sock: Path) -> int:
+    """The essential pc-dimm hotplug: observe, object-add, device_add, wait for the
+    guest's ACPI_DEVICE_OST, verify. Returns the number of round trips."""
+    with QMPClient(sock) as q:
+        q.connect()
+        q.execute("query-memory-devices")
+        q.execute("object-add", {"qom-type": "memory-backend-ram", "id": "bmem0", "size": GiB})
+        q.execute("device_add", {"driver": "pc-dimm", "id": "bdimm0", "memdev": "bmem0"})
+        q.wait_event("ACPI_DEVICE_OST", timeout=30)
+        devices = q.execute("query-memory-devices")
+        assert any(d["data"].get("id") == "bdimm0" for d in devices)
+        return 5  # capabilities + 4 commands
+
+
+def baseline_virtio(sock: Path) -> int:
+    with QMPClient(sock) as q:
+        q.connect()
+        q.execute("query-memory-devices")
+        q.execute(
+            "qom-set",
+            {"path": "/machine/peripheral/vm0", "property": "requested-size", "value": GiB},
+        )
+        trips = 3
+        while True:
+            trips += 1
+            dev = next(
+                d["data"] for d in q.execute("query-memory-devices") if d["type"] == "virtio-mem"
+            )
+            if dev["size"] == GiB:
+                return trips
+            time.sleep(0.05)
+
+
+def reset(sock: Path) -> None:
+    """Remove whatever is plugged (not timed)."""
+    with QMPClient(sock) as q:
+        q.connect()
+        for d in q.execute("query-memory-devices"):
+            data: dict[str, Any] = d["data"]
+            if d["type"] == "dimm":
+                q.execute("device_del", {"id": data["id"]})
+                q.wait_event("DEVICE_DELETED", timeout=30)
+                q.execute("object-del", {"id": data["memdev"].removeprefix("/objects/")})
+            elif d["type"] == "virtio-mem" and data["requested-size"]:
+                q.execute(
+                    "qom-set",
+                    {
+                        "path": f"/machine/peripheral/{data['id']}",
+                        "property": "requested-size",
+                        "value": 0,
+                    },
+                )
+                wait_until(
+                    lambda: all(
+                        x["data"]["size"] == 0
+                        for x in q.execute("query-memory-devices")
+                        if x["type"] == "virtio-mem"
+                    )
+                )
+
+
+def kata_mem_apply(sock: Path, cfg_path: Path, state: Path) -> int:
+    cfg = load_config(cfg_path)
+    backend = QmpBackend.connect(str(sock))
+    try:
+        result = Executor(backend, SandboxState(state, "bench")).apply(
+            cfg, HOST, REQUEST, Options()
+        )
+        assert result.outcome.status == "Resized", result.outcome
+        return backend.round_trips + 1  # + capabilities negotiation
+    finally:
+        backend.close()
+
+
+def run(mechanism: str, rounds: int, guest_dir: Path, work: Path) -> dict[str, Any]:
+    virtio = mechanism == "virtio-mem"
+    cfg = write_config(
+        work / f"{mechanism}.toml",
+        {"default_memory": 512, "default_maxmemory": 4096, "enable_virtio_mem": virtio},
+    )
+    spec = GuestSpec(virtio_mem_mib=2048 if virtio else 0)
+    times: dict[str, list[float]] = {"kata-mem": [], "baseline": []}
+    trips: dict[str, int] = {}
+    with GuestVM(guest_dir, work / mechanism, spec) as vm:
+        sock = vm.qmp_socket
+        for i in range(rounds + 1):  # round 0 warms both paths up and is not counted
+            for side in ("kata-mem", "baseline") if i % 2 == 0 else ("baseline", "kata-mem"):
+                start = time.perf_counter()
+                if side == "kata-mem":
+                    trips[side] = kata_mem_apply(sock, cfg, work / "state")
+                else:
+                    trips[side] = (baseline_virtio if virtio else baseline_dimm)(sock)
+                elapsed = time.perf_counter() - start
+                if i:
+                    times[side].append(elapsed)
+                reset(sock)
+    km, base = statistics.median(times["kata-mem"]), statistics.median(times["baseline"])
+    return {"mechanism": mechanism, "kata": km, "base": base, "ratio": km / base, "trips": trips}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=10)
+    args = parser.parse_args()
+    guest_dir = Path(os.environ.get("KATA_MEM_GUEST_DIR") or ROOT / ".cache" / "guest")
+    with tempfile.TemporaryDirectory(prefix="kata-mem-bench-") as tmp:
+        rows = [run(m, args.rounds, guest_dir, Path(tmp)) for m in ("pc-dimm", "virtio-mem")]
+    print(f"{args.rounds} alternating rounds per mechanism, +1 GiB each, TCG guest\n")
+    print(
+        "| apply +1 GiB | kata-mem median | stdlib client median | ratio | QMP round trips (kata-mem / stdlib) |"
+    )
+    print("| --- | --- | --- | --- | --- |")
+    for r in rows:
+        print(
+            f"| {r['mechanism']} | {r['kata'] * 1000:.1f} ms | {r['base'] * 1000:.1f} ms | {r['ratio']:.2f} "
+            f"| {r['trips']['kata-mem']} / {r['trips']['baseline']} |"
+        )
+
+
+if __name__ == "__main__":
+    main()
