@@ -12,7 +12,7 @@ from typing import Any, Optional
 
 from kata_mem.backends import Backend, open_backend
 from kata_mem.backends.fake import FakeBackend, FakeGuest, VirtualTime
-from kata_mem.executor import Executor, Options, Result, fresh_usage
+from kata_mem.executor import Options, Result, fresh_usage, run_locked
 from kata_mem.journal import SandboxState
 from kata_mem.model import GuestUsage, HostFacts, SandboxRequest, SizingConfig, VmState
 from kata_mem.planner import assumed_vm
@@ -78,20 +78,21 @@ def apply_request(
         fake = _dry_run_backend(cfg, host, qmp)
         fake.clock, fake.sleep = virtual.clock, virtual.sleep
         with tempfile.TemporaryDirectory(prefix="kata-mem-dry-run-") as tmp:
-            executor = Executor(
-                fake, SandboxState(tmp, sandbox), clock=virtual.clock, sleep=virtual.sleep
+            state = SandboxState(tmp, sandbox)
+            return run_locked(
+                state, lambda: fake, cfg, host, request, options, virtual.clock, virtual.sleep
             )
-            return executor.apply(cfg, host, request, options)
-    if backend is None:
-        if qmp is None:
-            raise ValueError("apply_request needs qmp= or backend=")
-        backend = _connect(cfg, qmp)
-    try:
-        return Executor(backend, SandboxState(state_dir or cfg.settings.state_dir, sandbox)).apply(
-            cfg, host, request, options
-        )
-    finally:
-        backend.close()
+    if backend is None and qmp is None:
+        raise ValueError("apply_request needs qmp= or backend=")
+
+    def connect() -> Backend:
+        if backend is not None:
+            return backend
+        assert qmp is not None
+        return _connect(cfg, qmp)
+
+    state = SandboxState(state_dir or cfg.settings.state_dir, sandbox)
+    return run_locked(state, connect, cfg, host, request, options)
 
 
 def read_status(

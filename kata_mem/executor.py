@@ -38,6 +38,7 @@ from kata_mem.model import (
     Step,
     VmState,
 )
+from kata_mem.planner import assumed_vm
 from kata_mem.planner import plan as make_plan
 from kata_mem.units import MiB, fmt_bytes
 
@@ -77,6 +78,45 @@ def _crashpoint(name: str) -> None:
     # Fault injection for the crash tests: die exactly here, as a kill -9 would.
     if os.environ.get("KATA_MEM_CRASH_AT") == name:
         os._exit(99)
+
+
+def run_locked(
+    state: SandboxState,
+    connect: Callable[[], Backend],
+    cfg: SizingConfig,
+    host: HostFacts,
+    request: SandboxRequest,
+    options: Options,
+    clock: Callable[[], float] = time.time,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Result:
+    """Take the sandbox lock, *then* connect (QEMU serves one monitor client at a
+    time), apply, and close. A call that cannot get the lock in ``LOCK_WAIT_S``
+    is Deferred/Busy and touches nothing.
+
+    :raises BackendUnavailable: the hypervisor cannot be reached.
+    :raises ConfigError: the state directory cannot be written.
+    """
+    with state.locked(LOCK_WAIT_S) as got:
+        if not got:
+            record = state.load()
+            current = record.observed_mib * MiB if record.observed_mib else None
+            p = make_plan(cfg, host, request, assumed_vm(cfg, host, current))
+            busy = Outcome(
+                "Deferred",
+                "Busy",
+                "another resize of this sandbox is running",
+                p.memory.current,
+                p.memory.target,
+                (),
+                1.0,
+            )
+            return Result(p, busy)
+        backend = connect()
+        try:
+            return Executor(backend, state, clock, sleep).apply(cfg, host, request, options)
+        finally:
+            backend.close()
 
 
 def fresh_usage(
@@ -121,33 +161,18 @@ class Executor:
     def apply(
         self, cfg: SizingConfig, host: HostFacts, request: SandboxRequest, options: Options
     ) -> Result:
-        """Reconcile, plan from the observed VM, and run the plan.
+        """Reconcile, plan from the observed VM, and run the plan. Call it with the
+        sandbox lock held (:func:`run_locked`).
 
         :raises BackendUnavailable: the hypervisor cannot be reached (nothing planned).
         :raises ConfigError: the state directory cannot be written (nothing changed).
         """
-        with self.state.locked(LOCK_WAIT_S) as got:
-            if not got:
-                vm = self.backend.observe()
-                p = make_plan(cfg, host, request, vm)
-                return Result(
-                    p,
-                    Outcome(
-                        "Deferred",
-                        "Busy",
-                        "another resize of this sandbox is running",
-                        vm.total,
-                        p.memory.target,
-                        (),
-                        1.0,
-                    ),
-                )
-            record = self.state.load()
-            vm = self.reconcile(record, cfg)
-            p = make_plan(cfg, host, request, vm)
-            outcome = self._run(p, vm, record, cfg, options)
-            self._finish(record, outcome)
-            return Result(p, outcome, tuple(self.state.warnings + self.warnings))
+        record = self.state.load()
+        vm = self.reconcile(record, cfg)
+        p = make_plan(cfg, host, request, vm)
+        outcome = self._run(p, vm, record, cfg, options)
+        self._finish(record, outcome)
+        return Result(p, outcome, tuple(self.state.warnings + self.warnings))
 
     # -- reconcile ---------------------------------------------------------------
 

@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 from kata_mem.backends.qmp import QmpBackend  # noqa: E402
 from kata_mem.config import load_config  # noqa: E402
-from kata_mem.executor import Executor, Options  # noqa: E402
+from kata_mem.executor import Options, run_locked  # noqa: E402
 from kata_mem.journal import SandboxState  # noqa: E402
 from kata_mem.model import Container, HostFacts, SandboxRequest  # noqa: E402
 from tests.conftest import write_config  # noqa: E402
@@ -111,15 +111,15 @@ def reset(sock: Path) -> None:
 
 def kata_mem_apply(sock: Path, cfg_path: Path, state: Path) -> int:
     cfg = load_config(cfg_path)
-    backend = QmpBackend.connect(str(sock))
-    try:
-        result = Executor(backend, SandboxState(state, "bench")).apply(
-            cfg, HOST, REQUEST, Options()
-        )
-        assert result.outcome.status == "Resized", result.outcome
-        return backend.round_trips + 1  # + capabilities negotiation
-    finally:
-        backend.close()
+    backends: list[QmpBackend] = []
+
+    def connect() -> QmpBackend:
+        backends.append(QmpBackend.connect(str(sock)))
+        return backends[0]
+
+    result = run_locked(SandboxState(state, "bench"), connect, cfg, HOST, REQUEST, Options())
+    assert result.outcome.status == "Resized", result.outcome
+    return backends[0].round_trips + 1  # + capabilities negotiation
 
 
 def run(mechanism: str, rounds: int, guest_dir: Path, work: Path) -> dict[str, Any]:

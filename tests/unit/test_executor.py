@@ -13,7 +13,7 @@ import pytest
 
 from kata_mem.backends import StepProgress
 from kata_mem.backends.fake import FakeBackend, FakeGuest, VirtualTime
-from kata_mem.executor import Executor, Options
+from kata_mem.executor import Options, run_locked
 from kata_mem.journal import SandboxState
 from kata_mem.model import (
     Container,
@@ -62,10 +62,10 @@ def run(tmp_path: Path) -> Callable[..., Any]:
     def go(cfg: SizingConfig, backend: FakeBackend, req: SandboxRequest, **options: bool) -> Any:
         t = VirtualTime()
         backend.clock, backend.sleep = t.clock, t.sleep
-        executor = Executor(
-            backend, SandboxState(tmp_path / "state", "sb"), clock=t.clock, sleep=t.sleep
+        state = SandboxState(tmp_path / "state", "sb")
+        return run_locked(
+            state, lambda: backend, cfg, HOST, req, Options(**options), t.clock, t.sleep
         )
-        return executor.apply(cfg, HOST, req, Options(**options))
 
     return go
 
@@ -259,8 +259,8 @@ def test_busy_when_the_lock_is_held(
     t.start()
     held.wait(5)
     try:
-        r = Executor(FakeBackend(vm_dimms()), state).apply(
-            cfgs["dimm"], HOST, request(256), Options()
+        r = run_locked(
+            state, lambda: FakeBackend(vm_dimms()), cfgs["dimm"], HOST, request(256), Options()
         )
     finally:
         release.set()
@@ -277,7 +277,9 @@ def test_unwritable_state_dir_changes_nothing(
     from kata_mem.errors import ConfigError
 
     with pytest.raises(ConfigError, match="cannot write the sandbox state"):
-        Executor(b, SandboxState(blocker, "sb")).apply(cfgs["dimm"], HOST, request(256), Options())
+        run_locked(
+            SandboxState(blocker, "sb"), lambda: b, cfgs["dimm"], HOST, request(256), Options()
+        )
     assert b.state.dimms == ()
 
 
