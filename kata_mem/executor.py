@@ -270,7 +270,7 @@ class Executor:
             )
         baseline: Optional[GuestUsage] = None
         if m.shrink and not options.force:
-            baseline = self.backend.guest_usage()
+            baseline = self._fresh_usage(cfg)
             verdict = safety.check_step(
                 current_total=vm.total,
                 after_total=m.target,

@@ -52,7 +52,6 @@ def baseline_dimm(sock: Path) -> int:
     """The essential pc-dimm hotplug: observe, object-add, device_add, wait for the
     guest's ACPI_DEVICE_OST, verify. Returns the number of round trips."""
     with QMPClient(sock) as q:
-        q.connect()
         q.execute("query-memory-devices")
         q.execute("object-add", {"qom-type": "memory-backend-ram", "id": "bmem0", "size": GiB})
         q.execute("device_add", {"driver": "pc-dimm", "id": "bdimm0", "memdev": "bmem0"})
@@ -64,7 +63,6 @@ def baseline_dimm(sock: Path) -> int:
 
 def baseline_virtio(sock: Path) -> int:
     with QMPClient(sock) as q:
-        q.connect()
         q.execute("query-memory-devices")
         q.execute(
             "qom-set",
@@ -84,7 +82,6 @@ def baseline_virtio(sock: Path) -> int:
 def reset(sock: Path) -> None:
     """Remove whatever is plugged (not timed)."""
     with QMPClient(sock) as q:
-        q.connect()
         for d in q.execute("query-memory-devices"):
             data: dict[str, Any] = d["data"]
             if d["type"] == "dimm":

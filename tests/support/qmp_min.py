@@ -62,6 +62,7 @@ class QMPClient:
         ``retry_for`` seconds of retries while the socket does not exist yet or
         refuses connections (QEMU still starting). Returns the greeting.
         """
+        self.close()
         deadline = time.monotonic() + retry_for
         while True:
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

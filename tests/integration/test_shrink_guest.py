@@ -1,0 +1,362 @@
+"""Safe shrink on the real guest: verified steps, deferral while the guest holds
+memory, stop-and-revert when it allocates mid-shrink, the unsafe --force
+baseline, DIMM unplug, crashes, and concurrent calls."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from kata_mem.backends import StepProgress
+from kata_mem.backends.qmp import QmpBackend
+from kata_mem.config import load_config
+from kata_mem.executor import Options, run_locked
+from kata_mem.journal import SandboxState
+from kata_mem.model import Container, HostFacts, SandboxRequest, Step
+from tests.conftest import REPO, CliResult, write_config
+from tests.support.guestvm import BootGuest, GuestSpec, GuestVM
+from tests.support.qmp_min import QMPClient
+
+pytestmark = pytest.mark.guest
+Run = Callable[..., CliResult]
+MiB, KiB_PER_MiB = 1 << 20, 1024
+HOST_ARGS = ("--host-memory", "16Gi", "--host-cpus", "4")
+HOST = HostFacts(memory=16 << 30, cpus=4, arch="amd64")
+HEADROOM_KB = 128 * KiB_PER_MiB
+
+
+def config(tmp_path: Path, *, virtio: bool = True, timeout: int = 20) -> Path:
+    return write_config(
+        tmp_path / "configuration.toml",
+        {
+            "default_memory": 512,
+            "default_maxmemory": 4096,
+            "memory_slots": 8,
+            "enable_virtio_mem": virtio,
+        },
+        kata_mem={"state_dir": str(tmp_path / "state"), "step_timeout_s": timeout},
+    )
+
+
+def apply(run_cli: Run, cfg: Path, vm: GuestVM, *args: str) -> tuple[int, dict[str, Any]]:
+    r = run_cli(
+        "apply",
+        "--config",
+        str(cfg),
+        "--qmp",
+        str(vm.qmp_socket),
+        "--sandbox",
+        "sb",
+        *HOST_ARGS,
+        "--json",
+        *args,
+    )
+    assert r.out.strip(), r.err
+    return r.code, json.loads(r.out)
+
+
+def plugged_1g(run_cli: Run, cfg: Path, vm: GuestVM) -> int:
+    """Plug 1 GiB through kata-mem; returns the guest's MemTotal (kB) afterwards."""
+    base = vm.status().total_kb
+    code, doc = apply(run_cli, cfg, vm, "--limit", "1Gi")
+    assert (code, doc["status"]) == (0, "Resized"), doc
+    return vm.wait_mem(lambda m: m.total_kb >= base + 1024 * KiB_PER_MiB, timeout=10).total_kb
+
+
+def test_idle_guest_shrinks_in_verified_steps(
+    boot_guest: BootGuest, run_cli: Run, tmp_path: Path
+) -> None:
+    vm = boot_guest(GuestSpec(virtio_mem_mib=2048))
+    cfg = config(tmp_path)
+    base_kb = vm.status().total_kb
+    plugged_1g(run_cli, cfg, vm)
+    code, doc = apply(run_cli, cfg, vm, "--allow-shrink")
+    assert (code, doc["status"], doc["observed_mib"]) == (0, "Resized", 512), doc
+    assert [s["size_mib"] for s in doc["steps"]] == [768, 512, 256, 0]
+    assert vm.wait_mem(lambda m: m.total_kb == base_kb, timeout=10).total_kb == base_kb
+
+
+def test_shrink_without_allow_is_reported_not_executed(
+    boot_guest: BootGuest, run_cli: Run, tmp_path: Path
+) -> None:
+    vm = boot_guest(GuestSpec(virtio_mem_mib=2048))
+    cfg = config(tmp_path)
+    total = plugged_1g(run_cli, cfg, vm)
+    code, doc = apply(run_cli, cfg, vm)
+    assert (code, doc["status"], doc["reason"]) == (0, "Infeasible", "ShrinkNotAllowed")
+    assert doc["plan"]["memory"]["target_mib"] == 512
+    assert vm.status().total_kb == total
+
+
+def test_guest_holding_memory_defers_then_shrinks_after_freeing(
+    boot_guest: BootGuest, run_cli: Run, tmp_path: Path
+) -> None:
+    vm = boot_guest(GuestSpec(virtio_mem_mib=2048))
+    cfg = config(tmp_path)
+    total = plugged_1g(run_cli, cfg, vm)
+    vm.alloc(700)
+    code, doc = apply(run_cli, cfg, vm, "--allow-shrink")
+    assert (code, doc["status"], doc["reason"]) == (0, "Deferred", "UsageAboveTarget"), doc
+    assert "guest usage" in doc["message"] and "headroom 128 MiB" in doc["message"]
+    assert doc["retry_after_s"] == 30
+    mem = vm.status()
+    assert vm.is_alive() and mem.total_kb == total
+    assert mem.avail_kb > HEADROOM_KB
+    vm.free()
+    code, doc = apply(run_cli, cfg, vm, "--allow-shrink")
+    assert (code, doc["status"], doc["observed_mib"]) == (0, "Resized", 512), doc
+
+
+class AllocatesAfterFirstStep(QmpBackend):
+    """The real backend; the test makes the guest allocate as soon as the first
+    shrink step has completed, between two steps of one shrink."""
+
+    vm: GuestVM
+    mib: int = 800
+
+    def poll(self, step: Step, wait_s: float = 0.0) -> StepProgress:
+        progress = super().poll(step, wait_s)
+        if progress.state == "done" and step.delta < 0 and not getattr(self, "_allocated", False):
+            self._allocated = True
+            self.vm.alloc(self.mib)
+        return progress
+
+
+def test_guest_allocating_during_a_shrink_stops_it(
+    boot_guest: BootGuest, run_cli: Run, tmp_path: Path
+) -> None:
+    vm = boot_guest(GuestSpec(virtio_mem_mib=2048))
+    cfg_path = config(tmp_path)
+    plugged_1g(run_cli, cfg_path, vm)
+    cfg = load_config(cfg_path)
+
+    def connect() -> QmpBackend:
+        backend = AllocatesAfterFirstStep.connect(str(vm.qmp_socket))
+        assert isinstance(backend, AllocatesAfterFirstStep)
+        backend.vm = vm
+        return backend
+
+    result = run_locked(
+        SandboxState(tmp_path / "state", "sb"),
+        connect,
+        cfg,
+        HOST,
+        SandboxRequest(),
+        Options(allow_shrink=True),
+    )
+    out = result.outcome
+    assert (out.status, out.reason) == ("InProgress", "PartialShrink"), out
+    assert [s.size // MiB for s in out.steps] == [768]
+    assert out.observed == (512 + 768) * MiB
+    mem = vm.status()
+    assert vm.is_alive() and mem.held_mib == 800
+    assert mem.avail_kb > HEADROOM_KB
+    with QMPClient(vm.qmp_socket) as q:  # nothing left for the guest to keep unplugging by itself
+        dev = next(
+            d["data"] for d in q.execute("query-memory-devices") if d["type"] == "virtio-mem"
+        )
+        assert dev["requested-size"] == dev["size"] == 768 * MiB
+
+
+def test_force_shows_the_harm_the_checks_prevent(
+    boot_guest: BootGuest, run_cli: Run, tmp_path: Path
+) -> None:
+    """The unsafe baseline: the same guest and request as the deferral test, with
+    the checks skipped. The guest is left with almost no free memory, or dies."""
+    vm = boot_guest(GuestSpec(virtio_mem_mib=2048))
+    cfg = config(tmp_path, timeout=5)
+    plugged_1g(run_cli, cfg, vm)
+    vm.alloc(700)
+    code, doc = apply(run_cli, cfg, vm, "--force")
+    assert doc["status"] == "InProgress" and doc["reason"] == "UnplugTimeout", doc
+    alive = vm.is_alive()
+    avail = vm.status().avail_kb if alive else 0
+    print(
+        f"--force: status {doc['status']}/{doc['reason']}, guest alive={alive}, MemAvailable {avail} kB, observed {doc['observed_mib']} MiB"
+    )
+    assert not alive or avail < HEADROOM_KB
+
+
+def test_dimm_unplug_completes_and_deletes_the_backend(
+    boot_guest: BootGuest, run_cli: Run, tmp_path: Path
+) -> None:
+    vm = boot_guest(GuestSpec(virtio_mem_mib=0))
+    cfg = config(tmp_path, virtio=False)
+    base_kb = vm.status().total_kb
+    code, doc = apply(run_cli, cfg, vm, "--limit", "256Mi")
+    assert doc["status"] == "Resized"
+    code, doc = apply(run_cli, cfg, vm, "--allow-shrink")
+    assert (code, doc["status"], doc["observed_mib"]) == (0, "Resized", 512), doc
+    assert [(s["action"], s["device"]) for s in doc["steps"]] == [("unplug_dimm", "kmdimm0")]
+    assert vm.wait_mem(lambda m: m.total_kb == base_kb, timeout=10)
+    with QMPClient(vm.qmp_socket) as q:
+        assert q.execute("query-memory-devices") == []
+        assert not [
+            o for o in q.execute("qom-list", {"path": "/objects"}) if o["name"].startswith("kmmem")
+        ]
+
+
+def test_dimm_unplug_that_times_out_stays_pending_and_is_settled(
+    boot_guest: BootGuest, run_cli: Run, tmp_path: Path
+) -> None:
+    # A paused guest cannot answer the ACPI eject: the unplug stays pending until it runs again.
+    # (A guest too full to offline the DIMM is no way to test this: it panics, see the README.)
+    vm = boot_guest(GuestSpec(virtio_mem_mib=0))
+    cfg = config(tmp_path, virtio=False, timeout=3)
+    base_kb = vm.status().total_kb
+    apply(run_cli, cfg, vm, "--limit", "256Mi")
+    with QMPClient(vm.qmp_socket) as q:
+        q.execute("stop")
+    # --force: a paused guest reports no fresh usage, so the checks would (rightly) defer.
+    code, doc = apply(run_cli, cfg, vm, "--force")
+    assert (code, doc["status"], doc["reason"], doc["observed_mib"]) == (
+        8,
+        "InProgress",
+        "UnplugTimeout",
+        768,
+    ), doc
+    journal = json.loads((tmp_path / "state" / "sb" / "journal.json").read_text())
+    assert journal["pending_unplug"] == ["kmdimm0"]
+    code, doc = apply(run_cli, cfg, vm, "--allow-shrink")
+    assert (doc["status"], doc["reason"], doc["observed_mib"]) == ("Deferred", "Busy", 768), doc
+    with QMPClient(vm.qmp_socket) as q:
+        q.execute("cont")
+    vm.wait_mem(lambda m: m.total_kb == base_kb, timeout=60)
+    code, doc = apply(run_cli, cfg, vm, "--allow-shrink")
+    assert (code, doc["status"], doc["observed_mib"]) == (0, "NoChange", 512), doc
+    assert any("pending unplug of kmdimm0 completed" in w for w in doc["warnings"])
+    assert any("orphaned backend object kmmem0" in w for w in doc["warnings"])
+    with QMPClient(vm.qmp_socket) as q:
+        assert q.execute("query-memory-devices") == []
+        assert not [
+            o for o in q.execute("qom-list", {"path": "/objects"}) if o["name"].startswith("kmmem")
+        ]
+
+
+def _crash_run(
+    cfg: Path, vm: GuestVM, crash_at: str, *args: str
+) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, KATA_MEM_CRASH_AT=crash_at)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kata_mem",
+            "apply",
+            "--config",
+            str(cfg),
+            "--qmp",
+            str(vm.qmp_socket),
+            "--sandbox",
+            "sb",
+            *HOST_ARGS,
+            "--json",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize("crash_at", ["before-command", "after-command"])
+def test_crash_during_a_virtio_mem_shrink_is_repaired(
+    boot_guest: BootGuest, run_cli: Run, tmp_path: Path, crash_at: str
+) -> None:
+    vm = boot_guest(GuestSpec(virtio_mem_mib=2048))
+    cfg = config(tmp_path)
+    plugged_1g(run_cli, cfg, vm)
+    r = _crash_run(cfg, vm, crash_at, "--allow-shrink")
+    assert r.returncode == 99, r.stderr
+    journal = json.loads((tmp_path / "state" / "sb" / "journal.json").read_text())
+    assert (journal["state"], journal["step"]["action"]) == ("running", "resize_virtio_mem")
+    code, doc = apply(run_cli, cfg, vm, "--allow-shrink")
+    assert (code, doc["status"], doc["observed_mib"]) == (0, "Resized", 512), doc
+    assert any("reconciled: the previous call stopped" in w for w in doc["warnings"])
+
+
+@pytest.mark.parametrize("crash_at", ["before-command", "after-command"])
+def test_crash_during_dimm_changes_is_repaired(
+    boot_guest: BootGuest, run_cli: Run, tmp_path: Path, crash_at: str
+) -> None:
+    vm = boot_guest(GuestSpec(virtio_mem_mib=0))
+    cfg = config(tmp_path, virtio=False)
+    base_kb = vm.status().total_kb
+    # Grow with a crash, then converge.
+    assert _crash_run(cfg, vm, crash_at, "--limit", "256Mi").returncode == 99
+    code, doc = apply(run_cli, cfg, vm, "--limit", "256Mi")
+    assert (code, doc["observed_mib"]) == (0, 768), doc
+    # Shrink with a crash, then converge: nothing plugged twice, no orphan left.
+    assert _crash_run(cfg, vm, crash_at, "--allow-shrink").returncode == 99
+    code, doc = apply(run_cli, cfg, vm, "--allow-shrink")
+    if crash_at == "after-command" and doc["status"] == "Deferred":
+        # device_del was sent and the guest had not finished: pending, still counted as plugged.
+        assert (doc["reason"], doc["observed_mib"]) == ("Busy", 768), doc
+        vm.wait_mem(lambda m: m.total_kb == base_kb, timeout=30)
+        code, doc = apply(run_cli, cfg, vm, "--allow-shrink")
+    assert (code, doc["observed_mib"]) == (0, 512), doc
+    with QMPClient(vm.qmp_socket) as q:
+        assert q.execute("query-memory-devices") == []
+        assert not [
+            o for o in q.execute("qom-list", {"path": "/objects"}) if o["name"].startswith("kmmem")
+        ]
+
+
+def test_two_applies_at_once_are_serialized(boot_guest: BootGuest, tmp_path: Path) -> None:
+    vm = boot_guest(GuestSpec(virtio_mem_mib=2048))
+    cfg = config(tmp_path)
+    results: list[subprocess.CompletedProcess[str]] = []
+
+    def run() -> None:
+        results.append(
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "kata_mem",
+                    "apply",
+                    "--config",
+                    str(cfg),
+                    "--qmp",
+                    str(vm.qmp_socket),
+                    "--sandbox",
+                    "sb",
+                    "--limit",
+                    "1Gi",
+                    *HOST_ARGS,
+                    "--json",
+                ],
+                capture_output=True,
+                text=True,
+                cwd=REPO,
+                timeout=120,
+                check=False,
+            )
+        )
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    docs = sorted((json.loads(r.stdout) for r in results), key=lambda d: d["status"])
+    assert [r.returncode for r in results] == [0, 0], [r.stderr for r in results]
+    assert [(d["status"], d["observed_mib"]) for d in docs] == [
+        ("NoChange", 1536),
+        ("Resized", 1536),
+    ]
+    with QMPClient(vm.qmp_socket) as q:
+        dev = next(
+            d["data"] for d in q.execute("query-memory-devices") if d["type"] == "virtio-mem"
+        )
+        assert dev["size"] == dev["requested-size"] == 1024 * MiB
