@@ -19,7 +19,7 @@ from kata_mem.backends.qmp import QmpBackend
 from kata_mem.config import load_config
 from kata_mem.executor import Options, run_locked
 from kata_mem.journal import SandboxState
-from kata_mem.model import Container, HostFacts, SandboxRequest, Step
+from kata_mem.model import HostFacts, SandboxRequest, Step
 from tests.conftest import REPO, CliResult, write_config
 from tests.support.guestvm import BootGuest, GuestSpec, GuestVM
 from tests.support.qmp_min import QMPClient
@@ -175,7 +175,7 @@ def test_force_shows_the_harm_the_checks_prevent(
     plugged_1g(run_cli, cfg, vm)
     vm.alloc(700)
     code, doc = apply(run_cli, cfg, vm, "--force")
-    assert doc["status"] == "InProgress" and doc["reason"] == "UnplugTimeout", doc
+    assert (code, doc["status"], doc["reason"]) == (8, "InProgress", "UnplugTimeout"), doc
     alive = vm.is_alive()
     avail = vm.status().avail_kb if alive else 0
     print(
