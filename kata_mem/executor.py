@@ -124,14 +124,20 @@ def fresh_usage(
     interval_s: float,
     clock: Callable[[], float] = time.time,
     sleep: Callable[[float], None] = time.sleep,
+    after: Optional[float] = None,
 ) -> Optional[GuestUsage]:
-    """A balloon reading taken after this call began (the guest reports every
-    ``interval_s``); the last reading, however old, if none comes in time."""
-    start = clock()
-    deadline = start + 2 * interval_s + 1.0
+    """A balloon reading taken at or after ``after`` (default: now).
+
+    QEMU stamps readings in whole seconds and the guest reports every
+    ``interval_s``, so this waits up to about two intervals; if no such reading
+    comes, the last one is returned, however old (the safety check then calls
+    its age unknown).
+    """
+    not_before = clock() if after is None else after
+    deadline = clock() + 2 * interval_s + 1.5
     usage = backend.guest_usage()
-    while usage is not None and (usage.last_update or 0) < start - 0.5 and clock() < deadline:
-        sleep(0.2)
+    while usage is not None and (usage.last_update or 0) < not_before and clock() < deadline:
+        sleep(0.1)
         usage = backend.guest_usage()
     return usage
 
@@ -155,6 +161,10 @@ class Executor:
         self.clock = clock
         self.sleep = sleep
         self.warnings: list[str] = []
+        # The end time and the VM total before the last shrink step, to judge how old a
+        # balloon reading is relative to it (QEMU stamps readings in whole seconds).
+        self._last_end: Optional[float] = None
+        self._total_before_last = 0
 
     # -- entry point -----------------------------------------------------------
 
@@ -270,7 +280,7 @@ class Executor:
             )
         baseline: Optional[GuestUsage] = None
         if m.shrink and not options.force:
-            baseline = self._fresh_usage(cfg)
+            baseline = self._recent_usage(cfg)
             verdict = safety.check_step(
                 current_total=vm.total,
                 after_total=m.target,
@@ -284,9 +294,16 @@ class Executor:
             self._note("--force: shrink safety checks skipped (for tests and benchmarks only)")
         try:
             for step in m.steps:
-                vm = self._step(step, vm, record, cfg, options, baseline, done)
+                vm = self._step(step, vm, record, cfg, options, baseline, m.target)
                 done.append(step)
         except _Stop as stop:
+            if (
+                done
+                and stop.status == "Deferred"
+                and done[-1].action == "resize_virtio_mem"
+                and done[-1].shrinks
+            ):
+                self._relieve(done[-1], vm, record, cfg)
             vm = self._observe_safely(vm)
             if done and stop.status == "Deferred" and m.shrink:
                 return Outcome(
@@ -327,7 +344,7 @@ class Executor:
         cfg: SizingConfig,
         options: Options,
         baseline: Optional[GuestUsage],
-        done: list[Step],
+        final_total: int,
     ) -> VmState:
         block = (
             vm.virtio_mem.block
@@ -335,15 +352,7 @@ class Executor:
             else cfg.settings.dimm_block
         )
         if step.shrinks and not options.force:
-            usage = self._fresh_usage(cfg)
-            verdict = safety.check_step(
-                current_total=vm.total,
-                after_total=step.total_after,
-                usage=usage,
-                settings=cfg.settings,
-                block=block,
-                baseline=baseline,
-            )
+            verdict = self._check(vm, step, cfg, block, baseline)
             if verdict.action == "defer":
                 raise _Stop("Deferred", verdict.reason, verdict.message)
         before = vm
@@ -369,7 +378,16 @@ class Executor:
                 "step %s %s done: guest memory %s", step.action, step.device, fmt_bytes(vm.total)
             )
             if guarded:
-                pressure = safety.under_pressure(self._fresh_usage(cfg), cfg.settings, block)
+                self._last_end, self._total_before_last = self.clock(), before.total
+                # After the last step, wait for a reading that shows it; between steps the
+                # next step's check reads again anyway.
+                last = step.total_after == final_total
+                usage = (
+                    self._fresh_usage(cfg, after=self._last_end)
+                    if last
+                    else self.backend.guest_usage()
+                )
+                pressure = safety.under_pressure(usage, cfg.settings, block)
                 if pressure:
                     progress = StepProgress("pending", f"pressure: {pressure}")
             if progress.state == "done":
@@ -455,8 +473,62 @@ class Executor:
         while self.backend.poll(revert, POLL_WAIT_S).state == "pending" and self.clock() < deadline:
             pass
 
-    def _fresh_usage(self, cfg: SizingConfig) -> Optional[GuestUsage]:
-        return fresh_usage(self.backend, cfg.settings.stats_interval_s, self.clock, self.sleep)
+    def _fresh_usage(
+        self, cfg: SizingConfig, after: Optional[float] = None
+    ) -> Optional[GuestUsage]:
+        return fresh_usage(
+            self.backend, cfg.settings.stats_interval_s, self.clock, self.sleep, after
+        )
+
+    def _recent_usage(self, cfg: SizingConfig) -> Optional[GuestUsage]:
+        """The latest reading when it is recent enough, else a fresh one."""
+        usage = self.backend.guest_usage()
+        if usage is None or usage.age is None or usage.age > cfg.settings.usage_max_age_s:
+            usage = self._fresh_usage(cfg)
+        return usage
+
+    def _check(
+        self, vm: VmState, step: Step, cfg: SizingConfig, block: int, baseline: Optional[GuestUsage]
+    ) -> safety.Verdict:
+        """The safety check before a shrink step, without waiting when it can be avoided.
+
+        A reading that may predate the previous step is judged as if it did (the
+        VM then had more memory, so more is counted as removed: the conservative
+        side). Only if that fails is a reading from after the previous step awaited.
+        """
+        usage = self._recent_usage(cfg)
+        ambiguous = (
+            self._last_end is not None
+            and usage is not None
+            and (usage.last_update or 0) < self._last_end
+        )
+        current = self._total_before_last if ambiguous else vm.total
+
+        def judge(u: Optional[GuestUsage], total: int) -> safety.Verdict:
+            return safety.check_step(
+                current_total=total,
+                after_total=step.total_after,
+                usage=u,
+                settings=cfg.settings,
+                block=block,
+                baseline=baseline,
+            )
+
+        verdict = judge(usage, current)
+        if verdict.action == "defer" and ambiguous:
+            verdict = judge(self._fresh_usage(cfg, after=self._last_end), vm.total)
+        return verdict
+
+    def _relieve(self, last: Step, vm: VmState, record: Record, cfg: SizingConfig) -> None:
+        """Stopping mid-shrink: if the guest is now short of memory, give back the last step."""
+        pressure = safety.under_pressure(
+            self._fresh_usage(cfg, after=self._last_end),
+            cfg.settings,
+            vm.virtio_mem.block if vm.virtio_mem else 0,
+        )
+        if pressure:
+            self._note(f"{pressure}: the last step is given back")
+            self._revert(last, last.size - last.delta, vm, record)
 
     # -- outcomes and records ---------------------------------------------------------
 

