@@ -11,6 +11,7 @@ from kata_mem.config import find_config, load_config
 from kata_mem.errors import (
     BackendError,
     BackendUnavailable,
+    BackendUnsupported,
     ConfigError,
     GuestTimeout,
     InputError,
@@ -42,6 +43,7 @@ __version__ = "0.1.0"
 __all__ = [
     "BackendError",
     "BackendUnavailable",
+    "BackendUnsupported",
     "Clamp",
     "ConfigError",
     "Container",

@@ -1,7 +1,7 @@
 """The library entry points that touch a VM: ``apply_request`` and ``read_status``.
 
-They pick the backend (QMP, or the in-memory fake for a dry run), open the
-sandbox's state, and hand over to the executor.
+They pick the backend (QMP, libvirt, or the in-memory fake for a dry run), open
+the sandbox's state, and hand over to the executor.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Optional
 
-from kata_mem.backends import Backend, open_backend
+from kata_mem.backends import Backend, Endpoint, open_backend
 from kata_mem.backends.fake import FakeBackend, FakeGuest, VirtualTime
 from kata_mem.executor import Options, Result, fresh_usage, run_locked
 from kata_mem.journal import SandboxState
@@ -18,19 +18,19 @@ from kata_mem.model import GuestUsage, HostFacts, SandboxRequest, SizingConfig, 
 from kata_mem.planner import assumed_vm
 
 
-def _connect(cfg: SizingConfig, qmp: str) -> Backend:
-    from kata_mem.backends.qmp import QmpBackend
-
-    return QmpBackend.connect(
-        qmp, hugepages=cfg.enable_hugepages, stats_interval=cfg.settings.stats_interval_s
+def _connect(cfg: SizingConfig, endpoint: Endpoint) -> Backend:
+    return open_backend(
+        endpoint, hugepages=cfg.enable_hugepages, stats_interval=cfg.settings.stats_interval_s
     )
 
 
-def _dry_run_backend(cfg: SizingConfig, host: HostFacts, qmp: Optional[str]) -> FakeBackend:
-    """An in-memory copy of the VM (observed, read-only, when a socket is given)."""
-    if qmp is None:
+def _dry_run_backend(
+    cfg: SizingConfig, host: HostFacts, endpoint: Optional[Endpoint]
+) -> FakeBackend:
+    """An in-memory copy of the VM (observed, read-only, when an endpoint is given)."""
+    if endpoint is None:
         return FakeBackend(assumed_vm(cfg, host))
-    real = _connect(cfg, qmp)
+    real = _connect(cfg, endpoint)
     try:
         vm, usage = real.observe(), fresh_usage(real, cfg.settings.stats_interval_s)
     finally:
@@ -55,54 +55,47 @@ def apply_request(
     host: HostFacts,
     request: SandboxRequest,
     *,
-    qmp: Optional[str],
+    endpoint: Optional[Endpoint],
     sandbox: str,
     state_dir: Optional[str] = None,
     dry_run: bool = False,
     allow_shrink: bool = False,
     force: bool = False,
-    backend: Optional[Backend] = None,
 ) -> Result:
     """Resize the sandbox's VM to what its containers need.
 
-    With ``dry_run`` the plan runs against an in-memory copy of the VM and a
-    throw-away journal: nothing on the host changes.
+    With ``dry_run`` the plan runs against an in-memory copy of the VM (read
+    from ``endpoint`` when given) and a throw-away journal: nothing changes.
 
-    :raises BackendUnavailable: the VM's monitor cannot be reached.
+    :raises BackendUnavailable: the VM's hypervisor cannot be reached.
     :raises ConfigError: the state directory cannot be written.
     :raises BackendError: a query failed outside a step (steps report failures in the outcome).
     """
     options = Options(allow_shrink=allow_shrink, force=force)
     if dry_run:
         virtual = VirtualTime()
-        fake = _dry_run_backend(cfg, host, qmp)
+        fake = _dry_run_backend(cfg, host, endpoint)
         fake.clock, fake.sleep = virtual.clock, virtual.sleep
         with tempfile.TemporaryDirectory(prefix="kata-mem-dry-run-") as tmp:
             state = SandboxState(tmp, sandbox)
             return run_locked(
                 state, lambda: fake, cfg, host, request, options, virtual.clock, virtual.sleep
             )
-    if backend is None and qmp is None:
-        raise ValueError("apply_request needs qmp= or backend=")
-
-    def connect() -> Backend:
-        if backend is not None:
-            return backend
-        assert qmp is not None
-        return _connect(cfg, qmp)
-
+    if endpoint is None:
+        raise ValueError("apply_request needs an endpoint unless dry_run")
+    real_endpoint = endpoint
     state = SandboxState(state_dir or cfg.settings.state_dir, sandbox)
-    return run_locked(state, connect, cfg, host, request, options)
+    return run_locked(state, lambda: _connect(cfg, real_endpoint), cfg, host, request, options)
 
 
 def read_status(
-    qmp: str, sandbox: str, state_dir: str
+    endpoint: Endpoint, sandbox: str, state_dir: str
 ) -> tuple[VmState, Optional[GuestUsage], Optional[dict[str, Any]]]:
     """What the hypervisor reports, the guest's usage, and the sandbox's journal (if any).
 
-    :raises BackendUnavailable: the VM's monitor cannot be reached.
+    :raises BackendUnavailable: the VM's hypervisor cannot be reached.
     """
-    backend = open_backend("qmp", qmp)
+    backend = open_backend(endpoint)
     try:
         vm, usage = backend.observe(), fresh_usage(backend, 1)
     finally:

@@ -18,6 +18,7 @@ import click
 
 from kata_mem import config as config_mod
 from kata_mem import render
+from kata_mem.backends import Endpoint
 from kata_mem.errors import InputError, KataMemError
 from kata_mem.host import probe_host
 from kata_mem.model import HostFacts, Settings, SizingConfig
@@ -158,26 +159,60 @@ def preview(
         click.echo(render.plan_text(result, cfg, title))
 
 
-def _sandbox_id(sandbox: Optional[str], qmp: Optional[str]) -> str:
+def _endpoint(
+    qmp: Optional[str], libvirt_uri: Optional[str], domain: Optional[str]
+) -> Optional[Endpoint]:
+    if qmp and libvirt_uri:
+        raise click.UsageError("give either --qmp or --libvirt, not both")
+    if libvirt_uri:
+        if not domain:
+            raise click.UsageError("--libvirt needs --domain NAME")
+        return Endpoint("libvirt", libvirt_uri, domain)
+    if domain:
+        raise click.UsageError("--domain goes with --libvirt URI")
+    return Endpoint("qmp", qmp) if qmp else None
+
+
+def _sandbox_id(sandbox: Optional[str], endpoint: Optional[Endpoint]) -> str:
+    """The given id, else one derived from the endpoint (stable across calls)."""
     if sandbox:
         return sandbox
-    if qmp:
-        import hashlib
+    if endpoint is None:
+        return "dry-run"
+    import hashlib
 
-        return "qmp-" + hashlib.sha256(os.path.realpath(qmp).encode()).hexdigest()[:12]
-    return "dry-run"
+    where = (
+        os.path.realpath(endpoint.target)
+        if endpoint.kind == "qmp"
+        else f"{endpoint.target}#{endpoint.domain}"
+    )
+    return f"{endpoint.kind}-" + hashlib.sha256(where.encode()).hexdigest()[:12]
 
 
 def backend_options(fn: F) -> F:
-    fn = click.option(
-        "--state-dir",
-        metavar="DIR",
-        help="Per-sandbox lock and journal (default: [kata_mem] state_dir).",
-    )(fn)
-    fn = click.option(
-        "--sandbox", metavar="ID", help="Sandbox id (default: derived from the socket path)."
-    )(fn)
-    return click.option("--qmp", metavar="SOCKET", help="The VM's QMP unix socket.")(fn)
+    options = [
+        click.option("--qmp", metavar="SOCKET", help="The VM's QMP unix socket."),
+        click.option(
+            "--libvirt",
+            "libvirt_uri",
+            metavar="URI",
+            help="A libvirt URI, e.g. qemu:///system (with --domain).",
+        ),
+        click.option("--domain", metavar="NAME", help="The libvirt domain (with --libvirt)."),
+        click.option(
+            "--sandbox",
+            metavar="ID",
+            help="Sandbox id (default: derived from the socket or domain).",
+        ),
+        click.option(
+            "--state-dir",
+            metavar="DIR",
+            help="Per-sandbox lock and journal (default: [kata_mem] state_dir).",
+        ),
+    ]
+    for opt in reversed(options):
+        fn = opt(fn)
+    return fn
 
 
 #: Outcome reasons that mean the hypervisor or the guest failed; they get their own exit codes.
@@ -217,6 +252,8 @@ def apply(
     host_cpus: Optional[int],
     host_arch: Optional[str],
     qmp: Optional[str],
+    libvirt_uri: Optional[str],
+    domain: Optional[str],
     sandbox: Optional[str],
     state_dir: Optional[str],
     dry_run: bool,
@@ -227,22 +264,25 @@ def apply(
     """Resize the VM's memory to what its containers need: reconcile, plan, step, verify."""
     from kata_mem.apply import apply_request
 
+    endpoint = _endpoint(qmp, libvirt_uri, domain)
+    if endpoint is None and not dry_run:
+        raise click.UsageError(
+            "apply needs --qmp SOCKET or --libvirt URI --domain NAME (or --dry-run)"
+        )
     cfg, _ = _config(config_path)
     host = _host(host_memory, host_cpus, host_arch, cfg.settings.host_memory_cgroup)
     request = build_request(pod, oci, limit, cpu)
-    if qmp is None and not dry_run:
-        raise click.UsageError("apply needs --qmp SOCKET (or --dry-run)")
     if force:
         click.echo(
             "kata-mem: WARNING: --force skips every shrink safety check; for tests and benchmarks only",
             err=True,
         )
-    sid = _sandbox_id(sandbox, qmp)
+    sid = _sandbox_id(sandbox, endpoint)
     result = apply_request(
         cfg,
         host,
         request,
-        qmp=qmp,
+        endpoint=endpoint,
         sandbox=sid,
         state_dir=state_dir,
         dry_run=dry_run,
@@ -265,6 +305,8 @@ def apply(
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (schema kata-mem/status/v1).")
 def status(
     qmp: Optional[str],
+    libvirt_uri: Optional[str],
+    domain: Optional[str],
     sandbox: Optional[str],
     state_dir: Optional[str],
     config_path: Optional[str],
@@ -273,14 +315,15 @@ def status(
     """Show what the hypervisor reports: boot memory, devices, plugged total, guest usage."""
     from kata_mem.apply import read_status
 
-    if qmp is None:
-        raise click.UsageError("status needs --qmp SOCKET")
+    endpoint = _endpoint(qmp, libvirt_uri, domain)
+    if endpoint is None:
+        raise click.UsageError("status needs --qmp SOCKET or --libvirt URI --domain NAME")
     directory = state_dir
     if directory is None:
         directory = (
             _config(config_path)[0].settings.state_dir if config_path else Settings().state_dir
         )
-    vm, usage, record = read_status(qmp, _sandbox_id(sandbox, qmp), directory)
+    vm, usage, record = read_status(endpoint, _sandbox_id(sandbox, endpoint), directory)
     if as_json:
         _emit(render.status_json(vm, usage, record))
     else:

@@ -11,6 +11,7 @@ code the CLI and the shim use::
      +-- PlanRejected            5  refused by policy; nothing was changed
      +-- BackendUnavailable      6  socket/URI missing, connection refused
      +-- BackendError            7  the hypervisor refused or failed a command
+     |    +-- BackendUnsupported 7  the hypervisor cannot do this at all (e.g. VIR_ERR_NO_SUPPORT)
      +-- GuestTimeout            8  the guest did not complete in time
 
 Exit code 2 is click's usage error and has no class here. Codes 7 and 8 mean
@@ -82,6 +83,15 @@ class BackendError(KataMemError):
     def __init__(self, message: str, error_class: str = "") -> None:
         super().__init__(message)
         self.error_class = error_class
+
+
+class BackendUnsupported(BackendError):
+    """The hypervisor or its driver lacks the operation (libvirt ``VIR_ERR_NO_SUPPORT``).
+
+    Not transient: a step that meets it is reported Infeasible, not retried.
+    """
+
+    kind = "backend-unsupported"
 
 
 class GuestTimeout(KataMemError):

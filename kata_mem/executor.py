@@ -25,7 +25,7 @@ from typing import Callable, Optional
 
 from kata_mem import safety
 from kata_mem.backends import Backend, StepProgress
-from kata_mem.errors import BackendError, KataMemError
+from kata_mem.errors import BackendError, BackendUnsupported, KataMemError
 from kata_mem.journal import Record, SandboxState
 from kata_mem.model import (
     GuestUsage,
@@ -134,7 +134,7 @@ def fresh_usage(
     its age unknown).
     """
     not_before = clock() if after is None else after
-    deadline = clock() + 2 * interval_s + 1.5
+    deadline = clock() + 3 * interval_s + 2.0
     usage = backend.guest_usage()
     while usage is not None and (usage.last_update or 0) < not_before and clock() < deadline:
         sleep(0.1)
@@ -165,6 +165,7 @@ class Executor:
         # balloon reading is relative to it (QEMU stamps readings in whole seconds).
         self._last_end: Optional[float] = None
         self._total_before_last = 0
+        self._started = clock()
 
     # -- entry point -----------------------------------------------------------
 
@@ -177,6 +178,7 @@ class Executor:
         :raises BackendUnavailable: the hypervisor cannot be reached (nothing planned).
         :raises ConfigError: the state directory cannot be written (nothing changed).
         """
+        self._started = self.clock()
         record = self.state.load()
         vm = self.reconcile(record, cfg)
         p = make_plan(cfg, host, request, vm)
@@ -280,14 +282,7 @@ class Executor:
             )
         baseline: Optional[GuestUsage] = None
         if m.shrink and not options.force:
-            baseline = self._recent_usage(cfg)
-            verdict = safety.check_step(
-                current_total=vm.total,
-                after_total=m.target,
-                usage=baseline,
-                settings=cfg.settings,
-                block=m.block,
-            )
+            verdict, baseline = self._check(vm, m.target, cfg, m.block, None)
             if verdict.action == "defer":
                 return self._deferred(record, verdict.reason, verdict.message, vm, m.target)
         if options.force:
@@ -352,7 +347,7 @@ class Executor:
             else cfg.settings.dimm_block
         )
         if step.shrinks and not options.force:
-            verdict = self._check(vm, step, cfg, block, baseline)
+            verdict, _ = self._check(vm, step.total_after, cfg, block, baseline)
             if verdict.action == "defer":
                 raise _Stop("Deferred", verdict.reason, verdict.message)
         before = vm
@@ -360,6 +355,11 @@ class Executor:
         _crashpoint("before-command")
         try:
             self.backend.begin(step)
+        except BackendUnsupported as exc:
+            reason = "BackendCannotShrink" if step.shrinks else "BackendCannotGrow"
+            raise _Stop(
+                "Infeasible", reason, f"{step.action} {step.device}: {exc.error_class}: {exc}"
+            ) from None
         except BackendError as exc:
             raise _Stop(
                 "InProgress",
@@ -488,26 +488,31 @@ class Executor:
         return usage
 
     def _check(
-        self, vm: VmState, step: Step, cfg: SizingConfig, block: int, baseline: Optional[GuestUsage]
-    ) -> safety.Verdict:
-        """The safety check before a shrink step, without waiting when it can be avoided.
+        self,
+        vm: VmState,
+        after_total: int,
+        cfg: SizingConfig,
+        block: int,
+        baseline: Optional[GuestUsage],
+    ) -> tuple[safety.Verdict, Optional[GuestUsage]]:
+        """The safety check for shrinking to ``after_total``, waiting only when it must.
 
-        A reading that may predate the previous step is judged as if it did (the
-        VM then had more memory, so more is counted as removed: the conservative
-        side). Only if that fails is a reading from after the previous step awaited.
+        The latest reading is used if it is recent. One that may predate the
+        previous step is judged as if it did (the VM then had more memory, so more
+        counts as removed: the conservative side). A shrink is deferred only on a
+        reading taken during this call and after the previous step: if the quick
+        judgement says defer on an older one, a fresh reading is awaited first.
         """
         usage = self._recent_usage(cfg)
-        ambiguous = (
-            self._last_end is not None
-            and usage is not None
-            and (usage.last_update or 0) < self._last_end
-        )
+        since = self._last_end if self._last_end is not None else self._started
+        stale = usage is not None and (usage.last_update or 0) < since
+        ambiguous = stale and self._last_end is not None
         current = self._total_before_last if ambiguous else vm.total
 
         def judge(u: Optional[GuestUsage], total: int) -> safety.Verdict:
             return safety.check_step(
                 current_total=total,
-                after_total=step.total_after,
+                after_total=after_total,
                 usage=u,
                 settings=cfg.settings,
                 block=block,
@@ -515,9 +520,10 @@ class Executor:
             )
 
         verdict = judge(usage, current)
-        if verdict.action == "defer" and ambiguous:
-            verdict = judge(self._fresh_usage(cfg, after=self._last_end), vm.total)
-        return verdict
+        if verdict.action == "defer" and stale:
+            usage = self._fresh_usage(cfg, after=since)
+            verdict = judge(usage, vm.total)
+        return verdict, usage
 
     def _relieve(self, last: Step, vm: VmState, record: Record, cfg: SizingConfig) -> None:
         """Stopping mid-shrink: if the guest is now short of memory, give back the last step."""

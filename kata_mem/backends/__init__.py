@@ -69,13 +69,42 @@ class Backend(Protocol):
     def close(self) -> None: ...
 
 
-def open_backend(kind: str, target: str) -> Backend:
-    """Connect to a backend by name: ``qmp`` (``target`` is the QMP socket path).
+@dataclass(frozen=True)
+class Endpoint:
+    """Where a VM's hypervisor listens: a QMP socket, or a libvirt URI and domain."""
+
+    kind: Literal["qmp", "libvirt"]
+    target: str
+    domain: str = ""
+
+    def describe(self) -> str:
+        return (
+            f"QMP {self.target}"
+            if self.kind == "qmp"
+            else f"libvirt {self.target} domain {self.domain}"
+        )
+
+
+def open_backend(
+    endpoint: Endpoint, *, hugepages: bool = False, stats_interval: int = 1
+) -> Backend:
+    """Connect to the endpoint's hypervisor; the client library is imported only now.
 
     :raises BackendUnavailable: the endpoint cannot be reached.
+    :raises InputError: libvirt was asked for but libvirt-python is not installed.
     """
-    if kind == "qmp":
+    if endpoint.kind == "qmp":
         from kata_mem.backends.qmp import QmpBackend
 
-        return QmpBackend.connect(target)
-    raise ValueError(f"unknown backend kind {kind!r}")
+        return QmpBackend.connect(
+            endpoint.target, hugepages=hugepages, stats_interval=stats_interval
+        )
+    try:
+        from kata_mem.backends.libvirt import LibvirtBackend
+    except ImportError:
+        from kata_mem.errors import InputError
+
+        raise InputError(
+            "--libvirt needs libvirt-python: install kata-mem[libvirt] (it builds against libvirt-dev)"
+        ) from None
+    return LibvirtBackend.connect(endpoint.target, endpoint.domain, stats_interval=stats_interval)

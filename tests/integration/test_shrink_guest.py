@@ -67,7 +67,12 @@ def plugged_1g(run_cli: Run, cfg: Path, vm: GuestVM) -> int:
     base = vm.status().total_kb
     code, doc = apply(run_cli, cfg, vm, "--limit", "1Gi")
     assert (code, doc["status"]) == (0, "Resized"), doc
-    return vm.wait_mem(lambda m: m.total_kb >= base + 1024 * KiB_PER_MiB, timeout=10).total_kb
+    total = vm.wait_mem(lambda m: m.total_kb >= base + 1024 * KiB_PER_MiB, timeout=10).total_kb
+    # Any kata-mem call that reads usage turns on balloon statistics; the first readings
+    # take a moment, as they would on a VM that was just booted.
+    r = run_cli("status", "--qmp", str(vm.qmp_socket), "--json")
+    assert json.loads(r.out)["guest"]["total_mib"] == total // KiB_PER_MiB
+    return total
 
 
 def test_idle_guest_shrinks_in_verified_steps(

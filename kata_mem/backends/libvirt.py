@@ -1,0 +1,355 @@
+"""The libvirt backend, over libvirt-python (the ``kata-mem[libvirt]`` extra).
+
+It reads the live domain XML for what is plugged and translates steps into
+device attach/detach/update calls. A detach can return before the guest has
+released the memory, so completion comes from libvirt's events
+(``DEVICE_REMOVED``, ``DEVICE_REMOVAL_FAILED``, ``MEMORY_DEVICE_SIZE_CHANGE``)
+and from the live XML, never from a returned call. libvirt errors become the
+kata-mem error tree here, with the libvirt error code name and text kept.
+
+Device ids: kata-mem names its DIMMs with libvirt *user aliases*, which must
+start with ``ua-``; the id the rest of kata-mem sees is the alias without that
+prefix (``ua-kmdimm0`` -> ``kmdimm0``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import queue
+import threading
+import time
+import xml.etree.ElementTree as ET
+from typing import Any, Callable, Optional, TypeVar
+
+import libvirt
+
+from kata_mem.backends import StepProgress
+from kata_mem.errors import BackendError, BackendUnavailable, BackendUnsupported
+from kata_mem.model import GuestUsage, MemoryDevice, Step, VmState
+from kata_mem.units import KiB
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+USER_ALIAS = "ua-"
+_UNITS = {
+    "b": 1, "bytes": 1, "k": KiB, "kib": KiB, "kb": 1000, "m": KiB**2, "mib": KiB**2, "mb": 1000**2,
+    "g": KiB**3, "gib": KiB**3, "gb": 1000**3, "t": KiB**4, "tib": KiB**4, "tb": 1000**4,
+}  # fmt: skip
+#: libvirt error codes that mean "this driver cannot do that at all".
+_UNSUPPORTED = {
+    libvirt.VIR_ERR_NO_SUPPORT,
+    libvirt.VIR_ERR_OPERATION_UNSUPPORTED,
+    libvirt.VIR_ERR_ARGUMENT_UNSUPPORTED,
+    libvirt.VIR_ERR_CONFIG_UNSUPPORTED,
+}
+
+_event_loop_started = False
+_event_loop_lock = threading.Lock()
+
+
+def _start_event_loop() -> None:
+    """libvirt delivers events only to a registered loop that someone runs.
+
+    The default implementation is registered once per process, before any
+    connection, and run in a daemon thread.
+    """
+    global _event_loop_started  # noqa: PLW0603 - one loop per process, by libvirt's design
+    with _event_loop_lock:
+        if _event_loop_started:
+            return
+        libvirt.virEventRegisterDefaultImpl()
+
+        def run() -> None:
+            while True:
+                libvirt.virEventRunDefaultImpl()
+
+        threading.Thread(target=run, name="libvirt-events", daemon=True).start()
+        _event_loop_started = True
+
+
+def _code_name(code: int) -> str:
+    for name in dir(libvirt):
+        if name.startswith("VIR_ERR_") and getattr(libvirt, name) == code:
+            return name
+    return f"VIR_ERR_{code}"
+
+
+def _translate(exc: libvirt.libvirtError, what: str) -> BackendError | BackendUnavailable:
+    code = exc.get_error_code() or 0
+    text = f"{what}: {exc.get_error_message() or exc}"
+    if code in _UNSUPPORTED:
+        return BackendUnsupported(text, _code_name(code))
+    if code in (libvirt.VIR_ERR_NO_CONNECT, libvirt.VIR_ERR_SYSTEM_ERROR, libvirt.VIR_ERR_RPC):
+        return BackendUnavailable(text)
+    return BackendError(text, _code_name(code))
+
+
+def _size(element: Optional[ET.Element]) -> int:
+    if element is None or element.text is None:
+        return 0
+    unit = element.get("unit", "KiB").lower()
+    if unit not in _UNITS:
+        raise BackendError(f"unexpected libvirt XML: unit {unit!r}", "ProtocolError")
+    return int(element.text.strip()) * _UNITS[unit]
+
+
+class LibvirtBackend:
+    """Implements :class:`~kata_mem.backends.Backend` for a libvirt domain."""
+
+    def __init__(self, uri: str, conn: Any, dom: Any, stats_interval: int) -> None:
+        self.uri = uri
+        self._conn = conn
+        self._dom = dom
+        self._stats_interval = stats_interval
+        self._events: queue.Queue[tuple[str, str, int]] = queue.Queue()
+        self._seen: list[tuple[str, str, int]] = []
+        self._callbacks: list[int] = []
+        for event_id, name in (
+            (libvirt.VIR_DOMAIN_EVENT_ID_DEVICE_REMOVED, "removed"),
+            (libvirt.VIR_DOMAIN_EVENT_ID_DEVICE_REMOVAL_FAILED, "removal-failed"),
+            (libvirt.VIR_DOMAIN_EVENT_ID_MEMORY_DEVICE_SIZE_CHANGE, "size-change"),
+        ):
+            self._callbacks.append(
+                conn.domainEventRegisterAny(dom, event_id, self._on_event(name), None)
+            )
+
+    def _on_event(self, name: str) -> Callable[..., None]:
+        def callback(_conn: Any, _dom: Any, alias: str, *rest: Any) -> None:
+            size = int(rest[0]) * KiB if rest and isinstance(rest[0], int) else 0
+            self._events.put((name, str(alias), size))
+
+        return callback
+
+    @classmethod
+    def connect(cls, uri: str, domain: str, *, stats_interval: int = 1) -> LibvirtBackend:
+        """Open ``uri`` and find ``domain``.
+
+        :raises BackendUnavailable: the daemon cannot be reached or the domain does not exist.
+        """
+        libvirt.registerErrorHandler(lambda _ctx, _err: None, None)  # errors come as exceptions
+        _start_event_loop()
+        try:
+            conn = libvirt.open(uri)
+        except libvirt.libvirtError as exc:
+            raise BackendUnavailable(f"libvirt {uri}: {exc.get_error_message() or exc}") from None
+        try:
+            dom = conn.lookupByName(domain)
+        except libvirt.libvirtError as exc:
+            conn.close()
+            raise BackendUnavailable(
+                f"libvirt {uri}: domain {domain!r}: {exc.get_error_message() or exc}"
+            ) from None
+        if not dom.isActive():
+            conn.close()
+            raise BackendUnavailable(f"libvirt {uri}: domain {domain!r} is not running")
+        return cls(uri, conn, dom, stats_interval)
+
+    def _call(self, what: str, fn: Callable[..., T], *args: Any) -> T:
+        try:
+            return fn(*args)
+        except libvirt.libvirtError as exc:
+            raise _translate(exc, what) from None
+
+    def _xml(self) -> ET.Element:
+        return ET.fromstring(self._call("XMLDesc", self._dom.XMLDesc, 0))
+
+    def _flags(self) -> int:
+        persistent = self._call("isPersistent", self._dom.isPersistent)
+        return libvirt.VIR_DOMAIN_AFFECT_LIVE | (
+            libvirt.VIR_DOMAIN_AFFECT_CONFIG if persistent else 0
+        )
+
+    # -- the Backend protocol ---------------------------------------------------------
+
+    def observe(self) -> VmState:
+        root = self._xml()
+        cells = root.findall("./cpu/numa/cell")
+        memory_devices = root.findall("./devices/memory")
+        devices = [self._device(el, i) for i, el in enumerate(memory_devices)]
+        if cells:
+            base = sum(_size_attr(c) for c in cells)
+        else:
+            base = _size(root.find("memory")) - sum(
+                d.max_size if d.kind == "virtio-mem" else d.size for d in devices
+            )
+        max_el = root.find("maxMemory")
+        slots = int(max_el.get("slots", "0")) if max_el is not None else 0
+        space = _size(max_el) - base if max_el is not None else None
+        return VmState(
+            base=base,
+            devices=tuple(d for d in devices if d.kind in ("dimm", "virtio-mem")),
+            slots=slots,
+            device_space=space,
+        )
+
+    @staticmethod
+    def _device(el: ET.Element, index: int) -> MemoryDevice:
+        model = el.get("model", "")
+        alias_el = el.find("alias")
+        alias = alias_el.get("name", "") if alias_el is not None else ""
+        device_id = alias.removeprefix(USER_ALIAS) if alias else f"memory{index}"
+        target = el.find("target")
+        size = _size(target.find("size") if target is not None else None)
+        if model == "virtio-mem" and target is not None:
+            current = target.find("current")
+            return MemoryDevice(
+                id=device_id,
+                kind="virtio-mem",
+                size=_size(current),
+                requested=_size(target.find("requested")),
+                max_size=size,
+                block=_size(target.find("block")),
+            )
+        slot_el = el.find("address")
+        slot = (
+            int(slot_el.get("slot", "0")) if slot_el is not None and slot_el.get("slot") else None
+        )
+        kind: Any = "dimm" if model == "dimm" else model
+        return MemoryDevice(
+            id=device_id, kind=kind, size=size, requested=size, max_size=size, slot=slot
+        )
+
+    def begin(self, step: Step) -> None:
+        while not self._events.empty():  # only events after this step's call are about it
+            self._events.get_nowait()
+        self._seen.clear()
+        if step.action == "plug_dimm":
+            xml = (
+                f"<memory model='dimm'><target><size unit='KiB'>{step.size // KiB}</size><node>0</node></target>"
+                f"<alias name='{USER_ALIAS}{step.device}'/></memory>"
+            )
+            self._call("attachDeviceFlags", self._dom.attachDeviceFlags, xml, self._flags())
+        elif step.action == "unplug_dimm":
+            self._call(
+                "detachDeviceAlias",
+                self._dom.detachDeviceAlias,
+                self._alias(step.device),
+                self._flags(),
+            )
+        else:
+            el = self._element(step.device)
+            if el is None:
+                raise BackendError(
+                    f"virtio-mem device {step.device} not found in the domain",
+                    "VIR_ERR_DEVICE_MISSING",
+                )
+            target = el.find("target")
+            assert target is not None
+            requested = target.find("requested")
+            if requested is None:
+                requested = ET.SubElement(target, "requested")
+            requested.set("unit", "KiB")
+            requested.text = str(step.size // KiB)
+            current = target.find("current")
+            if current is not None:
+                target.remove(current)  # output-only in libvirt's schema
+            xml = ET.tostring(el, encoding="unicode")
+            self._call(
+                "updateDeviceFlags",
+                self._dom.updateDeviceFlags,
+                xml,
+                libvirt.VIR_DOMAIN_AFFECT_LIVE,
+            )
+
+    def _alias(self, device_id: str) -> str:
+        el = self._element(device_id)
+        alias = el.find("alias") if el is not None else None
+        return alias.get("name", "") if alias is not None else USER_ALIAS + device_id
+
+    def _element(self, device_id: str) -> Optional[ET.Element]:
+        for i, el in enumerate(self._xml().findall("./devices/memory")):
+            if self._device(el, i).id == device_id:
+                return el
+        return None
+
+    def poll(self, step: Step, wait_s: float = 0.0) -> StepProgress:
+        progress = self._check(step)
+        deadline = time.monotonic() + wait_s
+        while progress.state == "pending" and time.monotonic() < deadline:
+            with contextlib.suppress(queue.Empty):
+                self._seen.append(
+                    self._events.get(timeout=min(0.05, max(deadline - time.monotonic(), 0.0)))
+                )
+            progress = self._check(step)
+        return progress
+
+    def _check(self, step: Step) -> StepProgress:
+        while not self._events.empty():
+            self._seen.append(self._events.get_nowait())
+        alias = USER_ALIAS + step.device
+        dev = next((d for d in self.observe().devices if d.id == step.device), None)
+        if step.action == "plug_dimm":
+            # libvirt reports no guest confirmation for a DIMM insert: present is done.
+            return (
+                StepProgress("done")
+                if dev is not None
+                else StepProgress("pending", "not in the live XML yet")
+            )
+        if step.action == "unplug_dimm":
+            if dev is None or any(
+                e[0] == "removed" and e[1] in (alias, step.device) for e in self._seen
+            ):
+                return StepProgress("done")
+            if any(e[0] == "removal-failed" and e[1] in (alias, step.device) for e in self._seen):
+                return StepProgress("rejected", "DEVICE_REMOVAL_FAILED")
+            return StepProgress("pending", "waiting for DEVICE_REMOVED")
+        if dev is None:
+            return StepProgress("rejected", f"virtio-mem device {step.device} is gone")
+        if dev.size == dev.requested == step.size:
+            return StepProgress("done")
+        return StepProgress(
+            "pending", f"current {dev.size >> 20} MiB, requested {dev.requested >> 20} MiB"
+        )
+
+    def release(self, memdev: str) -> None:
+        """libvirt deletes a DIMM's backend with the device; nothing is ever orphaned."""
+
+    def guest_usage(self) -> Optional[GuestUsage]:
+        root = self._xml()
+        balloon = root.find("./devices/memballoon")
+        if balloon is None or balloon.get("model") == "none":
+            return None
+        stats_el = balloon.find("stats")
+        if stats_el is None or int(stats_el.get("period", "0")) != self._stats_interval:
+            self._call(
+                "setMemoryStatsPeriod",
+                self._dom.setMemoryStatsPeriod,
+                self._stats_interval,
+                libvirt.VIR_DOMAIN_AFFECT_LIVE,
+            )
+        stats: dict[str, int] = self._call("memoryStats", self._dom.memoryStats)
+
+        def kib(name: str) -> Optional[int]:
+            value = stats.get(name)
+            return int(value) * KiB if isinstance(value, int) and value >= 0 else None
+
+        last = stats.get("last_update")
+        return GuestUsage(
+            total=kib("available"),  # libvirt's "available" is the guest's MemTotal
+            available=kib("usable"),  # ... and "usable" its MemAvailable
+            free=kib("unused"),
+            disk_caches=kib("disk_caches"),
+            major_faults=stats.get("major_fault")
+            if isinstance(stats.get("major_fault"), int)
+            else None,
+            last_update=float(last) if isinstance(last, int) and last > 0 else None,
+            observed_at=time.time(),
+        )
+
+    def close(self) -> None:
+        for callback in self._callbacks:
+            try:
+                self._conn.domainEventDeregisterAny(callback)
+            except libvirt.libvirtError as exc:
+                log.debug("deregistering a libvirt event callback: %s", exc)
+        try:
+            self._conn.close()
+        except libvirt.libvirtError as exc:
+            log.debug("closing the libvirt connection: %s", exc)
+
+
+def _size_attr(cell: ET.Element) -> int:
+    unit = cell.get("unit", "KiB").lower()
+    return int(cell.get("memory", "0")) * _UNITS.get(unit, KiB)
