@@ -1,0 +1,215 @@
+"""The libvirt backend against libvirt's ``test:///default`` driver: the paths it
+supports (domain XML, balloon statistics) and the clear Infeasible outcome for the
+device changes it does not support (``VIR_ERR_NO_SUPPORT``)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from tests.conftest import CliResult, write_config
+
+libvirt = pytest.importorskip("libvirt", reason="libvirt-python is part of the test extra")
+Run = Callable[..., CliResult]
+URI = "test:///default"
+
+
+def domain_xml(name: str, virtio_mem_mib: int = 0, dimm_mib: int = 0) -> str:
+    # The test driver echoes device XML but never plugs anything: a virtio-mem device
+    # always shows <current> 0, a DIMM is listed as defined.
+    devices = ""
+    if virtio_mem_mib:
+        devices += (
+            f"<memory model='virtio-mem'><target><size unit='MiB'>{virtio_mem_mib}</size><node>0</node>"
+            "<block unit='MiB'>2</block><requested unit='MiB'>0</requested></target></memory>"
+        )
+    if dimm_mib:
+        devices += (
+            f"<memory model='dimm'><target><size unit='MiB'>{dimm_mib}</size><node>0</node></target>"
+            "<alias name='ua-kmdimm0'/><address type='dimm' slot='0'/></memory>"
+        )
+    return f"""<domain type='test'>
+  <name>{name}</name><uuid>{uuid.uuid4()}</uuid>
+  <maxMemory slots='4' unit='MiB'>8192</maxMemory>
+  <memory unit='MiB'>{512 + virtio_mem_mib + dimm_mib}</memory>
+  <vcpu>1</vcpu>
+  <cpu><numa><cell id='0' cpus='0' memory='512' unit='MiB'/></numa></cpu>
+  <os><type>hvm</type></os>
+  <devices>{devices}<memballoon model='virtio'><stats period='1'/></memballoon></devices>
+</domain>"""
+
+
+@pytest.fixture
+def conn() -> Iterator[Any]:
+    c = libvirt.open(URI)
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def domain(conn: Any) -> Callable[..., str]:
+    def define(**kwargs: int) -> str:
+        name = f"kata-mem-test-{uuid.uuid4().hex[:8]}"
+        conn.defineXML(domain_xml(name, **kwargs)).create()
+        return name
+
+    return define
+
+
+def _cfg(tmp_path: Path, virtio: bool) -> Path:
+    return write_config(
+        tmp_path / "c.toml",
+        {"default_memory": 512, "default_maxmemory": 4096, "enable_virtio_mem": virtio},
+        kata_mem={"state_dir": str(tmp_path / "state"), "step_timeout_s": 2},
+    )
+
+
+def test_status_reads_the_domain_xml_and_balloon_stats(
+    run_cli: Run, domain: Callable[..., str], tmp_path: Path
+) -> None:
+    name = domain(virtio_mem_mib=1024, dimm_mib=256)
+    r = run_cli(
+        "status", "--libvirt", URI, "--domain", name, "--state-dir", str(tmp_path), "--json"
+    )
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    assert (doc["base_mib"], doc["slots"], doc["device_space_mib"]) == (512, 4, 8192 - 512)
+    virtio, dimm = doc["devices"]
+    assert (virtio["kind"], virtio["size_mib"], virtio["max_mib"], virtio["block_mib"]) == (
+        "virtio-mem",
+        0,
+        1024,
+        2,
+    )
+    assert (dimm["id"], dimm["kind"], dimm["size_mib"], dimm["slot"], dimm["ours"]) == (
+        "kmdimm0",
+        "dimm",
+        256,
+        0,
+        True,
+    )
+    # libvirt's "available" is the guest's MemTotal, "usable" its MemAvailable, "unused" MemFree.
+    stats = conn.lookupByName(name).memoryStats()
+    g = doc["guest"]
+    assert (g["total_mib"], g["available_mib"], g["free_mib"]) == (
+        stats["available"] // 1024,
+        stats["usable"] // 1024,
+        stats["unused"] // 1024,
+    )
+
+
+def test_dimm_attach_is_reported_infeasible_with_the_libvirt_code(
+    run_cli: Run, domain: Callable[..., str], tmp_path: Path
+) -> None:
+    name = domain()
+    r = run_cli(
+        "apply",
+        "--config",
+        str(_cfg(tmp_path, False)),
+        "--libvirt",
+        URI,
+        "--domain",
+        name,
+        "--limit",
+        "256Mi",
+        "--host-memory",
+        "16Gi",
+        "--json",
+    )
+    doc = json.loads(r.out)
+    assert (r.code, doc["status"], doc["reason"]) == (0, "Infeasible", "BackendCannotGrow"), doc
+    assert "VIR_ERR_NO_SUPPORT" in doc["message"] and "virDomainAttachDeviceFlags" in doc["message"]
+    assert doc["observed_mib"] == 512
+
+
+def test_virtio_mem_resize_is_reported_infeasible(
+    run_cli: Run, domain: Callable[..., str], tmp_path: Path
+) -> None:
+    name = domain(virtio_mem_mib=1024)
+    r = run_cli(
+        "apply",
+        "--config",
+        str(_cfg(tmp_path, True)),
+        "--libvirt",
+        URI,
+        "--domain",
+        name,
+        "--limit",
+        "512Mi",
+        "--host-memory",
+        "16Gi",
+        "--json",
+    )
+    doc = json.loads(r.out)
+    assert (doc["status"], doc["reason"]) == ("Infeasible", "BackendCannotGrow"), doc
+    assert "VIR_ERR_NO_SUPPORT" in doc["message"] and "virDomainUpdateDeviceFlags" in doc["message"]
+
+
+def test_dimm_detach_is_reported_infeasible(
+    run_cli: Run, domain: Callable[..., str], tmp_path: Path
+) -> None:
+    name = domain(dimm_mib=256)
+    # --force: the test driver's canned statistics are decades old, so the checks would defer.
+    r = run_cli(
+        "apply",
+        "--config",
+        str(_cfg(tmp_path, False)),
+        "--libvirt",
+        URI,
+        "--domain",
+        name,
+        "--force",
+        "--host-memory",
+        "16Gi",
+        "--json",
+    )
+    doc = json.loads(r.out)
+    assert (doc["status"], doc["reason"]) == ("Infeasible", "BackendCannotShrink"), doc
+    assert "VIR_ERR_NO_SUPPORT" in doc["message"] and "virDomainDetachDeviceAlias" in doc["message"]
+
+
+def test_stale_test_driver_stats_defer_a_shrink(
+    run_cli: Run, domain: Callable[..., str], tmp_path: Path
+) -> None:
+    name = domain(dimm_mib=256)
+    r = run_cli(
+        "apply",
+        "--config",
+        str(_cfg(tmp_path, False)),
+        "--libvirt",
+        URI,
+        "--domain",
+        name,
+        "--allow-shrink",
+        "--host-memory",
+        "16Gi",
+        "--json",
+    )
+    doc = json.loads(r.out)
+    assert (doc["status"], doc["reason"]) == ("Deferred", "UsageUnknown"), doc
+    assert "old" in doc["message"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--libvirt", URI, "--domain", "no-such-domain"), "domain 'no-such-domain'"),
+        (
+            ("--libvirt", "qemu+unix:///system?socket=/nonexistent/sock", "--domain", "x"),
+            "libvirt qemu+unix",
+        ),
+    ],
+)
+def test_unavailable(run_cli: Run, args: tuple[str, ...], message: str, tmp_path: Path) -> None:
+    r = run_cli("status", *args, "--state-dir", str(tmp_path))
+    assert r.code == 6 and message in r.err and "Traceback" not in r.err
+
+
+def test_usage_errors(run_cli: Run) -> None:
+    assert run_cli("status", "--libvirt", URI).code == 2
+    assert run_cli("status", "--qmp", "/x", "--libvirt", URI, "--domain", "d").code == 2
