@@ -2,7 +2,8 @@
 # Install the Debian packages kata-mem's real-component tests need.
 #
 #   scripts/install-system-deps.sh            # QEMU + guest build tools
-#   scripts/install-system-deps.sh libvirt    # ... plus libvirt (dev headers, daemon, virsh)
+#   scripts/install-system-deps.sh libvirt    # ... plus libvirt (daemon, virsh, and what
+#                                             #     `pip install libvirt-python` compiles with)
 #
 # Idempotent: installs only what is missing, and runs `apt-get update` only
 # when something has to be installed. Waits up to 300 s for the dpkg lock if
@@ -18,7 +19,7 @@ for arg in "$@"; do
     case "$arg" in
         libvirt) want_libvirt=1 ;;
         -h|--help)
-            sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'
+            sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'
             exit 0 ;;
         *) log "unknown argument: $arg (expected: libvirt)"; exit 2 ;;
     esac
@@ -26,7 +27,16 @@ done
 
 packages=(qemu-system-x86 qemu-utils busybox-static cpio)
 if [[ $want_libvirt -eq 1 ]]; then
-    packages+=(libvirt-dev pkg-config libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients)
+    packages+=(libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients)
+    # libvirt-python has no wheels on PyPI: the `libvirt` extra compiles against
+    # libvirt-dev with gcc (libc6-dev is only a recommend of gcc) and Python.h.
+    packages+=(libvirt-dev pkg-config gcc libc6-dev)
+    py=${PYTHON:-python3}
+    if ! "$py" -c 'import os, sys, sysconfig
+sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
+        2>/dev/null; then
+        packages+=(python3-dev)
+    fi
 fi
 
 is_installed() {
@@ -61,7 +71,7 @@ for cmd in qemu-system-x86_64 cpio; do
 done
 [[ -x /bin/busybox ]] || { log "/bin/busybox (busybox-static) not found after install"; exit 1; }
 if [[ $want_libvirt -eq 1 ]]; then
-    for cmd in /usr/sbin/libvirtd virsh pkg-config; do
+    for cmd in /usr/sbin/libvirtd /usr/sbin/virtlogd virsh pkg-config gcc; do
         command -v "$cmd" >/dev/null || { log "$cmd not found after install"; exit 1; }
     done
 fi

@@ -70,7 +70,7 @@ def _cfg(tmp_path: Path, virtio: bool) -> Path:
 
 
 def test_status_reads_the_domain_xml_and_balloon_stats(
-    run_cli: Run, domain: Callable[..., str], tmp_path: Path
+    run_cli: Run, conn: Any, domain: Callable[..., str], tmp_path: Path
 ) -> None:
     name = domain(virtio_mem_mib=1024, dimm_mib=256)
     r = run_cli(

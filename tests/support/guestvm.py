@@ -12,6 +12,10 @@ kata_mem can connect to :attr:`GuestVM.qmp_socket`.
         before = vm.status().total_kb
         ...  # hotplug through QMP
         vm.wait_mem(lambda m: m.total_kb >= before + 128 * 1024, timeout=10)
+
+The ``ctl`` protocol client is :class:`GuestControl`; :class:`GuestControlMixin`
+gives a guest object the ``command``/``status``/``alloc``/``free``/``online``/
+``wait_mem`` methods on top of it (also used by ``tests/support/libvirt_guest.py``).
 """
 
 from __future__ import annotations
@@ -151,7 +155,194 @@ def _tail(path: Path, lines: int = 40) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-class GuestVM:
+def socket_dir_for(workdir: Path, longest_name: str) -> Optional[Path]:
+    """``None`` if ``workdir/longest_name`` fits in ``sun_path``; else a new short temp dir.
+
+    The caller owns (and removes) a returned directory.
+    """
+    if len(str(Path(workdir).resolve() / longest_name)) <= _MAX_SOCKET_PATH:
+        return None
+    return Path(tempfile.mkdtemp(prefix="kmg-"))
+
+
+def kernel_image(guest_dir: Path, choice: str) -> Path:
+    """The kernel to boot for :attr:`GuestSpec.kernel` ``choice`` (auto, vmlinux, vmlinuz)."""
+    if choice == "auto":
+        pvh = guest_dir / "vmlinux"
+        return pvh if pvh.is_file() else guest_dir / "vmlinuz"
+    if choice not in ("vmlinux", "vmlinuz"):
+        raise ValueError(f"GuestSpec.kernel must be auto, vmlinux or vmlinuz, not {choice!r}")
+    return guest_dir / choice
+
+
+class GuestControl:
+    """Client of the guest's ``ctl`` line protocol (one reply line per command).
+
+    The guest's virtio-serial port ``ctl`` appears on the host as a unix socket
+    (a QEMU chardev, or a libvirt ``<channel type='unix'>``). ``is_alive`` and
+    ``console_tail`` come from the owner and only serve error messages and
+    :meth:`wait_mem`; ``what`` names the owner's process in them.
+    """
+
+    def __init__(
+        self,
+        is_alive: Callable[[], bool],
+        console_tail: Callable[[], str],
+        what: str = "QEMU",
+    ) -> None:
+        self._is_alive = is_alive
+        self._console_tail = console_tail
+        self._what = what
+        self._sock: Optional[socket.socket] = None
+        self._buf = b""
+        self._lock = threading.Lock()
+
+    @property
+    def connected(self) -> bool:
+        return self._sock is not None
+
+    def connect(self, path: Path, deadline: float) -> None:
+        """Connect to ``path``, retrying until ``deadline`` (``time.monotonic()``).
+
+        Raises :class:`GuestError` when the deadline passes.
+        """
+        while True:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                sock.connect(str(path))
+            except (FileNotFoundError, ConnectionRefusedError) as exc:
+                sock.close()
+                if time.monotonic() >= deadline:
+                    raise GuestError(f"cannot connect to {path}: {exc}") from exc
+                time.sleep(0.05)
+                continue
+            with self._lock:
+                self.close()
+                self._sock = sock
+                self._buf = b""
+            return
+
+    def close(self) -> None:
+        if self._sock is not None:
+            with contextlib.suppress(OSError):
+                self._sock.close()
+            self._sock = None
+
+    def command(self, line: str, timeout: float = 30.0) -> str:
+        """Send one command line on the ``ctl`` port and return the reply line."""
+        if "\n" in line or not line.strip():
+            raise ValueError(f"command must be a single non-empty line: {line!r}")
+        with self._lock:
+            sock = self._sock
+            if sock is None:
+                raise GuestError("not connected to the guest (not started or stopped)")
+            deadline = time.monotonic() + timeout
+            sock.settimeout(timeout)
+            try:
+                sock.sendall(line.encode() + b"\n")
+                while b"\n" not in self._buf:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        raise socket.timeout
+                    sock.settimeout(remaining)
+                    chunk = sock.recv(4096)
+                    if not chunk:
+                        raise GuestError(
+                            f"ctl connection closed during {line!r} ({self._what} alive: "
+                            f"{self._is_alive()})\n{self._console_tail()}"
+                        )
+                    self._buf += chunk
+            except socket.timeout:
+                raise GuestError(
+                    f"no reply to {line!r} within {timeout:.0f} s ({self._what} alive: "
+                    f"{self._is_alive()})\n--- console tail ---\n{self._console_tail()}"
+                ) from None
+            reply, _, self._buf = self._buf.partition(b"\n")
+            return reply.decode(errors="replace").strip()
+
+    def status(self) -> GuestMem:
+        return GuestMem.parse(self.command("status"))
+
+    def alloc(self, mib: int, check: bool = True) -> str:
+        """Pin ``mib`` MiB in the guest; returns ``OK alloc MIB held=TOTAL`` (or ``ERR ...``).
+
+        With ``check`` (default) an ``ERR`` reply raises :class:`GuestError`.
+        """
+        return self._checked(self.command(f"alloc {int(mib)}", timeout=120.0), check)
+
+    def free(self, check: bool = True) -> str:
+        """Release everything :meth:`alloc` pinned; returns ``OK free``."""
+        return self._checked(self.command("free", timeout=60.0), check)
+
+    def online(self, state: str = "online_movable", check: bool = True) -> str:
+        """Online offline memory blocks in the guest; returns ``OK online N/M``."""
+        return self._checked(self.command(f"online {state}"), check)
+
+    @staticmethod
+    def _checked(reply: str, check: bool) -> str:
+        if check and not reply.startswith("OK"):
+            raise GuestError(f"guest answered: {reply}")
+        return reply
+
+    def wait_mem(
+        self,
+        predicate: Callable[[GuestMem], bool],
+        timeout: float = 30.0,
+        interval: float = 0.25,
+    ) -> GuestMem:
+        """Poll :meth:`status` until ``predicate`` holds; return that status."""
+        deadline = time.monotonic() + timeout
+        last = self.status()
+        while not predicate(last):
+            if time.monotonic() >= deadline:
+                raise TimeoutError(
+                    f"guest memory condition not met within {timeout} s; last {last}"
+                )
+            if not self._is_alive():
+                raise GuestError(f"{self._what} exited; last {last}\n{self._console_tail()}")
+            time.sleep(interval)
+            last = self.status()
+        return last
+
+
+class GuestControlMixin:
+    """The guest-control methods of a guest object, delegated to its :class:`GuestControl`."""
+
+    _control: GuestControl
+
+    def command(self, line: str, timeout: float = 30.0) -> str:
+        """Send one command line on the ``ctl`` port and return the reply line."""
+        return self._control.command(line, timeout)
+
+    def status(self) -> GuestMem:
+        return self._control.status()
+
+    def alloc(self, mib: int, check: bool = True) -> str:
+        """Pin ``mib`` MiB in the guest; returns ``OK alloc MIB held=TOTAL`` (or ``ERR ...``).
+
+        With ``check`` (default) an ``ERR`` reply raises :class:`GuestError`.
+        """
+        return self._control.alloc(mib, check)
+
+    def free(self, check: bool = True) -> str:
+        """Release everything :meth:`alloc` pinned; returns ``OK free``."""
+        return self._control.free(check)
+
+    def online(self, state: str = "online_movable", check: bool = True) -> str:
+        """Online offline memory blocks in the guest; returns ``OK online N/M``."""
+        return self._control.online(state, check)
+
+    def wait_mem(
+        self,
+        predicate: Callable[[GuestMem], bool],
+        timeout: float = 30.0,
+        interval: float = 0.25,
+    ) -> GuestMem:
+        """Poll :meth:`status` until ``predicate`` holds; return that status."""
+        return self._control.wait_mem(predicate, timeout, interval)
+
+
+class GuestVM(GuestControlMixin):
     """A QEMU TCG process running the test guest. Use as a context manager."""
 
     def __init__(
@@ -171,30 +362,21 @@ class GuestVM:
         self._qemu_log = self.workdir / "qemu.log"
         self._sock_dir: Optional[Path] = None  # short temp dir if workdir is too long
         self._proc: Optional[subprocess.Popen[bytes]] = None
-        self._ctl: Optional[socket.socket] = None
-        self._ctl_buf = b""
-        self._lock = threading.Lock()
+        self._control = GuestControl(self.is_alive, self.console_tail, "QEMU")
         self.boot_seconds: Optional[float] = None
 
     # -- paths / properties -------------------------------------------------------
     def _socket_dir(self) -> Path:
-        if self._sock_dir is not None:
-            return self._sock_dir
-        if len(str(self.workdir.resolve() / "qmp.sock")) <= _MAX_SOCKET_PATH:
-            return self.workdir
-        self._sock_dir = Path(tempfile.mkdtemp(prefix="kmg-"))
+        if self._sock_dir is None:
+            self._sock_dir = socket_dir_for(self.workdir, "qmp.sock")
+            if self._sock_dir is None:
+                return self.workdir
         return self._sock_dir
 
     @property
     def kernel(self) -> Path:
         """The kernel image QEMU boots (see :attr:`GuestSpec.kernel`)."""
-        choice = self.spec.kernel
-        if choice == "auto":
-            pvh = self.guest_dir / "vmlinux"
-            return pvh if pvh.is_file() else self.guest_dir / "vmlinuz"
-        if choice not in ("vmlinux", "vmlinuz"):
-            raise ValueError(f"GuestSpec.kernel must be auto, vmlinux or vmlinuz, not {choice!r}")
-        return self.guest_dir / choice
+        return kernel_image(self.guest_dir, self.spec.kernel)
 
     @property
     def qmp_socket(self) -> Path:
@@ -320,26 +502,14 @@ class GuestVM:
             time.sleep(0.1)
 
     def _connect_ctl(self, deadline: float) -> None:
-        while True:
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            try:
-                sock.connect(str(self.ctl_socket))
-            except (FileNotFoundError, ConnectionRefusedError) as exc:
-                sock.close()
-                if time.monotonic() >= deadline:
-                    raise self._boot_failure(f"cannot connect to {self.ctl_socket}: {exc}") from exc
-                time.sleep(0.05)
-                continue
-            self._ctl = sock
-            self._ctl_buf = b""
-            return
+        try:
+            self._control.connect(self.ctl_socket, deadline)
+        except GuestError as exc:
+            raise self._boot_failure(str(exc)) from exc
 
     def stop(self, term_timeout: float = 5.0) -> None:
         """Stop QEMU (SIGTERM, then SIGKILL) and remove the sockets. Idempotent."""
-        if self._ctl is not None:
-            with contextlib.suppress(OSError):
-                self._ctl.close()
-            self._ctl = None
+        self._control.close()
         proc = self._proc
         if proc is not None and proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
@@ -382,86 +552,10 @@ class GuestVM:
     ) -> None:
         self.stop()
 
-    # -- guest control ------------------------------------------------------------
-    def command(self, line: str, timeout: float = 30.0) -> str:
-        """Send one command line on the ``ctl`` port and return the reply line."""
-        if "\n" in line or not line.strip():
-            raise ValueError(f"command must be a single non-empty line: {line!r}")
-        with self._lock:
-            sock = self._ctl
-            if sock is None:
-                raise GuestError("not connected to the guest (not started or stopped)")
-            deadline = time.monotonic() + timeout
-            sock.settimeout(timeout)
-            try:
-                sock.sendall(line.encode() + b"\n")
-                while b"\n" not in self._ctl_buf:
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        raise socket.timeout
-                    sock.settimeout(remaining)
-                    chunk = sock.recv(4096)
-                    if not chunk:
-                        raise GuestError(
-                            f"ctl connection closed during {line!r} (QEMU alive: "
-                            f"{self.is_alive()})\n{self.console_tail()}"
-                        )
-                    self._ctl_buf += chunk
-            except socket.timeout:
-                raise GuestError(
-                    f"no reply to {line!r} within {timeout:.0f} s (QEMU alive: {self.is_alive()})"
-                    f"\n--- console tail ---\n{self.console_tail()}"
-                ) from None
-            reply, _, self._ctl_buf = self._ctl_buf.partition(b"\n")
-            return reply.decode(errors="replace").strip()
-
-    def status(self) -> GuestMem:
-        return GuestMem.parse(self.command("status"))
-
-    def alloc(self, mib: int, check: bool = True) -> str:
-        """Pin ``mib`` MiB in the guest; returns ``OK alloc MIB held=TOTAL`` (or ``ERR ...``).
-
-        With ``check`` (default) an ``ERR`` reply raises :class:`GuestError`.
-        """
-        return self._checked(self.command(f"alloc {int(mib)}", timeout=120.0), check)
-
-    def free(self, check: bool = True) -> str:
-        """Release everything :meth:`alloc` pinned; returns ``OK free``."""
-        return self._checked(self.command("free", timeout=60.0), check)
-
-    def online(self, state: str = "online_movable", check: bool = True) -> str:
-        """Online offline memory blocks in the guest; returns ``OK online N/M``."""
-        return self._checked(self.command(f"online {state}"), check)
-
+    # -- guest control (command/status/alloc/free/online/wait_mem: GuestControlMixin) --
     def poweroff(self, timeout: float = 30.0) -> int:
         """Power the guest off (``poweroff -f``) and wait for QEMU to exit."""
         self.command("poweroff")
         rc = self.wait_exit(timeout)
         self.stop()
         return rc
-
-    @staticmethod
-    def _checked(reply: str, check: bool) -> str:
-        if check and not reply.startswith("OK"):
-            raise GuestError(f"guest answered: {reply}")
-        return reply
-
-    def wait_mem(
-        self,
-        predicate: Callable[[GuestMem], bool],
-        timeout: float = 30.0,
-        interval: float = 0.25,
-    ) -> GuestMem:
-        """Poll :meth:`status` until ``predicate`` holds; return that status."""
-        deadline = time.monotonic() + timeout
-        last = self.status()
-        while not predicate(last):
-            if time.monotonic() >= deadline:
-                raise TimeoutError(
-                    f"guest memory condition not met within {timeout} s; last {last}"
-                )
-            if not self.is_alive():
-                raise GuestError(f"QEMU exited; last {last}\n{self.console_tail()}")
-            time.sleep(interval)
-            last = self.status()
-        return last
