@@ -73,6 +73,7 @@ def run_cli(
     monkeypatch.delenv("KATA_MEM_DEBUG", raising=False)
 
     def run(*args: str) -> CliResult:
+        capsys.readouterr()  # drop whatever fixtures printed before the command
         code = main(list(args))
         captured = capsys.readouterr()
         return CliResult(code, captured.out, captured.err)

@@ -75,19 +75,6 @@ def plugged_1g(run_cli: Run, cfg: Path, vm: GuestVM) -> int:
     return total
 
 
-def test_idle_guest_shrinks_in_verified_steps(
-    boot_guest: BootGuest, run_cli: Run, tmp_path: Path
-) -> None:
-    vm = boot_guest(GuestSpec(virtio_mem_mib=2048))
-    cfg = config(tmp_path)
-    base_kb = vm.status().total_kb
-    plugged_1g(run_cli, cfg, vm)
-    code, doc = apply(run_cli, cfg, vm, "--allow-shrink")
-    assert (code, doc["status"], doc["observed_mib"]) == (0, "Resized", 512), doc
-    assert [s["size_mib"] for s in doc["steps"]] == [768, 512, 256, 0]
-    assert vm.wait_mem(lambda m: m.total_kb == base_kb, timeout=10).total_kb == base_kb
-
-
 def test_shrink_without_allow_is_reported_not_executed(
     boot_guest: BootGuest, run_cli: Run, tmp_path: Path
 ) -> None:
@@ -98,25 +85,6 @@ def test_shrink_without_allow_is_reported_not_executed(
     assert (code, doc["status"], doc["reason"]) == (0, "Infeasible", "ShrinkNotAllowed")
     assert doc["plan"]["memory"]["target_mib"] == 512
     assert vm.status().total_kb == total
-
-
-def test_guest_holding_memory_defers_then_shrinks_after_freeing(
-    boot_guest: BootGuest, run_cli: Run, tmp_path: Path
-) -> None:
-    vm = boot_guest(GuestSpec(virtio_mem_mib=2048))
-    cfg = config(tmp_path)
-    total = plugged_1g(run_cli, cfg, vm)
-    vm.alloc(700)
-    code, doc = apply(run_cli, cfg, vm, "--allow-shrink")
-    assert (code, doc["status"], doc["reason"]) == (0, "Deferred", "UsageAboveTarget"), doc
-    assert "guest usage" in doc["message"] and "headroom 128 MiB" in doc["message"]
-    assert doc["retry_after_s"] == 30
-    mem = vm.status()
-    assert vm.is_alive() and mem.total_kb == total
-    assert mem.avail_kb > HEADROOM_KB
-    vm.free()
-    code, doc = apply(run_cli, cfg, vm, "--allow-shrink")
-    assert (code, doc["status"], doc["observed_mib"]) == (0, "Resized", 512), doc
 
 
 class AllocatesAfterFirstStep(QmpBackend):
@@ -188,25 +156,6 @@ def test_force_shows_the_harm_the_checks_prevent(
         f"--force: status {doc['status']}/{doc['reason']}, guest alive={alive}, MemAvailable {avail} kB, observed {doc['observed_mib']} MiB"
     )
     assert not alive or avail < HEADROOM_KB
-
-
-def test_dimm_unplug_completes_and_deletes_the_backend(
-    boot_guest: BootGuest, run_cli: Run, tmp_path: Path
-) -> None:
-    vm = boot_guest(GuestSpec(virtio_mem_mib=0))
-    cfg = config(tmp_path, virtio=False)
-    base_kb = vm.status().total_kb
-    code, doc = apply(run_cli, cfg, vm, "--limit", "256Mi")
-    assert doc["status"] == "Resized"
-    code, doc = apply(run_cli, cfg, vm, "--allow-shrink")
-    assert (code, doc["status"], doc["observed_mib"]) == (0, "Resized", 512), doc
-    assert [(s["action"], s["device"]) for s in doc["steps"]] == [("unplug_dimm", "kmdimm0")]
-    assert vm.wait_mem(lambda m: m.total_kb == base_kb, timeout=10)
-    with QMPClient(vm.qmp_socket) as q:
-        assert q.execute("query-memory-devices") == []
-        assert not [
-            o for o in q.execute("qom-list", {"path": "/objects"}) if o["name"].startswith("kmmem")
-        ]
 
 
 def test_dimm_unplug_that_times_out_stays_pending_and_is_settled(
