@@ -7,12 +7,12 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import pytest
 
 from tests.conftest import REPO, CliResult, write_config
-from tests.support.guestvm import BootGuest, GuestSpec, GuestVM
+from tests.support.guestvm import BootGuest, GuestSpec
 
 pytestmark = pytest.mark.guest
 Run = Callable[..., CliResult]
