@@ -16,6 +16,7 @@ from kata_mem.executor import Options, Result, fresh_usage, run_locked
 from kata_mem.journal import SandboxState
 from kata_mem.model import GuestUsage, HostFacts, SandboxRequest, SizingConfig, VmState
 from kata_mem.planner import assumed_vm
+from kata_mem.shim import request_doc
 
 
 def _connect(cfg: SizingConfig, endpoint: Endpoint) -> Backend:
@@ -85,7 +86,11 @@ def apply_request(
         raise ValueError("apply_request needs an endpoint unless dry_run")
     real_endpoint = endpoint
     state = SandboxState(state_dir or cfg.settings.state_dir, sandbox)
-    return run_locked(state, lambda: _connect(cfg, real_endpoint), cfg, host, request, options)
+    result = run_locked(state, lambda: _connect(cfg, real_endpoint), cfg, host, request, options)
+    if not force:
+        # What `kata-mem reconcile` re-runs later (a deferred shrink, a pending unplug).
+        state.save_request(request_doc(sandbox, cfg, request, endpoint, allow_shrink, host))
+    return result
 
 
 def read_status(

@@ -331,6 +331,35 @@ def status(
 
 
 @cli.command()
+@click.option("--config", "config_path", metavar="FILE", help="Kata configuration (for state_dir).")
+@click.option("--state-dir", metavar="DIR", help="State directory (default: [kata_mem] state_dir).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (schema kata-mem/reconcile/v1).")
+def reconcile(config_path: Optional[str], state_dir: Optional[str], as_json: bool) -> None:
+    """One pass over every sandbox: retry deferred shrinks that are due, settle pending
+    DIMMs, forget sandboxes whose VM is gone. Run it from a timer (see the README)."""
+    from kata_mem.reconcile import reconcile_all, visits_json, visits_text
+
+    directory = state_dir
+    if directory is None:
+        directory = (
+            _config(config_path)[0].settings.state_dir if config_path else Settings().state_dir
+        )
+    visits = reconcile_all(directory, dict(os.environ))
+    if as_json:
+        _emit(visits_json(visits))
+    else:
+        click.echo(visits_text(visits))
+
+
+@cli.command()
+def shim() -> None:
+    """Read one JSON request on stdin, write one JSON response on stdout (see the README).
+
+    Dispatched before click is imported; this entry only documents it in --help."""
+    raise click.UsageError("kata-mem shim takes no options; pipe a request into it")
+
+
+@cli.command()
 @host_options
 @click.option(
     "--cgroup",

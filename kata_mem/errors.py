@@ -63,10 +63,19 @@ class PlanRejected(KataMemError):
 
 
 class BackendUnavailable(KataMemError):
-    """The hypervisor endpoint cannot be reached (missing socket, refused, wrong URI)."""
+    """The hypervisor endpoint cannot be reached (missing socket, refused, wrong URI).
+
+    ``gone`` is True when the VM itself no longer exists (its socket is missing
+    or refuses connections, or libvirt has no such domain), as opposed to a
+    daemon that is down for now; ``kata-mem reconcile`` cleans up after the former.
+    """
 
     exit_code = 6
     kind = "backend-unavailable"
+
+    def __init__(self, message: str, gone: bool = False) -> None:
+        super().__init__(message)
+        self.gone = gone
 
 
 class BackendError(KataMemError):

@@ -26,7 +26,7 @@ from typing import Callable, Optional
 from kata_mem import safety
 from kata_mem.backends import Backend, StepProgress
 from kata_mem.errors import BackendError, BackendUnsupported, KataMemError
-from kata_mem.journal import Record, SandboxState
+from kata_mem.journal import LOCK_WAIT_S, Record, SandboxState
 from kata_mem.model import (
     GuestUsage,
     HostFacts,
@@ -44,8 +44,6 @@ from kata_mem.units import MiB, fmt_bytes
 
 log = logging.getLogger(__name__)
 
-#: How long a second call for the same sandbox waits for the first to finish.
-LOCK_WAIT_S = 120.0
 #: Longest a poll waits for news from the hypervisor before the executor looks again.
 POLL_WAIT_S = 0.25
 #: Deferred shrinks are retried after this, doubling per attempt, up to the cap.

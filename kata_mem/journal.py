@@ -32,6 +32,8 @@ from kata_mem.errors import ConfigError, InputError
 log = logging.getLogger(__name__)
 
 JOURNAL_SCHEMA = "kata-mem/journal/v1"
+#: How long a second call for the same sandbox waits for the first to finish.
+LOCK_WAIT_S = 120.0
 _SANDBOX_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 
 
@@ -182,8 +184,10 @@ class SandboxState:
         :raises ConfigError: when the state directory cannot be written.
         """
         record.updated_at = time.time()
-        data = json.dumps(record.to_json(), indent=1).encode()
-        tmp = self.dir / f".journal.{os.getpid()}.tmp"
+        self._atomic_write(self.path, json.dumps(record.to_json(), indent=1).encode())
+
+    def _atomic_write(self, path: Path, data: bytes) -> None:
+        tmp = self.dir / f".{path.name}.{os.getpid()}.tmp"
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             try:
@@ -191,7 +195,7 @@ class SandboxState:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-            os.replace(tmp, self.path)
+            os.replace(tmp, path)
             dfd = os.open(self.dir, os.O_RDONLY)
             try:
                 os.fsync(dfd)
@@ -199,8 +203,31 @@ class SandboxState:
                 os.close(dfd)
         except OSError as exc:
             raise ConfigError(
-                f"state_dir {self.root}: cannot write {self.path} ({exc.strerror or exc})"
+                f"state_dir {self.root}: cannot write {path} ({exc.strerror or exc})"
             ) from None
+
+    @property
+    def request_path(self) -> Path:
+        """The last request applied to this sandbox (a shim request), for ``kata-mem reconcile``."""
+        return self.dir / "request.json"
+
+    def save_request(self, doc: dict[str, Any]) -> None:
+        """Write the last request atomically.
+
+        :raises ConfigError: when the state directory cannot be written.
+        """
+        self._atomic_write(self.request_path, json.dumps(doc, indent=1).encode())
+
+    def remove(self) -> bool:
+        """Forget the sandbox (it is gone): delete its state under the lock. False if it had none."""
+        if not self.dir.is_dir():
+            return False
+        with self.locked(LOCK_WAIT_S):
+            for name in ("journal.json", "request.json", "lock"):
+                (self.dir / name).unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            self.dir.rmdir()
+        return True
 
     def _warn(self, text: str) -> None:
         log.warning("%s", text)

@@ -1,16 +1,25 @@
-"""Process entry point. The shim path is dispatched before click is imported:
+"""Process entry point. ``kata-mem shim`` is dispatched before click is imported:
 it runs on every container event and must start fast."""
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Optional
 
 
 def main(argv: Optional[list[str]] = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["shim"]:
+        if len(args) > 1:
+            print("usage: kata-mem shim < request.json  (takes no arguments)", file=sys.stderr)
+            return 2
+        from kata_mem.shim import main as shim_main
+
+        return shim_main(sys.stdin.buffer, sys.stdout, dict(os.environ))
     from kata_mem.cli import main as cli_main
 
-    return cli_main(argv)
+    return cli_main(args)
 
 
 def run() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from fractions import Fraction
 from pathlib import Path
 from typing import Any, Optional
@@ -218,13 +219,11 @@ def sandbox_sizing(annotations: dict[str, str], where: str) -> SandboxSizing:
     """
 
     def number(key: str) -> int:
-        raw = annotations.get(key, "0").strip() or "0"
-        try:
-            return int(raw, 10)
-        except ValueError:
-            raise InputError(
-                f"{where}: annotation {key}: expected an integer, got {raw!r}"
-            ) from None
+        raw = annotations.get(key, "0")
+        # As strictly as Go's strconv.ParseInt (Python's int() would also take "1_000" and " 1").
+        if not re.fullmatch(r"[+-]?[0-9]{1,18}", raw):
+            raise InputError(f"{where}: annotation {key}: expected an integer, got {raw!r}")
+        return int(raw)
 
     memory = max(number(ANN_SANDBOX_MEMORY), 0)
     quota, period, shares = (

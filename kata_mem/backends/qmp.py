@@ -60,7 +60,9 @@ def check_socket(path: str) -> None:
     try:
         st = os.lstat(path)
     except FileNotFoundError:
-        raise BackendUnavailable(f"QMP socket {path}: no such file (is the VM running?)") from None
+        raise BackendUnavailable(
+            f"QMP socket {path}: no such file (is the VM running?)", gone=True
+        ) from None
     except OSError as exc:
         raise BackendUnavailable(f"QMP socket {path}: {exc.strerror}") from None
     if stat.S_ISLNK(st.st_mode):
@@ -142,7 +144,9 @@ class QmpBackend:
                 why = "permission denied"
             else:
                 why = f"{exc.error_message}: {cause}"
-            raise BackendUnavailable(f"QMP socket {path}: {why}") from None
+            raise BackendUnavailable(
+                f"QMP socket {path}: {why}", gone=isinstance(cause, ConnectionRefusedError)
+            ) from None
         except (asyncio.TimeoutError, OSError, QMPError) as exc:
             loop.close()
             raise BackendUnavailable(

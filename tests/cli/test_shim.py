@@ -1,0 +1,187 @@
+"""`kata-mem shim`: the JSON protocol, its schemas, its errors and its import path."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+
+from kata_mem.shim import main as shim_main
+from tests.conftest import KATA_CONFIGS, REPO
+
+SCHEMAS = REPO / "schemas"
+REQUEST_SCHEMA = json.loads((SCHEMAS / "shim-request.v1.json").read_text())
+RESPONSE_SCHEMA = json.loads((SCHEMAS / "shim-response.v1.json").read_text())
+CONFIG = str(KATA_CONFIGS / "configuration-qemu.toml")
+
+
+def request(**fields: Any) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "schema": "kata-mem/shim-request/v1",
+        "sandbox_id": "sb-1",
+        "event": "update",
+        "config": CONFIG,
+        "containers": [
+            {
+                "id": "c1",
+                "state": "running",
+                "memory_limit_bytes": 268435456,
+                "cpu_quota": 50000,
+                "cpu_period": 100000,
+            }
+        ],
+        "backend": None,
+        "apply": False,
+        "allow_shrink": False,
+        "host": {"memory_bytes": 34359738368, "cpus": 8},
+    }
+    doc.update(fields)
+    return doc
+
+
+def run(raw: bytes) -> tuple[int, dict[str, Any]]:
+    out = io.StringIO()
+    code = shim_main(io.BytesIO(raw), out, {})
+    doc = json.loads(out.getvalue())
+    jsonschema.validate(doc, RESPONSE_SCHEMA)
+    return code, doc
+
+
+def test_readme_example_request_is_valid_and_plans() -> None:
+    jsonschema.validate(request(), REQUEST_SCHEMA)
+    code, doc = run(json.dumps(request()).encode())
+    assert code == 0 and doc["outcome"] is None
+    m = doc["plan"]["memory"]
+    assert (m["base_mib"], m["target_mib"], m["steps"][0]["size_mib"]) == (2048, 2304, 256)
+    assert doc["plan"]["vcpus"]["target"] == 2
+
+
+def test_memory_boom_through_the_shim_is_clamped() -> None:
+    req = request(
+        containers=[{"id": "boom", "memory_limit_bytes": 1000 * 2**30}],
+        host={"memory_bytes": 31753 * 2**20, "cpus": 8},
+    )
+    code, doc = run(json.dumps(req).encode())
+    assert code == 0
+    assert (doc["plan"]["memory"]["target_mib"], doc["plan"]["memory"]["clamped_by"]) == (
+        31744,
+        ["host_memtotal", "alignment"],
+    )
+
+
+@pytest.mark.parametrize(
+    ("raw", "code", "needle"),
+    [
+        (b"{", 4, "not JSON"),
+        (b"[]", 4, "expected a JSON object"),
+        (
+            json.dumps(request(schema="kata-mem/shim-request/v2")).encode(),
+            4,
+            "expected 'kata-mem/shim-request/v1'",
+        ),
+        (json.dumps(request(sandbox_id="../etc")).encode(), 4, "sandbox id '../etc'"),
+        (
+            json.dumps(request(event="resize")).encode(),
+            4,
+            "request event: expected create | update | delete | reconcile",
+        ),
+        (
+            json.dumps(request(containers=[{"id": "c", "memory_limit_bytes": "1Gi"}])).encode(),
+            4,
+            "containers[0].memory_limit_bytes: expected an integer",
+        ),
+        (
+            json.dumps(request(containers=[{"id": "c", "limit": 1}])).encode(),
+            4,
+            "containers[0]: unknown field 'limit'",
+        ),
+        (json.dumps(request(apply=True)).encode(), 4, "apply: true needs a backend"),
+        (json.dumps(request(backend={"type": "xen"})).encode(), 4, "backend.type"),
+        (json.dumps(request(host={"memory_bytes": True})).encode(), 4, "host.memory_bytes"),
+        (
+            json.dumps(request(annotations={"io.kubernetes.cri.sandbox-memory": "1_000"})).encode(),
+            4,
+            "expected an integer, got '1_000'",
+        ),
+        (
+            json.dumps(request(config="/nonexistent/kata.toml")).encode(),
+            3,
+            "/nonexistent/kata.toml: no such configuration file",
+        ),
+        (b" " * (1 << 20) + b"{}", 4, "larger than 1048576 bytes"),
+    ],
+)
+def test_bad_requests_get_an_error_response(
+    raw: bytes, code: int, needle: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    got, doc = run(raw)
+    assert got == code == doc["error"]["exit_code"]
+    assert needle in doc["error"]["message"]
+    assert capsys.readouterr().err.startswith("kata-mem shim: error: ")
+
+
+def test_apply_to_a_missing_vm_is_backend_unavailable(tmp_path: Path) -> None:
+    req = request(apply=True, backend={"type": "qmp", "socket": str(tmp_path / "gone.sock")})
+    code, doc = run(json.dumps(req).encode())
+    assert (code, doc["error"]["kind"]) == (6, "backend-unavailable")
+
+
+def test_delete_forgets_the_sandbox(tmp_path: Path) -> None:
+    from kata_mem.journal import SandboxState
+
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[hypervisor.qemu]\n[kata_mem]\nstate_dir = "{tmp_path / "state"}"\n')
+    state = SandboxState(tmp_path / "state", "sb-1")
+    state.dir.mkdir(parents=True)
+    state.save_request({"any": 1})
+    code, doc = run(json.dumps(request(event="delete", config=str(cfg))).encode())
+    assert (code, doc["plan"], doc["outcome"], doc["warnings"]) == (0, None, None, [])
+    assert not state.dir.exists()
+
+
+def test_the_shim_path_imports_no_click_and_no_backend() -> None:
+    probe = (
+        "import sys, io\n"
+        "from kata_mem.main import main\n"
+        f"sys.stdin = io.TextIOWrapper(io.BytesIO({json.dumps(request()).encode()!r}))\n"
+        "code = main(['shim'])\n"
+        "heavy = ('click', 'qemu', 'libvirt', 'yaml', 'asyncio', 'psutil')\n"
+        "print('LOADED', sorted({m.split('.')[0] for m in sys.modules if m.split('.')[0] in heavy}), code)\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+        check=False,
+    )
+    assert r.stdout.strip().splitlines()[-1] == "LOADED [] 0", r.stdout + r.stderr
+
+
+def test_real_process(tmp_path: Path) -> None:
+    r = subprocess.run(
+        [sys.executable, "-m", "kata_mem", "shim"],
+        input=json.dumps(request()),
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+        check=False,
+    )
+    assert r.returncode == 0 and json.loads(r.stdout)["plan"]["memory"]["target_mib"] == 2304
+    r = subprocess.run(
+        [sys.executable, "-m", "kata_mem", "shim", "--x"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+        check=False,
+    )
+    assert r.returncode == 2

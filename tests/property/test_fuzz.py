@@ -1,0 +1,359 @@
+"""Fuzzing the input edges with hypothesis: generated and mutated TOML, Pod manifests,
+OCI specs and shim requests. Every input either parses or is rejected with a
+documented kata-mem error; nothing else escapes. CI runs thousands of examples
+(KATA_MEM_FUZZ_EXAMPLES, default 1000 per test); scripts/fuzz.sh runs many more.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kata_mem.config import load_config
+from kata_mem.errors import ConfigError, InputError, KataMemError
+from kata_mem.shim import main as shim_main
+from kata_mem.shim import parse_request
+from kata_mem.sources import pod_containers, read_oci, read_pod
+from tests.conftest import KATA_CONFIGS, PODS, REPO
+
+EXAMPLES = int(os.environ.get("KATA_MEM_FUZZ_EXAMPLES", "1000"))
+FUZZ = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+REQUEST_SCHEMA = json.loads((REPO / "schemas" / "shim-request.v1.json").read_text())
+RESPONSE_SCHEMA = json.loads((REPO / "schemas" / "shim-response.v1.json").read_text())
+QEMU_TOML = (KATA_CONFIGS / "configuration-qemu.toml").read_bytes()
+BOOM = (PODS / "memory-boom.yaml").read_bytes()
+
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=True),
+    st.text(max_size=12),
+)
+json_values = st.recursive(
+    scalars,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@st.composite
+def mutated(draw: st.DrawFn, data: bytes) -> bytes:
+    """A few random byte flips, insertions and deletions of ``data``."""
+    buf = bytearray(data)
+    for _ in range(draw(st.integers(min_value=1, max_value=8))):
+        pos = draw(st.integers(min_value=0, max_value=max(len(buf) - 1, 0)))
+        op = draw(st.sampled_from(["flip", "insert", "delete", "truncate"]))
+        if op == "flip" and buf:
+            buf[pos] = draw(st.integers(min_value=0, max_value=255))
+        elif op == "insert":
+            buf[pos:pos] = draw(st.binary(min_size=1, max_size=4))
+        elif op == "delete" and buf:
+            del buf[pos]
+        else:
+            del buf[pos:]
+    return bytes(buf)
+
+
+def toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        return repr(v) if math.isfinite(v) else "nan"
+    if isinstance(v, list):
+        return "[" + ", ".join(toml_value(x) for x in v) + "]"
+    return json.dumps(str(v))
+
+
+SIZING_KEYS = [
+    "default_memory",
+    "default_maxmemory",
+    "memory_slots",
+    "memory_offset",
+    "enable_virtio_mem",
+    "enable_hugepages",
+    "default_vcpus",
+    "default_maxvcpus",
+    "other",
+]
+toml_scalars = st.one_of(
+    st.booleans(),
+    st.integers(min_value=-(2**63), max_value=2**63 - 1),
+    st.floats(),
+    st.text(max_size=8),
+)
+
+
+@FUZZ
+@given(
+    st.dictionaries(
+        st.sampled_from(SIZING_KEYS),
+        st.one_of(toml_scalars, st.lists(toml_scalars, max_size=3)),
+        max_size=9,
+    ),
+    st.dictionaries(
+        st.sampled_from(
+            ["headroom_percent", "dimm_block_mib", "state_dir", "allow_shrink", "bogus"]
+        ),
+        toml_scalars,
+        max_size=3,
+    ),
+)
+def test_generated_toml(
+    tmp_path_factory: Any, keys: dict[str, Any], settings_keys: dict[str, Any]
+) -> None:
+    path = Path(tmp_path_factory.mktemp("toml")) / "c.toml"
+    lines = ["[hypervisor.qemu]", *(f"{k} = {toml_value(v)}" for k, v in keys.items())]
+    lines += ["[kata_mem]", *(f"{k} = {toml_value(v)}" for k, v in settings_keys.items())]
+    path.write_text("\n".join(lines) + "\n")
+    try:
+        cfg = load_config(path)
+    except ConfigError as exc:
+        assert str(path) in str(exc)
+        return
+    assert cfg.default_memory >= 256 << 20 and cfg.memory_slots >= 1
+
+
+@FUZZ
+@given(mutated(QEMU_TOML))
+def test_mutated_upstream_toml(tmp_path_factory: Any, data: bytes) -> None:
+    path = Path(tmp_path_factory.mktemp("toml")) / "c.toml"
+    path.write_bytes(data)
+    with contextlib.suppress(ConfigError):
+        load_config(path)
+
+
+@FUZZ
+@given(json_values)
+def test_generated_pod_documents(doc: Any) -> None:
+    pod = {"kind": "Pod", "spec": doc}
+    with contextlib.suppress(InputError):
+        pod_containers(pod, "fuzz")
+
+
+@FUZZ
+@given(
+    st.lists(
+        st.dictionaries(
+            st.sampled_from(["name", "resources", "restartPolicy"]), json_values, max_size=3
+        ),
+        min_size=1,
+        max_size=3,
+    )
+)
+def test_generated_containers(containers: list[dict[str, Any]]) -> None:
+    with contextlib.suppress(InputError):
+        pod_containers({"kind": "Pod", "spec": {"containers": containers}}, "fuzz")
+
+
+@FUZZ
+@given(mutated(BOOM))
+def test_mutated_pod_manifest(tmp_path_factory: Any, data: bytes) -> None:
+    path = Path(tmp_path_factory.mktemp("pod")) / "pod.yaml"
+    path.write_bytes(data)
+    with contextlib.suppress(InputError):
+        read_pod(path)
+
+
+@FUZZ
+@given(json_values)
+def test_generated_oci_specs(doc: Any) -> None:
+    import tempfile
+
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as fh:
+        fh.write(json.dumps({"linux": {"resources": doc}} if isinstance(doc, dict) else doc))
+        fh.flush()
+        with contextlib.suppress(InputError):
+            read_oci(Path(fh.name))
+
+
+container_fields = st.fixed_dictionaries(
+    {},
+    optional={
+        "id": st.one_of(st.text(max_size=6), st.integers()),
+        "state": st.sampled_from(["running", "created", "stopped", "paused", 3]),
+        "role": st.sampled_from(["app", "init", "sidecar", "other"]),
+        "memory_limit_bytes": st.one_of(
+            st.none(),
+            st.integers(min_value=-(2**64), max_value=2**64),
+            st.text(max_size=4),
+            st.floats(),
+        ),
+        "hugepages_limit_bytes": st.one_of(st.none(), st.integers(min_value=-5, max_value=2**64)),
+        "cpu_quota": st.one_of(st.none(), st.integers(min_value=-(2**64), max_value=2**64)),
+        "cpu_period": st.one_of(st.none(), st.integers(min_value=-5, max_value=2**64)),
+        "extra": st.integers(),
+    },
+)
+int64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
+uint63 = st.integers(min_value=0, max_value=2**63 - 1)
+valid_containers = st.fixed_dictionaries(
+    {"id": st.text(min_size=1, max_size=6).filter(lambda t: "\0" not in t)},
+    optional={
+        "state": st.sampled_from(["running", "created", "stopped"]),
+        "role": st.sampled_from(["app", "init", "sidecar"]),
+        "memory_limit_bytes": st.one_of(st.none(), int64),
+        "hugepages_limit_bytes": st.one_of(st.none(), uint63),
+        "cpu_quota": st.one_of(st.none(), int64),
+        "cpu_period": st.one_of(st.none(), uint63),
+    },
+)
+valid_requests = st.fixed_dictionaries(
+    {
+        "schema": st.just("kata-mem/shim-request/v1"),
+        "sandbox_id": st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,8}", fullmatch=True),
+        "event": st.sampled_from(["create", "update", "delete", "reconcile"]),
+    },
+    optional={
+        "containers": st.lists(valid_containers, max_size=3),
+        "backend": st.one_of(
+            st.none(), st.just({"type": "qmp", "socket": "/nonexistent/qmp.sock"})
+        ),
+        "allow_shrink": st.booleans(),
+        "host": st.one_of(
+            st.none(),
+            st.fixed_dictionaries(
+                {},
+                optional={
+                    "memory_bytes": st.integers(min_value=2**20, max_value=2**63 - 1),
+                    "cpus": st.integers(min_value=1, max_value=512),
+                },
+            ),
+        ),
+        "annotations": st.one_of(
+            st.none(),
+            st.dictionaries(
+                st.sampled_from(["io.kubernetes.cri.sandbox-memory", "x"]),
+                st.from_regex(r"[0-9]{1,12}", fullmatch=True),
+                max_size=2,
+            ),
+        ),
+    },
+).map(lambda d: {**d, "apply": d.get("backend") is not None and d["event"] != "delete"})
+noisy_requests = st.fixed_dictionaries(
+    {
+        "schema": st.sampled_from(
+            ["kata-mem/shim-request/v1", "kata-mem/shim-request/v1", "kata-mem/shim-request/v2", 1]
+        )
+    },
+    optional={
+        "sandbox_id": st.one_of(
+            st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,8}", fullmatch=True),
+            st.text(max_size=6),
+            st.integers(),
+        ),
+        "event": st.sampled_from(["create", "update", "delete", "reconcile", "resize", None]),
+        "containers": st.one_of(st.lists(container_fields, max_size=3), st.integers()),
+        "backend": st.one_of(
+            st.none(),
+            st.fixed_dictionaries(
+                {"type": st.sampled_from(["qmp", "libvirt", "xen"])},
+                optional={
+                    "socket": st.text(max_size=4),
+                    "uri": st.text(max_size=4),
+                    "domain": st.text(max_size=4),
+                },
+            ),
+        ),
+        "apply": st.one_of(st.booleans(), st.integers(min_value=0, max_value=1)),
+        "allow_shrink": st.booleans(),
+        "host": st.one_of(
+            st.none(),
+            st.fixed_dictionaries(
+                {},
+                optional={
+                    "memory_bytes": st.one_of(st.none(), st.integers(min_value=0, max_value=2**64)),
+                    "cpus": st.one_of(st.none(), st.integers(min_value=-1, max_value=4)),
+                    "arch": st.sampled_from([None, "amd64", ""]),
+                },
+            ),
+        ),
+        "annotations": st.one_of(
+            st.none(),
+            st.dictionaries(
+                st.sampled_from(["io.kubernetes.cri.sandbox-memory", "x"]),
+                st.one_of(st.from_regex(r"[+-]?[0-9]{1,20}", fullmatch=True), st.text(max_size=4)),
+                max_size=2,
+            ),
+        ),
+        "unknown": st.integers(),
+    },
+)
+# Valid requests, one field of a valid request replaced by noise, and pure noise.
+shim_requests = st.one_of(
+    valid_requests,
+    st.tuples(valid_requests, noisy_requests).map(
+        lambda p: {**p[0], **dict(list(p[1].items())[1:2])}
+    ),
+    noisy_requests,
+)
+
+
+@FUZZ
+@given(valid_requests)
+def test_valid_requests_are_accepted(doc: dict[str, Any]) -> None:
+    jsonschema.validate(doc, REQUEST_SCHEMA)
+    parse_request(json.dumps(doc).encode())
+
+
+@FUZZ
+@given(shim_requests)
+def test_shim_reader_agrees_with_the_json_schema(doc: dict[str, Any]) -> None:
+    """The hand-written reader and the shipped JSON Schema accept exactly the same requests."""
+    raw = json.dumps(doc).encode()
+    try:
+        parse_request(raw)
+        accepted = True
+    except InputError:
+        accepted = False
+    schema_ok = jsonschema.Draft202012Validator(REQUEST_SCHEMA).is_valid(doc)
+    assert accepted == schema_ok, doc
+
+
+@FUZZ
+@given(
+    st.one_of(
+        st.binary(max_size=200),
+        json_values.map(lambda v: json.dumps(v).encode()),
+        shim_requests.map(lambda d: json.dumps(d).encode()),
+    )
+)
+def test_shim_never_escapes(raw: bytes) -> None:
+    out = io.StringIO()
+    try:
+        code = shim_main(
+            io.BytesIO(raw), out, {"KATA_CONF_FILE": str(KATA_CONFIGS / "configuration-qemu.toml")}
+        )
+    except KataMemError as exc:  # pragma: no cover - would be a bug
+        raise AssertionError(f"escaped: {exc}") from exc
+    doc = json.loads(out.getvalue())
+    jsonschema.validate(doc, RESPONSE_SCHEMA)
+    assert code in (0, 3, 4, 6) and (code == 0) == ("error" not in doc)
+
+
+def test_yaml_float_is_rejected_not_truncated() -> None:
+    doc = yaml.safe_load("kind: Pod\nspec: {containers: [{resources: {limits: {memory: 1.5}}}]}")
+    try:
+        pod_containers(doc, "x")
+    except InputError as exc:
+        assert "quote it" in str(exc)
+    else:
+        raise AssertionError("a YAML float limit was accepted")
