@@ -86,11 +86,13 @@ def apply_request(
         raise ValueError("apply_request needs an endpoint unless dry_run")
     real_endpoint = endpoint
     state = SandboxState(state_dir or cfg.settings.state_dir, sandbox)
-    result = run_locked(state, lambda: _connect(cfg, real_endpoint), cfg, host, request, options)
-    if not force:
-        # What `kata-mem reconcile` re-runs later (a deferred shrink, a pending unplug).
-        state.save_request(request_doc(sandbox, cfg, request, endpoint, allow_shrink, host))
-    return result
+    try:
+        return run_locked(state, lambda: _connect(cfg, real_endpoint), cfg, host, request, options)
+    finally:
+        if not force and state.dir.is_dir():
+            # What `kata-mem reconcile` re-runs later (a deferred shrink, a pending unplug,
+            # or finding that the VM is gone), also after a call that failed.
+            state.save_request(request_doc(sandbox, cfg, request, endpoint, allow_shrink, host))
 
 
 def read_status(
