@@ -140,6 +140,27 @@ def test_guest_never_confirms(
     _no_orphans(qemu)
 
 
+def test_guest_refusing_an_unplug(
+    apply: Callable[..., tuple[int, dict[str, Any]]], qemu: FakeQemu
+) -> None:
+    code, doc = apply("--limit", "256Mi")
+    assert doc["status"] == "Resized"
+    qemu.guest_refuses = True
+    # --force: the scripted server has no balloon, so the checks would defer (usage unknown).
+    code, doc = apply("--force")
+    assert (code, doc["status"], doc["reason"], doc["observed_mib"]) == (
+        0,
+        "InProgress",
+        "UnplugRejected",
+        768,
+    ), doc
+    assert "0x82" in doc["message"] or "DEVICE_UNPLUG_GUEST_ERROR" in doc["message"]
+    # Next call: the DIMM is still there and still counted; its backend was not deleted.
+    code, doc = apply("--limit", "256Mi")
+    assert (code, doc["status"], doc["observed_mib"]) == (0, "NoChange", 768)
+    assert list(qemu.devices) == ["kmdimm0"] and list(qemu.objects) == ["kmmem0"]
+
+
 def test_unknown_command_class_is_kept(
     apply: Callable[..., tuple[int, dict[str, Any]]], qemu: FakeQemu
 ) -> None:

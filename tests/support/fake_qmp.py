@@ -36,6 +36,12 @@ class FakeQemu:
     drop_after: set[str] = field(default_factory=set)
     #: whether the "guest" confirms a DIMM insert (ACPI_DEVICE_OST) and completes ejects
     guest_confirms: bool = True
+    #: whether the "guest" refuses DIMM ejects (ACPI _OST 0x82 busy, DEVICE_UNPLUG_GUEST_ERROR)
+    guest_refuses: bool = False
+    #: a virtio-balloon with statistics, reporting ``guest_used`` bytes in use (fresh every call)
+    balloon: bool = False
+    guest_used: int = 64 * MiB
+    stats_interval: int = 0
     commands: list[str] = field(default_factory=list)
 
     def dimms(self) -> list[dict[str, Any]]:
@@ -63,7 +69,29 @@ class FakeQemu:
             }, []
         if cmd == "qom-get" and args.get("path") == "/machine" and args.get("property") == "memory":
             return {"return": {"size": self.base, "slots": self.slots, "max-size": self.maxmem}}, []
+        if cmd == "qom-get" and self.balloon and args.get("path") == "/machine/peripheral/balloon0":
+            if args.get("property") == "guest-stats-polling-interval":
+                return {"return": self.stats_interval}, []
+            total = self.base + sum(d["data"]["size"] for d in self.devices.values())
+            free = max(total - self.guest_used, 0)
+            stats = {
+                "stat-total-memory": total,
+                "stat-available-memory": free,
+                "stat-free-memory": free,
+                "stat-disk-caches": 0,
+                "stat-major-faults": 0,
+            }
+            return {"return": {"stats": stats, "last-update": int(time.time())}}, []
+        if (
+            cmd == "qom-set"
+            and self.balloon
+            and args.get("property") == "guest-stats-polling-interval"
+        ):
+            self.stats_interval = int(args["value"])
+            return {"return": {}}, []
         if cmd == "qom-list":
+            if args.get("path") == "/machine/peripheral" and self.balloon:
+                return {"return": [{"name": "balloon0", "type": "child<virtio-balloon-pci>"}]}, []
             if args.get("path") == "/objects":
                 return {
                     "return": [
@@ -132,11 +160,20 @@ class FakeQemu:
                 return {
                     "error": {"class": "DeviceNotFound", "desc": f"Device '{did}' not found"}
                 }, []
-            if self.guest_confirms:
+            path = f"/machine/peripheral/{did}"
+            if self.guest_refuses:
+                ost = {
+                    "device": did,
+                    "slot": str(self.devices[did]["data"]["slot"]),
+                    "slot-type": "DIMM",
+                    "source": 3,
+                }
+                events.append(_event("ACPI_DEVICE_OST", {"info": {**ost, "status": 0x84}}))
+                events.append(_event("ACPI_DEVICE_OST", {"info": {**ost, "status": 0x82}}))
+                events.append(_event("DEVICE_UNPLUG_GUEST_ERROR", {"device": did, "path": path}))
+            elif self.guest_confirms:
                 del self.devices[did]
-                events.append(
-                    _event("DEVICE_DELETED", {"device": did, "path": f"/machine/peripheral/{did}"})
-                )
+                events.append(_event("DEVICE_DELETED", {"device": did, "path": path}))
             return {"return": {}}, events
         return {
             "error": {"class": "CommandNotFound", "desc": f"The command {cmd} has not been found"}

@@ -1,0 +1,258 @@
+"""Fault injection on the real guest (and the scripted QMP server for what a real QEMU
+cannot do on demand): after each fault, the next call converges to the truth.
+The README's fault table lists each case with its outcome and the state after."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from kata_mem.backends.qmp import QmpBackend
+from kata_mem.config import load_config
+from kata_mem.errors import BackendUnavailable
+from kata_mem.executor import Options, run_locked
+from kata_mem.journal import SandboxState
+from kata_mem.model import Container, HostFacts, SandboxRequest, Step
+from kata_mem.reconcile import reconcile_all
+from tests.conftest import REPO, CliResult, write_config
+from tests.support.fake_qmp import FakeQemu, FakeQmpServer
+from tests.support.guestvm import BootGuest, GuestSpec
+
+Run = Callable[..., CliResult]
+MiB = 1 << 20
+HOST_ARGS = ("--host-memory", "16Gi", "--host-cpus", "4")
+HOST = HostFacts(memory=16 << 30, cpus=4, arch="amd64")
+
+
+def config(tmp_path: Path, *, virtio: bool, timeout: int = 20) -> Path:
+    return write_config(
+        tmp_path / "configuration.toml",
+        {
+            "default_memory": 512,
+            "default_maxmemory": 4096,
+            "memory_slots": 8,
+            "enable_virtio_mem": virtio,
+        },
+        kata_mem={"state_dir": str(tmp_path / "state"), "step_timeout_s": timeout},
+    )
+
+
+def apply(run_cli: Run, cfg: Path, sock: Path, *args: str) -> tuple[int, dict[str, Any]]:
+    r = run_cli(
+        "apply",
+        "--config",
+        str(cfg),
+        "--qmp",
+        str(sock),
+        "--sandbox",
+        "sb",
+        *HOST_ARGS,
+        "--json",
+        *args,
+    )
+    assert r.out.strip(), r.err
+    return r.code, json.loads(r.out)
+
+
+class KillsQemu(QmpBackend):
+    """The real backend; QEMU is killed right after the step's commands are sent."""
+
+    pid: int
+
+    def begin(self, step: Step) -> None:
+        super().begin(step)
+        os.kill(self.pid, signal.SIGKILL)
+
+
+@pytest.mark.guest
+def test_qemu_killed_mid_step(boot_guest: BootGuest, run_cli: Run, tmp_path: Path) -> None:
+    vm = boot_guest(GuestSpec(virtio_mem_mib=0))
+    cfg_path = config(tmp_path, virtio=False)
+
+    def connect() -> QmpBackend:
+        backend = KillsQemu.connect(str(vm.qmp_socket))
+        assert isinstance(backend, KillsQemu)
+        backend.pid = vm.pid
+        return backend
+
+    request = SandboxRequest((Container("c", 256 * MiB),))
+    with pytest.raises(BackendUnavailable, match="connection lost"):
+        run_locked(
+            SandboxState(tmp_path / "state", "sb"),
+            connect,
+            load_config(cfg_path),
+            HOST,
+            request,
+            Options(),
+        )
+    vm.wait_exit(10)
+    # The next call: the VM is gone, and says so; the journal still shows the step in flight.
+    code, doc = apply(run_cli, cfg_path, vm.qmp_socket, "--limit", "256Mi")
+    assert code == 6 and doc["error"]["kind"] == "backend-unavailable"
+    journal = json.loads((tmp_path / "state" / "sb" / "journal.json").read_text())
+    assert (journal["state"], journal["step"]["action"]) == ("running", "plug_dimm")
+    # reconcile forgets a sandbox whose VM is gone.
+    (visit,) = reconcile_all(str(tmp_path / "state"), {})
+    assert (visit.sandbox, visit.action) == ("sb", "cleaned"), visit
+    assert not (tmp_path / "state" / "sb").exists()
+
+
+@pytest.mark.guest
+@pytest.mark.parametrize("damage", ["truncated", "corrupt", "empty"])
+def test_damaged_journal(boot_guest: BootGuest, run_cli: Run, tmp_path: Path, damage: str) -> None:
+    vm = boot_guest(GuestSpec(virtio_mem_mib=2048))
+    cfg = config(tmp_path, virtio=True)
+    assert apply(run_cli, cfg, vm.qmp_socket, "--limit", "512Mi")[1]["status"] == "Resized"
+    path = tmp_path / "state" / "sb" / "journal.json"
+    text = path.read_text()
+    path.write_text(
+        {"truncated": text[: len(text) // 2], "corrupt": text.replace("{", "[", 1), "empty": ""}[
+            damage
+        ]
+    )
+    code, doc = apply(run_cli, cfg, vm.qmp_socket, "--limit", "512Mi")
+    assert (code, doc["status"], doc["observed_mib"]) == (0, "NoChange", 1024), doc
+    assert any("corrupt or truncated" in w for w in doc["warnings"])
+    assert json.loads(path.read_text())["observed_mib"] == 1024
+
+
+@pytest.mark.guest
+def test_unwritable_state_dir(boot_guest: BootGuest, run_cli: Run, tmp_path: Path) -> None:
+    vm = boot_guest(GuestSpec(virtio_mem_mib=2048))
+    cfg = config(tmp_path, virtio=True)
+    before = vm.status().total_kb
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    r = run_cli(
+        "apply",
+        "--config",
+        str(cfg),
+        "--qmp",
+        str(vm.qmp_socket),
+        "--state-dir",
+        str(blocker),
+        "--limit",
+        "512Mi",
+        *HOST_ARGS,
+    )
+    assert (
+        r.code == 3 and "cannot write the sandbox state" in r.err and "nothing was changed" in r.err
+    )
+    assert vm.status().total_kb == before
+    code, doc = apply(run_cli, cfg, vm.qmp_socket, "--limit", "512Mi")  # with a usable state dir
+    assert (code, doc["status"]) == (0, "Resized")
+
+
+@pytest.mark.guest
+def test_twenty_concurrent_shim_calls_are_serialized(boot_guest: BootGuest, tmp_path: Path) -> None:
+    vm = boot_guest(GuestSpec(virtio_mem_mib=2048))
+    cfg = config(tmp_path, virtio=True)
+    request = {
+        "schema": "kata-mem/shim-request/v1",
+        "sandbox_id": "sb-20",
+        "event": "update",
+        "config": str(cfg),
+        "containers": [{"id": "c1", "state": "running", "memory_limit_bytes": 1 << 30}],
+        "backend": {"type": "qmp", "socket": str(vm.qmp_socket)},
+        "apply": True,
+        "host": {"memory_bytes": 16 << 30, "cpus": 4},
+    }
+    results: list[subprocess.CompletedProcess[str]] = []
+    lock = threading.Lock()
+
+    def call() -> None:
+        r = subprocess.run(
+            [sys.executable, "-m", "kata_mem", "shim"],
+            input=json.dumps(request),
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            timeout=300,
+            check=False,
+        )
+        with lock:
+            results.append(r)
+
+    threads = [threading.Thread(target=call) for _ in range(20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [r.returncode for r in results] == [0] * 20, [
+        r.stderr[-300:] for r in results if r.returncode
+    ]
+    statuses = sorted(json.loads(r.stdout)["outcome"]["status"] for r in results)
+    assert statuses == ["NoChange"] * 19 + ["Resized"]
+    assert {json.loads(r.stdout)["outcome"]["observed_mib"] for r in results} == {1536}
+    assert vm.wait_mem(lambda m: m.total_kb > 1300 * 1024, timeout=10)
+
+
+# -- reconcile, on the scripted QMP server -------------------------------------------------
+
+
+@pytest.fixture
+def fake(tmp_path: Path) -> Any:
+    qemu = FakeQemu()
+    with FakeQmpServer(tmp_path / "qmp.sock", qemu) as server:
+        yield qemu, server
+
+
+def test_reconcile_waits_for_the_backoff_then_retries(
+    fake: Any, run_cli: Run, tmp_path: Path
+) -> None:
+    _qemu, server = fake
+    cfg = config(tmp_path, virtio=False, timeout=1)
+    assert apply(run_cli, cfg, server.path, "--limit", "256Mi")[1]["status"] == "Resized"
+    _code, doc = apply(run_cli, cfg, server.path, "--allow-shrink")  # no balloon: usage unknown
+    assert (doc["status"], doc["reason"], doc["retry_after_s"]) == ("Deferred", "UsageUnknown", 30)
+    # The saved request is the shrink; reconcile waits for the retry time, then retries.
+    (visit,) = reconcile_all(str(tmp_path / "state"), {})
+    assert visit.action == "waiting" and "retry in" in visit.detail
+    (visit,) = reconcile_all(str(tmp_path / "state"), {}, clock=lambda: time.time() + 31)
+    assert visit.outcome is not None
+    assert (visit.action, visit.outcome["status"], visit.outcome["retry_after_s"]) == (
+        "retried",
+        "Deferred",
+        60,
+    ), visit
+
+
+def test_reconcile_settles_a_pending_unplug(run_cli: Run, tmp_path: Path) -> None:
+    qemu = FakeQemu(balloon=True)
+    with FakeQmpServer(tmp_path / "qmp.sock", qemu) as server:
+        cfg = config(tmp_path, virtio=False, timeout=1)
+        assert apply(run_cli, cfg, server.path, "--limit", "256Mi")[1]["status"] == "Resized"
+        qemu.guest_confirms = False
+        _code, doc = apply(run_cli, cfg, server.path, "--allow-shrink")
+        assert (doc["status"], doc["reason"]) == ("InProgress", "UnplugTimeout"), doc
+        del qemu.devices["kmdimm0"]  # the guest finishes the eject later, unobserved
+        (visit,) = reconcile_all(str(tmp_path / "state"), {})
+        assert visit.outcome is not None
+        assert (visit.action, visit.outcome["status"], visit.outcome["observed_mib"]) == (
+            "retried",
+            "NoChange",
+            512,
+        )
+        assert any("pending unplug of kmdimm0 completed" in w for w in visit.outcome["warnings"])
+        assert qemu.objects == {}  # kmmem0 was deleted as an orphan
+
+
+def test_reconcile_cli(fake: Any, run_cli: Run, tmp_path: Path) -> None:
+    _qemu, server = fake
+    cfg = config(tmp_path, virtio=False)
+    apply(run_cli, cfg, server.path, "--limit", "256Mi")
+    r = run_cli("reconcile", "--state-dir", str(tmp_path / "state"), "--json")
+    doc = json.loads(r.out)
+    assert doc["schema"] == "kata-mem/reconcile/v1" and doc["sandboxes"][0]["action"] == "retried"
+    server.close()
+    r = run_cli("reconcile", "--state-dir", str(tmp_path / "state"))
+    assert r.code == 0 and "sb: cleaned: the VM is gone" in r.out
