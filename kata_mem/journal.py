@@ -124,7 +124,7 @@ class SandboxState:
             self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
             self.dir.mkdir(mode=0o700, exist_ok=True)
             os.chmod(self.dir, 0o700)
-            probe = self.dir / ".probe"
+            probe = self.dir / f".probe.{os.getpid()}"
             fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             os.close(fd)
             probe.unlink()
