@@ -1,44 +1,42 @@
 """kata-mem: size and resize the guest memory of Kata-style VM sandboxes.
 
-The public API is what ``__all__`` lists; every other module is internal.
+The public API is what ``__all__`` lists; every other module is internal. Names
+are imported on first use (PEP 562), so that ``kata-mem shim`` loads only what
+a request needs.
 """
 
 from __future__ import annotations
 
-import logging
-
-from kata_mem.config import find_config, load_config
-from kata_mem.errors import (
-    BackendError,
-    BackendUnavailable,
-    BackendUnsupported,
-    ConfigError,
-    GuestTimeout,
-    InputError,
-    KataMemError,
-    PlanRejected,
-    QuantityError,
-)
-from kata_mem.host import probe_host
-from kata_mem.model import (
-    Clamp,
-    Container,
-    HostFacts,
-    MemoryDevice,
-    MemoryPlan,
-    Plan,
-    SandboxRequest,
-    SandboxSizing,
-    Settings,
-    SizingConfig,
-    Step,
-    VcpuPlan,
-    VmState,
-)
-from kata_mem.planner import plan
-from kata_mem.quantity import parse_quantity, quantity_bytes
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+#: Public name -> the module that defines it.
+_EXPORTS = {
+    "apply": "kata_mem.apply:apply_request",
+    "plan": "kata_mem.planner:plan",
+    "load_config": "kata_mem.config:load_config",
+    "find_config": "kata_mem.config:find_config",
+    "probe_host": "kata_mem.host:probe_host",
+    "parse_quantity": "kata_mem.quantity:parse_quantity",
+    "quantity_bytes": "kata_mem.quantity:quantity_bytes",
+    "Endpoint": "kata_mem.backends:Endpoint",
+    **{
+        name: "kata_mem.errors:" + name
+        for name in (
+            "KataMemError", "ConfigError", "InputError", "QuantityError", "PlanRejected",
+            "BackendUnavailable", "BackendError", "BackendUnsupported", "GuestTimeout",
+        )
+    },
+    **{
+        name: "kata_mem.model:" + name
+        for name in (
+            "Clamp", "Container", "GuestUsage", "HostFacts", "MemoryDevice", "MemoryPlan", "Outcome", "Plan",
+            "SandboxRequest", "SandboxSizing", "Settings", "SizingConfig", "Step", "VcpuPlan", "VmState",
+        )
+    },
+}  # fmt: skip
 
 __all__ = [
     "BackendError",
@@ -47,12 +45,15 @@ __all__ = [
     "Clamp",
     "ConfigError",
     "Container",
+    "Endpoint",
     "GuestTimeout",
+    "GuestUsage",
     "HostFacts",
     "InputError",
     "KataMemError",
     "MemoryDevice",
     "MemoryPlan",
+    "Outcome",
     "Plan",
     "PlanRejected",
     "QuantityError",
@@ -64,6 +65,7 @@ __all__ = [
     "VcpuPlan",
     "VmState",
     "__version__",
+    "apply",
     "find_config",
     "load_config",
     "parse_quantity",
@@ -72,4 +74,49 @@ __all__ = [
     "quantity_bytes",
 ]
 
-logging.getLogger(__name__).addHandler(logging.NullHandler())
+
+def __getattr__(name: str) -> Any:
+    target = _EXPORTS.get(name)
+    if target is None:
+        raise AttributeError(f"module 'kata_mem' has no attribute {name!r}")
+    module, _, attr = target.partition(":")
+    value = getattr(importlib.import_module(module), attr)
+    globals()[name] = value
+    return value
+
+
+if TYPE_CHECKING:
+    from kata_mem.apply import apply_request as apply
+    from kata_mem.backends import Endpoint
+    from kata_mem.config import find_config, load_config
+    from kata_mem.errors import (
+        BackendError,
+        BackendUnavailable,
+        BackendUnsupported,
+        ConfigError,
+        GuestTimeout,
+        InputError,
+        KataMemError,
+        PlanRejected,
+        QuantityError,
+    )
+    from kata_mem.host import probe_host
+    from kata_mem.model import (
+        Clamp,
+        Container,
+        GuestUsage,
+        HostFacts,
+        MemoryDevice,
+        MemoryPlan,
+        Outcome,
+        Plan,
+        SandboxRequest,
+        SandboxSizing,
+        Settings,
+        SizingConfig,
+        Step,
+        VcpuPlan,
+        VmState,
+    )
+    from kata_mem.planner import plan
+    from kata_mem.quantity import parse_quantity, quantity_bytes

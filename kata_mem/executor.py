@@ -17,7 +17,6 @@ The only sequencer of side effects. Under the sandbox lock it
 from __future__ import annotations
 
 import dataclasses
-import logging
 import os
 import time
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from kata_mem import safety
 from kata_mem.backends import Backend, StepProgress
 from kata_mem.errors import BackendError, BackendUnsupported, KataMemError
 from kata_mem.journal import LOCK_WAIT_S, Record, SandboxState
+from kata_mem.logs import get_logger
 from kata_mem.model import (
     GuestUsage,
     HostFacts,
@@ -42,7 +42,7 @@ from kata_mem.planner import assumed_vm
 from kata_mem.planner import plan as make_plan
 from kata_mem.units import MiB, fmt_bytes
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 #: Longest a poll waits for news from the hypervisor before the executor looks again.
 POLL_WAIT_S = 0.25

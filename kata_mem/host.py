@@ -5,7 +5,7 @@ are reproducible on any machine.
 
 from __future__ import annotations
 
-import platform
+import os
 from pathlib import Path
 from typing import Optional
 
@@ -96,9 +96,9 @@ def probe_host(
     else:
         sources.append(("cpus", "override"))
     if arch is None:
-        machine = platform.machine()
+        machine = os.uname().machine
         arch = GO_ARCH.get(machine, machine)
-        sources.append(("arch", f"platform.machine() = {machine}"))
+        sources.append(("arch", f"uname machine = {machine}"))
     else:
         sources.append(("arch", "override"))
     limit = read_cgroup_memory_limit(cgroup_dir) if cgroup_dir else None

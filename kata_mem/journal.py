@@ -18,36 +18,19 @@ import contextlib
 import errno
 import fcntl
 import json
-import logging
 import os
-import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from kata_mem.errors import ConfigError, InputError
-
-log = logging.getLogger(__name__)
+from kata_mem.errors import ConfigError
+from kata_mem.model import SANDBOX_ID, check_sandbox_id
 
 JOURNAL_SCHEMA = "kata-mem/journal/v1"
 #: How long a second call for the same sandbox waits for the first to finish.
 LOCK_WAIT_S = 120.0
-_SANDBOX_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
-
-
-def check_sandbox_id(sandbox: str) -> str:
-    """Sandbox ids name directories, so only a safe alphabet is accepted.
-
-    :raises InputError: for anything else (``..``, slashes, empty, too long).
-    """
-    if not _SANDBOX_ID.fullmatch(sandbox) or sandbox in (".", ".."):
-        raise InputError(
-            f"sandbox id {sandbox!r}: expected 1-128 characters of letters, digits, '_', '.', '-' "
-            "(starting with a letter or digit)"
-        )
-    return sandbox
 
 
 @dataclass
@@ -230,7 +213,9 @@ class SandboxState:
         return True
 
     def _warn(self, text: str) -> None:
-        log.warning("%s", text)
+        from kata_mem.logs import get_logger
+
+        get_logger(__name__).warning("%s", text)
         self.warnings.append(text)
 
 
@@ -239,4 +224,4 @@ def sandboxes(state_dir: str | Path) -> list[str]:
     root = Path(state_dir)
     if not root.is_dir():
         return []
-    return sorted(p.name for p in root.iterdir() if p.is_dir() and _SANDBOX_ID.fullmatch(p.name))
+    return sorted(p.name for p in root.iterdir() if p.is_dir() and SANDBOX_ID.fullmatch(p.name))

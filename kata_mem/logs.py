@@ -20,6 +20,16 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(doc)
 
 
+def get_logger(name: str) -> logging.Logger:
+    """A module's logger. The library stays silent until the caller configures
+    logging (a NullHandler on the package logger), and the shim's plan-only path,
+    which logs nothing, never pays for importing logging."""
+    root = logging.getLogger("kata_mem")
+    if not root.handlers:
+        root.addHandler(logging.NullHandler())
+    return logging.getLogger(name)
+
+
 def setup_logging(verbose: int, fmt: str) -> None:
     """Configure the ``kata_mem`` logger once: warnings by default, more with ``-v``."""
     logger = logging.getLogger("kata_mem")

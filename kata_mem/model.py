@@ -6,10 +6,12 @@ and safety policy consume them; the renderers turn them into text or JSON.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Literal, Optional
 
+from kata_mem.errors import InputError
 from kata_mem.units import MiB
 
 Mechanism = Literal["pc-dimm", "virtio-mem", "static"]
@@ -29,6 +31,22 @@ CAUSES = (
     "device_space",
 )
 VCPU_CAUSES = ("default_maxvcpus", "host_cpus", "arch")
+
+SANDBOX_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+
+
+def check_sandbox_id(sandbox: str) -> str:
+    """Sandbox ids name directories, so only a safe alphabet is accepted.
+
+    :raises InputError: for anything else (``..``, slashes, empty, too long).
+    """
+    if not SANDBOX_ID.fullmatch(sandbox) or sandbox in (".", ".."):
+        raise InputError(
+            f"sandbox id {sandbox!r}: expected 1-128 characters of letters, digits, '_', '.', '-' "
+            "(starting with a letter or digit)"
+        )
+    return sandbox
+
 
 #: Prefixes of the memory devices and backend objects kata-mem creates; anything
 #: else in the VM (cold-plugged DIMMs, the boot virtio-mem device) is not unplugged.

@@ -108,8 +108,7 @@ def parse_request(raw: bytes) -> dict[str, Any]:
         or wrongly typed field (named), or an unknown field.
     """
     from kata_mem.backends import Endpoint
-    from kata_mem.journal import check_sandbox_id
-    from kata_mem.model import Container, SandboxRequest
+    from kata_mem.model import Container, SandboxRequest, check_sandbox_id
 
     if len(raw) > MAX_REQUEST_BYTES:
         raise InputError(f"request larger than {MAX_REQUEST_BYTES} bytes")

@@ -15,7 +15,6 @@ prefix (``ua-kmdimm0`` -> ``kmdimm0``).
 from __future__ import annotations
 
 import contextlib
-import logging
 import queue
 import threading
 import time
@@ -26,10 +25,11 @@ import libvirt
 
 from kata_mem.backends import StepProgress
 from kata_mem.errors import BackendError, BackendUnavailable, BackendUnsupported
+from kata_mem.logs import get_logger
 from kata_mem.model import GuestUsage, MemoryDevice, Step, VmState
 from kata_mem.units import KiB
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 T = TypeVar("T")
 
 USER_ALIAS = "ua-"

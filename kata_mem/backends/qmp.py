@@ -11,7 +11,6 @@ here, with the QMP error class and text kept.
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import stat
 import time
@@ -29,9 +28,10 @@ from qemu.qmp import (
 
 from kata_mem.backends import StepProgress
 from kata_mem.errors import BackendError, BackendUnavailable
+from kata_mem.logs import get_logger
 from kata_mem.model import DIMM_PREFIX, MEMDEV_PREFIX, GuestUsage, MemoryDevice, Step, VmState
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 T = TypeVar("T")
 
 #: A QMP command that takes longer than this is treated as a hung monitor.
