@@ -268,16 +268,6 @@ class Executor:
                 vm.total,
                 m.target,
             )
-        if m.shrink and any(d.pending_unplug for d in vm.devices):
-            return Outcome(
-                "Deferred",
-                "Busy",
-                "a DIMM unplug is still pending in the guest",
-                vm.total,
-                m.target,
-                (),
-                5.0,
-            )
         baseline: Optional[GuestUsage] = None
         if m.shrink and not options.force:
             verdict, baseline = self._check(vm, m.target, cfg, m.block, None)

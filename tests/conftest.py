@@ -3,6 +3,7 @@ running the CLI in-process the way a user runs it."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,6 +64,47 @@ class CliResult:
     code: int
     out: str
     err: str
+
+
+def guest_config(
+    tmp_path: Path, *, virtio: bool, maxmem: int = 4096, slots: int = 8, timeout: int = 20
+) -> Path:
+    """The configuration of the tests' guest: 512 MiB at boot, state under ``tmp_path``."""
+    return write_config(
+        tmp_path / "configuration.toml",
+        {
+            "default_memory": 512,
+            "default_maxmemory": maxmem,
+            "memory_slots": slots,
+            "enable_virtio_mem": virtio,
+        },
+        kata_mem={"state_dir": str(tmp_path / "state"), "step_timeout_s": timeout},
+    )
+
+
+#: Host facts for the guest tests (so that plans do not depend on the machine).
+GUEST_HOST = ("--host-memory", "16Gi", "--host-cpus", "4")
+
+
+def apply_qmp(
+    run_cli: Callable[..., CliResult], cfg: Path, sock: Path, *args: str
+) -> tuple[int, dict[str, Any]]:
+    """``kata-mem apply --json`` on sandbox ``sb`` through a QMP socket: exit code and outcome."""
+    r = run_cli(
+        "apply",
+        "--config",
+        str(cfg),
+        "--qmp",
+        str(sock),
+        "--sandbox",
+        "sb",
+        *GUEST_HOST,
+        "--json",
+        *args,
+    )
+    assert r.out.strip(), r.err
+    doc: dict[str, Any] = json.loads(r.out)
+    return r.code, doc
 
 
 @pytest.fixture

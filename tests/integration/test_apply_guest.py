@@ -11,26 +11,12 @@ from typing import Callable
 
 import pytest
 
-from tests.conftest import REPO, CliResult, write_config
+from tests.conftest import GUEST_HOST, REPO, CliResult, guest_config
 from tests.support.guestvm import BootGuest, GuestSpec
 
 pytestmark = pytest.mark.guest
 Run = Callable[..., CliResult]
 KiB_PER_MiB = 1024
-HOST = ("--host-memory", "16Gi", "--host-cpus", "4")
-
-
-def guest_config(tmp_path: Path, *, virtio: bool, maxmem: int = 4096, slots: int = 8) -> Path:
-    return write_config(
-        tmp_path / "configuration.toml",
-        {
-            "default_memory": 512,
-            "default_maxmemory": maxmem,
-            "memory_slots": slots,
-            "enable_virtio_mem": virtio,
-        },
-        kata_mem={"state_dir": str(tmp_path / "state"), "step_timeout_s": 20},
-    )
 
 
 def test_real_process_dry_run_changes_nothing(boot_guest: BootGuest, tmp_path: Path) -> None:
@@ -51,7 +37,7 @@ def test_real_process_dry_run_changes_nothing(boot_guest: BootGuest, tmp_path: P
             "1Gi",
             "--dry-run",
             "--json",
-            *HOST,
+            *GUEST_HOST,
         ],
         capture_output=True,
         text=True,

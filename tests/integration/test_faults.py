@@ -23,44 +23,13 @@ from kata_mem.executor import Options, run_locked
 from kata_mem.journal import SandboxState
 from kata_mem.model import Container, HostFacts, SandboxRequest, Step
 from kata_mem.reconcile import reconcile_all
-from tests.conftest import REPO, CliResult, write_config
+from tests.conftest import GUEST_HOST, REPO, CliResult, apply_qmp, guest_config
 from tests.support.fake_qmp import FakeQemu, FakeQmpServer
 from tests.support.guestvm import BootGuest, GuestSpec
 
 Run = Callable[..., CliResult]
 MiB = 1 << 20
-HOST_ARGS = ("--host-memory", "16Gi", "--host-cpus", "4")
 HOST = HostFacts(memory=16 << 30, cpus=4, arch="amd64")
-
-
-def config(tmp_path: Path, *, virtio: bool, timeout: int = 20) -> Path:
-    return write_config(
-        tmp_path / "configuration.toml",
-        {
-            "default_memory": 512,
-            "default_maxmemory": 4096,
-            "memory_slots": 8,
-            "enable_virtio_mem": virtio,
-        },
-        kata_mem={"state_dir": str(tmp_path / "state"), "step_timeout_s": timeout},
-    )
-
-
-def apply(run_cli: Run, cfg: Path, sock: Path, *args: str) -> tuple[int, dict[str, Any]]:
-    r = run_cli(
-        "apply",
-        "--config",
-        str(cfg),
-        "--qmp",
-        str(sock),
-        "--sandbox",
-        "sb",
-        *HOST_ARGS,
-        "--json",
-        *args,
-    )
-    assert r.out.strip(), r.err
-    return r.code, json.loads(r.out)
 
 
 class KillsQemu(QmpBackend):
@@ -76,7 +45,7 @@ class KillsQemu(QmpBackend):
 @pytest.mark.guest
 def test_qemu_killed_mid_step(boot_guest: BootGuest, run_cli: Run, tmp_path: Path) -> None:
     vm = boot_guest(GuestSpec(virtio_mem_mib=0))
-    cfg_path = config(tmp_path, virtio=False)
+    cfg_path = guest_config(tmp_path, virtio=False)
 
     def connect() -> QmpBackend:
         backend = KillsQemu.connect(str(vm.qmp_socket))
@@ -96,7 +65,7 @@ def test_qemu_killed_mid_step(boot_guest: BootGuest, run_cli: Run, tmp_path: Pat
         )
     vm.wait_exit(10)
     # The next call: the VM is gone, and says so; the journal still shows the step in flight.
-    code, doc = apply(run_cli, cfg_path, vm.qmp_socket, "--limit", "256Mi")
+    code, doc = apply_qmp(run_cli, cfg_path, vm.qmp_socket, "--limit", "256Mi")
     assert code == 6 and doc["error"]["kind"] == "backend-unavailable"
     journal = json.loads((tmp_path / "state" / "sb" / "journal.json").read_text())
     assert (journal["state"], journal["step"]["action"]) == ("running", "plug_dimm")
@@ -110,8 +79,8 @@ def test_qemu_killed_mid_step(boot_guest: BootGuest, run_cli: Run, tmp_path: Pat
 @pytest.mark.parametrize("damage", ["truncated", "corrupt", "empty"])
 def test_damaged_journal(boot_guest: BootGuest, run_cli: Run, tmp_path: Path, damage: str) -> None:
     vm = boot_guest(GuestSpec(virtio_mem_mib=2048))
-    cfg = config(tmp_path, virtio=True)
-    assert apply(run_cli, cfg, vm.qmp_socket, "--limit", "512Mi")[1]["status"] == "Resized"
+    cfg = guest_config(tmp_path, virtio=True)
+    assert apply_qmp(run_cli, cfg, vm.qmp_socket, "--limit", "512Mi")[1]["status"] == "Resized"
     path = tmp_path / "state" / "sb" / "journal.json"
     text = path.read_text()
     path.write_text(
@@ -119,7 +88,7 @@ def test_damaged_journal(boot_guest: BootGuest, run_cli: Run, tmp_path: Path, da
             damage
         ]
     )
-    code, doc = apply(run_cli, cfg, vm.qmp_socket, "--limit", "512Mi")
+    code, doc = apply_qmp(run_cli, cfg, vm.qmp_socket, "--limit", "512Mi")
     assert (code, doc["status"], doc["observed_mib"]) == (0, "NoChange", 1024), doc
     assert any("corrupt or truncated" in w for w in doc["warnings"])
     assert json.loads(path.read_text())["observed_mib"] == 1024
@@ -128,7 +97,7 @@ def test_damaged_journal(boot_guest: BootGuest, run_cli: Run, tmp_path: Path, da
 @pytest.mark.guest
 def test_unwritable_state_dir(boot_guest: BootGuest, run_cli: Run, tmp_path: Path) -> None:
     vm = boot_guest(GuestSpec(virtio_mem_mib=2048))
-    cfg = config(tmp_path, virtio=True)
+    cfg = guest_config(tmp_path, virtio=True)
     before = vm.status().total_kb
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("")
@@ -142,20 +111,22 @@ def test_unwritable_state_dir(boot_guest: BootGuest, run_cli: Run, tmp_path: Pat
         str(blocker),
         "--limit",
         "512Mi",
-        *HOST_ARGS,
+        *GUEST_HOST,
     )
     assert (
         r.code == 3 and "cannot write the sandbox state" in r.err and "nothing was changed" in r.err
     )
     assert vm.status().total_kb == before
-    code, doc = apply(run_cli, cfg, vm.qmp_socket, "--limit", "512Mi")  # with a usable state dir
+    code, doc = apply_qmp(
+        run_cli, cfg, vm.qmp_socket, "--limit", "512Mi"
+    )  # with a usable state dir
     assert (code, doc["status"]) == (0, "Resized")
 
 
 @pytest.mark.guest
 def test_twenty_concurrent_shim_calls_are_serialized(boot_guest: BootGuest, tmp_path: Path) -> None:
     vm = boot_guest(GuestSpec(virtio_mem_mib=2048))
-    cfg = config(tmp_path, virtio=True)
+    cfg = guest_config(tmp_path, virtio=True)
     request = {
         "schema": "kata-mem/shim-request/v1",
         "sandbox_id": "sb-20",
@@ -210,9 +181,9 @@ def test_reconcile_waits_for_the_backoff_then_retries(
     fake: Any, run_cli: Run, tmp_path: Path
 ) -> None:
     _qemu, server = fake
-    cfg = config(tmp_path, virtio=False, timeout=1)
-    assert apply(run_cli, cfg, server.path, "--limit", "256Mi")[1]["status"] == "Resized"
-    _code, doc = apply(run_cli, cfg, server.path, "--allow-shrink")  # no balloon: usage unknown
+    cfg = guest_config(tmp_path, virtio=False, timeout=1)
+    assert apply_qmp(run_cli, cfg, server.path, "--limit", "256Mi")[1]["status"] == "Resized"
+    _code, doc = apply_qmp(run_cli, cfg, server.path, "--allow-shrink")  # no balloon: usage unknown
     assert (doc["status"], doc["reason"], doc["retry_after_s"]) == ("Deferred", "UsageUnknown", 30)
     # The saved request is the shrink; reconcile waits for the retry time, then retries.
     (visit,) = reconcile_all(str(tmp_path / "state"), {})
@@ -229,10 +200,10 @@ def test_reconcile_waits_for_the_backoff_then_retries(
 def test_reconcile_settles_a_pending_unplug(run_cli: Run, tmp_path: Path) -> None:
     qemu = FakeQemu(balloon=True)
     with FakeQmpServer(tmp_path / "qmp.sock", qemu) as server:
-        cfg = config(tmp_path, virtio=False, timeout=1)
-        assert apply(run_cli, cfg, server.path, "--limit", "256Mi")[1]["status"] == "Resized"
+        cfg = guest_config(tmp_path, virtio=False, timeout=1)
+        assert apply_qmp(run_cli, cfg, server.path, "--limit", "256Mi")[1]["status"] == "Resized"
         qemu.guest_confirms = False
-        _code, doc = apply(run_cli, cfg, server.path, "--allow-shrink")
+        _code, doc = apply_qmp(run_cli, cfg, server.path, "--allow-shrink")
         assert (doc["status"], doc["reason"]) == ("InProgress", "UnplugTimeout"), doc
         del qemu.devices["kmdimm0"]  # the guest finishes the eject later, unobserved
         (visit,) = reconcile_all(str(tmp_path / "state"), {})
@@ -248,8 +219,8 @@ def test_reconcile_settles_a_pending_unplug(run_cli: Run, tmp_path: Path) -> Non
 
 def test_reconcile_cli(fake: Any, run_cli: Run, tmp_path: Path) -> None:
     _qemu, server = fake
-    cfg = config(tmp_path, virtio=False)
-    apply(run_cli, cfg, server.path, "--limit", "256Mi")
+    cfg = guest_config(tmp_path, virtio=False)
+    apply_qmp(run_cli, cfg, server.path, "--limit", "256Mi")
     r = run_cli("reconcile", "--state-dir", str(tmp_path / "state"), "--json")
     doc = json.loads(r.out)
     assert doc["schema"] == "kata-mem/reconcile/v1" and doc["sandboxes"][0]["action"] == "retried"

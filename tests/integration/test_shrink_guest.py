@@ -10,7 +10,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import pytest
 
@@ -20,52 +20,21 @@ from kata_mem.config import load_config
 from kata_mem.executor import Options, run_locked
 from kata_mem.journal import SandboxState
 from kata_mem.model import HostFacts, SandboxRequest, Step
-from tests.conftest import REPO, CliResult, write_config
+from tests.conftest import GUEST_HOST, REPO, CliResult, apply_qmp, guest_config
 from tests.support.guestvm import BootGuest, GuestSpec, GuestVM
 from tests.support.qmp_min import QMPClient
 
 pytestmark = pytest.mark.guest
 Run = Callable[..., CliResult]
 MiB, KiB_PER_MiB = 1 << 20, 1024
-HOST_ARGS = ("--host-memory", "16Gi", "--host-cpus", "4")
 HOST = HostFacts(memory=16 << 30, cpus=4, arch="amd64")
 HEADROOM_KB = 128 * KiB_PER_MiB
-
-
-def config(tmp_path: Path, *, virtio: bool = True, timeout: int = 20) -> Path:
-    return write_config(
-        tmp_path / "configuration.toml",
-        {
-            "default_memory": 512,
-            "default_maxmemory": 4096,
-            "memory_slots": 8,
-            "enable_virtio_mem": virtio,
-        },
-        kata_mem={"state_dir": str(tmp_path / "state"), "step_timeout_s": timeout},
-    )
-
-
-def apply(run_cli: Run, cfg: Path, vm: GuestVM, *args: str) -> tuple[int, dict[str, Any]]:
-    r = run_cli(
-        "apply",
-        "--config",
-        str(cfg),
-        "--qmp",
-        str(vm.qmp_socket),
-        "--sandbox",
-        "sb",
-        *HOST_ARGS,
-        "--json",
-        *args,
-    )
-    assert r.out.strip(), r.err
-    return r.code, json.loads(r.out)
 
 
 def plugged_1g(run_cli: Run, cfg: Path, vm: GuestVM) -> int:
     """Plug 1 GiB through kata-mem; returns the guest's MemTotal (kB) afterwards."""
     base = vm.status().total_kb
-    code, doc = apply(run_cli, cfg, vm, "--limit", "1Gi")
+    code, doc = apply_qmp(run_cli, cfg, vm.qmp_socket, "--limit", "1Gi")
     assert (code, doc["status"]) == (0, "Resized"), doc
     total = vm.wait_mem(lambda m: m.total_kb >= base + 1024 * KiB_PER_MiB, timeout=10).total_kb
     # Any kata-mem call that reads usage turns on balloon statistics; the first readings
@@ -79,9 +48,9 @@ def test_shrink_without_allow_is_reported_not_executed(
     boot_guest: BootGuest, run_cli: Run, tmp_path: Path
 ) -> None:
     vm = boot_guest(GuestSpec(virtio_mem_mib=2048))
-    cfg = config(tmp_path)
+    cfg = guest_config(tmp_path, virtio=True)
     total = plugged_1g(run_cli, cfg, vm)
-    code, doc = apply(run_cli, cfg, vm)
+    code, doc = apply_qmp(run_cli, cfg, vm.qmp_socket)
     assert (code, doc["status"], doc["reason"]) == (0, "Infeasible", "ShrinkNotAllowed")
     assert doc["plan"]["memory"]["target_mib"] == 512
     assert vm.status().total_kb == total
@@ -106,7 +75,7 @@ def test_guest_allocating_during_a_shrink_stops_it(
     boot_guest: BootGuest, run_cli: Run, tmp_path: Path
 ) -> None:
     vm = boot_guest(GuestSpec(virtio_mem_mib=2048))
-    cfg_path = config(tmp_path)
+    cfg_path = guest_config(tmp_path, virtio=True)
     plugged_1g(run_cli, cfg_path, vm)
     cfg = load_config(cfg_path)
 
@@ -145,10 +114,10 @@ def test_force_shows_the_harm_the_checks_prevent(
     """The unsafe baseline: the same guest and request as the deferral test, with
     the checks skipped. The guest is left with almost no free memory, or dies."""
     vm = boot_guest(GuestSpec(virtio_mem_mib=2048))
-    cfg = config(tmp_path, timeout=5)
+    cfg = guest_config(tmp_path, virtio=True, timeout=5)
     plugged_1g(run_cli, cfg, vm)
     vm.alloc(700)
-    code, doc = apply(run_cli, cfg, vm, "--force")
+    code, doc = apply_qmp(run_cli, cfg, vm.qmp_socket, "--force")
     assert (code, doc["status"], doc["reason"]) == (8, "InProgress", "UnplugTimeout"), doc
     alive = vm.is_alive()
     avail = vm.status().avail_kb if alive else 0
@@ -164,13 +133,13 @@ def test_dimm_unplug_that_times_out_stays_pending_and_is_settled(
     # A paused guest cannot answer the ACPI eject: the unplug stays pending until it runs again.
     # (A guest too full to offline the DIMM is no way to test this: it panics, see the README.)
     vm = boot_guest(GuestSpec(virtio_mem_mib=0))
-    cfg = config(tmp_path, virtio=False, timeout=3)
+    cfg = guest_config(tmp_path, virtio=False, timeout=3)
     base_kb = vm.status().total_kb
-    apply(run_cli, cfg, vm, "--limit", "256Mi")
+    apply_qmp(run_cli, cfg, vm.qmp_socket, "--limit", "256Mi")
     with QMPClient(vm.qmp_socket) as q:
         q.execute("stop")
     # --force: a paused guest reports no fresh usage, so the checks would (rightly) defer.
-    code, doc = apply(run_cli, cfg, vm, "--force")
+    code, doc = apply_qmp(run_cli, cfg, vm.qmp_socket, "--force")
     assert (code, doc["status"], doc["reason"], doc["observed_mib"]) == (
         8,
         "InProgress",
@@ -179,12 +148,12 @@ def test_dimm_unplug_that_times_out_stays_pending_and_is_settled(
     ), doc
     journal = json.loads((tmp_path / "state" / "sb" / "journal.json").read_text())
     assert journal["pending_unplug"] == ["kmdimm0"]
-    code, doc = apply(run_cli, cfg, vm, "--allow-shrink")
+    code, doc = apply_qmp(run_cli, cfg, vm.qmp_socket, "--allow-shrink")
     assert (doc["status"], doc["reason"], doc["observed_mib"]) == ("Deferred", "Busy", 768), doc
     with QMPClient(vm.qmp_socket) as q:
         q.execute("cont")
     vm.wait_mem(lambda m: m.total_kb == base_kb, timeout=60)
-    code, doc = apply(run_cli, cfg, vm, "--allow-shrink")
+    code, doc = apply_qmp(run_cli, cfg, vm.qmp_socket, "--allow-shrink")
     assert (code, doc["status"], doc["observed_mib"]) == (0, "NoChange", 512), doc
     assert any("pending unplug of kmdimm0 completed" in w for w in doc["warnings"])
     assert any("orphaned backend object kmmem0" in w for w in doc["warnings"])
@@ -211,7 +180,7 @@ def _crash_run(
             str(vm.qmp_socket),
             "--sandbox",
             "sb",
-            *HOST_ARGS,
+            *GUEST_HOST,
             "--json",
             *args,
         ],
@@ -229,13 +198,13 @@ def test_crash_during_a_virtio_mem_shrink_is_repaired(
     boot_guest: BootGuest, run_cli: Run, tmp_path: Path, crash_at: str
 ) -> None:
     vm = boot_guest(GuestSpec(virtio_mem_mib=2048))
-    cfg = config(tmp_path)
+    cfg = guest_config(tmp_path, virtio=True)
     plugged_1g(run_cli, cfg, vm)
     r = _crash_run(cfg, vm, crash_at, "--allow-shrink")
     assert r.returncode == 99, r.stderr
     journal = json.loads((tmp_path / "state" / "sb" / "journal.json").read_text())
     assert (journal["state"], journal["step"]["action"]) == ("running", "resize_virtio_mem")
-    code, doc = apply(run_cli, cfg, vm, "--allow-shrink")
+    code, doc = apply_qmp(run_cli, cfg, vm.qmp_socket, "--allow-shrink")
     assert (code, doc["status"], doc["observed_mib"]) == (0, "Resized", 512), doc
     assert any("reconciled: the previous call stopped" in w for w in doc["warnings"])
 
@@ -245,20 +214,20 @@ def test_crash_during_dimm_changes_is_repaired(
     boot_guest: BootGuest, run_cli: Run, tmp_path: Path, crash_at: str
 ) -> None:
     vm = boot_guest(GuestSpec(virtio_mem_mib=0))
-    cfg = config(tmp_path, virtio=False)
+    cfg = guest_config(tmp_path, virtio=False)
     base_kb = vm.status().total_kb
     # Grow with a crash, then converge.
     assert _crash_run(cfg, vm, crash_at, "--limit", "256Mi").returncode == 99
-    code, doc = apply(run_cli, cfg, vm, "--limit", "256Mi")
+    code, doc = apply_qmp(run_cli, cfg, vm.qmp_socket, "--limit", "256Mi")
     assert (code, doc["observed_mib"]) == (0, 768), doc
     # Shrink with a crash, then converge: nothing plugged twice, no orphan left.
     assert _crash_run(cfg, vm, crash_at, "--allow-shrink").returncode == 99
-    code, doc = apply(run_cli, cfg, vm, "--allow-shrink")
+    code, doc = apply_qmp(run_cli, cfg, vm.qmp_socket, "--allow-shrink")
     if crash_at == "after-command" and doc["status"] == "Deferred":
         # device_del was sent and the guest had not finished: pending, still counted as plugged.
         assert (doc["reason"], doc["observed_mib"]) == ("Busy", 768), doc
         vm.wait_mem(lambda m: m.total_kb == base_kb, timeout=30)
-        code, doc = apply(run_cli, cfg, vm, "--allow-shrink")
+        code, doc = apply_qmp(run_cli, cfg, vm.qmp_socket, "--allow-shrink")
     assert (code, doc["observed_mib"]) == (0, 512), doc
     with QMPClient(vm.qmp_socket) as q:
         assert q.execute("query-memory-devices") == []
@@ -269,7 +238,7 @@ def test_crash_during_dimm_changes_is_repaired(
 
 def test_two_applies_at_once_are_serialized(boot_guest: BootGuest, tmp_path: Path) -> None:
     vm = boot_guest(GuestSpec(virtio_mem_mib=2048))
-    cfg = config(tmp_path)
+    cfg = guest_config(tmp_path, virtio=True)
     results: list[subprocess.CompletedProcess[str]] = []
 
     def run() -> None:
@@ -288,7 +257,7 @@ def test_two_applies_at_once_are_serialized(boot_guest: BootGuest, tmp_path: Pat
                     "sb",
                     "--limit",
                     "1Gi",
-                    *HOST_ARGS,
+                    *GUEST_HOST,
                     "--json",
                 ],
                 capture_output=True,
