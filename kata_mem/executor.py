@@ -53,12 +53,16 @@ BACKOFF_MAX_S = 300.0
 
 @dataclass(frozen=True)
 class Options:
+    """What the caller allows: shrinking, and (tests only) skipping its checks."""
+
     allow_shrink: bool = False
     force: bool = False
 
 
 @dataclass(frozen=True)
 class Result:
+    """The plan made from the observed VM, what came of it, and the warnings."""
+
     plan: Plan
     outcome: Outcome
     warnings: tuple[str, ...] = ()

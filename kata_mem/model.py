@@ -138,6 +138,8 @@ class SandboxSizing:
 
 @dataclass(frozen=True)
 class SandboxRequest:
+    """What the sandbox runs: its containers, and CRI pod sizing when given."""
+
     containers: tuple[Container, ...] = ()
     sizing: Optional[SandboxSizing] = None
 
@@ -230,6 +232,8 @@ class Step:
 
 @dataclass(frozen=True)
 class MemoryPlan:
+    """The memory side of a plan: every number, the clamps that applied, the steps."""
+
     host: int
     configured_max: int
     max: int
@@ -256,6 +260,8 @@ class MemoryPlan:
 
 @dataclass(frozen=True)
 class VcpuPlan:
+    """The vCPU side of a plan (previewed; vCPU hotplug is not carried out)."""
+
     host: int
     max: int
     default: Fraction
@@ -266,6 +272,8 @@ class VcpuPlan:
 
 @dataclass(frozen=True)
 class Plan:
+    """What ``preview`` shows and ``apply`` carries out."""
+
     memory: MemoryPlan
     vcpus: VcpuPlan
     warnings: tuple[str, ...]

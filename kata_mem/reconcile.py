@@ -20,6 +20,8 @@ from kata_mem.journal import SandboxState, sandboxes
 
 @dataclass(frozen=True)
 class Visit:
+    """What one reconcile pass did for one sandbox."""
+
     sandbox: str
     action: str  # retried | waiting | cleaned | skipped | failed
     detail: str

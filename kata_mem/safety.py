@@ -32,6 +32,8 @@ MAJOR_FAULTS_PRESSURE = 1000
 
 @dataclass(frozen=True)
 class Verdict:
+    """Run the step, or defer it with a reason code and a message for people."""
+
     action: Action
     reason: str
     message: str
