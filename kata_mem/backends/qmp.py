@@ -25,6 +25,7 @@ from qemu.qmp import (
     QMPClient,
     QMPError,
 )
+from qemu.qmp.qmp_client import GreetingError
 
 from kata_mem.backends import StepProgress
 from kata_mem.errors import BackendError, BackendUnavailable
@@ -37,6 +38,7 @@ T = TypeVar("T")
 #: A QMP command that takes longer than this is treated as a hung monitor.
 COMMAND_TIMEOUT_S = 10.0
 CONNECT_TIMEOUT_S = 5.0
+CONNECT_ATTEMPTS = 3
 VIRTIO_MEM_POLL_S = 0.02
 #: QEMU reports an unset balloon statistic as u64 -1.
 _UNSET = (1 << 64) - 1
@@ -131,27 +133,34 @@ class QmpBackend:
         :raises BackendUnavailable: missing socket, not a socket, refused, or no greeting.
         """
         check_socket(path)
-        loop = asyncio.new_event_loop()
-        client = QMPClient("kata-mem")
-        try:
-            loop.run_until_complete(asyncio.wait_for(client.connect(path), CONNECT_TIMEOUT_S))
-        except ConnectError as exc:
-            loop.close()
-            cause = exc.exc
-            if isinstance(cause, ConnectionRefusedError):
-                why = "connection refused (the VM is gone or not listening)"
-            elif isinstance(cause, PermissionError):
-                why = "permission denied"
-            else:
-                why = f"{exc.error_message}: {cause}"
-            raise BackendUnavailable(
-                f"QMP socket {path}: {why}", gone=isinstance(cause, ConnectionRefusedError)
-            ) from None
-        except (asyncio.TimeoutError, OSError, QMPError) as exc:
-            loop.close()
-            raise BackendUnavailable(
-                f"QMP socket {path}: no QMP session ({type(exc).__name__}: {exc})"
-            ) from None
+        for attempt in range(CONNECT_ATTEMPTS):
+            loop = asyncio.new_event_loop()
+            client = QMPClient("kata-mem")
+            try:
+                loop.run_until_complete(asyncio.wait_for(client.connect(path), CONNECT_TIMEOUT_S))
+                break
+            except ConnectError as exc:
+                loop.close()
+                cause = exc.exc
+                if isinstance(cause, GreetingError) and attempt + 1 < CONNECT_ATTEMPTS:
+                    # QEMU can hand an event meant for the previous client to a new connection
+                    # before the greeting (a race in its monitor); a new connection is clean.
+                    time.sleep(0.05)
+                    continue
+                if isinstance(cause, ConnectionRefusedError):
+                    why = "connection refused (the VM is gone or not listening)"
+                elif isinstance(cause, PermissionError):
+                    why = "permission denied"
+                else:
+                    why = f"{exc.error_message}: {cause}"
+                raise BackendUnavailable(
+                    f"QMP socket {path}: {why}", gone=isinstance(cause, ConnectionRefusedError)
+                ) from None
+            except (asyncio.TimeoutError, OSError, QMPError) as exc:
+                loop.close()
+                raise BackendUnavailable(
+                    f"QMP socket {path}: no QMP session ({type(exc).__name__}: {exc})"
+                ) from None
         return cls(path, client, loop, hugepages, stats_interval)
 
     # -- plumbing -----------------------------------------------------------------

@@ -161,6 +161,15 @@ def test_guest_refusing_an_unplug(
     assert list(qemu.devices) == ["kmdimm0"] and list(qemu.objects) == ["kmmem0"]
 
 
+def test_stray_event_before_the_greeting(
+    apply: Callable[..., tuple[int, dict[str, Any]]], qemu: FakeQemu
+) -> None:
+    # QEMU can hand an event meant for the previous client to a new connection first.
+    qemu.stray_events_before_greeting = 1
+    code, doc = apply("--limit", "256Mi")
+    assert (code, doc["status"]) == (0, "Resized"), doc
+
+
 def test_unknown_command_class_is_kept(
     apply: Callable[..., tuple[int, dict[str, Any]]], qemu: FakeQemu
 ) -> None:

@@ -42,6 +42,8 @@ class FakeQemu:
     balloon: bool = False
     guest_used: int = 64 * MiB
     stats_interval: int = 0
+    #: connections that get a stray event before the greeting, as QEMU sometimes sends
+    stray_events_before_greeting: int = 0
     commands: list[str] = field(default_factory=list)
 
     def dimms(self) -> list[dict[str, Any]]:
@@ -236,6 +238,13 @@ class FakeQmpServer:
                 "capabilities": [],
             }
         }
+        if self.qemu.stray_events_before_greeting > 0:
+            self.qemu.stray_events_before_greeting -= 1
+            stray = _event(
+                "ACPI_DEVICE_OST",
+                {"info": {"source": 3, "status": 0, "slot": "0", "slot-type": "DIMM"}},
+            )
+            conn.sendall(json.dumps(stray).encode() + b"\r\n")
         conn.sendall(json.dumps(greeting).encode() + b"\r\n")
         decoder = json.JSONDecoder()
         buf = ""

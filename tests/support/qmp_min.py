@@ -78,6 +78,10 @@ class QMPClient:
         self._sock = sock
         self._buf = b""
         greeting = self._recv(time.monotonic() + self.timeout)
+        while "event" in greeting:
+            # QEMU can hand an event meant for the previous client to a new connection
+            # before the greeting (a race between its CLOSED and OPENED handling).
+            greeting = self._recv(time.monotonic() + self.timeout)
         if "QMP" not in greeting:
             self.close()
             raise QMPError(f"unexpected QMP greeting: {greeting!r}", greeting)
