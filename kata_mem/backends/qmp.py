@@ -122,8 +122,7 @@ class QmpBackend:
         client.register_listener(self._events)
         self._seen: list[dict[str, Any]] = []
         self._balloon: Optional[str] = None
-        self._machine: Optional[tuple[int, Optional[int]]] = None
-        self._base: Optional[int] = None
+        self._machine: Optional[tuple[int, int, Optional[int]]] = None
         self.round_trips = 0
 
     @classmethod
@@ -257,8 +256,8 @@ class QmpBackend:
                 )  # nvdimm, virtio-pmem, sgx-epc: space, not RAM we manage
         return devices, other_space
 
-    def _machine_memory(self) -> tuple[int, Optional[int]]:
-        """DIMM slots and ``maxmem - size`` (fixed for the VM's life, so asked once)."""
+    def _machine_memory(self) -> tuple[int, int, Optional[int]]:
+        """Boot memory, DIMM slots and ``maxmem - size``: fixed for the VM's life, so asked once."""
         if self._machine is None:
             try:
                 machine = _dict(
@@ -267,20 +266,20 @@ class QmpBackend:
                 )
                 size = _int(machine.get("size"), "memory size")
                 self._machine = (
+                    size,
                     _int(machine.get("slots", 0), "memory slots"),
                     _int(machine.get("max-size"), "memory max-size") - size,
                 )
-            except BackendError:
-                self._machine = (0, None)  # QEMU before 7.1 has no such property
+            except BackendError:  # QEMU before 7.1 has no such property
+                summary = _dict(
+                    self._execute("query-memory-size-summary"), "query-memory-size-summary"
+                )
+                self._machine = (_int(summary.get("base-memory"), "base-memory"), 0, None)
         return self._machine
 
     def observe(self) -> VmState:
-        if self._base is None:  # boot memory is fixed for the VM's life
-            summary = _dict(self._execute("query-memory-size-summary"), "query-memory-size-summary")
-            self._base = _int(summary.get("base-memory"), "base-memory")
-        base = self._base
+        base, slots, space = self._machine_memory()
         devices, other_space = self._query_devices()
-        slots, space = self._machine_memory()
         if not slots and any(d.kind == "dimm" for d in devices):
             slots = max((d.slot or 0) + 1 for d in devices if d.kind == "dimm")
         if space is not None:
