@@ -19,7 +19,7 @@ import click
 from kata_mem import config as config_mod
 from kata_mem import render
 from kata_mem.backends import Endpoint
-from kata_mem.errors import InputError, KataMemError
+from kata_mem.errors import InputError, KataMemError, outcome_exit_code
 from kata_mem.host import probe_host
 from kata_mem.model import HostFacts, Settings, SizingConfig
 from kata_mem.planner import assumed_vm, plan
@@ -215,10 +215,6 @@ def backend_options(fn: F) -> F:
     return fn
 
 
-#: Outcome reasons that mean the hypervisor or the guest failed; they get their own exit codes.
-_REASON_EXIT = {"BackendError": 7, "UnplugTimeout": 8, "PlugTimeout": 8}
-
-
 @cli.command()
 @request_options
 @backend_options
@@ -296,7 +292,7 @@ def apply(
     else:
         click.echo(render.plan_text(result.plan, cfg, "plan (from the observed VM)"))
         click.echo(render.outcome_text(result.outcome, result.warnings))
-    return _REASON_EXIT.get(result.outcome.reason, 0)
+    return outcome_exit_code(result.outcome.reason)
 
 
 @cli.command()

@@ -108,3 +108,13 @@ class GuestTimeout(KataMemError):
 
     exit_code = 8
     kind = "guest-timeout"
+
+
+def outcome_exit_code(reason: str) -> int:
+    """The exit code for an outcome's reason: 0, except for the hypervisor's and the
+    guest's failures, which keep the codes of their error classes."""
+    return {
+        "BackendError": BackendError.exit_code,
+        "UnplugTimeout": GuestTimeout.exit_code,
+        "PlugTimeout": GuestTimeout.exit_code,
+    }.get(reason, 0)

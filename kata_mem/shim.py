@@ -14,7 +14,7 @@ import sys
 from fractions import Fraction
 from typing import IO, TYPE_CHECKING, Any, Optional
 
-from kata_mem.errors import InputError, KataMemError
+from kata_mem.errors import InputError, KataMemError, outcome_exit_code
 
 if TYPE_CHECKING:
     from kata_mem.backends import Endpoint
@@ -326,16 +326,12 @@ def _delete(sandbox: str, state_dir: str) -> dict[str, Any]:
     }
 
 
-#: Outcome reasons that mean the hypervisor or the guest failed (as in the CLI).
-REASON_EXIT = {"BackendError": 7, "UnplugTimeout": 8, "PlugTimeout": 8}
-
-
 def main(stdin: IO[bytes], stdout: IO[str], env: dict[str, str]) -> int:
     """Read one request, write one response; return the exit code. Never raises for bad input."""
     try:
         raw = stdin.read(MAX_REQUEST_BYTES + 1)
         response = handle(raw, env)
-        code = REASON_EXIT.get((response.get("outcome") or {}).get("reason", ""), 0)
+        code = outcome_exit_code((response.get("outcome") or {}).get("reason", ""))
     except KataMemError as exc:
         response = {
             "schema": RESPONSE_SCHEMA,

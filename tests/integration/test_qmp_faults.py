@@ -5,6 +5,7 @@ nothing is left half-plugged and unrecorded."""
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Callable
@@ -218,6 +219,19 @@ def test_backend_unavailable(
     r = run_cli("status", "--qmp", str(path))
     assert r.code == 6
     assert message in r.err and "Traceback" not in r.err
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the refusal applies to root only")
+def test_symlinked_socket_is_refused_as_root(
+    run_cli: Run, server: FakeQmpServer, tmp_path: Path
+) -> None:
+    link = tmp_path / "elsewhere.sock"
+    link.symlink_to(server.path)
+    r = run_cli("status", "--qmp", str(link))
+    assert r.code == 6 and "is a symlink; refused as root" in r.err
+    assert (
+        run_cli("status", "--qmp", str(server.path), "--state-dir", str(tmp_path / "s")).code == 0
+    )
 
 
 def test_connection_refused(run_cli: Run, tmp_path: Path) -> None:
