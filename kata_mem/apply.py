@@ -89,9 +89,11 @@ def apply_request(
     try:
         return run_locked(state, lambda: _connect(cfg, real_endpoint), cfg, host, request, options)
     finally:
-        if not force and state.dir.is_dir():
+        if not state.path.is_file():
+            state.remove()  # never reached the VM: leave no state behind
+        elif not force:
             # What `kata-mem reconcile` re-runs later (a deferred shrink, a pending unplug,
-            # or finding that the VM is gone), also after a call that failed.
+            # or finding that the VM is gone), also after a call that failed midway.
             state.save_request(request_doc(sandbox, cfg, request, endpoint, allow_shrink, host))
 
 

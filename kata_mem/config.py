@@ -49,6 +49,8 @@ def find_config(explicit: Optional[str], env: Mapping[str, str]) -> tuple[Path, 
         return Path(explicit), "--config"
     from_env = env.get("KATA_CONF_FILE")
     if from_env:
+        if not Path(from_env).is_file():
+            raise ConfigError(f"{from_env}: no such configuration file (named by KATA_CONF_FILE)")
         return Path(from_env), "KATA_CONF_FILE"
     for candidate in DEFAULT_PATHS:
         if Path(candidate).is_file():

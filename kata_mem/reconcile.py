@@ -38,7 +38,15 @@ def reconcile_all(
     for sandbox in sandboxes(state_dir):
         state = SandboxState(state_dir, sandbox)
         if not state.request_path.is_file():
-            visits.append(Visit(sandbox, "skipped", "no saved request (never applied)"))
+            if state.path.is_file():
+                visits.append(
+                    Visit(sandbox, "skipped", "no saved request (applied with --force only)")
+                )
+            else:
+                state.remove()
+                visits.append(
+                    Visit(sandbox, "cleaned", "no journal and no request: nothing was ever applied")
+                )
             continue
         record = state.load()
         deferred = record.deferred or {}

@@ -220,11 +220,16 @@ def config_text(cfg: SizingConfig, chosen_by: str) -> str:
         section = (
             "runtime" if base == "static_sandbox_resource_mgmt" else f"hypervisor.{cfg.hypervisor}"
         )
-        lines.append(f"  {key:<30} {value!s:<10} <- {src.get(f'{section}.{base}', '?')}")
+        lines.append(f"  {key:<30} {_text(value):<10} <- {src.get(f'{section}.{base}', '?')}")
     lines.append("kata-mem settings ([kata_mem]):")
     for key, value in d["kata_mem"].items():
-        lines.append(f"  {key:<30} {value!s:<10} <- {src.get(f'kata_mem.{key}', '?')}")
+        lines.append(f"  {key:<30} {_text(value):<10} <- {src.get(f'kata_mem.{key}', '?')}")
     return "\n".join(lines)
+
+
+def _text(value: object) -> str:
+    """A value as the TOML file spells it (true/false, not Python's True/False)."""
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
 
 
 def error_json(exc: KataMemError) -> dict[str, Any]:

@@ -10,6 +10,7 @@ README and shipped as JSON Schemas in ``schemas/``; they are checked here by han
 from __future__ import annotations
 
 import json
+import os
 import sys
 from fractions import Fraction
 from typing import IO, TYPE_CHECKING, Any, Optional
@@ -52,7 +53,8 @@ INT64_MAX = (1 << 63) - 1
 
 def _fail(field: str, expected: str, value: Any) -> InputError:
     shown = json.dumps(value) if not isinstance(value, (dict, list)) else type(value).__name__
-    return InputError(f"request {field}: expected {expected}, got {shown[:80]}")
+    at = f"request {field}" if field else "request"
+    return InputError(f"{at}: expected {expected}, got {shown[:80]}")
 
 
 def _int(
@@ -96,8 +98,9 @@ def _bool(obj: dict[str, Any], key: str) -> bool:
 def _only(obj: dict[str, Any], allowed: set[str], where: str) -> None:
     extra = sorted(set(obj) - allowed)
     if extra:
+        at = f"request {where}" if where else "request"
         raise InputError(
-            f"request {where}: unknown field {extra[0]!r}; expected only {', '.join(sorted(allowed))}"
+            f"{at}: unknown field {extra[0]!r}; expected only {', '.join(sorted(allowed))}"
         )
 
 
@@ -282,7 +285,7 @@ def request_doc(
         "schema": REQUEST_SCHEMA,
         "sandbox_id": sandbox,
         "event": "reconcile",
-        "config": cfg.path,
+        "config": os.path.abspath(cfg.path),  # reconcile runs from another directory
         "containers": containers,
         "backend": None,
         "apply": endpoint is not None,

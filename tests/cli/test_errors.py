@@ -58,6 +58,17 @@ def test_no_config_anywhere(run_cli: Run, monkeypatch: pytest.MonkeyPatch) -> No
     _one_line_error(run_cli("config", "check"), 3, "no Kata configuration found", "KATA_CONF_FILE")
 
 
+def test_kata_conf_file_naming_a_missing_file(
+    run_cli: Run, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("KATA_CONF_FILE", str(tmp_path / "nope.toml"))
+    _one_line_error(
+        run_cli("config", "check"),
+        3,
+        "nope.toml: no such configuration file (named by KATA_CONF_FILE)",
+    )
+
+
 def test_bad_toml(run_cli: Run, tmp_path: Path) -> None:
     bad = tmp_path / "bad.toml"
     bad.write_text("[hypervisor.qemu]\ndefault_memory = \n")

@@ -126,10 +126,15 @@ def test_bad_requests_get_an_error_response(
     assert capsys.readouterr().err.startswith("kata-mem shim: error: ")
 
 
-def test_apply_to_a_missing_vm_is_backend_unavailable(tmp_path: Path) -> None:
-    req = request(apply=True, backend={"type": "qmp", "socket": str(tmp_path / "gone.sock")})
+def test_apply_to_a_missing_vm_is_backend_unavailable_and_leaves_no_state(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[hypervisor.qemu]\n[kata_mem]\nstate_dir = "{tmp_path / "state"}"\n')
+    req = request(
+        apply=True, config=str(cfg), backend={"type": "qmp", "socket": str(tmp_path / "gone.sock")}
+    )
     code, doc = run(json.dumps(req).encode())
     assert (code, doc["error"]["kind"]) == (6, "backend-unavailable")
+    assert list((tmp_path / "state").iterdir()) == []  # never reached the VM: nothing recorded
 
 
 def test_delete_forgets_the_sandbox(tmp_path: Path) -> None:
@@ -185,3 +190,12 @@ def test_real_process(tmp_path: Path) -> None:
         check=False,
     )
     assert r.returncode == 2
+    r = subprocess.run(
+        [sys.executable, "-m", "kata_mem", "shim", "--help"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+        check=False,
+    )
+    assert r.returncode == 0 and "kata-mem/shim-request/v1" in r.stdout

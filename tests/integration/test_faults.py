@@ -217,6 +217,14 @@ def test_reconcile_settles_a_pending_unplug(run_cli: Run, tmp_path: Path) -> Non
         assert qemu.objects == {}  # kmmem0 was deleted as an orphan
 
 
+def test_reconcile_forgets_empty_state(tmp_path: Path) -> None:
+    (tmp_path / "state" / "ghost").mkdir(parents=True)
+    (tmp_path / "state" / "ghost" / "lock").write_text("")
+    (visit,) = reconcile_all(str(tmp_path / "state"), {})
+    assert (visit.sandbox, visit.action) == ("ghost", "cleaned")
+    assert not (tmp_path / "state" / "ghost").exists()
+
+
 def test_reconcile_cli(fake: Any, run_cli: Run, tmp_path: Path) -> None:
     _qemu, server = fake
     cfg = guest_config(tmp_path, virtio=False)

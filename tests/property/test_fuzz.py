@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
+import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -328,6 +329,17 @@ def test_shim_reader_agrees_with_the_json_schema(doc: dict[str, Any]) -> None:
     assert accepted == schema_ok, doc
 
 
+@pytest.fixture(scope="module")
+def isolated_config(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The upstream QEMU configuration with its state under a temporary directory, so that
+    requests that name a (missing) VM never touch the machine's /run/kata-mem."""
+    root = tmp_path_factory.mktemp("shim-fuzz")
+    path = root / "configuration.toml"
+    extra = f'\n[kata_mem]\nstate_dir = "{root / "state"}"\n'
+    path.write_bytes((KATA_CONFIGS / "configuration-qemu.toml").read_bytes() + extra.encode())
+    return path
+
+
 @FUZZ
 @given(
     st.one_of(
@@ -336,12 +348,10 @@ def test_shim_reader_agrees_with_the_json_schema(doc: dict[str, Any]) -> None:
         shim_requests.map(lambda d: json.dumps(d).encode()),
     )
 )
-def test_shim_never_escapes(raw: bytes) -> None:
+def test_shim_never_escapes(isolated_config: Path, raw: bytes) -> None:
     out = io.StringIO()
     try:
-        code = shim_main(
-            io.BytesIO(raw), out, {"KATA_CONF_FILE": str(KATA_CONFIGS / "configuration-qemu.toml")}
-        )
+        code = shim_main(io.BytesIO(raw), out, {"KATA_CONF_FILE": str(isolated_config)})
     except KataMemError as exc:  # pragma: no cover - would be a bug
         raise AssertionError(f"escaped: {exc}") from exc
     doc = json.loads(out.getvalue())

@@ -158,5 +158,6 @@ def test_missing_file(tmp_path: Path) -> None:
 
 
 def test_find_config_order(tmp_path: Path) -> None:
-    assert find_config("x.toml", {"KATA_CONF_FILE": "y.toml"}) == (Path("x.toml"), "--config")
-    assert find_config(None, {"KATA_CONF_FILE": "y.toml"}) == (Path("y.toml"), "KATA_CONF_FILE")
+    named = write_config(tmp_path / "y.toml", {})
+    assert find_config("x.toml", {"KATA_CONF_FILE": str(named)}) == (Path("x.toml"), "--config")
+    assert find_config(None, {"KATA_CONF_FILE": str(named)}) == (named, "KATA_CONF_FILE")
