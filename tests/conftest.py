@@ -4,6 +4,9 @@ running the CLI in-process the way a user runs it."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,6 +82,23 @@ def guest_config(
             "enable_virtio_mem": virtio,
         },
         kata_mem={"state_dir": str(tmp_path / "state"), "step_timeout_s": timeout},
+    )
+
+
+def kata_mem_process(
+    *args: str, input: str | None = None, env: Mapping[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """``python -m kata_mem ARGS`` as a real process from the repository root (``env`` is
+    added to this process's environment)."""
+    return subprocess.run(
+        [sys.executable, "-m", "kata_mem", *args],
+        input=input,
+        env=None if env is None else {**os.environ, **env},
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=timeout,
+        check=False,
     )
 
 

@@ -4,15 +4,13 @@ exit code, no traceback."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Callable
 
 import pytest
 
 from kata_mem import errors
-from tests.conftest import KATA_CONFIGS, PODS, REPO, CliResult, write_config
+from tests.conftest import KATA_CONFIGS, PODS, CliResult, kata_mem_process, write_config
 
 UPSTREAM_QEMU = str(KATA_CONFIGS / "configuration-qemu.toml")
 Run = Callable[..., CliResult]
@@ -160,22 +158,8 @@ def test_json_error_document(run_cli: Run, tmp_path: Path) -> None:
 def test_real_process_prints_no_traceback(tmp_path: Path) -> None:
     bad = tmp_path / "bad.toml"
     bad.write_bytes(b"\xff\xfe not toml")
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "kata_mem",
-            "preview",
-            "--config",
-            str(bad),
-            "--pod",
-            str(PODS / "memory-boom.yaml"),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=60,
-        check=False,
+    r = kata_mem_process(
+        "preview", "--config", str(bad), "--pod", str(PODS / "memory-boom.yaml"), timeout=60
     )
     assert r.returncode == 3
     assert r.stderr.startswith(f"kata-mem: error: {bad}: invalid TOML")

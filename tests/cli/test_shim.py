@@ -13,7 +13,7 @@ import jsonschema
 import pytest
 
 from kata_mem.shim import main as shim_main
-from tests.conftest import KATA_CONFIGS, REPO
+from tests.conftest import KATA_CONFIGS, REPO, kata_mem_process
 
 SCHEMAS = REPO / "schemas"
 REQUEST_SCHEMA = json.loads((SCHEMAS / "shim-request.v1.json").read_text())
@@ -171,31 +171,9 @@ def test_the_shim_path_imports_no_click_and_no_backend() -> None:
 
 
 def test_real_process(tmp_path: Path) -> None:
-    r = subprocess.run(
-        [sys.executable, "-m", "kata_mem", "shim"],
-        input=json.dumps(request()),
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=60,
-        check=False,
-    )
+    r = kata_mem_process("shim", input=json.dumps(request()), timeout=60)
     assert r.returncode == 0 and json.loads(r.stdout)["plan"]["memory"]["target_mib"] == 2304
-    r = subprocess.run(
-        [sys.executable, "-m", "kata_mem", "shim", "--x"],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=60,
-        check=False,
-    )
+    r = kata_mem_process("shim", "--x", timeout=60)
     assert r.returncode == 2
-    r = subprocess.run(
-        [sys.executable, "-m", "kata_mem", "shim", "--help"],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=60,
-        check=False,
-    )
+    r = kata_mem_process("shim", "--help", timeout=60)
     assert r.returncode == 0 and "kata-mem/shim-request/v1" in r.stdout

@@ -4,14 +4,12 @@ backend-independent scenarios (test_scenarios.py) do not cover."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Callable
 
 import pytest
 
-from tests.conftest import GUEST_HOST, REPO, CliResult, guest_config
+from tests.conftest import GUEST_HOST, CliResult, guest_config, kata_mem_process
 from tests.support.guestvm import BootGuest, GuestSpec
 
 pytestmark = pytest.mark.guest
@@ -23,27 +21,17 @@ def test_real_process_dry_run_changes_nothing(boot_guest: BootGuest, tmp_path: P
     vm = boot_guest(GuestSpec(virtio_mem_mib=0))
     cfg = guest_config(tmp_path, virtio=False)
     before = vm.status().total_kb
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "kata_mem",
-            "apply",
-            "--config",
-            str(cfg),
-            "--qmp",
-            str(vm.qmp_socket),
-            "--limit",
-            "1Gi",
-            "--dry-run",
-            "--json",
-            *GUEST_HOST,
-        ],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=120,
-        check=False,
+    r = kata_mem_process(
+        "apply",
+        "--config",
+        str(cfg),
+        "--qmp",
+        str(vm.qmp_socket),
+        "--limit",
+        "1Gi",
+        "--dry-run",
+        "--json",
+        *GUEST_HOST,
     )
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)

@@ -8,7 +8,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -23,7 +22,7 @@ from kata_mem.executor import Options, run_locked
 from kata_mem.journal import SandboxState
 from kata_mem.model import Container, HostFacts, SandboxRequest, Step
 from kata_mem.reconcile import reconcile_all
-from tests.conftest import GUEST_HOST, REPO, CliResult, apply_qmp, guest_config
+from tests.conftest import GUEST_HOST, CliResult, apply_qmp, guest_config, kata_mem_process
 from tests.support.fake_qmp import FakeQemu, FakeQmpServer
 from tests.support.guestvm import BootGuest, GuestSpec
 
@@ -141,15 +140,7 @@ def test_twenty_concurrent_shim_calls_are_serialized(boot_guest: BootGuest, tmp_
     lock = threading.Lock()
 
     def call() -> None:
-        r = subprocess.run(
-            [sys.executable, "-m", "kata_mem", "shim"],
-            input=json.dumps(request),
-            capture_output=True,
-            text=True,
-            cwd=REPO,
-            timeout=300,
-            check=False,
-        )
+        r = kata_mem_process("shim", input=json.dumps(request), timeout=300)
         with lock:
             results.append(r)
 

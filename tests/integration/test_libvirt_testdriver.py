@@ -61,6 +61,27 @@ def domain(conn: Any) -> Callable[..., str]:
     return define
 
 
+def apply(
+    run_cli: Run, tmp_path: Path, domain: str, virtio: bool, *args: str
+) -> tuple[int, dict[str, Any]]:
+    """``kata-mem apply --json`` on a test-driver domain: exit code and outcome."""
+    r = run_cli(
+        "apply",
+        "--config",
+        str(_cfg(tmp_path, virtio)),
+        "--libvirt",
+        URI,
+        "--domain",
+        domain,
+        "--host-memory",
+        "16Gi",
+        "--json",
+        *args,
+    )
+    doc: dict[str, Any] = json.loads(r.out)
+    return r.code, doc
+
+
 def _cfg(tmp_path: Path, virtio: bool) -> Path:
     return write_config(
         tmp_path / "c.toml",
@@ -107,22 +128,8 @@ def test_dimm_attach_is_reported_infeasible_with_the_libvirt_code(
     run_cli: Run, domain: Callable[..., str], tmp_path: Path
 ) -> None:
     name = domain()
-    r = run_cli(
-        "apply",
-        "--config",
-        str(_cfg(tmp_path, False)),
-        "--libvirt",
-        URI,
-        "--domain",
-        name,
-        "--limit",
-        "256Mi",
-        "--host-memory",
-        "16Gi",
-        "--json",
-    )
-    doc = json.loads(r.out)
-    assert (r.code, doc["status"], doc["reason"]) == (0, "Infeasible", "BackendCannotGrow"), doc
+    code, doc = apply(run_cli, tmp_path, name, False, "--limit", "256Mi")
+    assert (code, doc["status"], doc["reason"]) == (0, "Infeasible", "BackendCannotGrow"), doc
     assert "VIR_ERR_NO_SUPPORT" in doc["message"] and "virDomainAttachDeviceFlags" in doc["message"]
     assert doc["observed_mib"] == 512
 
@@ -131,21 +138,7 @@ def test_virtio_mem_resize_is_reported_infeasible(
     run_cli: Run, domain: Callable[..., str], tmp_path: Path
 ) -> None:
     name = domain(virtio_mem_mib=1024)
-    r = run_cli(
-        "apply",
-        "--config",
-        str(_cfg(tmp_path, True)),
-        "--libvirt",
-        URI,
-        "--domain",
-        name,
-        "--limit",
-        "512Mi",
-        "--host-memory",
-        "16Gi",
-        "--json",
-    )
-    doc = json.loads(r.out)
+    _code, doc = apply(run_cli, tmp_path, name, True, "--limit", "512Mi")
     assert (doc["status"], doc["reason"]) == ("Infeasible", "BackendCannotGrow"), doc
     assert "VIR_ERR_NO_SUPPORT" in doc["message"] and "virDomainUpdateDeviceFlags" in doc["message"]
 
@@ -155,20 +148,7 @@ def test_dimm_detach_is_reported_infeasible(
 ) -> None:
     name = domain(dimm_mib=256)
     # --force: the test driver's canned statistics are decades old, so the checks would defer.
-    r = run_cli(
-        "apply",
-        "--config",
-        str(_cfg(tmp_path, False)),
-        "--libvirt",
-        URI,
-        "--domain",
-        name,
-        "--force",
-        "--host-memory",
-        "16Gi",
-        "--json",
-    )
-    doc = json.loads(r.out)
+    _code, doc = apply(run_cli, tmp_path, name, False, "--force")
     assert (doc["status"], doc["reason"]) == ("Infeasible", "BackendCannotShrink"), doc
     assert "VIR_ERR_NO_SUPPORT" in doc["message"] and "virDomainDetachDeviceAlias" in doc["message"]
 
@@ -177,20 +157,7 @@ def test_stale_test_driver_stats_defer_a_shrink(
     run_cli: Run, domain: Callable[..., str], tmp_path: Path
 ) -> None:
     name = domain(dimm_mib=256)
-    r = run_cli(
-        "apply",
-        "--config",
-        str(_cfg(tmp_path, False)),
-        "--libvirt",
-        URI,
-        "--domain",
-        name,
-        "--allow-shrink",
-        "--host-memory",
-        "16Gi",
-        "--json",
-    )
-    doc = json.loads(r.out)
+    _code, doc = apply(run_cli, tmp_path, name, False, "--allow-shrink")
     assert (doc["status"], doc["reason"]) == ("Deferred", "UsageUnknown"), doc
     assert "old" in doc["message"]
 

@@ -5,9 +5,7 @@ baseline, DIMM unplug, crashes, and concurrent calls."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import threading
 from pathlib import Path
 from typing import Callable
@@ -20,7 +18,7 @@ from kata_mem.config import load_config
 from kata_mem.executor import Options, run_locked
 from kata_mem.journal import SandboxState
 from kata_mem.model import HostFacts, SandboxRequest, Step
-from tests.conftest import GUEST_HOST, REPO, CliResult, apply_qmp, guest_config
+from tests.conftest import GUEST_HOST, CliResult, apply_qmp, guest_config, kata_mem_process
 from tests.support.guestvm import BootGuest, GuestSpec, GuestVM
 from tests.support.qmp_min import QMPClient
 
@@ -167,29 +165,18 @@ def test_dimm_unplug_that_times_out_stays_pending_and_is_settled(
 def _crash_run(
     cfg: Path, vm: GuestVM, crash_at: str, *args: str
 ) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, KATA_MEM_CRASH_AT=crash_at)
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "kata_mem",
-            "apply",
-            "--config",
-            str(cfg),
-            "--qmp",
-            str(vm.qmp_socket),
-            "--sandbox",
-            "sb",
-            *GUEST_HOST,
-            "--json",
-            *args,
-        ],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env=env,
-        timeout=120,
-        check=False,
+    return kata_mem_process(
+        "apply",
+        "--config",
+        str(cfg),
+        "--qmp",
+        str(vm.qmp_socket),
+        "--sandbox",
+        "sb",
+        *GUEST_HOST,
+        "--json",
+        *args,
+        env={"KATA_MEM_CRASH_AT": crash_at},
     )
 
 
@@ -243,28 +230,18 @@ def test_two_applies_at_once_are_serialized(boot_guest: BootGuest, tmp_path: Pat
 
     def run() -> None:
         results.append(
-            subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "kata_mem",
-                    "apply",
-                    "--config",
-                    str(cfg),
-                    "--qmp",
-                    str(vm.qmp_socket),
-                    "--sandbox",
-                    "sb",
-                    "--limit",
-                    "1Gi",
-                    *GUEST_HOST,
-                    "--json",
-                ],
-                capture_output=True,
-                text=True,
-                cwd=REPO,
-                timeout=120,
-                check=False,
+            kata_mem_process(
+                "apply",
+                "--config",
+                str(cfg),
+                "--qmp",
+                str(vm.qmp_socket),
+                "--sandbox",
+                "sb",
+                "--limit",
+                "1Gi",
+                *GUEST_HOST,
+                "--json",
             )
         )
 

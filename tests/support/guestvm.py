@@ -305,6 +305,45 @@ class GuestControl:
         return last
 
 
+def wait_for_ready(
+    console_log: Path,
+    deadline: float,
+    timeout: float,
+    died: Callable[[], Optional[str]],
+    failure: Callable[[str], GuestBootError],
+    check_every: float = 0.0,
+) -> None:
+    """Wait until the console shows :data:`READY_MARKER`.
+
+    ``died`` says why the VM is gone (or None); it is asked at most every
+    ``check_every`` seconds. ``failure`` builds the error to raise.
+    """
+    pos = 0
+    seen = b""
+    marker = READY_MARKER.encode()
+    next_check = 0.0
+    while True:
+        try:
+            with open(console_log, "rb") as f:
+                f.seek(pos)
+                chunk = f.read()
+        except FileNotFoundError:
+            chunk = b""
+        pos += len(chunk)
+        seen = seen[-len(marker) :] + chunk
+        if marker in seen:
+            return
+        now = time.monotonic()
+        if now >= next_check:
+            next_check = now + check_every
+            reason = died()
+            if reason is not None:
+                raise failure(reason)
+        if now >= deadline:
+            raise failure(f"guest not ready within {timeout:.0f} s")
+        time.sleep(0.1)
+
+
 class GuestControlMixin:
     """The guest-control methods of a guest object, delegated to its :class:`GuestControl`."""
 
@@ -480,26 +519,15 @@ class GuestVM(GuestControlMixin):
 
     def _wait_ready(self, deadline: float, timeout: float) -> None:
         assert self._proc is not None
-        pos = 0
-        seen = b""
-        marker = READY_MARKER.encode()
-        while True:
-            rc = self._proc.poll()
-            try:
-                with open(self._console_log, "rb") as f:
-                    f.seek(pos)
-                    chunk = f.read()
-            except FileNotFoundError:
-                chunk = b""
-            pos += len(chunk)
-            seen = seen[-len(marker) :] + chunk
-            if marker in seen:
-                return
-            if rc is not None:
-                raise self._boot_failure(f"QEMU exited with status {rc} before the guest was ready")
-            if time.monotonic() >= deadline:
-                raise self._boot_failure(f"guest not ready within {timeout:.0f} s")
-            time.sleep(0.1)
+        proc = self._proc
+
+        def died() -> Optional[str]:
+            rc = proc.poll()
+            return (
+                None if rc is None else f"QEMU exited with status {rc} before the guest was ready"
+            )
+
+        wait_for_ready(self._console_log, deadline, timeout, died, self._boot_failure)
 
     def _connect_ctl(self, deadline: float) -> None:
         try:

@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional, Protocol
 
 from tests.support.guestvm import (
-    READY_MARKER,
     GuestBootError,
     GuestControl,
     GuestControlMixin,
@@ -40,6 +39,7 @@ from tests.support.guestvm import (
     GuestSpec,
     kernel_image,
     socket_dir_for,
+    wait_for_ready,
 )
 
 if TYPE_CHECKING:
@@ -376,32 +376,16 @@ class LibvirtGuest(GuestControlMixin):
         )
 
     def _wait_ready(self, deadline: float, timeout: float) -> None:
-        pos = 0
-        seen = b""
-        marker = READY_MARKER.encode()
-        next_state_check = time.monotonic() + 1.0
-        while True:
-            try:
-                with open(self._console_log, "rb") as f:
-                    f.seek(pos)
-                    chunk = f.read()
-            except FileNotFoundError:
-                chunk = b""
-            pos += len(chunk)
-            seen = seen[-len(marker) :] + chunk
-            if marker in seen:
-                return
-            now = time.monotonic()
-            if now >= next_state_check:  # virsh costs ~30 ms: not on every poll
-                next_state_check = now + 1.0
-                state = self.domstate()
-                if state in _DEAD_STATES:
-                    raise self._boot_failure(
-                        f"domain {self._name} is {state or 'gone'} before the guest was ready"
-                    )
-            if now >= deadline:
-                raise self._boot_failure(f"guest not ready within {timeout:.0f} s")
-            time.sleep(0.1)
+        def died() -> Optional[str]:
+            state = self.domstate()
+            if state in _DEAD_STATES:
+                return f"domain {self._name} is {state or 'gone'} before the guest was ready"
+            return None
+
+        # virsh costs ~30 ms: the domain state is not asked on every poll.
+        wait_for_ready(
+            self._console_log, deadline, timeout, died, self._boot_failure, check_every=1.0
+        )
 
     def stop(self) -> None:
         """Destroy and undefine the domain, remove the socket. Idempotent."""
