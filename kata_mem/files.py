@@ -1,0 +1,104 @@
+"""Reading the files a user names: bounded, regular files only, never blocking.
+
+Every file kata-mem reads (configuration and drop-ins, Pod manifests, OCI specs,
+journals, saved requests, shim requests on disk) goes through :func:`read_capped`.
+A FIFO, a device such as ``/dev/zero`` or ``/dev/urandom``, a socket or a
+directory is refused before a byte is read, and nothing larger than the cap is
+ever held in memory.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from pathlib import Path
+from typing import Union
+
+from kata_mem.errors import KataMemError
+
+#: Size caps, documented in the README ("Input files and their limits").
+CONFIG_CAP = 1 << 20  # a Kata configuration or drop-in; upstream ones are ~30 KiB
+MANIFEST_CAP = 4 << 20  # a Pod manifest or an OCI config.json
+STATE_CAP = 1 << 20  # a journal or saved request written by kata-mem (a few KiB)
+
+_KINDS = {
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFDIR: "a directory",
+}
+
+
+def read_capped(
+    path: Union[str, Path], *, cap: int, what: str, error: type[KataMemError]
+) -> bytes:
+    """The bytes of the regular file ``path``, at most ``cap`` of them.
+
+    The file is opened with ``O_NONBLOCK`` so that a FIFO without a writer cannot
+    block the open; its type is checked on the open descriptor (no race with a
+    rename) before anything is read.
+
+    :raises error: (the caller's class, with ``what`` naming the file's role) when
+        the file is missing, unreadable, not a regular file, or larger than ``cap``.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise error(f"{path}: no such {what} file") from None
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:  # a unix socket (or a FIFO opened for writing)
+            raise error(f"{path}: is a socket, expected a {what} file") from None
+        raise error(f"{path}: cannot read the {what}: {exc.strerror or exc}") from exc
+    try:
+        info = os.fstat(fd)
+        kind = stat.S_IFMT(info.st_mode)
+        if kind != stat.S_IFREG:
+            shown = _KINDS.get(kind, "not a regular file")
+            raise error(f"{path}: is {shown}, expected a regular {what} file")
+        if info.st_size > cap:
+            raise error(
+                f"{path}: {info.st_size} bytes, larger than the {_fmt_cap(cap)} a {what} may have"
+            )
+        # Regular files may still grow while read (or lie in st_size, as in /proc):
+        # read one byte past the cap and refuse what does not fit.
+        chunks = []
+        left = cap + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 16))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        data = b"".join(chunks)
+    except OSError as exc:
+        raise error(f"{path}: cannot read the {what}: {exc.strerror or exc}") from exc
+    finally:
+        os.close(fd)
+    if len(data) > cap:
+        raise error(f"{path}: larger than the {_fmt_cap(cap)} a {what} may have")
+    return data
+
+
+def read_capped_text(
+    path: Union[str, Path], *, cap: int, what: str, error: type[KataMemError]
+) -> str:
+    """:func:`read_capped`, decoded as UTF-8.
+
+    :raises error: as :func:`read_capped`, or when the file is not UTF-8 text.
+    """
+    data = read_capped(path, cap=cap, what=what, error=error)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise error(
+            f"{path}: not UTF-8 text (byte {exc.start}), expected a {what} file"
+        ) from None
+
+
+def _fmt_cap(cap: int) -> str:
+    return f"{cap >> 20} MiB" if cap >= 1 << 20 else f"{cap >> 10} KiB"
+
+
+__all__ = ["CONFIG_CAP", "MANIFEST_CAP", "STATE_CAP", "read_capped", "read_capped_text"]
