@@ -31,9 +31,7 @@ _KINDS = {
 }
 
 
-def read_capped(
-    path: Union[str, Path], *, cap: int, what: str, error: type[KataMemError]
-) -> bytes:
+def read_capped(path: Union[str, Path], *, cap: int, what: str, error: type[KataMemError]) -> bytes:
     """The bytes of the regular file ``path``, at most ``cap`` of them.
 
     The file is opened with ``O_NONBLOCK`` so that a FIFO without a writer cannot
@@ -92,9 +90,7 @@ def read_capped_text(
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise error(
-            f"{path}: not UTF-8 text (byte {exc.start}), expected a {what} file"
-        ) from None
+        raise error(f"{path}: not UTF-8 text (byte {exc.start}), expected a {what} file") from None
 
 
 def _fmt_cap(cap: int) -> str:

@@ -25,11 +25,19 @@ DIMM_ALIGN = 2 * MiB
 @dataclass
 class FakeGuest:
     """The guest's behaviour. ``used`` is memory that cannot be reclaimed or moved;
-    ``reserved`` is boot memory the kernel keeps that never shows in MemTotal."""
+    ``reserved`` is boot memory the kernel keeps that never shows in MemTotal.
+
+    Tests change these between or during steps (``FakeBackend.on_poll``):
+    ``caches`` is page cache the guest can drop, ``unreclaimable_caches`` is what
+    the guest reports as cache but cannot drop (tmpfs, shmem: part of ``used``,
+    reported in ``disk_caches`` but not in MemAvailable), ``major_faults`` the
+    guest's counter of major page faults."""
 
     used: int = 256 * MiB
     reserved: int = 0
     caches: int = 0
+    unreclaimable_caches: int = 0
+    major_faults: int = 0
     refuse_unplug: set[str] = field(default_factory=set)
     confirm: bool = True
     polls_to_complete: int = 0
@@ -54,6 +62,9 @@ class FakeBackend:
         self.calls: list[str] = []
         self._pending: dict[str, int] = {}
         self.closed = False
+        #: Called with the backend and the step on every poll, before the guest
+        #: answers: how a test makes the guest allocate or fault during a step.
+        self.on_poll: Optional[Callable[[FakeBackend, Step], None]] = None
 
     # -- the Backend protocol ------------------------------------------------
 
@@ -113,6 +124,8 @@ class FakeBackend:
 
     def _progress(self, step: Step) -> StepProgress:
         self.calls.append(f"poll {step.device}")
+        if self.on_poll is not None:
+            self.on_poll(self, step)
         if not self.guest.confirm:
             return StepProgress("pending", "the guest has not answered")
         left = self._pending.get(step.device, 0)
@@ -156,8 +169,8 @@ class FakeBackend:
             total=total,
             available=available,
             free=max(available - self.guest.caches, 0),
-            disk_caches=self.guest.caches,
-            major_faults=0,
+            disk_caches=self.guest.caches + self.guest.unreclaimable_caches,
+            major_faults=self.guest.major_faults,
             last_update=now - self.guest.stats_age_s,
             observed_at=now,
         )

@@ -1,0 +1,83 @@
+"""The shrink-safety decision against its JSON case tables (tests/fixtures/safety-cases):
+every branch of :func:`kata_mem.safety.check_step` and :func:`kata_mem.safety.under_pressure`."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any, Optional
+
+import pytest
+
+from kata_mem import safety
+from kata_mem.model import GuestUsage, Settings
+from kata_mem.units import MiB
+from tests.conftest import FIXTURES
+
+CASES = FIXTURES / "safety-cases"
+NOW = 1_000_000.0
+
+
+def load(name: str) -> list[dict[str, Any]]:
+    cases: list[dict[str, Any]] = json.loads((CASES / name).read_text())["cases"]
+    return cases
+
+
+def usage(spec: Optional[dict[str, Any]]) -> Optional[GuestUsage]:
+    if spec is None:
+        return None
+
+    def mib(key: str) -> Optional[int]:
+        value = spec.get(key)
+        return None if value is None else int(value * MiB)
+
+    age = spec.get("age_s")
+    return GuestUsage(
+        total=mib("total"),
+        available=mib("available"),
+        free=mib("free"),
+        disk_caches=mib("disk_caches"),
+        major_faults=spec.get("major_faults"),
+        last_update=None if age is None else NOW - age,
+        observed_at=NOW,
+    )
+
+
+def settings(spec: dict[str, Any]) -> Settings:
+    values = dict(spec)
+    if "headroom_min_mib" in values:
+        values["headroom_min"] = values.pop("headroom_min_mib") * MiB
+    return dataclasses.replace(Settings(), **values)
+
+
+@pytest.mark.parametrize("case", load("check-step.json"), ids=lambda c: c["name"])
+def test_check_step(case: dict[str, Any]) -> None:
+    verdict = safety.check_step(
+        current_total=case["current_mib"] * MiB,
+        after_total=case["after_mib"] * MiB,
+        usage=usage(case["usage"]),
+        settings=settings(case.get("settings", {})),
+        block=case.get("block_mib", 128) * MiB,
+        baseline=usage(case.get("baseline")),
+    )
+    expect = case["expect"]
+    assert verdict.action == expect["action"], verdict.message
+    assert verdict.reason == expect.get("reason", ""), verdict.message
+    assert verdict.message
+
+
+@pytest.mark.parametrize("case", load("under-pressure.json"), ids=lambda c: c["name"])
+def test_under_pressure(case: dict[str, Any]) -> None:
+    reason = safety.under_pressure(
+        usage(case["usage"]),
+        settings(case.get("settings", {})),
+        case.get("block_mib", 128) * MiB,
+    )
+    assert (reason is not None) == case["expect"]["pressure"], reason
+
+
+def test_every_case_says_why() -> None:
+    for f in sorted(CASES.glob("*.json")):
+        for case in json.loads(Path(f).read_text())["cases"]:
+            assert case.get("why"), f"{f.name}: {case['name']} has no why"

@@ -1,0 +1,101 @@
+"""The safety rule as the executor applies it, on the fake guest: readings that go stale,
+major faults that rise and free memory that falls while a shrink runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from kata_mem.backends.fake import FakeBackend, FakeGuest, VirtualTime
+from kata_mem.executor import Options, run_locked
+from kata_mem.journal import SandboxState
+from kata_mem.model import HostFacts, MemoryDevice, SandboxRequest, SizingConfig, Step, VmState
+from kata_mem.units import GiB, MiB
+
+HOST = HostFacts(memory=16 * GiB, cpus=4, arch="amd64")
+EMPTY = SandboxRequest(())
+
+
+def virtio_vm(plugged_mib: int) -> VmState:
+    dev = MemoryDevice(
+        "vm0", "virtio-mem", plugged_mib * MiB, plugged_mib * MiB, 2048 * MiB, 2 * MiB
+    )
+    return VmState(512 * MiB, (dev,), slots=8, device_space=15 * GiB)
+
+
+@pytest.fixture
+def cfg(make_config: Callable[..., SizingConfig]) -> SizingConfig:
+    return make_config(default_memory=512, default_maxmemory=8192, enable_virtio_mem=True)
+
+
+@pytest.fixture
+def shrink(tmp_path: Path, cfg: SizingConfig) -> Callable[[FakeBackend], Any]:
+    def go(backend: FakeBackend) -> Any:
+        t = VirtualTime()
+        backend.clock, backend.sleep = t.clock, t.sleep
+        return run_locked(
+            SandboxState(tmp_path / "state", "sb"),
+            lambda: backend,
+            cfg,
+            HOST,
+            EMPTY,
+            Options(allow_shrink=True),
+            t.clock,
+            t.sleep,
+        )
+
+    return go
+
+
+def test_idle_guest_shrinks_to_boot(shrink: Callable[[FakeBackend], Any]) -> None:
+    b = FakeBackend(virtio_vm(1024), FakeGuest(used=100 * MiB))
+    r = shrink(b)
+    assert (r.outcome.status, r.outcome.observed) == ("Resized", 512 * MiB)
+
+
+def test_stale_statistics_defer(shrink: Callable[[FakeBackend], Any]) -> None:
+    # The guest's balloon driver stopped updating: every reading is 30 s old.
+    b = FakeBackend(virtio_vm(1024), FakeGuest(used=100 * MiB, stats_age_s=30.0))
+    r = shrink(b)
+    assert (r.outcome.status, r.outcome.reason) == ("Deferred", "UsageUnknown")
+    assert b.state.total == 1536 * MiB
+
+
+def test_tmpfs_reported_as_cache_is_not_reclaimable(shrink: Callable[[FakeBackend], Any]) -> None:
+    # 900 MiB in tmpfs: the guest reports it as cache, but cannot drop it.
+    b = FakeBackend(virtio_vm(1024), FakeGuest(used=1000 * MiB, unreclaimable_caches=900 * MiB))
+    r = shrink(b)
+    assert (r.outcome.status, r.outcome.reason) == ("Deferred", "UsageAboveTarget")
+    assert b.state.total == 1536 * MiB
+
+
+def test_major_faults_during_the_shrink_stop_it(shrink: Callable[[FakeBackend], Any]) -> None:
+    b = FakeBackend(virtio_vm(1024), FakeGuest(used=100 * MiB))
+
+    def refault(backend: FakeBackend, step: Step) -> None:
+        backend.guest.major_faults += 2000
+
+    b.on_poll = refault
+    r = shrink(b)
+    assert r.outcome.reason in ("GuestPressure", "PartialShrink"), r.outcome
+    assert "major page faults" in r.outcome.message
+    assert len(r.outcome.steps) == 1 and b.state.total > 512 * MiB
+
+
+def test_guest_short_of_memory_during_a_step_is_given_it_back(
+    shrink: Callable[[FakeBackend], Any],
+) -> None:
+    b = FakeBackend(virtio_vm(1024), FakeGuest(used=100 * MiB))
+
+    def allocate(backend: FakeBackend, step: Step) -> None:
+        # The workload grows while the first step runs: only ~60 MiB stay free after it.
+        if step.delta < 0:
+            backend.guest.used = 512 * MiB + step.size - 60 * MiB
+
+    b.on_poll = allocate
+    r = shrink(b)
+    assert (r.outcome.status, r.outcome.reason) == ("Deferred", "GuestPressure"), r.outcome
+    assert "reverted" in r.outcome.message
+    assert b.state.total == 1536 * MiB  # the step was given back
