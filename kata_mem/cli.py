@@ -17,7 +17,7 @@ from typing import Any, Callable, Optional, TypeVar
 import click
 
 from kata_mem import config as config_mod
-from kata_mem import render
+from kata_mem import logs, render
 from kata_mem.backends import Endpoint
 from kata_mem.errors import InputError, KataMemError, outcome_exit_code
 from kata_mem.host import probe_host
@@ -47,12 +47,29 @@ def host_options(fn: F) -> F:
 
 
 def _host(
-    host_memory: Optional[str], host_cpus: Optional[int], host_arch: Optional[str], cgroup: str
+    host_memory: Optional[str],
+    host_cpus: Optional[int],
+    host_arch: Optional[str],
+    cgroup: str,
+    cgroup_origin: str,
 ) -> HostFacts:
     memory = quantity_bytes(host_memory, "--host-memory") if host_memory is not None else None
     if memory is not None and memory < 1 << 20:
         raise InputError(f"--host-memory {host_memory!r}: expected at least 1Mi")
-    return probe_host(memory=memory, cpus=host_cpus, arch=host_arch, cgroup_dir=cgroup)
+    return probe_host(
+        memory=memory,
+        cpus=host_cpus,
+        arch=host_arch,
+        cgroup_dir=cgroup,
+        cgroup_origin=cgroup_origin,
+    )
+
+
+def _config_cgroup(cfg: SizingConfig) -> tuple[str, str]:
+    """``[kata_mem] host_memory_cgroup`` and the file that set it, for its errors."""
+    source = dict(cfg.sources).get("kata_mem.host_memory_cgroup", "")
+    origin = source.partition(" = ")[0] if ": [kata_mem]" in source else ""
+    return cfg.settings.host_memory_cgroup, origin or f"{cfg.path}: [kata_mem] host_memory_cgroup"
 
 
 def _config(path: Optional[str]) -> tuple[SizingConfig, str]:
@@ -62,21 +79,48 @@ def _config(path: Optional[str]) -> tuple[SizingConfig, str]:
     return cfg, why
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("-v", "--verbose", count=True, help="More log output on stderr.")
-@click.option(
-    "--log-format",
-    type=click.Choice(["text", "json"]),
-    default="text",
-    show_default=True,
-    help="Log format on stderr (json for shims).",
-)
-@click.version_option(package_name="kata-mem")
-def cli(verbose: int, log_format: str) -> None:
-    """Size and resize the guest memory of Kata-style VM sandboxes."""
-    from kata_mem.logs import setup_logging
+def _global_option(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    # ctx.meta is shared by the group's and the command's contexts, so -v counts in
+    # either position and a --log-format given after the command wins.
+    meta = ctx.meta
+    if param.name == "verbose":
+        meta["kata_mem.verbose"] = meta.get("kata_mem.verbose", 0) + value
+    elif value is not None:
+        meta["kata_mem.log_format"] = value
+    # Not given (yet): the format main() read from the whole command line, so that a
+    # --log-format after the command also covers errors in parsing what follows it.
+    fmt = meta.get("kata_mem.log_format", logs.current_format())
+    logs.setup_logging(meta.get("kata_mem.verbose", 0), fmt)
+    return value
 
-    setup_logging(verbose, log_format)
+
+def global_options(fn: F) -> F:
+    """``-v`` and ``--log-format``, accepted before the command and after it."""
+    fn = click.option(
+        "--log-format",
+        type=click.Choice(logs.FORMATS),
+        expose_value=False,
+        callback=_global_option,
+        help="stderr format: text (default), or json: one object per line, errors included.",
+    )(fn)
+    fn = click.option(
+        "-v",
+        "--verbose",
+        count=True,
+        expose_value=False,
+        callback=_global_option,
+        help="More log output on stderr (-vv: debug).",
+    )(fn)
+    return fn
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@global_options
+@click.version_option(package_name="kata-mem")
+def cli() -> None:
+    """Size and resize the guest memory of Kata-style VM sandboxes.
+
+    -v and --log-format may be given before or after the command."""
 
 
 def request_options(fn: F) -> F:
@@ -120,9 +164,16 @@ def request_options(fn: F) -> F:
 
 
 @cli.command()
+@global_options
 @request_options
 @click.option(
     "--current", metavar="QTY", help="Guest memory now (boot + plugged); default: boot memory."
+)
+@click.option(
+    "--allow-shrink",
+    is_flag=True,
+    help="Plan a shrink as apply --allow-shrink would; without it, a lower target keeps the "
+    "current memory (ShrinkNotAllowed), as apply does.",
 )
 @click.option(
     "--json", "as_json", is_flag=True, help="Print the plan as JSON (schema kata-mem/plan/v1)."
@@ -137,11 +188,15 @@ def preview(
     host_cpus: Optional[int],
     host_arch: Optional[str],
     current: Optional[str],
+    allow_shrink: bool,
     as_json: bool,
 ) -> None:
-    """Show the memory and vCPUs a sandbox would get, the steps, and why. Changes nothing."""
+    """Show the memory and vCPUs a sandbox would get, the steps, and why: what apply
+    would do with the same flags. Changes nothing."""
+    from kata_mem.executor import refuse_shrink
+
     cfg, _ = _config(config_path)
-    host = _host(host_memory, host_cpus, host_arch, cfg.settings.host_memory_cgroup)
+    host = _host(host_memory, host_cpus, host_arch, *_config_cgroup(cfg))
     request = build_request(pod, oci, limit, cpu)
     current_bytes = None
     if current is not None:
@@ -151,7 +206,10 @@ def preview(
                 f"--current {current!r}: below the boot memory {fmt_bytes(cfg.default_memory)} "
                 "(default_memory); expected the guest's total memory"
             )
-    result = plan(cfg, host, request, assumed_vm(cfg, host, current_bytes))
+    vm = assumed_vm(cfg, host, current_bytes)
+    result, _ = refuse_shrink(
+        plan(cfg, host, request, vm), vm, allow_shrink or cfg.settings.allow_shrink
+    )
     if as_json:
         _emit(render.plan_json(result, cfg))
     else:
@@ -216,6 +274,7 @@ def backend_options(fn: F) -> F:
 
 
 @cli.command()
+@global_options
 @request_options
 @backend_options
 @click.option(
@@ -266,13 +325,10 @@ def apply(
             "apply needs --qmp SOCKET or --libvirt URI --domain NAME (or --dry-run)"
         )
     cfg, _ = _config(config_path)
-    host = _host(host_memory, host_cpus, host_arch, cfg.settings.host_memory_cgroup)
+    host = _host(host_memory, host_cpus, host_arch, *_config_cgroup(cfg))
     request = build_request(pod, oci, limit, cpu)
     if force:
-        click.echo(
-            "kata-mem: WARNING: --force skips every shrink safety check; for tests and benchmarks only",
-            err=True,
-        )
+        log.warning("--force skips every shrink safety check; for tests and benchmarks only")
     sid = _sandbox_id(sandbox, endpoint)
     result = apply_request(
         cfg,
@@ -296,6 +352,7 @@ def apply(
 
 
 @cli.command()
+@global_options
 @backend_options
 @click.option("--config", "config_path", metavar="FILE", help="Kata configuration (for state_dir).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (schema kata-mem/status/v1).")
@@ -327,6 +384,7 @@ def status(
 
 
 @cli.command()
+@global_options
 @click.option("--config", "config_path", metavar="FILE", help="Kata configuration (for state_dir).")
 @click.option("--state-dir", metavar="DIR", help="State directory (default: [kata_mem] state_dir).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (schema kata-mem/reconcile/v1).")
@@ -348,6 +406,7 @@ def reconcile(config_path: Optional[str], state_dir: Optional[str], as_json: boo
 
 
 @cli.command()
+@global_options
 def shim() -> None:
     """Read one JSON request on stdin, write one JSON response on stdout (see the README).
 
@@ -356,6 +415,7 @@ def shim() -> None:
 
 
 @cli.command()
+@global_options
 @host_options
 @click.option(
     "--cgroup",
@@ -372,7 +432,7 @@ def host(
     as_json: bool,
 ) -> None:
     """Show the host facts kata-mem sizes against."""
-    facts = _host(host_memory, host_cpus, host_arch, cgroup)
+    facts = _host(host_memory, host_cpus, host_arch, cgroup, "--cgroup")
     if as_json:
         _emit(render.host_json(facts))
     else:
@@ -380,11 +440,13 @@ def host(
 
 
 @cli.group("config")
+@global_options
 def config_group() -> None:
     """Inspect Kata configurations."""
 
 
 @config_group.command("check")
+@global_options
 @click.argument("file", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (schema kata-mem/config/v1).")
 def config_check(file: Optional[str], as_json: bool) -> None:
@@ -397,7 +459,7 @@ def config_check(file: Optional[str], as_json: bool) -> None:
 
 
 def _report(exc: KataMemError, as_json: bool) -> int:
-    click.echo(f"kata-mem: error: {exc.message}", err=True)
+    logs.emit_error(exc)
     if as_json:
         _emit(render.error_json(exc))
     return exc.exit_code
@@ -405,25 +467,42 @@ def _report(exc: KataMemError, as_json: bool) -> int:
 
 def main(argv: Optional[list[str]] = None) -> int:
     """Run the CLI; return the process exit code (never raises for bad input)."""
+    from kata_mem.main import split_global_options
+
     args = list(sys.argv[1:] if argv is None else argv)
     as_json = "--json" in args
+    # Until click has parsed the options (and for its own usage errors), report in
+    # the format the command line asks for.
+    logs.set_format(split_global_options(args)[1] or "text")
     try:
         rv = cli.main(args=args, prog_name="kata-mem", standalone_mode=False)
     except KataMemError as exc:
         return _report(exc, as_json)
     except click.exceptions.Abort:
-        click.echo("kata-mem: aborted", err=True)
+        logs.emit("error", "aborted", kind="aborted", exit_code=130)
         return 130
     except click.ClickException as exc:
-        exc.show()
+        if logs.current_format() == "json":
+            ctx = getattr(exc, "ctx", None)
+            where = ctx.command_path if ctx is not None else "kata-mem"
+            logs.emit(
+                "error",
+                f"{where}: {exc.format_message()} (see {where} --help)",
+                kind="usage",
+                exit_code=exc.exit_code,
+            )
+        else:
+            exc.show()
         return exc.exit_code
     except Exception as exc:  # a bug: say so briefly, with the traceback only on request
         if os.environ.get("KATA_MEM_DEBUG"):
             raise
-        click.echo(
-            f"kata-mem: internal error: {type(exc).__name__}: {exc} "
-            "(set KATA_MEM_DEBUG=1 for the traceback)",
-            err=True,
+        logs.emit(
+            "error",
+            f"internal error: {logs.describe(exc)} (a bug in kata-mem; set "
+            "KATA_MEM_DEBUG=1 for the traceback)",
+            kind="internal",
+            exit_code=1,
         )
         return 1
     return rv if isinstance(rv, int) else 0

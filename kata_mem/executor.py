@@ -144,6 +144,75 @@ def fresh_usage(
     return usage
 
 
+#: How to allow a shrink, in each interface's own words.
+ALLOW_SHRINK_HOW = (
+    "allow it with --allow-shrink (kata-mem apply and preview), allow_shrink: true (shim "
+    "request), or [kata_mem] allow_shrink = true (configuration)"
+)
+
+
+def refuse_shrink(p: Plan, vm: VmState, allowed: bool) -> tuple[Plan, Optional[str]]:
+    """The plan as ``apply`` carries it out when shrinking is off, and why.
+
+    A target below what is plugged is kept where it is: the plan loses its
+    (shrink) steps and carries a ``ShrinkNotAllowed`` note, and the message is
+    returned. Otherwise the plan comes back unchanged with ``None``. Pure, so that
+    ``preview`` shows exactly what ``apply`` does with the same flags.
+
+    Refused before asking whether the shrink could be done at all: with shrinking
+    off the answer is the same either way, and the flag is what the user can change.
+    """
+    m = p.memory
+    if allowed or m.mechanism == "static" or max(m.aligned, vm.base) >= vm.total:
+        return p, None
+    whole = ""
+    if m.mechanism == "pc-dimm" and m.target >= vm.total:
+        whole = (
+            f" (even then, kata-mem unplugs whole DIMMs only, and none of its DIMMs fits in the "
+            f"{fmt_bytes(vm.total - m.aligned)} to remove)"
+        )
+    elif m.mechanism == "pc-dimm" and m.target != m.aligned:
+        whole = f" (whole DIMMs only: the shrink would reach {fmt_bytes(m.target)})"
+    message = (
+        f"the target {fmt_bytes(m.aligned)} is below the guest's {fmt_bytes(vm.total)}, and "
+        f"shrinking is off: the guest keeps {fmt_bytes(vm.total)}. To shrink, "
+        f"{ALLOW_SHRINK_HOW}{whole}"
+    )
+    warnings = tuple(w for w in p.warnings if not w.startswith("shrink planned:"))
+    return (
+        dataclasses.replace(
+            p,
+            memory=dataclasses.replace(m, steps=()),
+            warnings=(*warnings, f"ShrinkNotAllowed: {message}"),
+        ),
+        message,
+    )
+
+
+def _backend_text(exc: BackendError) -> str:
+    """A backend's error with its error class, which the QMP and libvirt backends put
+    in the message themselves; added here for any backend that does not."""
+    if exc.error_class and exc.error_class not in exc.message:
+        return f"{exc.error_class}: {exc.message}"
+    return exc.message
+
+
+def _cannot_shrink(vm: VmState, target: int) -> str:
+    """Why no whole DIMM can go: there is none of kata-mem's, or each is too large."""
+    excess = fmt_bytes(vm.total - target)
+    ours = [d for d in vm.dimms if d.ours and not d.pending_unplug]
+    if not ours:
+        return (
+            f"{excess} cannot be removed: kata-mem unplugs only DIMMs it plugged itself "
+            f"(kmdimm<N>), and this VM has none; the guest stays at {fmt_bytes(vm.total)}"
+        )
+    sizes = ", ".join(f"{d.id} {fmt_bytes(d.size)}" for d in ours)
+    return (
+        f"{excess} cannot be removed: kata-mem unplugs whole DIMMs only, and each of its DIMMs "
+        f"({sizes}) is larger than that; the guest stays at {fmt_bytes(vm.total)}"
+    )
+
+
 def backoff(attempts: int) -> float:
     return float(min(BACKOFF_START_S * 2 ** max(attempts - 1, 0), BACKOFF_MAX_S))
 
@@ -183,8 +252,15 @@ class Executor:
         self._started = self.clock()
         record = self.state.load()
         vm = self.reconcile(record, cfg)
-        p = make_plan(cfg, host, request, vm)
-        outcome = self._run(p, vm, record, cfg, options)
+        p, refused = refuse_shrink(
+            make_plan(cfg, host, request, vm),
+            vm,
+            options.allow_shrink or options.force or cfg.settings.allow_shrink,
+        )
+        if refused is not None:
+            outcome = Outcome("Infeasible", "ShrinkNotAllowed", refused, vm.total, p.memory.target)
+        else:
+            outcome = self._run(p, vm, record, cfg, options)
         self._finish(record, outcome)
         return Result(p, outcome, tuple(self.state.warnings + self.warnings))
 
@@ -199,7 +275,9 @@ class Executor:
         if record.state == "running" and record.step:
             step = record.step
             self._note(
-                f"reconciled: the previous call stopped during {step.get('action')} {step.get('device')} ({record.phase})"
+                "reconciled: the previous call stopped during "
+                f"{step.get('action') or 'a step'} {step.get('device') or ''} "
+                f"({record.phase or 'phase unknown'})"
             )
             device = str(step.get("device"))
             if (
@@ -263,15 +341,6 @@ class Executor:
             )
         if not m.steps:
             return self._no_steps(p, vm)
-        if m.shrink and not (options.allow_shrink or cfg.settings.allow_shrink or options.force):
-            return Outcome(
-                "Infeasible",
-                "ShrinkNotAllowed",
-                f"target {fmt_bytes(m.target)} is below the current {fmt_bytes(vm.total)}; shrinking is off "
-                "(pass --allow-shrink or set [kata_mem] allow_shrink = true)",
-                vm.total,
-                m.target,
-            )
         baseline: Optional[GuestUsage] = None
         if m.shrink and not options.force:
             verdict, baseline = self._check(vm, m.target, cfg, m.block, None)
@@ -350,13 +419,13 @@ class Executor:
         except BackendUnsupported as exc:
             reason = "BackendCannotShrink" if step.shrinks else "BackendCannotGrow"
             raise _Stop(
-                "Infeasible", reason, f"{step.action} {step.device}: {exc.error_class}: {exc}"
+                "Infeasible", reason, f"{step.action} {step.device}: {_backend_text(exc)}"
             ) from None
         except BackendError as exc:
             raise _Stop(
                 "InProgress",
                 "BackendError",
-                f"{step.action} {step.device}: {exc.error_class}: {exc}",
+                f"{step.action} {step.device}: {_backend_text(exc)}",
             ) from None
         if step.action == "unplug_dimm":
             # Only an unplug needs this on disk: after a crash it tells "maybe pending" from "never sent".
@@ -439,7 +508,7 @@ class Executor:
                     step, max(min(POLL_WAIT_S, deadline - self.clock()), 0.0)
                 )
             except BackendError as exc:
-                return StepProgress("rejected", f"{exc.error_class}: {exc}")
+                return StepProgress("rejected", _backend_text(exc))
             if progress.state != "pending":
                 return progress
             now = self.clock()
@@ -569,7 +638,7 @@ class Executor:
             return Outcome(
                 "Infeasible",
                 "BackendCannotShrink",
-                f"{fmt_bytes(vm.total - m.aligned)} cannot be removed: it is not made of whole DIMMs kata-mem plugged",
+                _cannot_shrink(vm, m.aligned),
                 vm.total,
                 m.target,
             )

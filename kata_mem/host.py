@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Optional
 
-from kata_mem.errors import ConfigError
+from kata_mem.errors import ConfigError, InputError
 from kata_mem.model import HostFacts
 from kata_mem.units import KiB, MiB, align_down
 
@@ -40,25 +40,43 @@ def _meminfo(proc: Path) -> dict[str, int]:
     return out
 
 
-def read_cgroup_memory_limit(cgroup_dir: str) -> Optional[int]:
+def read_cgroup_memory_limit(
+    cgroup_dir: str, origin: str = "[kata_mem] host_memory_cgroup"
+) -> Optional[int]:
     """The effective ``memory.max`` of a cgroup v2 directory (the smallest along its
     ancestors up to the mount root); ``None`` when unlimited.
 
-    :raises ConfigError: when the directory has no ``memory.max`` (not a cgroup v2
-        directory with the memory controller) or the file cannot be parsed.
+    ``origin`` names where the directory came from (the configuration key, or a
+    command-line flag such as ``--cgroup``), so that the error points at what the
+    user wrote; a flag's value is bad input, a key's a configuration error.
+
+    :raises ConfigError: (``InputError`` for a flag) when the directory has no
+        ``memory.max`` (not a cgroup v2 directory with the memory controller) or
+        the file cannot be read or parsed.
     """
+    error = InputError if origin.startswith("--") else ConfigError
     path = Path(cgroup_dir)
     if not (path / "memory.max").is_file():
-        raise ConfigError(
-            f"[kata_mem] host_memory_cgroup: {cgroup_dir} has no memory.max "
-            "(expected a cgroup v2 directory with the memory controller enabled)"
+        what = "does not exist" if not path.exists() else "has no memory.max"
+        raise error(
+            f"{origin} {cgroup_dir!r}: {what}; expected a cgroup v2 directory with the memory "
+            "controller enabled, e.g. /sys/fs/cgroup/kubepods.slice"
         )
     limit: Optional[int] = None
     while (path / "memory.max").is_file():
-        raw = (path / "memory.max").read_text().strip()
+        try:
+            raw = (path / "memory.max").read_text().strip()
+        except OSError as exc:
+            raise error(
+                f"{origin} {cgroup_dir!r}: cannot read {path / 'memory.max'}: "
+                f"{exc.strerror or type(exc).__name__}"
+            ) from None
         if raw != "max":
             if not raw.isdigit():
-                raise ConfigError(f"{path / 'memory.max'}: expected 'max' or bytes, got {raw!r}")
+                raise error(
+                    f"{origin} {cgroup_dir!r}: {path / 'memory.max'} holds {raw[:40]!r}; "
+                    "expected 'max' or a number of bytes"
+                )
             limit = int(raw) if limit is None else min(limit, int(raw))
         if path.parent == path:
             break
@@ -72,6 +90,7 @@ def probe_host(
     cpus: Optional[int] = None,
     arch: Optional[str] = None,
     cgroup_dir: str = "",
+    cgroup_origin: str = "[kata_mem] host_memory_cgroup",
     proc: Path = Path("/proc"),
 ) -> HostFacts:
     """Host facts, each from its override when given, else from the machine.
@@ -101,7 +120,7 @@ def probe_host(
         sources.append(("arch", f"uname machine = {machine}"))
     else:
         sources.append(("arch", "override"))
-    limit = read_cgroup_memory_limit(cgroup_dir) if cgroup_dir else None
+    limit = read_cgroup_memory_limit(cgroup_dir, cgroup_origin) if cgroup_dir else None
     if cgroup_dir:
         sources.append(("cgroup_memory_limit", f"{cgroup_dir}/memory.max"))
     return HostFacts(

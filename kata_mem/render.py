@@ -122,6 +122,8 @@ def plan_text(plan: Plan, cfg: SizingConfig, title: str = "") -> str:
                 f"  {i}. {s.action:<18} {s.device:<12} {j['size_mib']:>8} MiB  "
                 f"({j['delta_mib']:+d} MiB, guest {j['total_mib']} MiB)"
             )
+    elif any(w.startswith("ShrinkNotAllowed:") for w in plan.warnings):
+        lines.append("steps: none (shrinking is off: see the ShrinkNotAllowed note)")
     else:
         lines.append("steps: none")
     for c in m.clamps:
@@ -294,12 +296,14 @@ def status_json(
     vm: VmState, usage: Optional[GuestUsage], record: Optional[dict[str, Any]]
 ) -> dict[str, Any]:
     guest = None
-    if usage is not None:
+    if usage is not None and (usage.total, usage.available, usage.free) != (None, None, None):
+        # null, not an object of nulls, when the guest has reported nothing (no balloon,
+        # or statistics not arrived yet); a single statistic it does not report is null.
         guest = {
-            "total_mib": None if usage.total is None else to_mib_floor(usage.total),
-            "available_mib": None if usage.available is None else to_mib_floor(usage.available),
-            "free_mib": None if usage.free is None else to_mib_floor(usage.free),
-            "used_mib": None if usage.used is None else to_mib_floor(usage.used),
+            "total_mib": _mib_or_none(usage.total),
+            "available_mib": _mib_or_none(usage.available),
+            "free_mib": _mib_or_none(usage.free),
+            "used_mib": _mib_or_none(usage.used),
             "age_s": None if usage.age is None else round(usage.age, 1),
         }
     return {
@@ -317,17 +321,33 @@ def status_json(
     }
 
 
+def _mib_or_none(n: Optional[int]) -> Optional[int]:
+    return None if n is None else to_mib_floor(n)
+
+
+def _mib_text(n: Optional[int]) -> str:
+    """A size in MiB for people; never Python's ``None``."""
+    return "unknown" if n is None else f"{n} MiB"
+
+
+def _record_text(value: object, missing: str) -> str:
+    # Journal values come from a file; show a placeholder, never "None".
+    return missing if value is None or value == "" else str(value)
+
+
 def status_text(vm: VmState, usage: Optional[GuestUsage], record: Optional[dict[str, Any]]) -> str:
     d = status_json(vm, usage, record)
     lines = [
         f"boot memory {d['base_mib']} MiB, plugged {d['plugged_mib']} MiB, total {d['total_mib']} MiB",
-        f"DIMM slots {d['slots_used']}/{d['slots']} used; device space {d['device_space_mib']} MiB",
+        f"DIMM slots {d['slots_used']}/{d['slots']} used; device space "
+        f"{_mib_text(d['device_space_mib'])}"
+        + (" (this QEMU does not report it)" if d["device_space_mib"] is None else ""),
     ]
     for dev in d["devices"]:
         extra = (
             f" requested {dev['requested_mib']} MiB of {dev['max_mib']} MiB"
             if dev["kind"] == "virtio-mem"
-            else f" slot {dev['slot']}"
+            else f" slot {_record_text(dev['slot'], 'unknown')}"
         )
         pending = " (unplug pending)" if dev["pending_unplug"] else ""
         lines.append(
@@ -337,19 +357,29 @@ def status_text(vm: VmState, usage: Optional[GuestUsage], record: Optional[dict[
         lines.append(f"orphaned backend objects: {', '.join(d['orphans'])}")
     g = d["guest"]
     if g is None:
-        lines.append("guest: no balloon statistics")
-    else:
         lines.append(
-            f"guest: MemTotal {g['total_mib']} MiB, available {g['available_mib']} MiB, free {g['free_mib']} MiB "
-            f"(reading {g['age_s']} s old)"
+            "guest: no balloon statistics"
+            if usage is None
+            else "guest: no balloon statistics yet (the guest has not reported; try again)"
+        )
+    else:
+        age = "age unknown" if g["age_s"] is None else f"reading {g['age_s']:g} s old"
+        lines.append(
+            f"guest: MemTotal {_mib_text(g['total_mib'])}, available {_mib_text(g['available_mib'])}, "
+            f"free {_mib_text(g['free_mib'])} ({age})"
         )
     if record:
+        unplugs = record.get("pending_unplug")
         lines.append(
-            f"journal: {record.get('state')}, pending unplug {record.get('pending_unplug') or 'none'}"
+            f"journal: {_record_text(record.get('state'), 'unknown')}, pending unplug "
+            f"{', '.join(map(str, unplugs)) if isinstance(unplugs, list) and unplugs else 'none'}"
         )
         last = record.get("last_outcome")
-        if last:
-            lines.append(
-                f"last outcome: {last.get('status')} {last.get('reason') or ''} {last.get('message')}".rstrip()
-            )
+        if isinstance(last, dict) and last:
+            parts = [
+                _record_text(last.get("status"), "unknown"),
+                _record_text(last.get("reason"), ""),
+                _record_text(last.get("message"), ""),
+            ]
+            lines.append("last outcome: " + " ".join(p for p in parts if p))
     return "\n".join(lines)

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from fractions import Fraction
 from typing import IO, TYPE_CHECKING, Any, Optional
 
-from kata_mem.errors import InputError, KataMemError, outcome_exit_code
+from kata_mem.errors import ConfigError, InputError, KataMemError, outcome_exit_code
+from kata_mem.logs import describe, emit_error
 
 if TYPE_CHECKING:
     from kata_mem.backends import Endpoint
@@ -126,7 +126,10 @@ def parse_request(raw: bytes) -> dict[str, Any]:
             f"request schema: expected {REQUEST_SCHEMA!r}, got {json.dumps(doc.get('schema'))[:80]}"
         )
     _only(doc, _TOP, "")
-    sandbox = check_sandbox_id(_str(doc, "sandbox_id", "") or "")
+    try:
+        sandbox = check_sandbox_id(_str(doc, "sandbox_id", "") or "")
+    except InputError as exc:
+        raise InputError(f"request sandbox_id: {exc.message}") from None
     event = doc.get("event")
     if event not in EVENTS:
         raise _fail("event", " | ".join(EVENTS), event)
@@ -217,12 +220,23 @@ def handle(raw: bytes, env: dict[str, str]) -> dict[str, Any]:
         an error response and the exit code).
     """
     from kata_mem import render
-    from kata_mem.config import find_config, load_config
+    from kata_mem.config import DEFAULT_PATHS, find_config, load_config
     from kata_mem.host import probe_host
     from kata_mem.planner import assumed_vm, plan
 
     req = parse_request(raw)
-    cfg = load_config(find_config(req["config"], env)[0])
+    try:
+        found = find_config(req["config"], env)[0]
+    except ConfigError:
+        if req["config"] is not None or env.get("KATA_CONF_FILE"):
+            raise
+        # find_config's own message names the CLI's --config; a shim sets a field.
+        raise ConfigError(
+            "request config is null and there is no Kata configuration where Kata looks ("
+            + " or ".join(DEFAULT_PATHS)
+            + "): set request config to the configuration file (or KATA_CONF_FILE)"
+        ) from None
+    cfg = load_config(found)
     overrides = req["host"] or {}
     host = probe_host(
         memory=overrides.get("memory"),
@@ -329,6 +343,21 @@ def _delete(sandbox: str, state_dir: str) -> dict[str, Any]:
     }
 
 
+def _error_response(exc: KataMemError) -> dict[str, Any]:
+    return {
+        "schema": RESPONSE_SCHEMA,
+        "error": {"kind": exc.kind, "message": exc.message, "exit_code": exc.exit_code},
+        "plan": None,
+        "outcome": None,
+        "warnings": [],
+    }
+
+
+def _error_line(exc: KataMemError) -> None:
+    # In the format the command line chose (kata-mem --log-format json shim).
+    emit_error(exc, logger="kata_mem.shim", prefix="kata-mem shim")
+
+
 def main(stdin: IO[bytes], stdout: IO[str], env: dict[str, str]) -> int:
     """Read one request, write one response; return the exit code. Never raises for bad input."""
     try:
@@ -336,15 +365,19 @@ def main(stdin: IO[bytes], stdout: IO[str], env: dict[str, str]) -> int:
         response = handle(raw, env)
         code = outcome_exit_code((response.get("outcome") or {}).get("reason", ""))
     except KataMemError as exc:
-        response = {
-            "schema": RESPONSE_SCHEMA,
-            "error": {"kind": exc.kind, "message": exc.message, "exit_code": exc.exit_code},
-            "plan": None,
-            "outcome": None,
-            "warnings": [],
-        }
+        response = _error_response(exc)
         code = exc.exit_code
-        print(f"kata-mem shim: error: {exc.message}", file=sys.stderr)
+        _error_line(exc)
+    except Exception as exc:  # a bug: still one JSON response and one stderr line
+        if env.get("KATA_MEM_DEBUG"):
+            raise
+        bug = KataMemError(
+            f"internal error: {describe(exc)} (a bug in kata-mem; set KATA_MEM_DEBUG=1 for the "
+            "traceback)"
+        )
+        response = _error_response(bug)
+        code = bug.exit_code
+        _error_line(bug)
     stdout.write(json.dumps(response) + "\n")
     stdout.flush()
     return code

@@ -105,6 +105,7 @@ def open_backend(
         from kata_mem.errors import InputError
 
         raise InputError(
-            "--libvirt needs libvirt-python: install kata-mem[libvirt] (it builds against libvirt-dev)"
+            f"{endpoint.describe()}: libvirt-python is not installed; install it with "
+            "pip install 'kata-mem[libvirt]' (it builds against libvirt-dev)"
         ) from None
     return LibvirtBackend.connect(endpoint.target, endpoint.domain, stats_interval=stats_interval)

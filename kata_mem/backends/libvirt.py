@@ -76,9 +76,18 @@ def _code_name(code: int) -> str:
     return f"VIR_ERR_{code}"
 
 
-def _translate(exc: libvirt.libvirtError, what: str) -> BackendError | BackendUnavailable:
+def _message(exc: libvirt.libvirtError) -> str:
+    """libvirt's own text for an error, never empty."""
+    text = " ".join(str(exc.get_error_message() or exc).split())
+    return text or "(libvirt gave no message)"
+
+
+def _translate(
+    exc: libvirt.libvirtError, what: str, where: str
+) -> BackendError | BackendUnavailable:
     code = exc.get_error_code() or 0
-    text = f"{what}: {exc.get_error_message() or exc}"
+    # The error code name is part of what the user reads (README, exit 7).
+    text = f"{where}: {what} failed: {_code_name(code)}: {_message(exc)}"
     if code in _UNSUPPORTED:
         return BackendUnsupported(text, _code_name(code))
     if code in (libvirt.VIR_ERR_NO_CONNECT, libvirt.VIR_ERR_SYSTEM_ERROR, libvirt.VIR_ERR_RPC):
@@ -102,6 +111,7 @@ class LibvirtBackend:
         self.uri = uri
         self._conn = conn
         self._dom = dom
+        self._where = f"libvirt {uri} domain {dom.name()}"
         self._stats_interval = stats_interval
         self._events: queue.Queue[tuple[str, str, int]] = queue.Queue()
         self._seen: list[tuple[str, str, int]] = []
@@ -133,24 +143,30 @@ class LibvirtBackend:
         try:
             conn = libvirt.open(uri)
         except libvirt.libvirtError as exc:
-            raise BackendUnavailable(f"libvirt {uri}: {exc.get_error_message() or exc}") from None
+            raise BackendUnavailable(
+                f"libvirt {uri}: cannot connect: {_message(exc)} (is libvirtd running, and may "
+                "this user use the URI?)"
+            ) from None
         try:
             dom = conn.lookupByName(domain)
         except libvirt.libvirtError as exc:
             conn.close()
             raise BackendUnavailable(
-                f"libvirt {uri}: domain {domain!r}: {exc.get_error_message() or exc}"
+                f"libvirt {uri}: domain {domain!r}: {_message(exc)} (virsh -c {uri} list --all "
+                "shows the domains)"
             ) from None
         if not dom.isActive():
             conn.close()
-            raise BackendUnavailable(f"libvirt {uri}: domain {domain!r} is not running")
+            raise BackendUnavailable(
+                f"libvirt {uri}: domain {domain!r} is not running (start it, or name a running one)"
+            )
         return cls(uri, conn, dom, stats_interval)
 
     def _call(self, what: str, fn: Callable[..., T], *args: Any) -> T:
         try:
             return fn(*args)
         except libvirt.libvirtError as exc:
-            raise _translate(exc, what) from None
+            raise _translate(exc, what, self._where) from None
 
     def _xml(self) -> ET.Element:
         return ET.fromstring(self._call("XMLDesc", self._dom.XMLDesc, 0))

@@ -29,7 +29,7 @@ from qemu.qmp.qmp_client import GreetingError
 
 from kata_mem.backends import StepProgress
 from kata_mem.errors import BackendError, BackendUnavailable
-from kata_mem.logs import get_logger
+from kata_mem.logs import describe, get_logger
 from kata_mem.model import DIMM_PREFIX, MEMDEV_PREFIX, GuestUsage, MemoryDevice, Step, VmState
 
 log = get_logger(__name__)
@@ -83,6 +83,39 @@ def check_socket(path: str) -> None:
             else "non-socket file"
         )
         raise BackendUnavailable(f"QMP socket {path}: is a {kind}, not a unix socket")
+
+
+def _printable(raw: bytes, limit: int = 40) -> str:
+    """The start of what a peer sent, as text a terminal shows safely."""
+    text = "".join(chr(b) if 32 <= b < 127 else "." for b in raw[:limit])
+    return f'"{text}"' + (" ..." if len(raw) > limit else "")
+
+
+def _no_session(cause: BaseException) -> str:
+    """Why a connection gave no QMP session, for a user: what happened and what to do."""
+    if isinstance(cause, ConnectionRefusedError):
+        return "connection refused (the VM is gone or not listening)"
+    if isinstance(cause, PermissionError):
+        return "permission denied (run kata-mem as the user that owns the VM, or as root)"
+    not_qmp = (
+        "this is not a QEMU QMP monitor; pass the socket QEMU was started with "
+        "(-qmp unix:PATH,server=on,wait=off)"
+    )
+    if isinstance(cause, GreetingError):
+        raw = getattr(cause.exc, "raw", None)
+        sent = f"it sent {_printable(raw)}" if isinstance(raw, bytes) else "it sent JSON"
+        return f"the first message is not a QMP greeting ({sent}): {not_qmp}"
+    if isinstance(cause, UnicodeDecodeError):
+        return (
+            f"the first message is not a QMP greeting (it sent binary data "
+            f"{_printable(cause.object)}): {not_qmp}"
+        )
+    if isinstance(cause, (EOFError, ConnectionResetError, BrokenPipeError)):
+        return (
+            "the peer closed the connection without a QMP greeting: the VM may be shutting "
+            f"down, or {not_qmp}"
+        )
+    return f"no QMP session: {describe(cause)}"
 
 
 def _int(value: object, what: str) -> int:
@@ -146,19 +179,21 @@ class QmpBackend:
                     # before the greeting (a race in its monitor); a new connection is clean.
                     time.sleep(0.05)
                     continue
-                if isinstance(cause, ConnectionRefusedError):
-                    why = "connection refused (the VM is gone or not listening)"
-                elif isinstance(cause, PermissionError):
-                    why = "permission denied"
-                else:
-                    why = f"{exc.error_message}: {cause}"
                 raise BackendUnavailable(
-                    f"QMP socket {path}: {why}", gone=isinstance(cause, ConnectionRefusedError)
+                    f"QMP socket {path}: {_no_session(cause)}",
+                    gone=isinstance(cause, ConnectionRefusedError),
                 ) from None
-            except (asyncio.TimeoutError, OSError, QMPError) as exc:
+            except asyncio.TimeoutError:
                 loop.close()
                 raise BackendUnavailable(
-                    f"QMP socket {path}: no QMP session ({type(exc).__name__}: {exc})"
+                    f"QMP socket {path}: no QMP greeting within {CONNECT_TIMEOUT_S:g} s: another "
+                    "client may hold the monitor (QEMU serves one at a time), or this is not a "
+                    "QEMU monitor socket; retry later, or check what listens on it"
+                ) from None
+            except (OSError, QMPError) as exc:
+                loop.close()
+                raise BackendUnavailable(
+                    f"QMP socket {path}: no QMP session: {describe(exc)}"
                 ) from None
         return cls(path, client, loop, hugepages, stats_interval)
 
@@ -168,14 +203,22 @@ class QmpBackend:
         try:
             return self._loop.run_until_complete(asyncio.wait_for(coro, COMMAND_TIMEOUT_S))
         except ExecuteError as exc:
-            raise BackendError(f"{what}: {exc}", exc.error_class) from None
+            # The QMP error class is part of what the user reads (README, exit 7).
+            raise BackendError(
+                f"QMP socket {self.path}: {what} failed: {exc.error_class}: "
+                f"{str(exc).strip() or '(QEMU gave no description)'}",
+                exc.error_class,
+            ) from None
         except asyncio.TimeoutError:
             raise BackendError(
-                f"{what}: no reply within {COMMAND_TIMEOUT_S:g} s", "Timeout"
+                f"QMP socket {self.path}: {what}: Timeout: no reply within "
+                f"{COMMAND_TIMEOUT_S:g} s (the monitor is hung or the VM is paused)",
+                "Timeout",
             ) from None
         except (ExecInterruptedError, QMPError, OSError, EOFError) as exc:
             raise BackendUnavailable(
-                f"QMP socket {self.path}: connection lost during {what} ({type(exc).__name__})"
+                f"QMP socket {self.path}: connection lost during {what} ({describe(exc)}): the "
+                "VM may have exited; the next call reconciles what was done"
             ) from None
 
     def _execute(self, cmd: str, args: Optional[dict[str, object]] = None) -> object:

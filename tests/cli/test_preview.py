@@ -114,6 +114,7 @@ def test_current_plans_a_shrink_marked_for_safety(run_cli: Run) -> None:
         "16Gi",
         "--host-cpus",
         "4",
+        "--allow-shrink",
         "--json",
     )
     m = json.loads(r.out)["memory"]

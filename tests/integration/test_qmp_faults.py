@@ -87,7 +87,7 @@ def test_error_reply_leaves_no_orphan_then_converges(
     code, doc = apply("--limit", "256Mi")
     assert code == 7
     assert (doc["status"], doc["reason"]) == ("InProgress", "BackendError")
-    assert "GenericError: device_add: not enough space" in str(doc["message"])
+    assert "device_add failed: GenericError: not enough space" in str(doc["message"])
     assert "object-del" in qemu.commands
     _no_orphans(qemu)
     assert qemu.devices == {}
@@ -181,8 +181,8 @@ def test_unknown_command_class_is_kept(
     code, doc = apply("--limit", "256Mi")
     assert code == 7
     assert (
-        "query-memory-devices: The command query-memory-devices has not been found"
-        in doc["error"]["message"]
+        "query-memory-devices failed: CommandNotFound: "
+        "The command query-memory-devices has not been found" in doc["error"]["message"]
     )
 
 
