@@ -27,6 +27,7 @@ _EXPORTS = {
         for name in (
             "KataMemError", "ConfigError", "InputError", "QuantityError", "PlanRejected",
             "BackendUnavailable", "BackendError", "BackendUnsupported", "GuestTimeout",
+            "MissingDependency",
         )
     },
     **{
@@ -53,6 +54,7 @@ __all__ = [
     "KataMemError",
     "MemoryDevice",
     "MemoryPlan",
+    "MissingDependency",
     "Outcome",
     "Plan",
     "PlanRejected",
@@ -97,6 +99,7 @@ if TYPE_CHECKING:
         GuestTimeout,
         InputError,
         KataMemError,
+        MissingDependency,
         PlanRejected,
         QuantityError,
     )

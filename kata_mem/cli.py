@@ -31,6 +31,40 @@ F = TypeVar("F", bound=Callable[..., Any])
 log = logging.getLogger("kata_mem")
 
 
+def _utf8(value: str, param: Optional[click.Parameter], expected: str) -> str:
+    """Refuse a value that is not UTF-8 (Python carries such arguments as lone surrogates):
+    kata-mem keeps these values as JSON text (its journal, the shim protocol, --json)."""
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        name = "value" if param is None else param.human_readable_name
+        if isinstance(param, click.Option):
+            name = max(param.opts, key=len)
+        raise InputError(
+            f"{name} {os.fsencode(value)!r}: not valid UTF-8; expected {expected} in UTF-8"
+        ) from None
+    return value
+
+
+class Text(click.types.StringParamType):
+    """A string that must be UTF-8."""
+
+    def convert(self, value: Any, param: Optional[click.Parameter], ctx: Any) -> str:
+        return _utf8(super().convert(value, param, ctx), param, "text")
+
+
+class FileName(click.Path):
+    """A file or directory name: the shell completes it, kata-mem checks it (click's own
+    checks are off, so that the errors and exit codes stay kata-mem's)."""
+
+    def __init__(self, *, directory: bool = False, utf8: bool = True, path_type: Any = None):
+        super().__init__(exists=False, file_okay=not directory, path_type=path_type)
+        self.utf8 = utf8
+
+    def convert(self, value: Any, param: Optional[click.Parameter], ctx: Any) -> Any:
+        return self.coerce_path_result(_utf8(value, param, "a path") if self.utf8 else value)
+
+
 def _emit(data: dict[str, Any]) -> None:
     click.echo(json.dumps(data, indent=2))
 
@@ -129,18 +163,19 @@ def request_options(fn: F) -> F:
         click.option(
             "--config",
             "config_path",
+            type=FileName(),
             metavar="FILE",
             help="Kata configuration TOML (default: where Kata looks).",
         ),
         click.option(
             "--pod",
-            type=click.Path(path_type=Path),
+            type=FileName(utf8=False, path_type=Path),
             metavar="FILE",
             help="Kubernetes Pod manifest (YAML or JSON).",
         ),
         click.option(
             "--oci",
-            type=click.Path(path_type=Path),
+            type=FileName(utf8=False, path_type=Path),
             multiple=True,
             metavar="FILE",
             help="OCI config.json (repeatable).",
@@ -233,7 +268,12 @@ def _endpoint(
 
 def _sandbox_id(sandbox: Optional[str], endpoint: Optional[Endpoint]) -> str:
     """The given id, else one derived from the endpoint (stable across calls)."""
-    if sandbox:
+    if sandbox == "":
+        raise InputError(
+            "--sandbox '': expected a non-empty sandbox id (or no --sandbox, to derive one "
+            "from the socket or domain)"
+        )
+    if sandbox is not None:
         return sandbox
     if endpoint is None:
         return "dry-run"
@@ -249,21 +289,26 @@ def _sandbox_id(sandbox: Optional[str], endpoint: Optional[Endpoint]) -> str:
 
 def backend_options(fn: F) -> F:
     options = [
-        click.option("--qmp", metavar="SOCKET", help="The VM's QMP unix socket."),
+        click.option("--qmp", type=FileName(), metavar="SOCKET", help="The VM's QMP unix socket."),
         click.option(
             "--libvirt",
             "libvirt_uri",
+            type=Text(),
             metavar="URI",
             help="A libvirt URI, e.g. qemu:///system (with --domain).",
         ),
-        click.option("--domain", metavar="NAME", help="The libvirt domain (with --libvirt)."),
+        click.option(
+            "--domain", type=Text(), metavar="NAME", help="The libvirt domain (with --libvirt)."
+        ),
         click.option(
             "--sandbox",
+            type=Text(),
             metavar="ID",
             help="Sandbox id (default: derived from the socket or domain).",
         ),
         click.option(
             "--state-dir",
+            type=FileName(directory=True),
             metavar="DIR",
             help="Per-sandbox lock and journal (default: [kata_mem] state_dir).",
         ),
@@ -354,7 +399,13 @@ def apply(
 @cli.command()
 @global_options
 @backend_options
-@click.option("--config", "config_path", metavar="FILE", help="Kata configuration (for state_dir).")
+@click.option(
+    "--config",
+    "config_path",
+    type=FileName(),
+    metavar="FILE",
+    help="Kata configuration (for state_dir).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (schema kata-mem/status/v1).")
 def status(
     qmp: Optional[str],
@@ -385,8 +436,19 @@ def status(
 
 @cli.command()
 @global_options
-@click.option("--config", "config_path", metavar="FILE", help="Kata configuration (for state_dir).")
-@click.option("--state-dir", metavar="DIR", help="State directory (default: [kata_mem] state_dir).")
+@click.option(
+    "--config",
+    "config_path",
+    type=FileName(),
+    metavar="FILE",
+    help="Kata configuration (for state_dir).",
+)
+@click.option(
+    "--state-dir",
+    type=FileName(directory=True),
+    metavar="DIR",
+    help="State directory (default: [kata_mem] state_dir).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (schema kata-mem/reconcile/v1).")
 def reconcile(config_path: Optional[str], state_dir: Optional[str], as_json: bool) -> None:
     """One pass over every sandbox: retry deferred shrinks that are due, settle pending
@@ -447,7 +509,7 @@ def config_group() -> None:
 
 @config_group.command("check")
 @global_options
-@click.argument("file", required=False)
+@click.argument("file", required=False, type=FileName())
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (schema kata-mem/config/v1).")
 def config_check(file: Optional[str], as_json: bool) -> None:
     """Validate FILE (default: where Kata looks) and show each effective value and its origin."""

@@ -13,6 +13,7 @@ code the CLI and the shim use::
      +-- BackendError            7  the hypervisor refused or failed a command
      |    +-- BackendUnsupported 7  the hypervisor cannot do this at all (e.g. VIR_ERR_NO_SUPPORT)
      +-- GuestTimeout            8  the guest did not complete in time
+     +-- MissingDependency       9  a Python library kata-mem needs is not installed
 
 Exit code 2 is click's usage error and has no class here. Codes 7 and 8 mean
 state may have changed; the next call reconciles it from the hypervisor.
@@ -108,6 +109,18 @@ class GuestTimeout(KataMemError):
 
     exit_code = 8
     kind = "guest-timeout"
+
+
+class MissingDependency(KataMemError):
+    """A library that the requested work needs is not installed (for example
+    libvirt-python, which only the ``kata-mem[libvirt]`` extra brings).
+
+    Not bad input: the same request works once the library is installed, and
+    the message says how to install it.
+    """
+
+    exit_code = 9
+    kind = "missing-dependency"
 
 
 def outcome_exit_code(reason: str) -> int:

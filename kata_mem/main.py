@@ -9,11 +9,37 @@ from typing import Optional
 
 from kata_mem import logs
 
-SHIM_HELP = """Usage: kata-mem [-v] [--log-format text|json] shim < request.json
+#: Where the JSON Schemas of the shim protocol are installed (package data).
+SCHEMA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "schemas")
+SHIM_SCHEMAS = {"request": "shim-request.v1.json", "response": "shim-response.v1.json"}
+SHIM_USAGE = (
+    "kata-mem [-v] [--log-format text|json] shim < request.json\n"
+    "       kata-mem shim --print-schema request|response"
+)
+SHIM_HELP = f"""Usage: {SHIM_USAGE}
 
   Read one JSON request (schema kata-mem/shim-request/v1) on stdin and write one
   JSON response (kata-mem/shim-response/v1) on stdout; the exit code is the
-  README's. The schemas are in schemas/ and the README's "Runtime-shim integration"."""
+  README's (see its "Runtime-shim integration" and "Exit codes").
+
+Options:
+  --print-schema request|response  Print that JSON Schema on stdout and exit.
+  -h, --help                       Show this message and exit.
+
+The JSON Schemas are installed in {SCHEMA_DIR}{os.sep}
+({", ".join(SHIM_SCHEMAS.values())})."""
+
+
+def _print_schema(args: list[str]) -> int:
+    """``kata-mem shim --print-schema NAME`` (or ``--print-schema=NAME``)."""
+    option, eq, name = args[0].partition("=")
+    given, extra = ([name], args[1:]) if eq else (args[1:2], args[2:])
+    if given[:1] not in (["request"], ["response"]) or extra:
+        got = " ".join(repr(arg) for arg in given + extra) or "nothing"
+        return _shim_usage(f"{option} expects one name, request or response; got {got}")
+    with open(os.path.join(SCHEMA_DIR, SHIM_SCHEMAS[given[0]]), encoding="utf-8") as schema:
+        sys.stdout.write(schema.read())
+    return 0
 
 
 def split_global_options(args: list[str]) -> tuple[int, Optional[str], list[str]]:
@@ -38,8 +64,7 @@ def split_global_options(args: list[str]) -> tuple[int, Optional[str], list[str]
 def _shim_usage(message: str) -> int:
     logs.emit(
         "error",
-        f"{message} (usage: kata-mem [-v] [--log-format text|json] shim < request.json; see "
-        "kata-mem shim --help)",
+        f"{message} (see kata-mem shim --help)",
         logger="kata_mem.shim",
         prefix="kata-mem shim",
         kind="usage",
@@ -65,8 +90,10 @@ def main(argv: Optional[list[str]] = None) -> int:
         if args[1:] in (["--help"], ["-h"]):
             print(SHIM_HELP)
             return 0
+        if args[1:] and args[1].partition("=")[0] == "--print-schema":
+            return _print_schema(args[1:])
         if len(args) > 1:
-            return _shim_usage(f"unexpected argument {args[1]!r}")
+            return _shim_usage(f"unexpected argument {args[1]!r}; a request goes on stdin")
         from kata_mem.shim import main as shim_main
 
         return shim_main(sys.stdin.buffer, sys.stdout, dict(os.environ))

@@ -3,16 +3,18 @@
 A runtime shim calls this on every container event, so it is kept fast: it is
 dispatched before click is imported, reads no YAML, and loads a backend only
 when the request names one. The request and response are documented in the
-README and shipped as JSON Schemas in ``schemas/``; they are checked here by hand
-(no validator import on the hot path) with errors that name the field.
+README and shipped as JSON Schemas in ``kata_mem/schemas/`` (``kata-mem shim
+--print-schema``); they are checked here by hand (no validator import on the hot
+path) with errors that name the field.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from fractions import Fraction
-from typing import IO, TYPE_CHECKING, Any, Optional
+from typing import IO, TYPE_CHECKING, Any, Optional, Union
 
 from kata_mem.errors import ConfigError, InputError, KataMemError, outcome_exit_code
 from kata_mem.logs import describe, emit_error
@@ -104,21 +106,90 @@ def _only(obj: dict[str, Any], allowed: set[str], where: str) -> None:
         )
 
 
+#: Where a lone surrogate can come from: an escape ``\uD800``-``\uDFFF``, or its UTF-8
+#: form, which ``json.loads`` decodes with ``surrogatepass``. A cheap filter: a match
+#: only means the decoded document is checked.
+_MAYBE_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]")
+
+
+def _field(where: str, key: Union[str, int]) -> str:
+    """The path of ``key`` inside ``where``, as errors name fields: ``containers[0].id``."""
+    if isinstance(key, int):
+        return f"{where}[{key}]"
+    if key.isidentifier():
+        return f"{where}.{key}" if where else key
+    return f"{where}[{json.dumps(key)}]"
+
+
+def _decode(raw: bytes) -> Any:
+    """``json.loads``, refusing what JSON can carry but a request must not: a key given
+    twice in one object (decoders disagree on which one counts, so an ``event`` given
+    twice could mean ``update`` to the shim and ``delete`` to kata-mem), and text that
+    is not UTF-8 (lone surrogates such as ``"\\udcff"``), which no path or id can be.
+
+    :raises InputError: naming the key or value and its path.
+    """
+    duplicates: dict[int, str] = {}
+
+    def pairs_hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        obj = dict(pairs)
+        if len(obj) < len(pairs):
+            seen: set[str] = set()
+            for key, _ in pairs:
+                if key in seen:
+                    duplicates[id(obj)] = key
+                    break
+                seen.add(key)
+        return obj
+
+    try:
+        doc = json.loads(raw, object_pairs_hook=pairs_hook)
+    except (ValueError, RecursionError) as exc:
+        raise InputError(f"request is not JSON: {exc}") from None
+    if not duplicates and not _MAYBE_SURROGATE.search(raw):
+        return doc  # the usual case: nothing to find, no walk
+    # Depth-first in document order, without recursion (json.loads has already
+    # bounded the depth, but the walk may start deeper in the stack than it did).
+    todo: list[tuple[str, Any]] = [("", doc)]
+    while todo:
+        where, value = todo.pop()
+        if isinstance(value, str):
+            try:
+                value.encode()
+            except UnicodeEncodeError:
+                raise InputError(
+                    f"request {where or 'document'}: {json.dumps(value)[:80]} is not valid "
+                    "Unicode (a lone surrogate); expected UTF-8 text"
+                ) from None
+        elif isinstance(value, dict):
+            if id(value) in duplicates:
+                key = duplicates[id(value)]
+                raise InputError(
+                    f"request {_field(where, key)}: the key {json.dumps(key)} is given more than "
+                    "once in one object; expected each key once"
+                )
+            children: list[tuple[str, Any]] = []
+            for key, item in value.items():
+                children += [(f"{where or 'document'} key", key), (_field(where, key), item)]
+            todo.extend(reversed(children))
+        elif isinstance(value, list):
+            todo.extend(reversed([(_field(where, i), v) for i, v in enumerate(value)]))
+    return doc
+
+
 def parse_request(raw: bytes) -> dict[str, Any]:
     """Decode and validate a request; return it with typed values.
 
-    :raises InputError: too large, not JSON, an unknown schema version, a missing
-        or wrongly typed field (named), or an unknown field.
+    :raises InputError: too large, not JSON, a key given twice, text that is not
+        UTF-8, an unknown schema version, a missing or wrongly typed field (named),
+        or an unknown field.
     """
     from kata_mem.backends import Endpoint
     from kata_mem.model import Container, SandboxRequest, check_sandbox_id
 
     if len(raw) > MAX_REQUEST_BYTES:
         raise InputError(f"request larger than {MAX_REQUEST_BYTES} bytes")
-    try:
-        doc = json.loads(raw)
-    except (ValueError, RecursionError) as exc:
-        raise InputError(f"request is not JSON: {exc}") from None
+    doc = _decode(raw)
     if not isinstance(doc, dict):
         raise _fail("", "a JSON object", doc)
     if doc.get("schema") != REQUEST_SCHEMA:
@@ -359,7 +430,11 @@ def _error_line(exc: KataMemError) -> None:
 
 
 def main(stdin: IO[bytes], stdout: IO[str], env: dict[str, str]) -> int:
-    """Read one request, write one response; return the exit code. Never raises for bad input."""
+    """Read one request, write one response; return the exit code.
+
+    Every failure, a bug included, is answered with an error document: a shim
+    reads stdout as JSON, never a traceback (``KATA_MEM_DEBUG=1`` re-raises bugs).
+    """
     try:
         raw = stdin.read(MAX_REQUEST_BYTES + 1)
         response = handle(raw, env)

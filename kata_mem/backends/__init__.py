@@ -6,7 +6,8 @@ commands for it, reports progress from what the hypervisor says, and turns
 every hypervisor error into the kata-mem error tree at its boundary.
 
 The QMP and libvirt modules import their client libraries, so they are loaded
-only by :func:`open_backend`, when asked for.
+only by :func:`open_backend`, when asked for; a missing library is a
+:class:`~kata_mem.errors.MissingDependency` (exit 9) raised by the module's import.
 """
 
 from __future__ import annotations
@@ -91,7 +92,8 @@ def open_backend(
     """Connect to the endpoint's hypervisor; the client library is imported only now.
 
     :raises BackendUnavailable: the endpoint cannot be reached.
-    :raises InputError: libvirt was asked for but libvirt-python is not installed.
+    :raises MissingDependency: the backend's client library is not installed (libvirt-python
+        comes only with the ``kata-mem[libvirt]`` extra); the backend modules raise it on import.
     """
     if endpoint.kind == "qmp":
         from kata_mem.backends.qmp import QmpBackend
@@ -99,13 +101,6 @@ def open_backend(
         return QmpBackend.connect(
             endpoint.target, hugepages=hugepages, stats_interval=stats_interval
         )
-    try:
-        from kata_mem.backends.libvirt import LibvirtBackend
-    except ImportError:
-        from kata_mem.errors import InputError
+    from kata_mem.backends.libvirt import LibvirtBackend
 
-        raise InputError(
-            f"{endpoint.describe()}: libvirt-python is not installed; install it with "
-            "pip install 'kata-mem[libvirt]' (it builds against libvirt-dev)"
-        ) from None
     return LibvirtBackend.connect(endpoint.target, endpoint.domain, stats_interval=stats_interval)

@@ -21,10 +21,16 @@ import time
 import xml.etree.ElementTree as ET
 from typing import Any, Callable, Optional, TypeVar
 
-import libvirt
-
 from kata_mem.backends import StepProgress
-from kata_mem.errors import BackendError, BackendUnavailable, BackendUnsupported
+from kata_mem.errors import BackendError, BackendUnavailable, BackendUnsupported, MissingDependency
+
+try:
+    import libvirt
+except ImportError as exc:  # only the `libvirt` extra installs it
+    raise MissingDependency(
+        f"the libvirt backend needs libvirt-python, which cannot be imported ({exc}); "
+        "install it with: pip install 'kata-mem[libvirt]' (it builds against libvirt-dev and pkg-config)"
+    ) from None
 from kata_mem.logs import get_logger
 from kata_mem.model import GuestUsage, MemoryDevice, Step, VmState
 from kata_mem.units import KiB

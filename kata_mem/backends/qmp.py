@@ -17,18 +17,24 @@ import time
 from collections.abc import Coroutine
 from typing import Any, Optional, TypeVar
 
-from qemu.qmp import (
-    ConnectError,
-    EventListener,
-    ExecInterruptedError,
-    ExecuteError,
-    QMPClient,
-    QMPError,
-)
-from qemu.qmp.qmp_client import GreetingError
-
 from kata_mem.backends import StepProgress
-from kata_mem.errors import BackendError, BackendUnavailable
+from kata_mem.errors import BackendError, BackendUnavailable, MissingDependency
+
+try:
+    from qemu.qmp import (
+        ConnectError,
+        EventListener,
+        ExecInterruptedError,
+        ExecuteError,
+        QMPClient,
+        QMPError,
+    )
+    from qemu.qmp.qmp_client import GreetingError
+except ImportError as exc:  # a dependency of kata-mem: missing only from a broken install
+    raise MissingDependency(
+        f"the QMP backend needs qemu.qmp, which cannot be imported ({exc}); "
+        "install it with: pip install 'qemu.qmp>=0.0.3' (or reinstall kata-mem)"
+    ) from None
 from kata_mem.logs import describe, get_logger
 from kata_mem.model import DIMM_PREFIX, MEMDEV_PREFIX, GuestUsage, MemoryDevice, Step, VmState
 

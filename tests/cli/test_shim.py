@@ -15,7 +15,7 @@ import pytest
 from kata_mem.shim import main as shim_main
 from tests.conftest import KATA_CONFIGS, REPO, kata_mem_process
 
-SCHEMAS = REPO / "schemas"
+SCHEMAS = REPO / "kata_mem" / "schemas"
 REQUEST_SCHEMA = json.loads((SCHEMAS / "shim-request.v1.json").read_text())
 RESPONSE_SCHEMA = json.loads((SCHEMAS / "shim-response.v1.json").read_text())
 CONFIG = str(KATA_CONFIGS / "configuration-qemu.toml")

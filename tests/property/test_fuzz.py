@@ -33,8 +33,8 @@ FUZZ = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
-REQUEST_SCHEMA = json.loads((REPO / "schemas" / "shim-request.v1.json").read_text())
-RESPONSE_SCHEMA = json.loads((REPO / "schemas" / "shim-response.v1.json").read_text())
+REQUEST_SCHEMA = json.loads((REPO / "kata_mem" / "schemas" / "shim-request.v1.json").read_text())
+RESPONSE_SCHEMA = json.loads((REPO / "kata_mem" / "schemas" / "shim-response.v1.json").read_text())
 QEMU_TOML = (KATA_CONFIGS / "configuration-qemu.toml").read_bytes()
 BOOM = (PODS / "memory-boom.yaml").read_bytes()
 
