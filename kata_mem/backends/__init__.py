@@ -101,6 +101,10 @@ def open_backend(
         return QmpBackend.connect(
             endpoint.target, hugepages=hugepages, stats_interval=stats_interval
         )
-    from kata_mem.backends.libvirt import LibvirtBackend
+    from kata_mem.errors import MissingDependency
 
+    try:
+        from kata_mem.backends.libvirt import LibvirtBackend
+    except MissingDependency as exc:
+        raise MissingDependency(f"{endpoint.describe()}: {exc.message}") from exc
     return LibvirtBackend.connect(endpoint.target, endpoint.domain, stats_interval=stats_interval)
