@@ -20,12 +20,11 @@ from kata_mem import config as config_mod
 from kata_mem import render
 from kata_mem.backends import Endpoint
 from kata_mem.errors import InputError, KataMemError, outcome_exit_code
-from kata_mem.host import probe_host
+from kata_mem.host import check_hugepages, normalize_arch, probe_host
 from kata_mem.model import HostFacts, Settings, SizingConfig
-from kata_mem.planner import assumed_vm, plan
+from kata_mem.planner import assumed_vm, current_problem, plan
 from kata_mem.quantity import quantity_bytes
 from kata_mem.sources import build_request
-from kata_mem.units import fmt_bytes
 
 F = TypeVar("F", bound=Callable[..., Any])
 log = logging.getLogger("kata_mem")
@@ -37,7 +36,14 @@ def _emit(data: dict[str, Any]) -> None:
 
 def host_options(fn: F) -> F:
     fn = click.option(
-        "--host-arch", metavar="ARCH", help="Override the architecture (amd64, arm64, ...)."
+        "--host-hugepages",
+        metavar="COUNTxSIZE",
+        help="Override the hugepage pool, e.g. 512x2Mi (used with enable_hugepages).",
+    )(fn)
+    fn = click.option(
+        "--host-arch",
+        metavar="ARCH",
+        help="Override the architecture: x86_64/amd64, aarch64/arm64, ppc64le, s390x, riscv64.",
     )(fn)
     fn = click.option(
         "--host-cpus", type=click.IntRange(min=1), metavar="N", help="Override the host CPU count."
@@ -47,12 +53,33 @@ def host_options(fn: F) -> F:
 
 
 def _host(
-    host_memory: Optional[str], host_cpus: Optional[int], host_arch: Optional[str], cgroup: str
+    host_memory: Optional[str],
+    host_cpus: Optional[int],
+    host_arch: Optional[str],
+    host_hugepages: Optional[str],
+    cgroup: str,
 ) -> HostFacts:
     memory = quantity_bytes(host_memory, "--host-memory") if host_memory is not None else None
     if memory is not None and memory < 1 << 20:
         raise InputError(f"--host-memory {host_memory!r}: expected at least 1Mi")
-    return probe_host(memory=memory, cpus=host_cpus, arch=host_arch, cgroup_dir=cgroup)
+    if host_arch is not None:
+        host_arch = normalize_arch(host_arch, "--host-arch")
+    pool = None
+    if host_hugepages is not None:
+        count, sep, size = host_hugepages.partition("x")
+        if not sep or not count.isascii() or not count.isdigit() or len(count) > 19:
+            raise InputError(
+                f"--host-hugepages {host_hugepages!r}: expected COUNTxSIZE, a whole number "
+                "of pages and a page size, e.g. 512x2Mi"
+            )
+        pool = check_hugepages(
+            int(count),
+            quantity_bytes(size, f"--host-hugepages {host_hugepages!r}: SIZE"),
+            f"--host-hugepages {host_hugepages!r}",
+        )
+    return probe_host(
+        memory=memory, cpus=host_cpus, arch=host_arch, hugepages=pool, cgroup_dir=cgroup
+    )
 
 
 def _config(path: Optional[str]) -> tuple[SizingConfig, str]:
@@ -136,21 +163,20 @@ def preview(
     host_memory: Optional[str],
     host_cpus: Optional[int],
     host_arch: Optional[str],
+    host_hugepages: Optional[str],
     current: Optional[str],
     as_json: bool,
 ) -> None:
     """Show the memory and vCPUs a sandbox would get, the steps, and why. Changes nothing."""
     cfg, _ = _config(config_path)
-    host = _host(host_memory, host_cpus, host_arch, cfg.settings.host_memory_cgroup)
+    host = _host(host_memory, host_cpus, host_arch, host_hugepages, cfg.settings.host_memory_cgroup)
     request = build_request(pod, oci, limit, cpu)
     current_bytes = None
     if current is not None:
         current_bytes = quantity_bytes(current, "--current")
-        if current_bytes < cfg.default_memory:
-            raise InputError(
-                f"--current {current!r}: below the boot memory {fmt_bytes(cfg.default_memory)} "
-                "(default_memory); expected the guest's total memory"
-            )
+        problem = current_problem(cfg, host, current_bytes)
+        if problem:
+            raise InputError(f"--current {current!r}: {problem}")
     result = plan(cfg, host, request, assumed_vm(cfg, host, current_bytes))
     if as_json:
         _emit(render.plan_json(result, cfg))
@@ -247,6 +273,7 @@ def apply(
     host_memory: Optional[str],
     host_cpus: Optional[int],
     host_arch: Optional[str],
+    host_hugepages: Optional[str],
     qmp: Optional[str],
     libvirt_uri: Optional[str],
     domain: Optional[str],
@@ -266,7 +293,7 @@ def apply(
             "apply needs --qmp SOCKET or --libvirt URI --domain NAME (or --dry-run)"
         )
     cfg, _ = _config(config_path)
-    host = _host(host_memory, host_cpus, host_arch, cfg.settings.host_memory_cgroup)
+    host = _host(host_memory, host_cpus, host_arch, host_hugepages, cfg.settings.host_memory_cgroup)
     request = build_request(pod, oci, limit, cpu)
     if force:
         click.echo(
@@ -368,11 +395,12 @@ def host(
     host_memory: Optional[str],
     host_cpus: Optional[int],
     host_arch: Optional[str],
+    host_hugepages: Optional[str],
     cgroup: str,
     as_json: bool,
 ) -> None:
     """Show the host facts kata-mem sizes against."""
-    facts = _host(host_memory, host_cpus, host_arch, cgroup)
+    facts = _host(host_memory, host_cpus, host_arch, host_hugepages, cgroup)
     if as_json:
         _emit(render.host_json(facts))
     else:
