@@ -20,12 +20,11 @@ from kata_mem import config as config_mod
 from kata_mem import logs, render
 from kata_mem.backends import Endpoint
 from kata_mem.errors import InputError, KataMemError, outcome_exit_code
-from kata_mem.host import probe_host
+from kata_mem.host import check_hugepages, normalize_arch, probe_host
 from kata_mem.model import HostFacts, Settings, SizingConfig
-from kata_mem.planner import assumed_vm, plan
+from kata_mem.planner import assumed_vm, current_problem, plan
 from kata_mem.quantity import quantity_bytes
 from kata_mem.sources import build_request
-from kata_mem.units import fmt_bytes
 
 F = TypeVar("F", bound=Callable[..., Any])
 log = logging.getLogger("kata_mem")
@@ -71,7 +70,14 @@ def _emit(data: dict[str, Any]) -> None:
 
 def host_options(fn: F) -> F:
     fn = click.option(
-        "--host-arch", metavar="ARCH", help="Override the architecture (amd64, arm64, ...)."
+        "--host-hugepages",
+        metavar="COUNTxSIZE",
+        help="Override the hugepage pool, e.g. 512x2Mi (used with enable_hugepages).",
+    )(fn)
+    fn = click.option(
+        "--host-arch",
+        metavar="ARCH",
+        help="Override the architecture: x86_64/amd64, aarch64/arm64, ppc64le, s390x, riscv64.",
     )(fn)
     fn = click.option(
         "--host-cpus", type=click.IntRange(min=1), metavar="N", help="Override the host CPU count."
@@ -84,16 +90,33 @@ def _host(
     host_memory: Optional[str],
     host_cpus: Optional[int],
     host_arch: Optional[str],
+    host_hugepages: Optional[str],
     cgroup: str,
     cgroup_origin: str,
 ) -> HostFacts:
     memory = quantity_bytes(host_memory, "--host-memory") if host_memory is not None else None
     if memory is not None and memory < 1 << 20:
         raise InputError(f"--host-memory {host_memory!r}: expected at least 1Mi")
+    if host_arch is not None:
+        host_arch = normalize_arch(host_arch, "--host-arch")
+    pool = None
+    if host_hugepages is not None:
+        count, sep, size = host_hugepages.partition("x")
+        if not sep or not count.isascii() or not count.isdigit() or len(count) > 19:
+            raise InputError(
+                f"--host-hugepages {host_hugepages!r}: expected COUNTxSIZE, a whole number "
+                "of pages and a page size, e.g. 512x2Mi"
+            )
+        pool = check_hugepages(
+            int(count),
+            quantity_bytes(size, f"--host-hugepages {host_hugepages!r}: SIZE"),
+            f"--host-hugepages {host_hugepages!r}",
+        )
     return probe_host(
         memory=memory,
         cpus=host_cpus,
         arch=host_arch,
+        hugepages=pool,
         cgroup_dir=cgroup,
         cgroup_origin=cgroup_origin,
     )
@@ -222,6 +245,7 @@ def preview(
     host_memory: Optional[str],
     host_cpus: Optional[int],
     host_arch: Optional[str],
+    host_hugepages: Optional[str],
     current: Optional[str],
     allow_shrink: bool,
     as_json: bool,
@@ -231,16 +255,14 @@ def preview(
     from kata_mem.executor import refuse_shrink
 
     cfg, _ = _config(config_path)
-    host = _host(host_memory, host_cpus, host_arch, *_config_cgroup(cfg))
+    host = _host(host_memory, host_cpus, host_arch, host_hugepages, *_config_cgroup(cfg))
     request = build_request(pod, oci, limit, cpu)
     current_bytes = None
     if current is not None:
         current_bytes = quantity_bytes(current, "--current")
-        if current_bytes < cfg.default_memory:
-            raise InputError(
-                f"--current {current!r}: below the boot memory {fmt_bytes(cfg.default_memory)} "
-                "(default_memory); expected the guest's total memory"
-            )
+        problem = current_problem(cfg, host, current_bytes)
+        if problem:
+            raise InputError(f"--current {current!r}: {problem}")
     vm = assumed_vm(cfg, host, current_bytes)
     result, _ = refuse_shrink(
         plan(cfg, host, request, vm), vm, allow_shrink or cfg.settings.allow_shrink
@@ -351,6 +373,7 @@ def apply(
     host_memory: Optional[str],
     host_cpus: Optional[int],
     host_arch: Optional[str],
+    host_hugepages: Optional[str],
     qmp: Optional[str],
     libvirt_uri: Optional[str],
     domain: Optional[str],
@@ -370,7 +393,7 @@ def apply(
             "apply needs --qmp SOCKET or --libvirt URI --domain NAME (or --dry-run)"
         )
     cfg, _ = _config(config_path)
-    host = _host(host_memory, host_cpus, host_arch, *_config_cgroup(cfg))
+    host = _host(host_memory, host_cpus, host_arch, host_hugepages, *_config_cgroup(cfg))
     request = build_request(pod, oci, limit, cpu)
     if force:
         log.warning("--force skips every shrink safety check; for tests and benchmarks only")
@@ -490,11 +513,12 @@ def host(
     host_memory: Optional[str],
     host_cpus: Optional[int],
     host_arch: Optional[str],
+    host_hugepages: Optional[str],
     cgroup: str,
     as_json: bool,
 ) -> None:
     """Show the host facts kata-mem sizes against."""
-    facts = _host(host_memory, host_cpus, host_arch, cgroup, "--cgroup")
+    facts = _host(host_memory, host_cpus, host_arch, host_hugepages, cgroup, "--cgroup")
     if as_json:
         _emit(render.host_json(facts))
     else:

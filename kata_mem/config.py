@@ -170,6 +170,25 @@ def _is_number(v: Any) -> bool:
     return _is_int(v) or (isinstance(v, float) and math.isfinite(v))
 
 
+#: The ranges of the Go types Kata decodes the sizing keys into (src/runtime/pkg/
+#: katautils/config.go, ``type hypervisor``), as its TOML decoder (BurntSushi/toml
+#: ``unifyInt``, ``unifyFloat64``) enforces them: Kata refuses a value outside.
+UINT32_MAX = (1 << 32) - 1
+INT64_MAX = (1 << 63) - 1
+FLOAT32_MAX = 3.4028234663852886e38
+FLOAT32_SAFE_INT = (1 << 24) - 1
+
+
+def _in_range(
+    reader: _Reader, key: str, value: float, low: float, high: float, kata_type: str
+) -> None:
+    if not low <= value <= high:
+        raise ConfigError(
+            f"{reader.where(key)}: {_show(value)} is out of range: Kata reads it as a "
+            f"{kata_type}, expected {_show(low)} to {_show(high)}"
+        )
+
+
 def load_config(path: Path) -> SizingConfig:
     """Load the sizing configuration from ``path`` and its drop-ins.
 
@@ -194,6 +213,7 @@ def load_config(path: Path) -> SizingConfig:
     mem = hv.get(
         "default_memory", KATA_DEFAULT_MEMORY_MIB, _nonneg_int, "a non-negative integer (MiB)"
     )
+    _in_range(hv, "default_memory", mem, 0, UINT32_MAX, "uint32 (MiB)")
     if mem < KATA_MIN_MEMORY_MIB:
         hv.note(
             "default_memory",
@@ -203,15 +223,24 @@ def load_config(path: Path) -> SizingConfig:
     max_mem = hv.get(
         "default_maxmemory", 0, _nonneg_int, "a non-negative integer (MiB; 0 = host memory)"
     )
+    _in_range(hv, "default_maxmemory", max_mem, 0, INT64_MAX, "uint64 (MiB) from a TOML integer")
     slots = hv.get("memory_slots", KATA_DEFAULT_SLOTS, _nonneg_int, "a non-negative integer")
+    _in_range(hv, "memory_slots", slots, 0, UINT32_MAX, "uint32")
     if slots == 0:
         hv.note("memory_slots", f"0 means {KATA_DEFAULT_SLOTS}")
         slots = KATA_DEFAULT_SLOTS
     offset = hv.get("memory_offset", 0, _nonneg_int, "a non-negative integer (MiB)")
+    _in_range(hv, "memory_offset", offset, 0, INT64_MAX, "uint64 (MiB) from a TOML integer")
     virtio_mem = hv.get("enable_virtio_mem", False, _is_bool, "true or false")
     hugepages = hv.get("enable_hugepages", False, _is_bool, "true or false")
     vcpus = hv.get("default_vcpus", 1, _is_number, "a number of vCPUs (<0 = all host CPUs)")
+    if _is_int(vcpus):
+        # An integer decoded into a float32 must be exact (BurntSushi ``maxSafeFloat32Int``).
+        _in_range(hv, "default_vcpus", vcpus, -FLOAT32_SAFE_INT, FLOAT32_SAFE_INT, "float32")
+    else:
+        _in_range(hv, "default_vcpus", vcpus, -FLOAT32_MAX, FLOAT32_MAX, "float32")
     max_vcpus = hv.get("default_maxvcpus", 0, _nonneg_int, "a non-negative integer (0 = host CPUs)")
+    _in_range(hv, "default_maxvcpus", max_vcpus, 0, UINT32_MAX, "uint32")
 
     runtime_table = data.get("runtime", {})
     if not isinstance(runtime_table, dict):

@@ -10,10 +10,11 @@ from pathlib import Path
 from typing import Optional
 
 from kata_mem.errors import ConfigError, InputError
-from kata_mem.model import HostFacts
+from kata_mem.model import ARCHES, HostFacts
 from kata_mem.units import KiB, MiB, align_down
 
-#: Python's machine names to Kata/Go architecture names.
+#: ``uname -m`` names and Go ``GOARCH`` names of the architectures Kata builds for,
+#: to the Go name kata-mem uses everywhere inside (``ARCHES``).
 GO_ARCH = {
     "x86_64": "amd64",
     "amd64": "amd64",
@@ -23,6 +24,49 @@ GO_ARCH = {
     "s390x": "s390x",
     "riscv64": "riscv64",
 }
+assert set(GO_ARCH.values()) == set(ARCHES)
+
+#: Smallest and largest hugepage sizes a Linux architecture offers (64 KiB on
+#: arm64/ppc64le up to 16 GiB on ppc64); a pool is count x size.
+_HUGEPAGE_SIZES = (64 * KiB, 16 << 30)
+
+
+def normalize_arch(name: str, what: str) -> str:
+    """The Go name of an architecture given by its ``uname -m`` or Go name.
+
+    The one place architecture names are read: an unknown name would silently
+    lose the per-architecture vCPU cap, so it is refused.
+
+    :raises InputError: for a name that is not one of the architectures Kata supports;
+        ``what`` names where it came from.
+    """
+    arch = GO_ARCH.get(name)
+    if arch is None:
+        pairs = ", ".join("/".join(k for k, v in GO_ARCH.items() if v == go) for go in ARCHES)
+        raise InputError(
+            f"{what} {name!r}: not an architecture Kata supports; expected one of {pairs} "
+            "(the uname -m or Go name)"
+        )
+    return arch
+
+
+def check_hugepages(count: int, size: int, what: str) -> tuple[int, int]:
+    """A hugepage pool given by hand: ``count`` pages of ``size`` bytes.
+
+    :raises InputError: a negative count, or a size that is not a power of two
+        from 64 KiB to 16 GiB.
+    """
+    low, high = _HUGEPAGE_SIZES
+    if count < 0 or count > (1 << 63) // max(size, 1):
+        raise InputError(
+            f"{what}: page count {count}: expected 0 or more pages, at most 2^63 bytes"
+        )
+    if not low <= size <= high or size & (size - 1):
+        raise InputError(
+            f"{what}: page size {size} bytes: expected a power of two from 64Ki to 16Gi "
+            "(e.g. 2Mi or 1Gi, the Hugepagesize of /proc/meminfo)"
+        )
+    return count, size
 
 
 def _meminfo(proc: Path) -> dict[str, int]:
@@ -89,13 +133,18 @@ def probe_host(
     memory: Optional[int] = None,
     cpus: Optional[int] = None,
     arch: Optional[str] = None,
+    hugepages: Optional[tuple[int, int]] = None,
     cgroup_dir: str = "",
     cgroup_origin: str = "[kata_mem] host_memory_cgroup",
     proc: Path = Path("/proc"),
 ) -> HostFacts:
     """Host facts, each from its override when given, else from the machine.
 
+    ``arch`` may be a ``uname -m`` or Go name; ``hugepages`` is (count, page size
+    in bytes), checked by :func:`check_hugepages`.
+
     :raises ConfigError: when ``cgroup_dir`` is set but is not a usable cgroup v2 directory.
+    :raises InputError: an unknown architecture (given, or this machine's).
     """
     sources: list[tuple[str, str]] = []
     info = _meminfo(proc)
@@ -116,10 +165,19 @@ def probe_host(
         sources.append(("cpus", "override"))
     if arch is None:
         machine = os.uname().machine
-        arch = GO_ARCH.get(machine, machine)
+        arch = normalize_arch(machine, "this machine's architecture (uname -m; pass --host-arch)")
         sources.append(("arch", f"uname machine = {machine}"))
     else:
+        arch = normalize_arch(arch, "host arch")
         sources.append(("arch", "override"))
+    if hugepages is None:
+        page_size, pages = info.get("Hugepagesize", 0), info.get("HugePages_Total", 0)
+        free = info.get("HugePages_Free", 0)
+        sources.append(("hugepages", f"{proc}/meminfo"))
+    else:
+        pages, page_size = check_hugepages(*hugepages, "host hugepages")
+        free = pages
+        sources.append(("hugepages", "override"))
     limit = read_cgroup_memory_limit(cgroup_dir, cgroup_origin) if cgroup_dir else None
     if cgroup_dir:
         sources.append(("cgroup_memory_limit", f"{cgroup_dir}/memory.max"))
@@ -127,10 +185,10 @@ def probe_host(
         memory=memory,
         cpus=cpus,
         arch=arch,
-        hugepage_size=info.get("Hugepagesize", 0),
-        hugepages_total=info.get("HugePages_Total", 0),
-        hugepages_free=info.get("HugePages_Free", 0),
+        hugepage_size=page_size,
+        hugepages_total=pages,
+        hugepages_free=free,
         cgroup_memory_limit=limit,
         cgroup_path=cgroup_dir,
-        sources=(*sources, ("hugepages", f"{proc}/meminfo")),
+        sources=tuple(sources),
     )

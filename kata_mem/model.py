@@ -31,6 +31,8 @@ CAUSES = (
     "device_space",
 )
 VCPU_CAUSES = ("default_maxvcpus", "host_cpus", "arch")
+#: The architectures Kata builds for, by their Go names (the only names used inside).
+ARCHES = ("amd64", "arm64", "ppc64le", "s390x", "riscv64")
 
 SANDBOX_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 
@@ -115,7 +117,10 @@ class HostFacts:
 class Container:
     """One container's resources as the sandbox sees them.
 
-    ``memory_limit`` <= 0 means no limit (adds nothing, as in Kata).
+    ``memory_limit`` <= 0 means no limit (adds nothing, as in Kata). ``cpu`` is
+    CFS quota/period; ``cpuset_cpus`` the number of CPUs in its cpuset
+    (``linux.resources.cpu.cpus``), which counts only when no container of the
+    sandbox has a quota (Kata ``calculateSandboxCPUs``).
     """
 
     name: str
@@ -125,15 +130,20 @@ class Container:
     role: Role = "app"
     state: State = "running"
     origin: str = ""
+    cpuset_cpus: int = 0
 
 
 @dataclass(frozen=True)
 class SandboxSizing:
-    """Pod-level sizing from CRI annotations (``io.kubernetes.cri.sandbox-*``)."""
+    """Pod-level sizing from CRI annotations (``io.kubernetes.cri.sandbox-*``).
+
+    ``warnings`` name annotations that did not parse and were read as absent (as Kata does).
+    """
 
     memory: int
     cpu: Fraction
     origin: str = ""
+    warnings: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,9 @@ import math
 from fractions import Fraction
 from typing import Callable, Optional
 
+from kata_mem.errors import InputError
 from kata_mem.model import (
+    ARCHES,
     DIMM_PREFIX,
     Clamp,
     Container,
@@ -36,6 +38,10 @@ ACPI_HOTPLUG_FACTOR = 48
 QEMU_MAXMEM_RESERVE = 1024 * MiB
 #: Per-architecture vCPU caps (Kata ``govmm`` ``vmm_*.go``); arm64 assumes GICv3.
 ARCH_MAX_VCPUS = {"amd64": 240, "arm64": 123, "ppc64le": 128, "s390x": 248, "riscv64": 512}
+assert tuple(ARCH_MAX_VCPUS) == ARCHES
+#: QEMU pseries (ppc64le) plugs memory in 256 MiB LMBs (``SPAPR_MEMORY_BLOCK_SIZE``):
+#: DIMMs must be whole multiples, which the Go runtime gets from the guest's block size.
+PPC64_MEMORY_BLOCK = 256 * MiB
 
 _ClampFn = Callable[[str, int, str], None]
 
@@ -49,7 +55,22 @@ def workload(containers: tuple[Container, ...]) -> tuple[int, Fraction]:
     so the peak is the larger of the biggest init phase and the app containers
     plus sidecars (Kubernetes' effective pod limits). With only app containers
     this is Kata's plain sum.
+
+    CPUs are Σ quota/period; when that is 0 (no container has a quota), the
+    sizes of the containers' cpusets are summed instead (Kata
+    ``calculateSandboxCPUs``, src/runtime/virtcontainers/sandbox.go: every
+    non-stopped container's cpuset counts, quota or not, but only when the
+    quotas add up to nothing).
     """
+    mem, cpu = _peaks(containers, lambda c: max(c.cpu, Fraction(0)))
+    if cpu == 0:
+        cpu = _peaks(containers, lambda c: Fraction(max(c.cpuset_cpus, 0)))[1]
+    return mem, cpu
+
+
+def _peaks(
+    containers: tuple[Container, ...], cpu_of: Callable[[Container], Fraction]
+) -> tuple[int, Fraction]:
     sidecar_mem, sidecar_cpu = 0, Fraction(0)
     app_mem, app_cpu = 0, Fraction(0)
     init_mem, init_cpu = 0, Fraction(0)
@@ -57,7 +78,7 @@ def workload(containers: tuple[Container, ...]) -> tuple[int, Fraction]:
         if c.state == "stopped":
             continue
         mem = max(c.memory_limit, 0) + max(c.hugepages_limit, 0)
-        cpu = max(c.cpu, Fraction(0))
+        cpu = cpu_of(c)
         if c.role == "init":
             init_mem = max(init_mem, sidecar_mem + mem)
             init_cpu = max(init_cpu, sidecar_cpu + cpu)
@@ -86,16 +107,35 @@ def max_memory(cfg: SizingConfig, host: HostFacts) -> tuple[int, str]:
     Kata ``defaultMaxMemSz``: ``default_maxmemory`` when non-zero and not above
     the host, else the host; with hugepages, also no more than the pool holds.
     """
+    return _ceiling(cfg, host, cfg.default_maxmemory)
+
+
+def host_ceiling(cfg: SizingConfig, host: HostFacts) -> tuple[int, str]:
+    """What the host can give a VM at all, whatever ``default_maxmemory`` says:
+    its memory, and with hugepages no more than the pool. No plan goes above it."""
+    return _ceiling(cfg, host, 0)
+
+
+def _ceiling(cfg: SizingConfig, host: HostFacts, configured: int) -> tuple[int, str]:
     host_mem, host_cause = effective_host_memory(host)
-    if cfg.default_maxmemory == 0 or cfg.default_maxmemory > host_mem:
+    if configured == 0 or configured > host_mem:
         ceiling, cause = host_mem, host_cause
     else:
-        ceiling, cause = cfg.default_maxmemory, "default_maxmemory"
+        ceiling, cause = configured, "default_maxmemory"
     if cfg.enable_hugepages:
         pool = host.hugepages_total * host.hugepage_size
         if pool < ceiling:
             ceiling, cause = pool, "hugepages"
     return ceiling, cause
+
+
+def boot_memory(cfg: SizingConfig, host: HostFacts) -> int:
+    """The boot memory of a VM started from ``cfg`` on ``host``: ``default_memory``,
+    never more than the host's memory (runtime-rs ``MemoryInfo::adjust_config``
+    lowers it to the host; the Go runtime asks QEMU for it unchanged, which fails
+    to start above ``maxmem`` and overcommits the host below it). A hugepage pool
+    too small to boot from is reported, not planned around."""
+    return min(cfg.default_memory, effective_host_memory(host)[0])
 
 
 def mechanism(cfg: SizingConfig) -> Mechanism:
@@ -116,17 +156,20 @@ def block_size(cfg: SizingConfig, host: HostFacts, vm: Optional[VmState] = None)
         block = dev.block if dev is not None and dev.block > 0 else cfg.settings.virtio_mem_block
     else:
         block = cfg.settings.dimm_block
+        if host.arch == "ppc64le":
+            block = math.lcm(block, PPC64_MEMORY_BLOCK)
     if cfg.enable_hugepages and host.hugepage_size > 0:
         block = math.lcm(block, host.hugepage_size)
     return block
 
 
 def assumed_vm(cfg: SizingConfig, host: HostFacts, current: Optional[int] = None) -> VmState:
-    """The VM a preview assumes: booted as Kata boots it (``-m default,slots,maxmem``),
-    with ``current - default`` already plugged as one DIMM or in the virtio-mem device.
+    """The VM a preview assumes: booted as Kata boots it (``-m default,slots,maxmem``,
+    the boot memory never above the host: :func:`boot_memory`), with ``current -
+    boot`` already plugged as one DIMM or in the virtio-mem device.
     """
     ceiling, _ = max_memory(cfg, host)
-    base = cfg.default_memory
+    base = boot_memory(cfg, host)
     # QEMU maxmem = max + memory_offset + 1024 MiB (Kata genericMemoryTopology).
     space = max(ceiling + cfg.memory_offset + QEMU_MAXMEM_RESERVE - base, 0)
     plugged = max((current or base) - base, 0)
@@ -149,6 +192,34 @@ def assumed_vm(cfg: SizingConfig, host: HostFacts, current: Optional[int] = None
     return VmState(base=base, devices=devices, slots=cfg.memory_slots, device_space=space)
 
 
+def current_problem(cfg: SizingConfig, host: HostFacts, current: int) -> Optional[str]:
+    """Why a VM of this configuration cannot have ``current`` bytes of guest memory
+    (``None`` when it can): below its boot memory, above the memory maximum (so
+    above the host), or with a plugged amount that is not whole blocks of the
+    mechanism (a DIMM or virtio-mem size the guest cannot have)."""
+    base = boot_memory(cfg, host)
+    ceiling, cause = max_memory(cfg, host)
+    ceiling = max(ceiling, base)
+    block = block_size(cfg, host)
+    if current < base:
+        return (
+            f"below the boot memory {fmt_bytes(base)} (default_memory); expected the guest's total"
+        )
+    if current > ceiling:
+        return (
+            f"above the memory maximum {fmt_bytes(ceiling)} ({cause}); a guest never has more "
+            "than its maximum"
+        )
+    plugged = current - base
+    if plugged % block:
+        return (
+            f"{fmt_bytes(plugged)} above the boot memory {fmt_bytes(base)} is not a whole number "
+            f"of {fmt_bytes(block)} blocks ({mechanism(cfg)}); expected the boot memory plus "
+            f"whole blocks, e.g. {fmt_bytes(base + align_down(plugged, block))}"
+        )
+    return None
+
+
 def plan(
     cfg: SizingConfig,
     host: HostFacts,
@@ -163,8 +234,11 @@ def plan(
     """
     vm = vm if vm is not None else assumed_vm(cfg, host)
     mem_plan, warnings = _plan_memory(cfg, host, request, vm)
-    vcpus = _plan_vcpus(cfg, host, request)
+    vcpus, vcpu_notes = _plan_vcpus(cfg, host, request)
+    warnings += vcpu_notes
     warnings += [f"vCPUs: {c.detail}" for c in vcpus.clamps]
+    if request.sizing is not None:
+        warnings = [*request.sizing.warnings, *warnings]
     return Plan(memory=mem_plan, vcpus=vcpus, warnings=tuple(warnings))
 
 
@@ -199,9 +273,28 @@ def _plan_memory(
     def clamp(cause: str, limit: int, detail: str) -> None:
         clamps.append(Clamp(cause, limit, detail))
 
+    if cfg.default_memory > host_mem:
+        warnings.append(
+            f"default_memory {fmt_bytes(cfg.default_memory)} is above the host's memory "
+            f"{fmt_bytes(host_mem)}: a VM boots with at most {fmt_bytes(host_mem)}, as "
+            "runtime-rs lowers it (the Go runtime would ask QEMU for the full size)"
+        )
+    top, top_cause = host_ceiling(cfg, host)
+    if mech == "static" and requested > ceiling and ceiling < top:
+        # Sized once at boot, a static VM never hotplugs, and default_maxmemory only
+        # bounds hotplug: runtime-rs (InitialSizeManager::setup_config) raises it to
+        # the boot size. The Go runtime boots the full size too, but leaves QEMU's
+        # maxmem at default_maxmemory + memory_offset + 1024 MiB, so QEMU refuses to
+        # start above that. kata-mem follows runtime-rs, never above the host.
+        raised = min(requested, top)
+        warnings.append(
+            f"static_sandbox_resource_mgmt: the maximum is raised from {fmt_bytes(ceiling)} "
+            f"({ceiling_cause}) to the boot size {fmt_bytes(raised)}, as runtime-rs does"
+        )
+        ceiling, ceiling_cause = raised, top_cause
     if base > ceiling:
         warnings.append(
-            f"default_memory {fmt_bytes(base)} is above the memory maximum {fmt_bytes(ceiling)}: "
+            f"boot memory {fmt_bytes(base)} is above the memory maximum {fmt_bytes(ceiling)}: "
             "the sandbox keeps its boot memory and nothing is hotplugged"
         )
         ceiling = base
@@ -397,10 +490,24 @@ def _resize_virtio_mem(
     return tuple(steps), vm.base + others + want
 
 
-def _plan_vcpus(cfg: SizingConfig, host: HostFacts, request: SandboxRequest) -> VcpuPlan:
-    """Kata ``defaultMaxVCPUs``/``defaultVCPUs``; target = ceil(default + sum of quota/period)."""
+def _plan_vcpus(
+    cfg: SizingConfig, host: HostFacts, request: SandboxRequest
+) -> tuple[VcpuPlan, list[str]]:
+    """Kata ``defaultMaxVCPUs``/``defaultVCPUs``; target = ceil(default + sum of quota/period).
+
+    ``default`` is the value the VM actually boots with: never above the maximum
+    (runtime-rs ``CpuInfo::adjust_config``; the Go runtime would pass QEMU
+    ``-smp default,maxcpus=max``, which QEMU refuses).
+
+    With static sizing both runtimes boot ceil(default + workload) vCPUs and set
+    the maximum to that, even above ``default_maxvcpus`` or the host's CPUs
+    (Go ``oci.SandboxConfig``, runtime-rs ``InitialSizeManager::setup_config``);
+    only the architecture's cap still applies (Go ``validateHypervisorConfig``).
+    """
     _, work_cpu, _ = _workload(cfg, request)
-    arch_cap = ARCH_MAX_VCPUS.get(host.arch, host.cpus)
+    arch_cap = ARCH_MAX_VCPUS.get(host.arch)
+    if arch_cap is None:
+        raise InputError(f"host arch {host.arch!r}: expected one of {', '.join(ARCHES)} (Go names)")
     if cfg.default_maxvcpus == 0 or cfg.default_maxvcpus >= host.cpus:
         ceiling, cause = host.cpus, "host_cpus"
     else:
@@ -413,6 +520,17 @@ def _plan_vcpus(cfg: SizingConfig, host: HostFacts, request: SandboxRequest) -> 
         default = Fraction(usable)
     elif default == 0:
         default = Fraction(1)
+    notes: list[str] = []
+    if cfg.static_sandbox_resource_mgmt:
+        boot = max(math.ceil(default + work_cpu), 1)
+        if boot > ceiling and boot <= arch_cap:
+            notes.append(
+                f"static_sandbox_resource_mgmt: the vCPU maximum is raised from {ceiling} "
+                f"({cause}) to the {boot} vCPUs the VM boots with, as Kata does"
+            )
+        ceiling, cause = min(boot, arch_cap), "arch"
+    elif default > ceiling:
+        default = Fraction(ceiling)
     requested = default + work_cpu
     target = math.ceil(requested)
     clamps: tuple[Clamp, ...] = ()
@@ -423,11 +541,14 @@ def _plan_vcpus(cfg: SizingConfig, host: HostFacts, request: SandboxRequest) -> 
             ),
         )
         target = ceiling
-    return VcpuPlan(
-        host=host.cpus,
-        max=ceiling,
-        default=default,
-        requested=requested,
-        target=target,
-        clamps=clamps,
+    return (
+        VcpuPlan(
+            host=host.cpus,
+            max=ceiling,
+            default=default,
+            requested=requested,
+            target=target,
+            clamps=clamps,
+        ),
+        notes,
     )

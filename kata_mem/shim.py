@@ -48,6 +48,7 @@ _CONTAINER = {
     "hugepages_limit_bytes",
     "cpu_quota",
     "cpu_period",
+    "cpuset",
 }
 ROLES = ("app", "init", "sidecar")
 INT64_MAX = (1 << 63) - 1
@@ -227,8 +228,15 @@ def parse_request(raw: bytes) -> dict[str, Any]:
         cpu = Fraction(quota, period) if quota > 0 and period > 0 else Fraction(0)
         name = _str(item, "id", where)
         assert name is not None
+        cpuset, cpus = item.get("cpuset"), 0
+        if cpuset is not None:
+            if not isinstance(cpuset, str):
+                raise _fail(f"{where}.cpuset", 'null or a CPU list such as "0-3,7"', cpuset)
+            from kata_mem.sources import cpuset_size
+
+            cpus = cpuset_size(cpuset, f"request {where}.cpuset")
         containers.append(
-            Container(name, max(limit, 0), hugepages, cpu, role, state, f"request {where}")
+            Container(name, max(limit, 0), hugepages, cpu, role, state, f"request {where}", cpus)
         )
     backend = doc.get("backend")
     endpoint: Optional[Endpoint] = None
@@ -255,11 +263,26 @@ def parse_request(raw: bytes) -> dict[str, Any]:
     if host is not None:
         if not isinstance(host, dict):
             raise _fail("host", "null or an object", host)
-        _only(host, {"memory_bytes", "cpus", "arch"}, "host")
+        _only(host, {"memory_bytes", "cpus", "arch", "hugepages"}, "host")
+        from kata_mem.host import check_hugepages, normalize_arch
+
+        arch = _str(host, "arch", "host", optional=True)
+        pages = host.get("hugepages")
+        pool = None
+        if pages is not None:
+            if not isinstance(pages, dict):
+                raise _fail("host.hugepages", "null or an object", pages)
+            _only(pages, {"count", "size_bytes"}, "host.hugepages")
+            pool = check_hugepages(
+                _int(pages, "count", "host.hugepages", minimum=0, optional=False) or 0,
+                _int(pages, "size_bytes", "host.hugepages", minimum=1, optional=False) or 0,
+                "request host.hugepages",
+            )
         host = {
             "memory": _int(host, "memory_bytes", "host", minimum=1 << 20),
             "cpus": _int(host, "cpus", "host", minimum=1),
-            "arch": _str(host, "arch", "host", optional=True),
+            "arch": None if arch is None else normalize_arch(arch, "request host.arch"),
+            "hugepages": pool,
         }
     annotations = doc.get("annotations")
     sizing = None
@@ -313,6 +336,7 @@ def handle(raw: bytes, env: dict[str, str]) -> dict[str, Any]:
         memory=overrides.get("memory"),
         cpus=overrides.get("cpus"),
         arch=overrides.get("arch"),
+        hugepages=overrides.get("hugepages"),
         cgroup_dir=cfg.settings.host_memory_cgroup,
     )
     if req["event"] == "delete":
@@ -363,6 +387,8 @@ def request_doc(
             "hugepages_limit_bytes": c.hugepages_limit,
             "cpu_quota": c.cpu.numerator,
             "cpu_period": c.cpu.denominator,
+            # Only the size of a cpuset counts, so any set of that size reproduces it.
+            **({"cpuset": f"0-{c.cpuset_cpus - 1}"} if c.cpuset_cpus > 0 else {}),
         }
         for c in request.containers
     ]
@@ -385,6 +411,11 @@ def request_doc(
     overridden = {k for k, v in host.sources if v == "override"}
     if overridden:
         doc["host"] = {"memory_bytes": host.memory, "cpus": host.cpus, "arch": host.arch}
+        if "hugepages" in overridden:
+            doc["host"]["hugepages"] = {
+                "count": host.hugepages_total,
+                "size_bytes": host.hugepage_size,
+            }
     if request.sizing is not None:
         doc["annotations"] = _sizing_annotations(request.sizing)
     return doc

@@ -167,8 +167,9 @@ def read_oci(path: Path) -> tuple[Optional[Container], Optional[SandboxSizing]]:
     """A container (or, for a sandbox spec, the pod sizing) from an OCI ``config.json``.
 
     ``linux.resources.memory.limit`` (bytes; -1 or absent = no limit),
-    ``hugepageLimits[].limit``, and CPU ``quota``/``period``. A sandbox (pause)
-    spec contributes its ``io.kubernetes.cri.sandbox-*`` annotations instead.
+    ``hugepageLimits[].limit``, CPU ``quota``/``period`` and the cpuset ``cpus``.
+    A sandbox (pause) spec contributes its ``io.kubernetes.cri.sandbox-*``
+    annotations instead.
 
     :raises InputError: invalid JSON or a field of the wrong type, named by path.
     """
@@ -207,34 +208,100 @@ def read_oci(path: Path) -> tuple[Optional[Container], Optional[SandboxSizing]]:
     quota = _int_field(cpu_obj, "quota", where + "linux.resources.cpu") or 0
     period = _int_field(cpu_obj, "period", where + "linux.resources.cpu") or 0
     cpu = Fraction(quota, period) if quota > 0 and period > 0 else Fraction(0)
+    cpus = cpu_obj.get("cpus")
+    if cpus is not None and not isinstance(cpus, str):
+        raise InputError(f"{path}: linux.resources.cpu.cpus: expected a string, got {cpus!r}")
+    cpuset = cpuset_size(cpus or "", f"{path}: linux.resources.cpu.cpus")
     name = annotations.get(ANN_CONTAINER_NAME) or path.parent.name or path.name
-    return Container(name, max(limit, 0), hugepages, cpu, "app", "running", str(path)), None
+    return (
+        Container(
+            name, max(limit, 0), hugepages, cpu, "app", "running", str(path), cpuset_cpus=cpuset
+        ),
+        None,
+    )
+
+
+_CPU_SPAN = re.compile(r"([0-9]{1,10})(?:-([0-9]{1,10}))?", re.ASCII)
+
+
+def cpuset_size(text: str, where: str) -> int:
+    """The number of CPUs in a Linux CPU list such as ``"0-3,7"`` (an OCI
+    ``linux.resources.cpu.cpus``); ``""`` is none.
+
+    As Kata's ``cpuset.Parse`` (src/runtime/virtcontainers/pkg/cpuset) counts it: a
+    set, so overlapping ranges count once. Where Kata silently counts a malformed
+    list as no CPUs at all (``calculateSandboxCPUs`` then returns 0 for the whole
+    sandbox), the container could not start under runc either: it is refused here.
+
+    :raises InputError: a part that is not ``N`` or ``N-M`` with N <= M; ``where`` names the field.
+    """
+    if text == "":
+        return 0
+    spans: list[tuple[int, int]] = []
+    for part in text.split(","):
+        m = _CPU_SPAN.fullmatch(part)
+        low = int(m[1]) if m else 0
+        high = int(m[2]) if m and m[2] else low
+        if m is None or high < low:
+            raise InputError(
+                f'{where}: {text[:80]!r}: expected a CPU list such as "0-3,7" '
+                f"(CPU numbers and ascending ranges N-M, comma-separated); bad part {part[:40]!r}"
+            )
+        spans.append((low, high))
+    count, end = 0, -1
+    for low, high in sorted(spans):
+        if high > end:
+            count += high - max(low, end + 1) + 1
+            end = high
+    return count
 
 
 def sandbox_sizing(annotations: dict[str, str], where: str) -> SandboxSizing:
-    """Pod sizing from containerd's CRI annotations (Kata ``CalculateSandboxSizing``):
-    memory bytes (negative -> 0); CPUs quota/period, or ceil(shares/1024) without a quota.
+    """Pod sizing from containerd's CRI annotations (Kata ``CalculateSandboxSizing``,
+    src/runtime/pkg/oci/utils.go): memory bytes (negative -> 0); CPUs quota/period,
+    or ceil(shares/1024) when the quota is negative (unconstrained).
 
-    :raises InputError: when a present annotation is not an integer.
+    Values are parsed as Go's ``strconv.ParseInt`` (memory, quota) and
+    ``ParseUint`` (period, shares) parse them, 64 bits. As in Kata, one that does
+    not parse is read as 0 with a warning, so a malformed annotation never keeps
+    the pod from starting; the warnings travel in the result into the plan. An
+    empty value is absent.
     """
+    warnings: list[str] = []
 
-    def number(key: str) -> int:
-        raw = annotations.get(key, "0")
-        # As strictly as Go's strconv.ParseInt (Python's int() would also take "1_000" and " 1").
-        if not re.fullmatch(r"[+-]?[0-9]{1,18}", raw):
-            raise InputError(f"{where}: annotation {key}: expected an integer, got {raw!r}")
-        return int(raw)
+    def number(key: str, signed: bool) -> int:
+        raw = annotations.get(key, "")
+        if raw == "":
+            return 0
+        digits = raw[1:] if signed and raw[:1] in "+-" else raw
+        value: Optional[int] = None
+        significant = digits.lstrip("0") or "0"
+        # The length bound keeps int() cheap and inside Python's digit limit.
+        if digits.isascii() and digits.isdigit() and len(significant) <= 20:
+            value = -int(significant) if raw[:1] == "-" else int(significant)
+        low, high, kind = (
+            (-(1 << 63), (1 << 63) - 1, "a 64-bit integer")
+            if signed
+            else (0, (1 << 64) - 1, "an unsigned 64-bit integer")
+        )
+        if value is None or not low <= value <= high:
+            warnings.append(
+                f"{where}: annotation {key}: {raw[:40]!r} is not {kind}; "
+                "read as absent (0), as Kata does"
+            )
+            return 0
+        return value
 
-    memory = max(number(ANN_SANDBOX_MEMORY), 0)
-    quota, period, shares = (
-        number(k) for k in (ANN_SANDBOX_CPU_QUOTA, ANN_SANDBOX_CPU_PERIOD, ANN_SANDBOX_CPU_SHARES)
-    )
+    memory = max(number(ANN_SANDBOX_MEMORY, signed=True), 0)
+    quota = number(ANN_SANDBOX_CPU_QUOTA, signed=True)
+    period = number(ANN_SANDBOX_CPU_PERIOD, signed=False)
+    shares = number(ANN_SANDBOX_CPU_SHARES, signed=False)
     cpu = Fraction(0)
     if quota >= 0 and period > 0:
         cpu = Fraction(quota, period)
     elif quota < 0 and shares > 0:
-        cpu = Fraction(math.ceil(shares / 1024))
-    return SandboxSizing(min(memory, INT64_MAX), cpu, where)
+        cpu = Fraction(math.ceil(Fraction(shares, 1024)))
+    return SandboxSizing(min(memory, INT64_MAX), cpu, where, tuple(warnings))
 
 
 # --- Command line -----------------------------------------------------------------

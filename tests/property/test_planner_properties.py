@@ -16,9 +16,10 @@ from tests.strategies import configs, containers, hosts, requests
 def test_target_within_base_and_max(cfg: SizingConfig, host: object, req: SandboxRequest) -> None:
     p = plan(cfg, host, req)  # type: ignore[arg-type]
     m = p.memory
-    assert m.target >= cfg.default_memory
+    assert m.base == min(cfg.default_memory, host.memory)  # type: ignore[attr-defined]
+    assert m.base <= m.target <= host.memory  # type: ignore[attr-defined]
     ceiling, _ = max_memory(cfg, host)  # type: ignore[arg-type]
-    if cfg.default_memory <= ceiling:
+    if m.base <= ceiling and not cfg.static_sandbox_resource_mgmt:
         assert m.target <= ceiling
     assert 1 <= p.vcpus.target <= p.vcpus.max or p.vcpus.max == 0
 

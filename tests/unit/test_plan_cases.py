@@ -20,6 +20,7 @@ from kata_mem.model import (
 )
 from kata_mem.planner import assumed_vm, plan
 from kata_mem.quantity import parse_quantity, quantity_bytes
+from kata_mem.sources import cpuset_size
 from kata_mem.units import MiB
 from tests.conftest import FIXTURES
 
@@ -50,6 +51,7 @@ def build_request(case: dict[str, Any]) -> SandboxRequest:
             cpu=parse_quantity(c["cpu"]) if "cpu" in c else Fraction(0),
             role=c.get("role", "app"),
             state=c.get("state", "running"),
+            cpuset_cpus=cpuset_size(c.get("cpuset", ""), f"case container {i}"),
         )
         for i, c in enumerate(case.get("containers", []))
     )
@@ -107,7 +109,12 @@ def test_plan_case(case: dict[str, Any], make_config: Callable[..., SizingConfig
     for key, want in expect.items():
         if key == "vcpus":
             v = result.vcpus
-            got_v = {"target": v.target, "max": v.max, "clamped_by": [c.cause for c in v.clamps]}
+            got_v = {
+                "target": v.target,
+                "max": v.max,
+                "default": v.default,
+                "clamped_by": [c.cause for c in v.clamps],
+            }
             for vkey, vwant in want.items():
                 assert got_v[vkey] == vwant, f"vcpus.{vkey}"
         elif key == "warning":

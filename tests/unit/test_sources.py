@@ -157,10 +157,6 @@ def test_oci_shares_fallback(tmp_path: Path) -> None:
             '{"linux": {"resources": {"memory": {"limit": "1Gi"}}}}',
             r"linux.resources.memory.limit: expected an integer, got '1Gi'",
         ),
-        (
-            '{"annotations": {"io.kubernetes.cri.sandbox-memory": "lots"}}',
-            r"annotation io.kubernetes.cri.sandbox-memory: expected an integer",
-        ),
         ("{", r"invalid JSON"),
     ],
 )
