@@ -139,7 +139,8 @@ class LibvirtBackend:
         except libvirt.libvirtError as exc:
             conn.close()
             raise BackendUnavailable(
-                f"libvirt {uri}: domain {domain!r}: {exc.get_error_message() or exc}"
+                f"libvirt {uri}: domain {domain!r}: {exc.get_error_message() or exc}",
+                gone=exc.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN,
             ) from None
         if not dom.isActive():
             conn.close()
