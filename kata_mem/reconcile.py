@@ -94,7 +94,13 @@ def _visit(state: SandboxState, env: dict[str, str], clock: Callable[[], float])
             return Visit(sandbox, "skipped", "no saved request (applied with --force only)")
         return forget("no journal and no request: nothing was ever applied")
     raw = read_capped(state.request_path, cap=STATE_CAP, what="saved request", error=ConfigError)
-    endpoint = parse_request(raw)["endpoint"]
+    saved = parse_request(raw)
+    if saved["sandbox"] != sandbox:
+        raise ConfigError(
+            f"{state.request_path}: is for sandbox {saved['sandbox']!r}, not {sandbox!r}; "
+            f"remove {state.dir} once its VM is gone"
+        )
+    endpoint = saved["endpoint"]
     if endpoint is not None:
         gone = vm_gone(endpoint)
         if gone:

@@ -431,6 +431,20 @@ def test_reconcile_reports_each_sandboxs_trouble_and_goes_on(
     assert r.code == 0, r  # c-bug, unpatched, is fine again
 
 
+def test_reconcile_refuses_a_saved_request_for_another_sandbox(
+    run_cli: Run, qemu: tuple[FakeQemu, FakeQmpServer], tmp_path: Path
+) -> None:
+    _fake, server = qemu
+    state = tmp_path / "state"
+    cfg = config_for(tmp_path, state)
+    assert apply(run_cli, cfg, server.path, state, "x", "--limit", "256Mi").code == 0
+    saved = state / "x" / "request.json"
+    saved.write_text(saved.read_text().replace('"sandbox_id": "x"', '"sandbox_id": "y"'))
+    r = run_cli("reconcile", "--state-dir", str(state))
+    assert r.code == 3 and r.out.startswith(f"x: failed: {saved}: is for sandbox 'y'"), r
+    assert sorted(p.name for p in state.iterdir()) == [STATE_MARKER, "x"]
+
+
 @pytest.mark.parametrize("how", ["socket removed", "connection refused"])
 def test_reconcile_forgets_a_gone_vm_without_loading_its_configuration(
     run_cli: Run, tmp_path: Path, how: str
