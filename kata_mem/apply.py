@@ -7,13 +7,12 @@ the sandbox's state, and hand over to the executor.
 from __future__ import annotations
 
 import tempfile
-from pathlib import Path
 from typing import Any, Optional
 
 from kata_mem.backends import Backend, Endpoint, open_backend
 from kata_mem.backends.fake import FakeBackend, FakeGuest, VirtualTime
 from kata_mem.executor import Options, Result, fresh_usage, run_locked
-from kata_mem.journal import SandboxState
+from kata_mem.journal import SandboxState, state_dir_state
 from kata_mem.model import GuestUsage, HostFacts, SandboxRequest, SizingConfig, VmState
 from kata_mem.planner import assumed_vm
 from kata_mem.shim import request_doc
@@ -69,11 +68,13 @@ def apply_request(
     from ``endpoint`` when given) and a throw-away journal: nothing changes.
 
     :raises BackendUnavailable: the VM's hypervisor cannot be reached.
-    :raises ConfigError: the state directory cannot be written.
+    :raises ConfigError: the state directory is not kata-mem's or cannot be written.
     :raises BackendError: a query failed outside a step (steps report failures in the outcome).
     """
     options = Options(allow_shrink=allow_shrink, force=force)
+    directory = state_dir or cfg.settings.state_dir
     if dry_run:
+        state_dir_state(directory)  # what apply would say about it; read only
         virtual = VirtualTime()
         fake = _dry_run_backend(cfg, host, endpoint)
         fake.clock, fake.sleep = virtual.clock, virtual.sleep
@@ -85,16 +86,16 @@ def apply_request(
     if endpoint is None:
         raise ValueError("apply_request needs an endpoint unless dry_run")
     real_endpoint = endpoint
-    state = SandboxState(state_dir or cfg.settings.state_dir, sandbox)
-    try:
-        return run_locked(state, lambda: _connect(cfg, real_endpoint), cfg, host, request, options)
-    finally:
-        if not state.path.is_file():
-            state.remove()  # never reached the VM: leave no state behind
-        elif not force:
-            # What `kata-mem reconcile` re-runs later (a deferred shrink, a pending unplug,
-            # or finding that the VM is gone), also after a call that failed midway.
-            state.save_request(request_doc(sandbox, cfg, request, endpoint, allow_shrink, host))
+    saved = None if force else request_doc(sandbox, cfg, request, endpoint, allow_shrink, host)
+    return run_locked(
+        SandboxState(directory, sandbox),
+        lambda: _connect(cfg, real_endpoint),
+        cfg,
+        host,
+        request,
+        options,
+        saved_request=saved,
+    )
 
 
 def read_status(
@@ -103,12 +104,14 @@ def read_status(
     """What the hypervisor reports, the guest's usage, and the sandbox's journal (if any).
 
     :raises BackendUnavailable: the VM's hypervisor cannot be reached.
+    :raises ConfigError: the state directory is not kata-mem's (nothing is created).
     """
+    state_dir_state(state_dir)  # refuse a state dir that is not kata-mem's before connecting
     backend = open_backend(endpoint)
     try:
         vm, usage = backend.observe(), fresh_usage(backend, 1)
     finally:
         backend.close()
     state = SandboxState(state_dir, sandbox)
-    record = state.load().to_json() if Path(state.path).is_file() else None
+    record = state.load().to_json() if state.owned() and state.path.is_file() else None
     return vm, usage, record

@@ -473,10 +473,11 @@ def status(
     help="State directory (default: [kata_mem] state_dir).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (schema kata-mem/reconcile/v1).")
-def reconcile(config_path: Optional[str], state_dir: Optional[str], as_json: bool) -> None:
+def reconcile(config_path: Optional[str], state_dir: Optional[str], as_json: bool) -> int:
     """One pass over every sandbox: retry deferred shrinks that are due, settle pending
-    DIMMs, forget sandboxes whose VM is gone. Run it from a timer (see the README)."""
-    from kata_mem.reconcile import reconcile_all, visits_json, visits_text
+    DIMMs, forget sandboxes whose VM is gone. Run it from a timer (see the README).
+    Exits with the code of the first sandbox that failed (the pass goes on)."""
+    from kata_mem.reconcile import exit_code, reconcile_all, visits_json, visits_text
 
     directory = state_dir
     if directory is None:
@@ -488,6 +489,7 @@ def reconcile(config_path: Optional[str], state_dir: Optional[str], as_json: boo
         _emit(visits_json(visits))
     else:
         click.echo(visits_text(visits))
+    return exit_code(visits)
 
 
 @cli.command()

@@ -20,7 +20,7 @@ import dataclasses
 import os
 import time
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from kata_mem import safety
 from kata_mem.backends import Backend, StepProgress
@@ -91,13 +91,20 @@ def run_locked(
     options: Options,
     clock: Callable[[], float] = time.time,
     sleep: Callable[[float], None] = time.sleep,
+    saved_request: Optional[dict[str, Any]] = None,
 ) -> Result:
     """Take the sandbox lock, *then* connect (QEMU serves one monitor client at a
     time), apply, and close. A call that cannot get the lock in ``LOCK_WAIT_S``
-    is Deferred/Busy and touches nothing.
+    is Deferred/Busy and changes nothing: that one wait is the only one.
+
+    Still under the lock, a call that never got as far as writing the journal
+    (it never reached the VM) removes the sandbox's state again; any other saves
+    ``saved_request``, what ``kata-mem reconcile`` re-runs later (a deferred
+    shrink, a pending unplug, or finding that the VM is gone), also after a call
+    that failed midway.
 
     :raises BackendUnavailable: the hypervisor cannot be reached.
-    :raises ConfigError: the state directory cannot be written.
+    :raises ConfigError: the state directory is not kata-mem's or cannot be written.
     """
     with state.locked(LOCK_WAIT_S) as got:
         if not got:
@@ -107,18 +114,24 @@ def run_locked(
             busy = Outcome(
                 "Deferred",
                 "Busy",
-                "another resize of this sandbox is running",
+                f"another resize of this sandbox is running (waited {LOCK_WAIT_S:g} s for its lock)",
                 p.memory.current,
                 p.memory.target,
                 (),
                 1.0,
             )
             return Result(p, busy)
-        backend = connect()
         try:
-            return Executor(backend, state, clock, sleep).apply(cfg, host, request, options)
+            backend = connect()
+            try:
+                return Executor(backend, state, clock, sleep).apply(cfg, host, request, options)
+            finally:
+                backend.close()
         finally:
-            backend.close()
+            if not state.path.is_file():
+                state.clear()
+            elif saved_request is not None:
+                state.save_request(saved_request)
 
 
 def fresh_usage(

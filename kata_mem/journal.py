@@ -2,14 +2,25 @@
 
 Layout under the state directory (mode 0700, files 0600)::
 
-    <state_dir>/<sandbox>/lock           flock(2): one resize of a sandbox at a time
-    <state_dir>/<sandbox>/journal.json   the intent record (schema kata-mem/journal/v1)
+    <state_dir>/.kata-mem-state                 marker: kata-mem created or adopted this directory
+    <state_dir>/<sandbox>/.kata-mem-sandbox     marker: kata-mem created this sandbox directory
+    <state_dir>/<sandbox>/lock                  flock(2): one resize of a sandbox at a time
+    <state_dir>/<sandbox>/journal.json          the intent record (schema kata-mem/journal/v1)
+    <state_dir>/<sandbox>/request.json          the last request, for ``kata-mem reconcile``
+
+kata-mem only reads, changes or removes what it provably created: a state
+directory with its marker (it writes one when it creates the directory or finds
+it empty), and inside it only sandbox directories with their own marker, and in
+those only the files named above. Anything else is left alone and reported. A
+state directory that is not a directory, or is not empty and has no marker, is a
+configuration error: kata-mem cannot tell its own state from someone else's.
 
 The record is written atomically (temp file, fsync, rename, fsync of the
 directory) *before* every hypervisor command and again with the observed result
 after it. It is a hint for recovery, never the truth about what is plugged: the
-hypervisor is. A missing, truncated or corrupt record is therefore replaced by
-what the hypervisor reports, with a warning, and nothing is lost.
+hypervisor is. A missing, truncated, corrupt or wrongly typed record is
+therefore replaced by what the hypervisor reports, with a warning, and nothing
+is lost.
 """
 
 from __future__ import annotations
@@ -18,19 +29,59 @@ import contextlib
 import errno
 import fcntl
 import json
+import math
 import os
+import re
+import stat
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Literal, Optional
 
-from kata_mem.errors import ConfigError
+from kata_mem.errors import ConfigError, KataMemError
+from kata_mem.files import STATE_CAP, read_capped
 from kata_mem.model import SANDBOX_ID, check_sandbox_id
 
 JOURNAL_SCHEMA = "kata-mem/journal/v1"
+STATE_DIR_SCHEMA = "kata-mem/state-dir/v1"
+SANDBOX_DIR_SCHEMA = "kata-mem/sandbox-dir/v1"
+STATE_MARKER = ".kata-mem-state"
+SANDBOX_MARKER = ".kata-mem-sandbox"
 #: How long a second call for the same sandbox waits for the first to finish.
 LOCK_WAIT_S = 120.0
+
+#: The files kata-mem writes in a sandbox directory: the only ones it ever removes.
+_OWN_FILES = ("journal.json", "request.json", "lock")
+#: Its temporary files (``.<name>.<pid>.tmp``, and a sandbox directory being removed as
+#: ``.removing.<sandbox>.<pid>.tmp``), left behind only by a crash.
+_TEMP = re.compile(
+    r"\.(?:journal\.json|request\.json|kata-mem-state|kata-mem-sandbox|probe"
+    r"|removing\.[A-Za-z0-9][A-Za-z0-9_.-]*)\.\d+\.tmp"
+)
+_WHAT_TO_DO = (
+    "Set [kata_mem] state_dir or --state-dir to a directory kata-mem created, "
+    "an empty directory, or a path that does not exist yet"
+)
+
+DirState = Literal["absent", "empty", "ours"]
+
+
+def _int_field(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _number_field(value: Any) -> bool:
+    return (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(float(value))
+    )
+
+
+def _check(ok: bool, what: str) -> None:
+    if not ok:
+        raise ValueError(what)
 
 
 @dataclass
@@ -65,31 +116,253 @@ class Record:
 
     @classmethod
     def from_json(cls, sandbox: str, doc: Any) -> Record:
-        """:raises ValueError: on any shape the writer would not produce."""
-        if not isinstance(doc, dict) or doc.get("schema") != JOURNAL_SCHEMA:
-            raise ValueError("not a kata-mem journal")
+        """:raises ValueError: on any shape or type the writer would not produce."""
+        _check(
+            isinstance(doc, dict) and doc.get("schema") == JOURNAL_SCHEMA, "not a kata-mem journal"
+        )
+        state = doc.get("state", "idle")
+        _check(state in ("idle", "running"), "state is not idle or running")
+        phase = doc.get("phase", "")
+        _check(isinstance(phase, str), "phase is not a string")
         pending = doc.get("pending_unplug") or []
-        if not isinstance(pending, list) or not all(isinstance(p, str) for p in pending):
-            raise ValueError("pending_unplug is not a list of ids")
+        _check(
+            isinstance(pending, list) and all(isinstance(p, str) for p in pending),
+            "pending_unplug is not a list of ids",
+        )
         step = doc.get("step")
-        if step is not None and not isinstance(step, dict):
-            raise ValueError("step is not an object")
+        _check(
+            step is None
+            or (
+                isinstance(step, dict)
+                and isinstance(step.get("action"), str)
+                and isinstance(step.get("device"), str)
+                and all(_int_field(step.get(k)) for k in ("size", "delta"))
+            ),
+            "step is not a step",
+        )
+        observed = doc.get("observed_mib")
+        _check(observed is None or _int_field(observed), "observed_mib is not an integer")
+        deferred = doc.get("deferred")
+        _check(
+            deferred is None
+            or (
+                isinstance(deferred, dict)
+                and _number_field(deferred.get("retry_at"))
+                and _int_field(deferred.get("attempts"))
+                and isinstance(deferred.get("reason"), str)
+            ),
+            "deferred is not a deferral (reason, attempts, retry_at)",
+        )
+        for key in ("last_outcome", "backend"):
+            _check(
+                doc.get(key) is None or isinstance(doc.get(key), dict), f"{key} is not an object"
+            )
+        updated = doc.get("updated_at", 0.0)
+        _check(_number_field(updated), "updated_at is not a number")
         return cls(
             sandbox=sandbox,
-            state=str(doc.get("state", "idle")),
+            state=state,
             step=step,
-            phase=str(doc.get("phase", "")),
+            phase=phase,
             pending_unplug=list(pending),
-            observed_mib=doc.get("observed_mib")
-            if isinstance(doc.get("observed_mib"), int)
-            else None,
-            deferred=doc.get("deferred") if isinstance(doc.get("deferred"), dict) else None,
-            last_outcome=doc.get("last_outcome")
-            if isinstance(doc.get("last_outcome"), dict)
-            else None,
-            backend=doc.get("backend") if isinstance(doc.get("backend"), dict) else None,
-            updated_at=float(doc.get("updated_at", 0.0)),
+            observed_mib=observed,
+            deferred=deferred,
+            last_outcome=doc.get("last_outcome"),
+            backend=doc.get("backend"),
+            updated_at=float(updated),
         )
+
+
+# -- what kata-mem created: the markers ------------------------------------------------------
+
+
+def _marker(
+    path: Path, schema: str, sandbox: Optional[str] = None
+) -> Literal["ok", "missing", "bad"]:
+    """Whether ``path`` is a marker kata-mem wrote (a regular file with ``schema``)."""
+    try:
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+            return "bad"
+        doc = json.loads(read_capped(path, cap=4096, what="marker", error=ConfigError))
+    except FileNotFoundError:
+        return "missing"
+    except (OSError, KataMemError, ValueError, RecursionError):
+        # Removed between the two looks (a concurrent delete) is not the same as damaged.
+        return "bad" if os.path.lexists(path) else "missing"
+    if not isinstance(doc, dict) or doc.get("schema") != schema:
+        return "bad"
+    return "ok" if sandbox is None or doc.get("sandbox") == sandbox else "bad"
+
+
+def _listdir(path: Path, root: Path) -> list[str]:
+    try:
+        return os.listdir(path)
+    except OSError as exc:
+        raise ConfigError(
+            f"state_dir {root}: cannot read {path} ({exc.strerror or exc}); nothing was changed"
+        ) from None
+
+
+def _atomic_write(
+    directory: Path, path: Path, data: bytes, root: Path, *, replace: bool = True
+) -> None:
+    """Write ``path`` (in ``directory``) atomically and durably; with ``replace=False``
+    an existing ``path`` is kept as it is (its inode too: the root marker is a lock).
+
+    :raises ConfigError: when the directory cannot be written.
+    """
+    tmp = directory / f".{path.name.lstrip('.')}.{os.getpid()}.tmp"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        try:
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if replace:
+            os.replace(tmp, path)
+        else:
+            with contextlib.suppress(FileExistsError):
+                os.link(tmp, path)
+            tmp.unlink()
+        dfd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise ConfigError(
+            f"state_dir {root}: cannot write {path} ({exc.strerror or exc}); "
+            f"kata-mem cannot write the sandbox state there. {_WHAT_TO_DO}"
+        ) from None
+
+
+def state_dir_state(state_dir: str | Path) -> DirState:
+    """Whether the state directory is absent, empty, or kata-mem's. Reads only.
+
+    :raises ConfigError: it is not a directory, or it has content and no marker.
+    """
+    root = Path(state_dir)
+    for _ in range(3):
+        try:
+            info = os.stat(root)
+        except FileNotFoundError:
+            if os.path.lexists(root):
+                raise ConfigError(
+                    f"state_dir {root}: is a symlink to nothing; nothing was changed. {_WHAT_TO_DO}"
+                ) from None
+            return "absent"
+        except OSError as exc:
+            raise ConfigError(
+                f"state_dir {root}: cannot use it ({exc.strerror or exc}); nothing was changed. "
+                f"{_WHAT_TO_DO}"
+            ) from None
+        if not stat.S_ISDIR(info.st_mode):
+            raise ConfigError(
+                f"state_dir {root}: is not a directory; kata-mem cannot write the sandbox state "
+                f"there, and nothing was changed. {_WHAT_TO_DO}"
+            )
+        names = _listdir(root, root)
+        if STATE_MARKER in names:
+            # The marker appears by an atomic link and is never removed: once listed, it is whole.
+            mark = _marker(root / STATE_MARKER, STATE_DIR_SCHEMA)
+            if mark == "ok":
+                return "ours"
+            if mark == "missing":
+                continue  # removed while we looked (by hand): look again
+        elif not [n for n in names if not _TEMP.fullmatch(n)]:
+            return "empty"
+        raise ConfigError(
+            f"state_dir {root}: is a directory that kata-mem did not create (it has no valid "
+            f"{STATE_MARKER} marker) and it is not empty; nothing in it was read or changed. "
+            f"{_WHAT_TO_DO}"
+        )
+    raise ConfigError(f"state_dir {root}: changed while kata-mem looked at it; try again")
+
+
+def ensure_state_dir(state_dir: str | Path) -> None:
+    """Create the state directory (or adopt an empty one) and mark it as kata-mem's.
+
+    :raises ConfigError: it is not a directory, is someone else's, or cannot be written.
+    """
+    root = Path(state_dir)
+    for _ in range(3):
+        found = state_dir_state(root)
+        if found == "ours":
+            return
+        if found == "absent":
+            try:
+                root.mkdir(mode=0o700, parents=True)
+            except FileExistsError:
+                continue  # another call made it first: look again
+            except OSError as exc:
+                raise ConfigError(
+                    f"state_dir {root}: cannot create it ({exc.strerror or exc}); nothing was "
+                    f"changed. {_WHAT_TO_DO}"
+                ) from None
+            with contextlib.suppress(OSError):
+                os.chmod(root, 0o700)  # ours, just made: the umask must not widen or narrow it
+        doc = {
+            "schema": STATE_DIR_SCHEMA,
+            "note": "kata-mem state; only subdirectories with a .kata-mem-sandbox marker are kata-mem's",
+        }
+        data = json.dumps(doc).encode() + b"\n"
+        _atomic_write(root, root / STATE_MARKER, data, root, replace=False)
+        return
+    raise ConfigError(f"state_dir {root}: changed while kata-mem set it up; try again")
+
+
+@contextlib.contextmanager
+def _root_lock(root: Path, shared: bool = False) -> Iterator[None]:
+    """Serialize making and removing sandbox directories (a flock on the root marker).
+
+    Held only for those few file operations, never while waiting for a sandbox lock.
+    """
+    try:
+        fd = os.open(root / STATE_MARKER, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        raise ConfigError(
+            f"state_dir {root}: cannot open {STATE_MARKER} ({exc.strerror or exc}); "
+            f"nothing was changed. {_WHAT_TO_DO}"
+        ) from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+@dataclass(frozen=True)
+class Listing:
+    """The entries of a state directory: sandboxes kata-mem created, and everything else."""
+
+    sandboxes: list[str]
+    foreign: list[str]
+
+
+def list_state_dir(state_dir: str | Path) -> Listing:
+    """What is in the state directory (nothing when it is absent or empty). Reads only.
+
+    :raises ConfigError: as :func:`state_dir_state`.
+    """
+    root = Path(state_dir)
+    if state_dir_state(root) != "ours":
+        return Listing([], [])
+    ours, foreign = [], []
+    with _root_lock(root, shared=True):  # no sandbox directory half made or half removed
+        for name in sorted(_listdir(root, root)):
+            if name == STATE_MARKER or _TEMP.fullmatch(name):
+                continue
+            if SANDBOX_ID.fullmatch(name) and SandboxState(root, name).owned():
+                ours.append(name)
+            else:
+                foreign.append(name)
+    return Listing(ours, foreign)
+
+
+# -- one sandbox ------------------------------------------------------------------------------
 
 
 class SandboxState:
@@ -102,92 +375,150 @@ class SandboxState:
         self.path = self.dir / "journal.json"
         self.warnings: list[str] = []
 
-    def _ensure_dir(self) -> None:
+    def _dir_state(self) -> Literal["absent", "empty", "ours", "foreign", "changed"]:
         try:
-            self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
-            self.dir.mkdir(mode=0o700, exist_ok=True)
-            os.chmod(self.dir, 0o700)
-            probe = self.dir / f".probe.{os.getpid()}"
-            fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            info = os.lstat(self.dir)
+        except FileNotFoundError:
+            return "absent"
+        except OSError:
+            return "foreign"
+        if not stat.S_ISDIR(info.st_mode):  # a symlink too: kata-mem makes real directories
+            return "foreign"
+        try:
+            names = os.listdir(self.dir)
+        except FileNotFoundError:
+            return "changed"
+        except OSError:
+            return "foreign"
+        if SANDBOX_MARKER in names:
+            mark = _marker(self.dir / SANDBOX_MARKER, SANDBOX_DIR_SCHEMA, self.sandbox)
+            if mark == "missing":
+                return "changed"  # a concurrent delete: look again
+            return "ours" if mark == "ok" else "foreign"
+        return "foreign" if [n for n in names if not _TEMP.fullmatch(n)] else "empty"
+
+    def owned(self) -> bool:
+        """Whether the sandbox directory exists and kata-mem created it. Reads only."""
+        return self._dir_state() == "ours"
+
+    def _ensure_dir(self) -> None:
+        """Make the sandbox directory (or adopt an empty one, left by a crash), marked as
+        kata-mem's. Call it with the root lock held.
+
+        :raises ConfigError: it is someone else's or cannot be written; nothing was changed.
+        """
+        found = self._dir_state()
+        if found == "ours":
+            return
+        if found not in {"absent", "empty"}:
+            raise ConfigError(
+                f"state_dir {self.root}: {self.dir} exists but kata-mem did not create it "
+                f"(no valid {SANDBOX_MARKER} marker); nothing in it was read or changed. "
+                "Move it away, or use another sandbox id or state_dir"
+            )
+        if found == "absent":
+            try:
+                self.dir.mkdir(mode=0o700)
+            except OSError as exc:
+                raise ConfigError(
+                    f"state_dir {self.root}: cannot write the sandbox state ({exc.strerror or exc}); "
+                    f"nothing was changed. {_WHAT_TO_DO}"
+                ) from None
+            with contextlib.suppress(OSError):
+                os.chmod(self.dir, 0o700)
+        doc = {"schema": SANDBOX_DIR_SCHEMA, "sandbox": self.sandbox}
+        _atomic_write(self.dir, self.dir / SANDBOX_MARKER, json.dumps(doc).encode(), self.root)
+
+    def _probe(self) -> None:
+        """Fail before anything is changed when the sandbox directory is not writable."""
+        probe = self.dir / f".probe.{os.getpid()}.tmp"
+        try:
+            fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
             os.close(fd)
             probe.unlink()
         except OSError as exc:
             raise ConfigError(
                 f"state_dir {self.root}: cannot write the sandbox state ({exc.strerror or exc}); "
-                "nothing was changed. Set [kata_mem] state_dir or --state-dir to a writable directory"
+                f"nothing was changed. {_WHAT_TO_DO}"
             ) from None
 
     @contextlib.contextmanager
     def locked(self, wait_s: float) -> Iterator[bool]:
-        """Hold the sandbox lock; yields False if it could not be had within ``wait_s``."""
-        self._ensure_dir()
-        fd = os.open(self.dir / "lock", os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            deadline = time.monotonic() + wait_s
-            while True:
+        """Hold the sandbox lock; yields False if it could not be had within ``wait_s``.
+
+        A caller that did not get the lock has changed nothing (it may have created the
+        directories, if there were none). The lock is the file at its path when it is
+        taken: :meth:`clear` moves the directory away, and a waiter that then gets the
+        old file starts again.
+
+        :raises ConfigError: the state is someone else's or cannot be written.
+        """
+        deadline = time.monotonic() + wait_s
+        while True:
+            ensure_state_dir(self.root)
+            with _root_lock(self.root):
+                self._ensure_dir()
                 try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
+                    fd = os.open(
+                        self.dir / "lock",
+                        os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                        0o600,
+                    )
                 except OSError as exc:
-                    if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
-                        raise
-                    if time.monotonic() >= deadline:
-                        yield False
-                        return
-                    time.sleep(0.05)
+                    raise ConfigError(
+                        f"state_dir {self.root}: cannot write the sandbox state "
+                        f"({exc.strerror or exc}); nothing was changed. {_WHAT_TO_DO}"
+                    ) from None
             try:
-                yield True
-            finally:
-                fcntl.flock(fd, fcntl.LOCK_UN)
+                got = _flock(fd, deadline)
+                # Removed (and maybe made anew) while we waited: the lock is the file at the path.
+                if got and _same_file(fd, self.dir / "lock"):
+                    break
+            except BaseException:
+                os.close(fd)
+                raise
+            os.close(fd)
+            if not got:
+                yield False
+                return
+        try:
+            self._probe()
+            yield True
         finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
 
     def load(self) -> Record:
         """The record, or a fresh one (with a warning) when it is missing or unreadable."""
         try:
-            text = self.path.read_text()
+            os.lstat(self.path)
         except FileNotFoundError:
             return Record(self.sandbox)
-        except OSError as exc:
-            self._warn(
-                f"journal {self.path} unreadable ({exc.strerror}); rebuilt from the hypervisor"
-            )
-            return Record(self.sandbox)
+        except OSError:
+            pass  # read_capped says why
         try:
-            return Record.from_json(self.sandbox, json.loads(text))
-        except (ValueError, TypeError) as exc:
-            self._warn(
-                f"journal {self.path} is corrupt or truncated ({exc}); rebuilt from the hypervisor"
+            doc = json.loads(
+                read_capped(self.path, cap=STATE_CAP, what="journal", error=ConfigError)
             )
-            return Record(self.sandbox)
+            return Record.from_json(self.sandbox, doc)
+        except KataMemError as exc:
+            self._warn(f"journal unreadable ({exc.message}); rebuilt from the hypervisor")
+        except (ValueError, TypeError, RecursionError) as exc:
+            why = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+            self._warn(
+                f"journal {self.path} is corrupt or truncated ({why}); rebuilt from the hypervisor"
+            )
+        return Record(self.sandbox)
 
     def save(self, record: Record) -> None:
-        """Write ``record`` atomically and durably.
+        """Write ``record`` atomically and durably. Call it with the lock held.
 
         :raises ConfigError: when the state directory cannot be written.
         """
         record.updated_at = time.time()
-        self._atomic_write(self.path, json.dumps(record.to_json(), indent=1).encode())
-
-    def _atomic_write(self, path: Path, data: bytes) -> None:
-        tmp = self.dir / f".{path.name}.{os.getpid()}.tmp"
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            try:
-                os.write(fd, data)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, path)
-            dfd = os.open(self.dir, os.O_RDONLY)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
-        except OSError as exc:
-            raise ConfigError(
-                f"state_dir {self.root}: cannot write {path} ({exc.strerror or exc})"
-            ) from None
+        _atomic_write(
+            self.dir, self.path, json.dumps(record.to_json(), indent=1).encode(), self.root
+        )
 
     @property
     def request_path(self) -> Path:
@@ -195,22 +526,63 @@ class SandboxState:
         return self.dir / "request.json"
 
     def save_request(self, doc: dict[str, Any]) -> None:
-        """Write the last request atomically.
+        """Write the last request atomically. Call it with the lock held.
 
         :raises ConfigError: when the state directory cannot be written.
         """
-        self._atomic_write(self.request_path, json.dumps(doc, indent=1).encode())
+        _atomic_write(self.dir, self.request_path, json.dumps(doc, indent=1).encode(), self.root)
 
-    def remove(self) -> bool:
-        """Forget the sandbox (it is gone): delete its state under the lock. False if it had none."""
-        if not self.dir.is_dir():
-            return False
-        with self.locked(LOCK_WAIT_S):
-            for name in ("journal.json", "request.json", "lock"):
-                (self.dir / name).unlink(missing_ok=True)
+    def remove(self, wait_s: float) -> Literal["removed", "absent", "not-ours", "busy"]:
+        """Forget the sandbox (it is gone): delete its state under the lock.
+
+        Only a directory kata-mem created is touched; when the lock is not had within
+        ``wait_s`` nothing is changed ("busy").
+        """
+        found = self._dir_state()
+        if found == "absent":
+            return "absent"
+        if found != "ours":
+            return "not-ours"
+        with self.locked(wait_s) as got:
+            if not got:
+                return "busy"
+            self.clear()
+        return "removed"
+
+    def clear(self) -> None:
+        """Delete kata-mem's files and then the directory, if nothing else is in it.
+
+        Call it with the lock held. The directory is first renamed out of the way, so
+        that a concurrent caller finds either the whole marked directory or none (and
+        makes a new one), never one half removed.
+        """
+        names = set(_listdir(self.dir, self.root))
+        removable = {n for n in names if (n in _OWN_FILES or _TEMP.fullmatch(n))}
+        removable = {n for n in removable if _is_file(self.dir / n)}
+        for name in sorted(removable - {"lock"}):
+            with contextlib.suppress(FileNotFoundError):
+                (self.dir / name).unlink()
+        others = names - removable - {SANDBOX_MARKER}
+        if others:
+            self._warn(
+                f"{self.dir}: kept, because it holds entries kata-mem did not create: "
+                + ", ".join(sorted(others)[:5])
+            )
+            return
+        away = self.root / f".removing.{self.sandbox}.{os.getpid()}.tmp"
+        try:
+            with _root_lock(self.root):
+                os.rename(self.dir, away)
+        except OSError as exc:
+            self._warn(f"{self.dir}: could not be removed ({exc.strerror or exc})")
+            return
+        for name in os.listdir(away):
+            if (name in ("lock", SANDBOX_MARKER) or _TEMP.fullmatch(name)) and _is_file(
+                away / name
+            ):
+                (away / name).unlink()
         with contextlib.suppress(OSError):
-            self.dir.rmdir()
-        return True
+            away.rmdir()
 
     def _warn(self, text: str) -> None:
         from kata_mem.logs import get_logger
@@ -219,9 +591,30 @@ class SandboxState:
         self.warnings.append(text)
 
 
-def sandboxes(state_dir: str | Path) -> list[str]:
-    """The sandbox ids that have state under ``state_dir``."""
-    root = Path(state_dir)
-    if not root.is_dir():
-        return []
-    return sorted(p.name for p in root.iterdir() if p.is_dir() and SANDBOX_ID.fullmatch(p.name))
+def _is_file(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _flock(fd: int, deadline: float) -> bool:
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except OSError as exc:
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    held = os.fstat(fd)
+    try:
+        now = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    return (held.st_dev, held.st_ino) == (now.st_dev, now.st_ino)

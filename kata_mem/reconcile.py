@@ -3,89 +3,164 @@
 For each sandbox it re-runs the last request (saved by ``apply`` and the shim):
 that retries a deferred shrink whose time has come (backoff 30 s doubling to
 5 min), settles DIMMs whose unplug was pending, and repairs what a crash left.
-A sandbox whose VM is gone (its socket is missing or refuses connections, or
-libvirt has no such domain) is forgotten.
+
+Whether the VM is still there is decided first, from the saved request's backend
+alone (its QMP socket is missing or refuses connections, or libvirt has no such
+domain): a sandbox whose VM is gone is forgotten even when its configuration
+file no longer exists. Only sandbox directories kata-mem created are visited;
+anything else in the state directory is reported and left alone. One sandbox's
+trouble is reported for that sandbox and the pass goes on.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import os
+import socket
+import stat
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable, Optional
 
-from kata_mem.errors import BackendUnavailable, KataMemError
-from kata_mem.journal import SandboxState, sandboxes
+from kata_mem.backends import Endpoint
+from kata_mem.errors import BackendUnavailable, ConfigError, KataMemError
+from kata_mem.files import STATE_CAP, read_capped
+from kata_mem.journal import SandboxState, list_state_dir
 
 
 @dataclass(frozen=True)
 class Visit:
-    """What one reconcile pass did for one sandbox."""
+    """What one reconcile pass did for one sandbox (``exit_code``: of a failure)."""
 
     sandbox: str
     action: str  # retried | waiting | cleaned | skipped | failed
     detail: str
     outcome: Optional[dict[str, Any]] = None
+    exit_code: int = 0
+
+
+def vm_gone(endpoint: Endpoint) -> Optional[str]:
+    """Why the endpoint's VM no longer exists, or None when it may still be there.
+
+    For QMP this is a bare ``connect(2)``: no QMP session is opened, so a monitor
+    busy with another kata-mem call (the connection waits in the backlog) counts as
+    there. For libvirt the domain is looked up.
+    """
+    if endpoint.kind == "qmp":
+        path = endpoint.target
+        try:
+            if not stat.S_ISSOCK(os.stat(path).st_mode):
+                return None  # not decided here: the call that connects says what it is
+        except FileNotFoundError:
+            return f"QMP socket {path}: no such file"
+        except OSError:
+            return None
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(1.0)
+            try:
+                sock.connect(path)
+            except ConnectionRefusedError:
+                return f"QMP socket {path}: connection refused"
+            except OSError as exc:
+                return f"QMP socket {path}: no such file" if exc.errno == errno.ENOENT else None
+            # Take the greeting before hanging up, as a client does; a monitor busy with
+            # another client sends none within the timeout, and that is fine too.
+            with contextlib.suppress(OSError):
+                sock.recv(4096)
+        return None
+    from kata_mem.backends import open_backend
+
+    try:
+        open_backend(endpoint).close()
+    except BackendUnavailable as exc:
+        return exc.message if exc.gone else None
+    return None
+
+
+def _visit(state: SandboxState, env: dict[str, str], clock: Callable[[], float]) -> Visit:
+    from kata_mem.shim import handle, parse_request
+
+    sandbox = state.sandbox
+
+    def forget(why: str) -> Visit:
+        if state.remove(0.0) == "busy":
+            return Visit(sandbox, "waiting", f"{why}; another call holds its lock, left for now")
+        kept = "".join(f"; {w}" for w in state.warnings)
+        return Visit(sandbox, "cleaned", f"{why}; its state was removed{kept}")
+
+    if not os.path.lexists(state.request_path):
+        if state.path.is_file():
+            return Visit(sandbox, "skipped", "no saved request (applied with --force only)")
+        return forget("no journal and no request: nothing was ever applied")
+    raw = read_capped(state.request_path, cap=STATE_CAP, what="saved request", error=ConfigError)
+    saved = parse_request(raw)
+    if saved["sandbox"] != sandbox:
+        raise ConfigError(
+            f"{state.request_path}: is for sandbox {saved['sandbox']!r}, not {sandbox!r}; "
+            f"remove {state.dir} once its VM is gone"
+        )
+    endpoint = saved["endpoint"]
+    if endpoint is not None:
+        gone = vm_gone(endpoint)
+        if gone:
+            return forget(f"the VM is gone ({gone})")
+    record = state.load()
+    deferred = record.deferred or {}
+    retry_at = float(deferred.get("retry_at", 0))
+    if retry_at > clock() and not record.pending_unplug:
+        return Visit(
+            sandbox,
+            "waiting",
+            f"deferred ({deferred.get('reason')}), retry in {retry_at - clock():.0f} s",
+        )
+    try:
+        response = handle(raw, env)
+    except BackendUnavailable as exc:
+        if exc.gone:
+            return forget(f"the VM is gone ({exc.message})")
+        raise
+    outcome = response.get("outcome") or {}
+    return Visit(
+        sandbox,
+        "retried",
+        f"{outcome.get('status')} {outcome.get('reason') or ''}".strip(),
+        outcome,
+    )
 
 
 def reconcile_all(
     state_dir: str, env: dict[str, str], clock: Callable[[], float] = time.time
 ) -> list[Visit]:
-    """Visit every sandbox once; never raises for one sandbox's trouble."""
-    from kata_mem.shim import handle
+    """Visit every sandbox once; never raises for one sandbox's trouble.
 
+    :raises ConfigError: the state directory is not a directory, or is not kata-mem's.
+    """
+    listing = list_state_dir(state_dir)
     visits = []
-    for sandbox in sandboxes(state_dir):
-        state = SandboxState(state_dir, sandbox)
-        if not state.request_path.is_file():
-            if state.path.is_file():
-                visits.append(
-                    Visit(sandbox, "skipped", "no saved request (applied with --force only)")
-                )
-            else:
-                state.remove()
-                visits.append(
-                    Visit(sandbox, "cleaned", "no journal and no request: nothing was ever applied")
-                )
-            continue
-        record = state.load()
-        deferred = record.deferred or {}
-        retry_at = float(deferred.get("retry_at", 0))
-        if retry_at > clock() and not record.pending_unplug:
+    for sandbox in listing.sandboxes:
+        try:
+            visits.append(_visit(SandboxState(state_dir, sandbox), env, clock))
+        except KataMemError as exc:
+            visits.append(Visit(sandbox, "failed", exc.message, exit_code=exc.exit_code))
+        except Exception as exc:  # a bug, or worse: still only this sandbox's
             visits.append(
                 Visit(
                     sandbox,
-                    "waiting",
-                    f"deferred ({deferred.get('reason')}), retry in {retry_at - clock():.0f} s",
+                    "failed",
+                    f"internal error: {type(exc).__name__}: {exc}",
+                    exit_code=KataMemError.exit_code,
                 )
             )
-            continue
-        try:
-            response = handle(Path(state.request_path).read_bytes(), env)
-        except BackendUnavailable as exc:
-            if exc.gone:
-                state.remove()
-                visits.append(
-                    Visit(
-                        sandbox, "cleaned", f"the VM is gone ({exc.message}); its state was removed"
-                    )
-                )
-            else:
-                visits.append(Visit(sandbox, "failed", exc.message))
-            continue
-        except KataMemError as exc:
-            visits.append(Visit(sandbox, "failed", exc.message))
-            continue
-        outcome = response.get("outcome") or {}
-        visits.append(
-            Visit(
-                sandbox,
-                "retried",
-                f"{outcome.get('status')} {outcome.get('reason') or ''}".strip(),
-                outcome,
-            )
-        )
+    for name in listing.foreign:
+        shown = name.encode("utf-8", "backslashreplace").decode()
+        visits.append(Visit(shown, "skipped", "not created by kata-mem"))
     return visits
+
+
+def exit_code(visits: list[Visit]) -> int:
+    """0 when no sandbox failed; else the exit code of the first failure."""
+    return next((v.exit_code or 1 for v in visits if v.action == "failed"), 0)
 
 
 def visits_json(visits: list[Visit]) -> dict[str, Any]:
@@ -104,4 +179,4 @@ def visits_text(visits: list[Visit]) -> str:
     return "\n".join(f"{v.sandbox}: {v.action}: {v.detail}" for v in visits)
 
 
-__all__ = ["Visit", "reconcile_all", "visits_json", "visits_text"]
+__all__ = ["Visit", "exit_code", "reconcile_all", "visits_json", "visits_text", "vm_gone"]

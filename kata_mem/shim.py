@@ -432,10 +432,22 @@ def _sizing_annotations(sizing: SandboxSizing) -> dict[str, str]:
 
 
 def _delete(sandbox: str, state_dir: str) -> dict[str, Any]:
-    from kata_mem.journal import SandboxState
+    from kata_mem.journal import LOCK_WAIT_S, SandboxState, state_dir_state
 
-    removed = SandboxState(state_dir, sandbox).remove()
-    warnings = [] if removed else [f"no state for sandbox {sandbox}"]
+    state = SandboxState(state_dir, sandbox)
+    # state_dir_state refuses (exit 3) a state dir that is not kata-mem's, and creates nothing.
+    found = state.remove(LOCK_WAIT_S) if state_dir_state(state_dir) == "ours" else "absent"
+    warnings = {
+        "removed": [],
+        "absent": [f"no state for sandbox {sandbox}"],
+        "not-ours": [
+            f"{state_dir}/{sandbox} was not created by kata-mem (no marker); it was left alone"
+        ],
+        "busy": [
+            f"sandbox {sandbox}: another call held its lock for {LOCK_WAIT_S:g} s; its state was "
+            "kept, and `kata-mem reconcile` removes it once the VM is gone"
+        ],
+    }[found] + state.warnings
     return {
         "schema": RESPONSE_SCHEMA,
         "sandbox_id": sandbox,

@@ -159,7 +159,8 @@ class LibvirtBackend:
             conn.close()
             raise BackendUnavailable(
                 f"libvirt {uri}: domain {domain!r}: {_message(exc)} (virsh -c {uri} list --all "
-                "shows the domains)"
+                "shows the domains)",
+                gone=exc.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN,
             ) from None
         if not dom.isActive():
             conn.close()

@@ -16,7 +16,7 @@ from tests.conftest import KATA_CONFIGS, REPO, CliResult, kata_mem_process, writ
 
 Run = Callable[..., CliResult]
 UPSTREAM_QEMU = str(KATA_CONFIGS / "configuration-qemu.toml")
-REQUEST_SCHEMA = json.loads((REPO / "schemas" / "shim-request.v1.json").read_text())
+REQUEST_SCHEMA = json.loads((REPO / "kata_mem" / "schemas" / "shim-request.v1.json").read_text())
 
 
 def _preview(run_cli: Run, *args: str) -> dict[str, Any]:

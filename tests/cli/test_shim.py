@@ -129,7 +129,8 @@ def test_apply_to_a_missing_vm_is_backend_unavailable_and_leaves_no_state(tmp_pa
     )
     code, doc = run(json.dumps(req).encode())
     assert (code, doc["error"]["kind"]) == (6, "backend-unavailable")
-    assert list((tmp_path / "state").iterdir()) == []  # never reached the VM: nothing recorded
+    # never reached the VM: nothing recorded (only the state dir's marker)
+    assert [p.name for p in (tmp_path / "state").iterdir()] == [".kata-mem-state"]
 
 
 def test_delete_forgets_the_sandbox(tmp_path: Path) -> None:
@@ -138,8 +139,8 @@ def test_delete_forgets_the_sandbox(tmp_path: Path) -> None:
     cfg = tmp_path / "c.toml"
     cfg.write_text(f'[hypervisor.qemu]\n[kata_mem]\nstate_dir = "{tmp_path / "state"}"\n')
     state = SandboxState(tmp_path / "state", "sb-1")
-    state.dir.mkdir(parents=True)
-    state.save_request({"any": 1})
+    with state.locked(0):
+        state.save_request({"any": 1})
     code, doc = run(json.dumps(request(event="delete", config=str(cfg))).encode())
     assert (code, doc["plan"], doc["outcome"], doc["warnings"]) == (0, None, None, [])
     assert not state.dir.exists()

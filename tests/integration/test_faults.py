@@ -209,8 +209,8 @@ def test_reconcile_settles_a_pending_unplug(run_cli: Run, tmp_path: Path) -> Non
 
 
 def test_reconcile_forgets_empty_state(tmp_path: Path) -> None:
-    (tmp_path / "state" / "ghost").mkdir(parents=True)
-    (tmp_path / "state" / "ghost" / "lock").write_text("")
+    with SandboxState(tmp_path / "state", "ghost").locked(0):  # leaves the marker and lock
+        pass
     (visit,) = reconcile_all(str(tmp_path / "state"), {})
     assert (visit.sandbox, visit.action) == ("ghost", "cleaned")
     assert not (tmp_path / "state" / "ghost").exists()

@@ -224,8 +224,8 @@ def test_reconcile_raises_requested_left_below_size(
 def test_corrupt_journal_is_rebuilt(
     cfgs: dict[str, SizingConfig], run: Callable[..., Any], tmp_path: Path
 ) -> None:
-    (tmp_path / "state" / "sb").mkdir(parents=True)
-    (tmp_path / "state" / "sb" / "journal.json").write_text('{"schema": "kata-mem/jour')
+    with SandboxState(tmp_path / "state", "sb").locked(0):  # kata-mem's own sandbox directory
+        (tmp_path / "state" / "sb" / "journal.json").write_text('{"schema": "kata-mem/jour')
     b = FakeBackend(vm_dimms())
     r = run(cfgs["dimm"], b, request(256))
     assert r.outcome.status == "Resized"

@@ -1,0 +1,523 @@
+"""The state directory: kata-mem reads, changes or removes only what it created.
+
+Every command that takes a state directory (apply, apply --dry-run, status,
+reconcile, and the shim's delete event) is run against directories holding
+unrelated content; nothing there may change. Also: a caller that does not get a
+sandbox's lock changes nothing after the one documented wait, and reconcile
+reports one sandbox's trouble and goes on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import stat
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from kata_mem.journal import STATE_MARKER, Record, SandboxState, ensure_state_dir
+from tests.conftest import GUEST_HOST, CliResult, kata_mem_process, write_config
+from tests.support.fake_qmp import FakeQemu, FakeQmpServer
+
+Run = Callable[..., CliResult]
+Snapshot = dict[str, tuple[Any, ...]]
+
+
+# -- helpers --------------------------------------------------------------------------------
+
+
+def unrelated_content(root: Path) -> None:
+    """What a user may have in a directory: files, an empty dir, a dir with a ``lock``
+    file, a symlink, a FIFO, odd modes. The directory names are valid sandbox ids."""
+    root.mkdir(exist_ok=True)
+    (root / "notes.txt").write_text("hello\n")
+    (root / "secret").write_text("x")
+    os.chmod(root / "secret", 0o000)
+    (root / "tool").write_text("#!/bin/sh\n")
+    os.chmod(root / "tool", 0o4711)
+    (root / "empty").mkdir()
+    os.chmod(root / "empty", 0o755)
+    (root / "withlock").mkdir()
+    (root / "withlock" / "lock").write_text("pid 42\n")
+    (root / "withlock" / "data").write_text("keep me")
+    os.chmod(root / "withlock", 0o750)
+    (root / "open").mkdir()
+    (root / "open" / "journal.json").write_text('{"not": "kata-mem"}')
+    os.chmod(root / "open", 0o1777)
+    (root / "link").symlink_to("notes.txt")
+    os.mkfifo(root / "fifo", 0o620)
+    # Old timestamps, so that any touch shows.
+    for path in [*root.rglob("*"), root]:
+        os.utime(path, (1_000_000_000, 1_000_000_000), follow_symlinks=False)
+
+
+def snapshot(root: Path) -> Snapshot:
+    """Mode, inode, mtime, size and content of everything under ``root`` (not following links)."""
+    shot: Snapshot = {}
+    paths = [root, *sorted(root.rglob("*"))] if root.is_dir() else [root]
+    for path in paths:
+        info = os.lstat(path)
+        content: Any = None
+        if stat.S_ISREG(info.st_mode) and os.access(path, os.R_OK):
+            content = path.read_bytes()
+        elif stat.S_ISLNK(info.st_mode):
+            content = os.readlink(path)
+        shot[str(path.relative_to(root)) if path != root else "."] = (
+            stat.filemode(info.st_mode),
+            info.st_ino,
+            info.st_mtime_ns,
+            info.st_size,
+            content,
+        )
+    return shot
+
+
+@pytest.fixture
+def qemu(tmp_path: Path) -> Iterator[tuple[FakeQemu, FakeQmpServer]]:
+    fake = FakeQemu()
+    with FakeQmpServer(tmp_path / "qmp.sock", fake) as server:
+        yield fake, server
+
+
+def config_for(tmp_path: Path, state_dir: Path, name: str = "configuration.toml") -> Path:
+    return write_config(
+        tmp_path / name,
+        {"default_memory": 512, "default_maxmemory": 4096, "memory_slots": 4},
+        kata_mem={"state_dir": str(state_dir), "step_timeout_s": 1},
+    )
+
+
+def apply(run_cli: Run, cfg: Path, sock: Path, state: Path, sandbox: str, *args: str) -> CliResult:
+    return run_cli(
+        "apply",
+        "--config",
+        str(cfg),
+        "--qmp",
+        str(sock),
+        "--sandbox",
+        sandbox,
+        "--state-dir",
+        str(state),
+        *GUEST_HOST,
+        *args,
+    )
+
+
+def shim_delete(cfg: Path, sandbox: str) -> tuple[int, dict[str, Any]]:
+    request = {
+        "schema": "kata-mem/shim-request/v1",
+        "sandbox_id": sandbox,
+        "event": "delete",
+        "config": str(cfg),
+    }
+    r = kata_mem_process("shim", input=json.dumps(request))
+    return r.returncode, json.loads(r.stdout)
+
+
+def journal_of(state: Path, sandbox: str) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads((state / sandbox / "journal.json").read_text())
+    return doc
+
+
+# -- the acceptance test: unrelated content is never touched -----------------------------------
+
+
+@pytest.mark.parametrize("kind", ["unrelated directory", "regular file"])
+def test_every_command_refuses_a_state_dir_kata_mem_did_not_create(
+    run_cli: Run, qemu: tuple[FakeQemu, FakeQmpServer], tmp_path: Path, kind: str
+) -> None:
+    fake, server = qemu
+    target = tmp_path / "theirs"
+    if kind == "regular file":
+        target.write_text("root:x:0:0:root:/root:/bin/sh\n")  # as --state-dir /etc/passwd
+        os.utime(target, (1_000_000_000, 1_000_000_000))
+        expected = "is not a directory"
+    else:
+        unrelated_content(target)
+        expected = "kata-mem did not create"
+    cfg = config_for(tmp_path, target)
+    before = snapshot(target)
+    sb = "withlock"
+    runs = {
+        "apply": apply(run_cli, cfg, server.path, target, sb, "--limit", "256Mi"),
+        "apply --dry-run": apply(run_cli, cfg, server.path, target, sb, "--dry-run"),
+        "status": run_cli(
+            "status", "--qmp", str(server.path), "--sandbox", sb, "--state-dir", str(target)
+        ),
+        "reconcile": run_cli("reconcile", "--state-dir", str(target)),
+        "reconcile (from the config)": run_cli("reconcile", "--config", str(cfg)),
+    }
+    for what, r in runs.items():
+        assert r.code == 3, (what, r)
+        assert f"state_dir {target}: " in r.err and expected in r.err, (what, r.err)
+        assert snapshot(target) == before, what
+    code, doc = shim_delete(cfg, sb)
+    assert (code, doc["error"]["kind"]) == (3, "config"), doc
+    assert expected in doc["error"]["message"]
+    assert snapshot(target) == before
+    assert fake.commands == []  # refused before any connection to the VM
+
+
+def test_inside_kata_mems_state_dir_unrelated_entries_are_skipped_and_kept(
+    run_cli: Run, qemu: tuple[FakeQemu, FakeQmpServer], tmp_path: Path
+) -> None:
+    _fake, server = qemu
+    state = tmp_path / "state"
+    ensure_state_dir(state)  # kata-mem's, and then someone puts their things in it
+    unrelated_content(state)
+    cfg = config_for(tmp_path, state)
+
+    def unchanged() -> Snapshot:
+        return {k: v for k, v in snapshot(state).items() if k != "." and not k.startswith("sb")}
+
+    before = unchanged()
+    assert before.keys() >= {STATE_MARKER, "withlock/lock", "empty", "open/journal.json"}
+    r = apply(run_cli, cfg, server.path, state, "sb", "--limit", "256Mi", "--json")
+    assert (r.code, json.loads(r.out)["status"]) == (0, "Resized"), r
+    assert (state / "sb" / ".kata-mem-sandbox").is_file()
+    r = apply(run_cli, cfg, server.path, state, "withlock", "--limit", "256Mi")
+    assert r.code == 3 and f"{state / 'withlock'} exists but kata-mem did not create it" in r.err
+    r = apply(run_cli, cfg, server.path, state, "empty", "--dry-run")
+    assert r.code == 0, r
+    status = {}
+    for sb in ("sb", "withlock", "open"):
+        r = run_cli(
+            "status",
+            "--qmp",
+            str(server.path),
+            "--sandbox",
+            sb,
+            "--state-dir",
+            str(state),
+            "--json",
+        )
+        assert r.code == 0, r
+        status[sb] = json.loads(r.out)["journal"]
+    assert status["sb"]["observed_mib"] == 768 and status["withlock"] is status["open"] is None
+    r = run_cli("reconcile", "--state-dir", str(state))
+    assert r.code == 0, r
+    lines = r.out.splitlines()
+    assert lines[0].startswith("sb: retried: NoChange"), r.out
+    skipped = {
+        line.split(":")[0] for line in lines if line.endswith(": skipped: not created by kata-mem")
+    }
+    assert skipped == {"empty", "withlock", "open", "notes.txt", "secret", "tool", "link", "fifo"}
+    code, doc = shim_delete(cfg, "withlock")
+    assert code == 0 and "was not created by kata-mem" in doc["warnings"][0], doc
+    code, doc = shim_delete(cfg, "sb")
+    assert (code, doc["warnings"]) == (0, []), doc
+    assert not (state / "sb").exists()
+    assert unchanged() == before
+
+
+def test_read_only_commands_create_nothing(
+    run_cli: Run, qemu: tuple[FakeQemu, FakeQmpServer], tmp_path: Path
+) -> None:
+    _fake, server = qemu
+    for target in (tmp_path / "absent", tmp_path / "empty"):
+        if target.name == "empty":
+            target.mkdir()
+            os.utime(target, (1_000_000_000, 1_000_000_000))
+        before = snapshot(target) if target.exists() else None
+        cfg = config_for(tmp_path, target, f"{target.name}.toml")
+        assert apply(run_cli, cfg, server.path, target, "sb", "--dry-run").code == 0
+        r = run_cli("status", "--qmp", str(server.path), "--state-dir", str(target), "--json")
+        assert (r.code, json.loads(r.out)["journal"]) == (0, None)
+        r = run_cli("reconcile", "--state-dir", str(target))
+        assert (r.code, r.out.strip()) == (0, "no sandboxes")
+        assert shim_delete(cfg, "sb")[1]["warnings"] == ["no state for sandbox sb"]
+        assert (snapshot(target) if target.exists() else None) == before, target
+    # apply adopts the empty directory: it writes its marker there, and its sandbox.
+    cfg = config_for(tmp_path, tmp_path / "empty", "empty.toml")
+    assert apply(run_cli, cfg, server.path, tmp_path / "empty", "sb", "--limit", "256Mi").code == 0
+    assert sorted(p.name for p in (tmp_path / "empty").iterdir()) == [STATE_MARKER, "sb"]
+
+
+# -- the lock: one wait, then change nothing ---------------------------------------------------
+
+
+@pytest.fixture
+def lock_holder() -> Iterator[Callable[[Path], subprocess.Popen[str]]]:
+    """Another process that holds the flock on a sandbox's lock file until killed."""
+    procs: list[subprocess.Popen[str]] = []
+
+    def hold(lock: Path) -> subprocess.Popen[str]:
+        code = (
+            "import fcntl, os, sys, time\n"
+            f"fd = os.open({str(lock)!r}, os.O_RDWR)\n"
+            "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+            "print('held', flush=True)\n"
+            "time.sleep(60)\n"
+        )
+        proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+        procs.append(proc)
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+        return proc
+
+    yield hold
+    for proc in procs:
+        proc.kill()
+        proc.communicate()
+
+
+def still_locked(lock: Path) -> bool:
+    import fcntl
+
+    fd = os.open(lock, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+WAIT_S = 1.0
+
+
+@pytest.mark.parametrize("first_call", [True, False], ids=["first-call-running", "established"])
+def test_apply_that_does_not_get_the_lock_changes_nothing(
+    run_cli: Run,
+    qemu: tuple[FakeQemu, FakeQmpServer],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    lock_holder: Callable[[Path], subprocess.Popen[str]],
+    first_call: bool,
+) -> None:
+    fake, server = qemu
+    state = tmp_path / "state"
+    cfg = config_for(tmp_path, state)
+    if first_call:  # the other call has just made the directory and holds the lock
+        with SandboxState(state, "sb").locked(0):
+            pass
+    else:
+        assert apply(run_cli, cfg, server.path, state, "sb", "--limit", "256Mi").code == 0
+    lock = state / "sb" / "lock"
+    lock_holder(lock)
+    before, commands = snapshot(state), len(fake.commands)
+    monkeypatch.setattr("kata_mem.executor.LOCK_WAIT_S", WAIT_S)
+    started = time.monotonic()
+    r = apply(run_cli, cfg, server.path, state, "sb", "--limit", "1Gi", "--json")
+    took = time.monotonic() - started
+    doc = json.loads(r.out)
+    assert (r.code, doc["status"], doc["reason"]) == (0, "Deferred", "Busy"), r
+    assert WAIT_S <= took < WAIT_S + 1.5, took  # the documented wait, once
+    assert snapshot(state) == before  # not the lock file, the journal, the saved request
+    assert still_locked(lock)  # the holder's lock file is the one at the path, still held
+    assert len(fake.commands) == commands  # never connected
+
+
+def test_shim_delete_that_does_not_get_the_lock_removes_nothing(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    lock_holder: Callable[[Path], subprocess.Popen[str]],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import io
+
+    from kata_mem.shim import main as shim_main
+
+    state = tmp_path / "state"
+    cfg = config_for(tmp_path, state)
+    sandbox = SandboxState(state, "sb")
+    with sandbox.locked(0):
+        sandbox.save_request({"any": 1})
+    lock_holder(state / "sb" / "lock")
+    before = snapshot(state)
+    monkeypatch.setattr("kata_mem.journal.LOCK_WAIT_S", WAIT_S)
+    request = {"schema": "kata-mem/shim-request/v1", "sandbox_id": "sb", "event": "delete"}
+    out = io.StringIO()
+    started = time.monotonic()
+    code = shim_main(io.BytesIO(json.dumps({**request, "config": str(cfg)}).encode()), out, {})
+    assert time.monotonic() - started < WAIT_S + 1.5
+    doc = json.loads(out.getvalue())
+    assert code == 0 and "another call held its lock" in doc["warnings"][0], doc
+    assert snapshot(state) == before
+    assert still_locked(state / "sb" / "lock")
+
+
+def test_concurrent_calls_and_deletes_hold_the_lock_one_at_a_time(tmp_path: Path) -> None:
+    """Processes that lock, write, forget and delete one sandbox at once: never two
+    holders (a delete unlinks the lock file), never a refusal, never an unmarked directory."""
+    from tests.conftest import REPO
+
+    state, inside = tmp_path / "state", tmp_path / "inside"
+    code = (
+        "import os, random, sys\n"
+        "from kata_mem.journal import Record, SandboxState\n"
+        "state, inside = sys.argv[1], sys.argv[2]\n"
+        "for i in range(25):\n"
+        "    s = SandboxState(state, 'sb')\n"
+        "    if random.random() < 0.3:\n"
+        "        s.remove(60)\n"
+        "        continue\n"
+        "    with s.locked(60) as got:\n"
+        "        assert got and s.owned()\n"
+        "        os.close(os.open(inside, os.O_CREAT | os.O_EXCL))  # fails if another holds it\n"
+        "        s.save(Record('sb'))\n"
+        "        os.unlink(inside)\n"
+        "        if random.random() < 0.3:\n"
+        "            s.clear()\n"
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, str(state), str(inside)],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(6)
+    ]
+    results = [(p.wait(timeout=120), p.communicate()[1]) for p in procs]
+    assert [code for code, _ in results] == [0] * 6, [err[-500:] for _, err in results]
+    assert {p.name for p in state.iterdir()} <= {STATE_MARKER, "sb"}
+    assert not (state / "sb").exists() or SandboxState(state, "sb").owned()
+
+
+# -- reconcile: one sandbox's trouble is that sandbox's ---------------------------------------
+
+
+def test_reconcile_reports_each_sandboxs_trouble_and_goes_on(
+    run_cli: Run,
+    qemu: tuple[FakeQemu, FakeQmpServer],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _fake, server = qemu
+    state = tmp_path / "state"
+    cfg = config_for(tmp_path, state)
+    other = config_for(tmp_path, state, "other.toml")
+    for sb in ("a-damaged", "b-noconfig", "c-bug", "d-fine"):
+        config = other if sb == "b-noconfig" else cfg
+        assert apply(run_cli, config, server.path, state, sb, "--limit", "256Mi").code == 0
+    # A journal whose retry time is not a number: corrupt, so rebuilt from the VM.
+    path = state / "a-damaged" / "journal.json"
+    path.write_text(
+        json.dumps({**journal_of(state, "a-damaged"), "deferred": {"retry_at": "soon"}})
+    )
+    other.unlink()  # its VM is still there, its configuration is not
+    import kata_mem.shim
+
+    real_handle = kata_mem.shim.handle
+
+    def handle(raw: bytes, env: dict[str, str]) -> dict[str, Any]:
+        if b'"c-bug"' in raw:
+            raise ZeroDivisionError("a bug")
+        return real_handle(raw, env)
+
+    monkeypatch.setattr(kata_mem.shim, "handle", handle)
+    r = run_cli("reconcile", "--state-dir", str(state))
+    lines = r.out.splitlines()
+    assert lines[0].startswith("a-damaged: retried: NoChange"), r.out
+    assert lines[1].startswith(f"b-noconfig: failed: {other}: no such configuration file"), r.out
+    assert lines[2] == "c-bug: failed: internal error: ZeroDivisionError: a bug", r.out
+    assert lines[3].startswith("d-fine: retried: NoChange"), r.out
+    assert r.code == 3  # the first failure's: a configuration error
+    assert "corrupt or truncated (deferred is not a deferral" in r.err
+    assert journal_of(state, "a-damaged")["deferred"] is None  # rebuilt
+    monkeypatch.setattr(kata_mem.shim, "handle", real_handle)
+    (state / "b-noconfig" / "request.json").unlink()
+    (state / "b-noconfig" / "journal.json").unlink()
+    r = run_cli("reconcile", "--state-dir", str(state), "--json")
+    assert r.code == 0, r  # c-bug, unpatched, is fine again
+
+
+def test_reconcile_refuses_a_saved_request_for_another_sandbox(
+    run_cli: Run, qemu: tuple[FakeQemu, FakeQmpServer], tmp_path: Path
+) -> None:
+    _fake, server = qemu
+    state = tmp_path / "state"
+    cfg = config_for(tmp_path, state)
+    assert apply(run_cli, cfg, server.path, state, "x", "--limit", "256Mi").code == 0
+    saved = state / "x" / "request.json"
+    saved.write_text(saved.read_text().replace('"sandbox_id": "x"', '"sandbox_id": "y"'))
+    r = run_cli("reconcile", "--state-dir", str(state))
+    assert r.code == 3 and r.out.startswith(f"x: failed: {saved}: is for sandbox 'y'"), r
+    assert sorted(p.name for p in state.iterdir()) == [STATE_MARKER, "x"]
+
+
+@pytest.mark.parametrize("how", ["socket removed", "connection refused"])
+def test_reconcile_forgets_a_gone_vm_without_loading_its_configuration(
+    run_cli: Run, tmp_path: Path, how: str
+) -> None:
+    state = tmp_path / "state"
+    cfg = config_for(tmp_path, state)
+    sock = tmp_path / "qmp.sock"
+    with FakeQmpServer(sock, FakeQemu()):
+        assert apply(run_cli, cfg, sock, state, "sb", "--limit", "256Mi").code == 0
+    if how == "connection refused":  # QEMU killed: its socket file stays, nobody listens
+        dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        dead.bind(str(sock))
+        dead.close()
+    cfg.unlink()  # the configuration the request was applied with is gone too
+    r = run_cli("reconcile", "--state-dir", str(state))
+    assert r.code == 0 and r.out.startswith("sb: cleaned: the VM is gone (QMP socket"), r
+    assert not (state / "sb").exists()
+    assert sorted(p.name for p in state.iterdir()) == [STATE_MARKER]
+
+
+def test_reconcile_forgets_a_libvirt_domain_that_no_longer_exists(
+    run_cli: Run, qemu: tuple[FakeQemu, FakeQmpServer], tmp_path: Path
+) -> None:
+    pytest.importorskip("libvirt", reason="libvirt-python is part of the test extra")
+    from kata_mem.backends import Endpoint
+    from kata_mem.reconcile import vm_gone
+
+    assert vm_gone(Endpoint("libvirt", "test:///default", "test")) is None
+    gone = vm_gone(Endpoint("libvirt", "test:///default", "no-such-domain"))
+    assert gone is not None and "no-such-domain" in gone
+    state = tmp_path / "state"
+    sandbox = SandboxState(state, "lv")
+    with sandbox.locked(0):
+        sandbox.save(Record("lv"))
+        sandbox.save_request(
+            {
+                "schema": "kata-mem/shim-request/v1",
+                "sandbox_id": "lv",
+                "event": "reconcile",
+                "config": str(tmp_path / "missing.toml"),
+                "backend": {
+                    "type": "libvirt",
+                    "uri": "test:///default",
+                    "domain": "no-such-domain",
+                },
+                "apply": True,
+            }
+        )
+    r = run_cli("reconcile", "--state-dir", str(state))
+    assert r.code == 0 and r.out.startswith("lv: cleaned: the VM is gone (libvirt"), r
+    assert not sandbox.dir.exists()
+
+
+# -- the journal is kata-mem's own input: damaged means rebuilt -------------------------------
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [b"[" * 100_000, b'{"schema": "kata-mem/journal/v1", "observed_mib": "768"}', b"\xff\xfe"],
+    ids=["deeply-nested", "wrong-type", "not-utf8"],
+)
+def test_damaged_journal_is_rebuilt(
+    run_cli: Run, qemu: tuple[FakeQemu, FakeQmpServer], tmp_path: Path, damage: bytes
+) -> None:
+    _fake, server = qemu
+    state = tmp_path / "state"
+    cfg = config_for(tmp_path, state)
+    assert apply(run_cli, cfg, server.path, state, "sb", "--limit", "256Mi").code == 0
+    (state / "sb" / "journal.json").write_bytes(damage)
+    r = run_cli("status", "--qmp", str(server.path), "--sandbox", "sb", "--state-dir", str(state))
+    assert r.code == 0 and "rebuilt from the hypervisor" in r.err, r
+    r = apply(run_cli, cfg, server.path, state, "sb", "--limit", "256Mi", "--json")
+    doc = json.loads(r.out)
+    assert (r.code, doc["status"]) == (0, "NoChange"), r
+    assert any("corrupt or truncated" in w for w in doc["warnings"]), doc
+    assert journal_of(state, "sb")["observed_mib"] == 768
