@@ -97,7 +97,8 @@ def test_qemu_qmp_is_a_dependency_and_libvirt_an_extra() -> None:
 
 @pytest.mark.parametrize("command", ["apply", "status"])
 def test_missing_libvirt_is_exit_9_in_one_line(tmp_path: Path, command: str) -> None:
-    args = [command, "--libvirt", "test:///default", "--domain", "x", "--state-dir", str(tmp_path)]
+    args = [command, "--libvirt", "test:///default", "--domain", "x"]
+    args += ["--state-dir", str(tmp_path / "state")]
     if command == "apply":
         args += ["--config", str(config(tmp_path)), "--limit", "1Gi"]
     r = without("libvirt", *args)
@@ -110,7 +111,7 @@ def test_missing_libvirt_with_json_prints_the_error_document(tmp_path: Path) -> 
     r = without(
         "libvirt",
         *("apply", "--config", str(cfg), "--limit", "1Gi", "--json"),
-        *("--libvirt", "test:///default", "--domain", "x", "--state-dir", str(tmp_path)),
+        *("--libvirt", "test:///default", "--domain", "x", "--state-dir", str(tmp_path / "state")),
     )
     assert r.returncode == 9
     doc = json.loads(r.stdout)
