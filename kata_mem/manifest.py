@@ -14,15 +14,17 @@ This module reproduces both steps for what kata-mem reads:
 - YAML plain scalars are typed by go-yaml v2's rules (:func:`go_yaml_scalar`), not
   YAML 1.1's; the rest of the YAML is read by PyYAML (its C loader when present);
 - a number becomes the text ``encoding/json`` writes for it (:func:`go_json_float`);
-- a JSON manifest (first non-blank character ``{`` or ``[``) is read with :mod:`json`,
-  keeping the text of every number and of every string that had an escape, since
-  that text is what Kubernetes parses.
+- a JSON manifest (first non-blank character ``{``, as apimachinery's
+  ``YAMLOrJSONDecoder`` sniffs it for kubectl: then JSON only, a stream of documents;
+  or ``[``, a list, never a Pod) is read with :mod:`json`, keeping the text of every
+  number and of every string that had an escape, since that text is what Kubernetes
+  parses.
 
 Sources (the versions Kubernetes vendors): go-yaml v2.4.x ``resolve.go`` and
 ``decode.go`` (``go.yaml.in/yaml/v2`` v2.4.2 in ``sigs.k8s.io/yaml`` v1.5+, its
 fork ``sigs.k8s.io/yaml/goyaml.v2`` = v2.4.0 in v1.4.0); ``sigs.k8s.io/yaml``
 ``yaml.go``; Go ``encoding/json`` ``floatEncoder``/``appendString`` and ``strconv``;
-apimachinery ``pkg/api/resource/quantity.go``.
+apimachinery ``pkg/api/resource/quantity.go`` and ``pkg/util/yaml/decoder.go``.
 """
 
 from __future__ import annotations
