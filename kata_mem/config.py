@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from kata_mem.errors import ConfigError
+from kata_mem.files import CONFIG_CAP, not_regular, read_capped
 from kata_mem.model import Settings, SizingConfig
 from kata_mem.units import MiB
 
@@ -43,17 +44,28 @@ Origins = dict[tuple[str, ...], str]
 def find_config(explicit: Optional[str], env: Mapping[str, str]) -> tuple[Path, str]:
     """The configuration file to use and why it was chosen.
 
-    :raises ConfigError: when no file is given and none exists where Kata looks.
+    Only looks at the candidates (never opens one), so a FIFO cannot block here; the
+    file is read, or refused, by :func:`load_raw`.
+
+    :raises ConfigError: when KATA_CONF_FILE names something that is not a regular
+        file, or no file is given and none exists where Kata looks.
     """
     if explicit:
         return Path(explicit), "--config"
     from_env = env.get("KATA_CONF_FILE")
     if from_env:
-        if not Path(from_env).is_file():
+        why = not_regular(from_env)
+        if why == "does not exist":
             raise ConfigError(f"{from_env}: no such configuration file (named by KATA_CONF_FILE)")
+        if why:
+            raise ConfigError(
+                f"{from_env}: {why}, expected a regular configuration file (named by KATA_CONF_FILE)"
+            )
         return Path(from_env), "KATA_CONF_FILE"
     for candidate in DEFAULT_PATHS:
-        if Path(candidate).is_file():
+        # As Kata: the first candidate that exists is the one, whatever it is (a FIFO or
+        # a directory there is then refused when read, not skipped in silence).
+        if Path(candidate).exists():
             return Path(candidate), "Kata default location"
     raise ConfigError(
         "no Kata configuration found: pass --config FILE, set KATA_CONF_FILE, or install one at "
@@ -62,19 +74,23 @@ def find_config(explicit: Optional[str], env: Mapping[str, str]) -> tuple[Path, 
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
+    data = read_capped(path, cap=CONFIG_CAP, what="configuration", error=ConfigError)
     try:
-        with path.open("rb") as fh:
-            return tomllib.load(fh)
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such configuration file") from None
-    except IsADirectoryError:
-        raise ConfigError(f"{path}: is a directory, expected a TOML file") from None
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: not UTF-8 (byte {exc.start})") from None
+    try:
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: invalid TOML: {exc}") from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: invalid TOML: not UTF-8 ({exc.reason})") from None
+    except RecursionError:
+        raise ConfigError(
+            f"{path}: invalid TOML: arrays or inline tables nested too deeply to read (more"
+            " than a few hundred levels); a Kata configuration is a few levels deep"
+        ) from None
+    except ValueError as exc:  # int() refuses integers of more than 4300 digits
+        reason = str(exc).split(";")[0]
+        raise ConfigError(f"{path}: invalid TOML: {reason} (Kata reads 64-bit integers)") from None
 
 
 def _merge(
@@ -108,7 +124,9 @@ def load_raw(path: Path) -> tuple[dict[str, Any], Origins, tuple[str, ...]]:
     files = [path]
     dropin_dir = path.parent / "config.d"
     if dropin_dir.is_dir():
-        files += sorted(p for p in dropin_dir.glob("*.toml") if p.is_file())
+        # Not only regular files: a FIFO or device named *.toml is refused when read,
+        # rather than skipped so that the configuration silently differs from the files.
+        files += sorted(p for p in dropin_dir.glob("*.toml") if not p.is_dir())
     for f in files:
         _merge(data, _read_toml(f), origins, str(f))
     return data, origins, tuple(str(f) for f in files)

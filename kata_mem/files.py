@@ -4,7 +4,8 @@ Every file kata-mem reads (configuration and drop-ins, Pod manifests, OCI specs,
 journals, saved requests, shim requests on disk) goes through :func:`read_capped`.
 A FIFO, a device such as ``/dev/zero`` or ``/dev/urandom``, a socket or a
 directory is refused before a byte is read, and nothing larger than the cap is
-ever held in memory.
+ever held in memory. The caps are documented in the README ("Input files and
+their limits"); a real file of each kind is a hundredth of its cap or less.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ def read_capped(path: Union[str, Path], *, cap: int, what: str, error: type[Kata
         raise error(f"{path}: no such {what} file") from None
     except OSError as exc:
         if exc.errno == errno.ENXIO:  # a unix socket (or a FIFO opened for writing)
-            raise error(f"{path}: is a socket, expected a {what} file") from None
+            raise error(f"{path}: is a socket, expected {_a(what)} file") from None
         raise error(f"{path}: cannot read the {what}: {exc.strerror or exc}") from exc
     try:
         info = os.fstat(fd)
@@ -57,7 +58,7 @@ def read_capped(path: Union[str, Path], *, cap: int, what: str, error: type[Kata
             raise error(f"{path}: is {shown}, expected a regular {what} file")
         if info.st_size > cap:
             raise error(
-                f"{path}: {info.st_size} bytes, larger than the {_fmt_cap(cap)} a {what} may have"
+                f"{path}: {info.st_size} bytes, larger than the {_fmt_cap(cap)} {_a(what)} may have"
             )
         # Regular files may still grow while read (or lie in st_size, as in /proc):
         # read one byte past the cap and refuse what does not fit.
@@ -75,7 +76,7 @@ def read_capped(path: Union[str, Path], *, cap: int, what: str, error: type[Kata
     finally:
         os.close(fd)
     if len(data) > cap:
-        raise error(f"{path}: larger than the {_fmt_cap(cap)} a {what} may have")
+        raise error(f"{path}: larger than the {_fmt_cap(cap)} {_a(what)} may have")
     return data
 
 
@@ -90,11 +91,38 @@ def read_capped_text(
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise error(f"{path}: not UTF-8 text (byte {exc.start}), expected a {what} file") from None
+        raise error(
+            f"{path}: not UTF-8 text (byte {exc.start}), expected {_a(what)} file"
+        ) from None
+
+
+def not_regular(path: Union[str, Path]) -> str:
+    """Why ``path`` cannot be read as a file ("does not exist", "is a FIFO", ...), or ""
+    when it is a regular file. Only looks (``stat``): never opens, so never blocks."""
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        return "does not exist"
+    except OSError as exc:
+        return f"cannot be read: {exc.strerror or exc}"
+    kind = stat.S_IFMT(info.st_mode)
+    return "" if kind == stat.S_IFREG else "is " + _KINDS.get(kind, "not a regular file")
+
+
+def _a(what: str) -> str:
+    """``what`` with its article: "a Pod manifest", "an OCI spec" (said oh-see-eye)."""
+    return f"an {what}" if what[:1] in "AEIOUaeiou" else f"a {what}"
 
 
 def _fmt_cap(cap: int) -> str:
     return f"{cap >> 20} MiB" if cap >= 1 << 20 else f"{cap >> 10} KiB"
 
 
-__all__ = ["CONFIG_CAP", "MANIFEST_CAP", "STATE_CAP", "read_capped", "read_capped_text"]
+__all__ = [
+    "CONFIG_CAP",
+    "MANIFEST_CAP",
+    "STATE_CAP",
+    "not_regular",
+    "read_capped",
+    "read_capped_text",
+]

@@ -9,7 +9,8 @@ import os
 from pathlib import Path
 from typing import Optional
 
-from kata_mem.errors import ConfigError, InputError
+from kata_mem.errors import ConfigError, InputError, KataMemError
+from kata_mem.files import read_capped_text
 from kata_mem.model import ARCHES, HostFacts
 from kata_mem.units import KiB, MiB, align_down
 
@@ -109,12 +110,11 @@ def read_cgroup_memory_limit(
     limit: Optional[int] = None
     while (path / "memory.max").is_file():
         try:
-            raw = (path / "memory.max").read_text().strip()
-        except OSError as exc:
-            raise error(
-                f"{origin} {cgroup_dir!r}: cannot read {path / 'memory.max'}: "
-                f"{exc.strerror or type(exc).__name__}"
-            ) from None
+            raw = read_capped_text(
+                path / "memory.max", cap=4096, what="cgroup memory.max", error=error
+            ).strip()
+        except KataMemError as exc:
+            raise error(f"{origin} {cgroup_dir!r}: {exc.message}") from exc
         if raw != "max":
             if not raw.isdigit():
                 raise error(

@@ -36,6 +36,7 @@ _NANO = Fraction(1, 10**9)
 # Beyond this magnitude a value is only ever used capped at int64, so its exact
 # digits do not matter; bounding it keeps 10**exponent cheap for inputs like 1e999999999.
 _HUGE_EXP = 40
+_MAX_DIGITS = 4000
 _EXPECTED = (
     "expected a Kubernetes quantity such as 512Mi, 1.5Gi, 2G, 1e9 or 500m "
     "(binary suffixes Ki Mi Gi Ti Pi Ei, decimal n u m k M G T P E, or an exponent eN)"
@@ -51,12 +52,24 @@ def parse_quantity(text: str) -> Fraction:
     m = _QUANTITY.fullmatch(text)
     if m is None or not (m["int"] or m["frac"]):
         raise QuantityError(f"invalid quantity {text!r}: {_EXPECTED}")
-    digits = (m["int"] or "") + (m["frac"] or "")
+    digits = ((m["int"] or "") + (m["frac"] or "")).lstrip("0")
     frac_len = len(m["frac"] or "")
+    if len(digits) > _MAX_DIGITS:
+        # int() refuses longer digit strings. A value with this many significant digits is
+        # either capped or rounded up to whole nanos long before its last ones: keep the
+        # first ones, and a sticky 1 for the rest so that rounding up still sees them.
+        rest = digits[_MAX_DIGITS:]
+        frac_len -= len(rest) - 1
+        digits = digits[:_MAX_DIGITS] + ("1" if rest.strip("0") else "0")
     mantissa = int(digits) if digits else 0
     suffix = m["suffix"] or ""
     if suffix in _BINARY:
-        value = Fraction(mantissa, 10**frac_len) * (1 << _BINARY[suffix])
+        if mantissa and len(digits) - frac_len < -30:
+            value = _NANO  # below 10^-30 * 2^60 < 1n: rounds up to the smallest amount
+        elif len(digits) - frac_len > _HUGE_EXP:
+            value = Fraction(INT64_MAX)  # at least 10^40: capped just below anyway
+        else:
+            value = Fraction(mantissa) / Fraction(10) ** frac_len * (1 << _BINARY[suffix])
         value = min(value, Fraction(INT64_MAX))
     else:
         if suffix in _DECIMAL:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from kata_mem.errors import InputError, QuantityError
+from kata_mem.files import MANIFEST_CAP, read_capped_text
 from kata_mem.model import Container, Role, SandboxRequest, SandboxSizing
 from kata_mem.quantity import INT64_MAX, parse_quantity, quantity_bytes
 
@@ -26,44 +27,24 @@ ANN_SANDBOX_CPU_SHARES = "io.kubernetes.cri.sandbox-cpu-shares"
 ANN_CONTAINER_TYPE = ("io.kubernetes.cri.container-type", "io.kubernetes.cri-o.ContainerType")
 ANN_CONTAINER_NAME = "io.kubernetes.cri.container-name"
 
-#: Largest input file read; real manifests and specs are a few KiB.
-MAX_FILE_BYTES = 4 << 20
-
 
 def _read_text(path: Path, what: str) -> str:
-    try:
-        with path.open("rb") as fh:
-            raw = fh.read(MAX_FILE_BYTES + 1)
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such {what} file") from None
-    except IsADirectoryError:
-        raise InputError(f"{path}: is a directory, expected a {what} file") from None
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read {what}: {exc.strerror or exc}") from None
-    if len(raw) > MAX_FILE_BYTES:
-        raise InputError(f"{path}: larger than {MAX_FILE_BYTES >> 20} MiB, not a {what}")
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise InputError(f"{path}: not UTF-8 text, expected a {what}") from None
+    return read_capped_text(path, cap=MANIFEST_CAP, what=what, error=InputError)
 
 
 # --- Pod manifests -----------------------------------------------------------------
 
 
 def read_pod(path: Path) -> tuple[Container, ...]:
-    """The containers of the one Pod in a YAML or JSON manifest.
+    """The containers of the one Pod in a YAML or JSON manifest, read as Kubernetes reads
+    it (:mod:`kata_mem.manifest`).
 
     :raises InputError: unreadable file, invalid YAML/JSON, no Pod, no containers,
         or a bad resource value (named by its field path).
     """
-    import yaml
+    from kata_mem.manifest import load_documents
 
-    text = _read_text(path, "Pod manifest")
-    try:
-        docs = [d for d in yaml.safe_load_all(text) if d is not None]
-    except yaml.YAMLError as exc:
-        raise InputError(f"{path}: invalid YAML/JSON: {' '.join(str(exc).split())}") from None
+    docs = load_documents(_read_text(path, "Pod manifest"), str(path))
     pods = [d for d in docs if isinstance(d, dict) and d.get("kind") == "Pod"]
     if len(pods) != 1:
         found = f"{len(pods)} Pods" if pods else "no document with kind: Pod"
@@ -117,29 +98,30 @@ def _pod_container(item: dict[str, Any], role: Role, where: str, at: str) -> Con
         elif key == "cpu":
             cpu = _yaml_quantity(value, field)
             if cpu < 0:
-                raise InputError(f"{field}: {value!r} is negative; expected CPUs of 0 or more")
+                raise InputError(
+                    f"{field}: {_shown(value)} is negative; expected CPUs of 0 or more"
+                )
     return Container(name, memory, hugepages, cpu, role, "running", f"{where}: {at}")
 
 
 def _yaml_quantity(value: Any, field: str) -> Fraction:
-    if isinstance(value, bool) or not isinstance(value, (int, str)):
-        hint = (
-            ' (quote it, e.g. "1.5Gi", so it is read as a quantity)'
-            if isinstance(value, float)
-            else ""
-        )
-        raise InputError(f"{field}: expected a quantity string or integer, got {value!r}{hint}")
-    try:
-        return parse_quantity(str(value))
-    except QuantityError as exc:
-        raise QuantityError(f"{field}: {exc}") from None
+    from kata_mem.manifest import kubernetes_quantity
+
+    return kubernetes_quantity(value, field)
 
 
 def _yaml_quantity_bytes(value: Any, field: str) -> int:
     amount = _yaml_quantity(value, field)
     if amount < 0:
-        raise InputError(f"{field}: {value!r} is negative; expected a size of 0 or more")
+        raise InputError(f"{field}: {_shown(value)} is negative; expected a size of 0 or more")
     return min(math.ceil(amount), INT64_MAX)
+
+
+def _shown(value: Any) -> str:
+    """A manifest value as Kubernetes sees it, for messages."""
+    from kata_mem.manifest import json_text
+
+    return json_text(value)
 
 
 # --- OCI runtime specs -----------------------------------------------------------
@@ -163,6 +145,10 @@ def _dict_field(obj: dict[str, Any], key: str, where: str) -> dict[str, Any]:
     return value
 
 
+def _not_json(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
 def read_oci(path: Path) -> tuple[Optional[Container], Optional[SandboxSizing]]:
     """A container (or, for a sandbox spec, the pod sizing) from an OCI ``config.json``.
 
@@ -175,8 +161,13 @@ def read_oci(path: Path) -> tuple[Optional[Container], Optional[SandboxSizing]]:
     """
     text = _read_text(path, "OCI spec")
     try:
-        spec = json.loads(text)
-    except json.JSONDecodeError as exc:
+        spec = json.loads(text, parse_constant=_not_json)
+    except RecursionError:
+        raise InputError(
+            f"{path}: nested too deeply to read (more than a few hundred levels of arrays and"
+            " objects); an OCI spec is a few levels deep"
+        ) from None
+    except ValueError as exc:  # JSONDecodeError, NaN, or an integer too long to convert
         raise InputError(f"{path}: invalid JSON: {exc}") from None
     if not isinstance(spec, dict):
         raise InputError(f"{path}: expected an OCI runtime spec (a JSON object)")

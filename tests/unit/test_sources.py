@@ -74,9 +74,10 @@ def test_json_pod_and_hugepages(tmp_path: Path) -> None:
             r"expected one Pod manifest \(kind: Pod\), found no document",
         ),
         (
-            "kind: Pod\nspec: {containers: [{name: a, resources: {limits: {memory: 1.5}}}]}\n",
-            InputError,
-            r"spec.containers\[0\].resources.limits.memory: .*quote it",
+            # PyYAML (YAML 1.1) reads 750; Kubernetes reads the string "12:30", no quantity.
+            "kind: Pod\nspec: {containers: [{name: a, resources: {limits: {memory: 12:30}}}]}\n",
+            QuantityError,
+            r"spec.containers\[0\].resources.limits.memory: invalid quantity '12:30'.*base-60",
         ),
         (
             "kind: Pod\nspec: {containers: [{name: a, resources: {limits: {memory: 1K}}}]}\n",
