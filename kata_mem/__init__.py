@@ -25,9 +25,8 @@ _EXPORTS = {
     **{
         name: "kata_mem.errors:" + name
         for name in (
-            "KataMemError", "ConfigError", "InputError", "QuantityError", "PlanRejected",
-            "BackendUnavailable", "BackendError", "BackendUnsupported", "GuestTimeout",
-            "MissingDependency",
+            "KataMemError", "ConfigError", "InputError", "QuantityError",
+            "BackendUnavailable", "BackendError", "BackendUnsupported", "MissingDependency",
         )
     },
     **{
@@ -47,7 +46,6 @@ __all__ = [
     "ConfigError",
     "Container",
     "Endpoint",
-    "GuestTimeout",
     "GuestUsage",
     "HostFacts",
     "InputError",
@@ -57,7 +55,6 @@ __all__ = [
     "MissingDependency",
     "Outcome",
     "Plan",
-    "PlanRejected",
     "QuantityError",
     "SandboxRequest",
     "SandboxSizing",
@@ -96,11 +93,9 @@ if TYPE_CHECKING:
         BackendUnavailable,
         BackendUnsupported,
         ConfigError,
-        GuestTimeout,
         InputError,
         KataMemError,
         MissingDependency,
-        PlanRejected,
         QuantityError,
     )
     from kata_mem.host import probe_host

@@ -78,19 +78,19 @@ def _read_toml(path: Path) -> dict[str, Any]:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: invalid TOML: not UTF-8 (byte {exc.start})") from None
+        raise ConfigError(f"{path}: invalid TOML: not UTF-8 (byte {exc.start})") from exc
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
-    except RecursionError:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from exc
+    except RecursionError as exc:
         raise ConfigError(
             f"{path}: invalid TOML: arrays or inline tables nested too deeply to read (more"
             " than a few hundred levels); a Kata configuration is a few levels deep"
-        ) from None
+        ) from exc
     except ValueError as exc:  # int() refuses integers of more than 4300 digits
         reason = str(exc).split(";")[0]
-        raise ConfigError(f"{path}: invalid TOML: {reason} (Kata reads 64-bit integers)") from None
+        raise ConfigError(f"{path}: invalid TOML: {reason} (Kata reads 64-bit integers)") from exc
 
 
 def _merge(

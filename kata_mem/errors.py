@@ -8,15 +8,17 @@ code the CLI and the shim use::
      +-- ConfigError             3  configuration file, key or value
      +-- InputError              4  pod, OCI spec, quantity, request
      |    +-- QuantityError      4  a Kubernetes quantity that does not parse
-     +-- PlanRejected            5  refused by policy; nothing was changed
      +-- BackendUnavailable      6  socket/URI missing, connection refused
      +-- BackendError            7  the hypervisor refused or failed a command
      |    +-- BackendUnsupported 7  the hypervisor cannot do this at all (e.g. VIR_ERR_NO_SUPPORT)
-     +-- GuestTimeout            8  the guest did not complete in time
      +-- MissingDependency       9  a Python library kata-mem needs is not installed
 
-Exit code 2 is click's usage error and has no class here. Codes 7 and 8 mean
-state may have changed; the next call reconciles it from the hypervisor.
+Three exit codes have no class. 2 is click's usage error. 8 (the guest did not
+complete in time) is an outcome, not an error: the call ends normally with
+``InProgress`` / ``PlugTimeout`` or ``UnplugTimeout``, and :func:`outcome_exit_code`
+gives it its code. 5 is not used: what policy refuses is an ``Infeasible``
+outcome (exit 0). Codes 7 and 8 mean state may have changed; the next call
+reconciles it from the hypervisor.
 """
 
 from __future__ import annotations
@@ -54,13 +56,6 @@ class QuantityError(InputError):
     """A Kubernetes resource quantity does not follow the apimachinery grammar."""
 
     kind = "quantity"
-
-
-class PlanRejected(KataMemError):
-    """The plan was refused by policy before anything was changed."""
-
-    exit_code = 5
-    kind = "rejected"
 
 
 class BackendUnavailable(KataMemError):
@@ -104,13 +99,6 @@ class BackendUnsupported(BackendError):
     kind = "backend-unsupported"
 
 
-class GuestTimeout(KataMemError):
-    """The guest did not confirm a change within the step timeout."""
-
-    exit_code = 8
-    kind = "guest-timeout"
-
-
 class MissingDependency(KataMemError):
     """A library that the requested work needs is not installed (for example
     libvirt-python, which only the ``kata-mem[libvirt]`` extra brings).
@@ -123,11 +111,15 @@ class MissingDependency(KataMemError):
     kind = "missing-dependency"
 
 
+#: The exit code of an outcome whose guest did not confirm a step in time.
+GUEST_TIMEOUT_EXIT = 8
+
+
 def outcome_exit_code(reason: str) -> int:
-    """The exit code for an outcome's reason: 0, except for the hypervisor's and the
-    guest's failures, which keep the codes of their error classes."""
+    """The exit code for an outcome's reason: 0, except for the hypervisor's failure
+    (the code of :class:`BackendError`) and the guest's timeouts (8)."""
     return {
         "BackendError": BackendError.exit_code,
-        "UnplugTimeout": GuestTimeout.exit_code,
-        "PlugTimeout": GuestTimeout.exit_code,
+        "UnplugTimeout": GUEST_TIMEOUT_EXIT,
+        "PlugTimeout": GUEST_TIMEOUT_EXIT,
     }.get(reason, 0)

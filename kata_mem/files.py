@@ -17,11 +17,12 @@ from pathlib import Path
 from typing import Union
 
 from kata_mem.errors import KataMemError
+from kata_mem.units import MiB, to_kib_floor, to_mib_floor
 
 #: Size caps, documented in the README ("Input files and their limits").
-CONFIG_CAP = 1 << 20  # a Kata configuration or drop-in; upstream ones are ~30 KiB
-MANIFEST_CAP = 4 << 20  # a Pod manifest or an OCI config.json
-STATE_CAP = 1 << 20  # a journal or saved request written by kata-mem (a few KiB)
+CONFIG_CAP = 1 * MiB  # a Kata configuration or drop-in; upstream ones are ~30 KiB
+MANIFEST_CAP = 4 * MiB  # a Pod manifest or an OCI config.json
+STATE_CAP = 1 * MiB  # a journal or saved request written by kata-mem (a few KiB)
 
 _KINDS = {
     stat.S_IFIFO: "a FIFO",
@@ -44,11 +45,11 @@ def read_capped(path: Union[str, Path], *, cap: int, what: str, error: type[Kata
     """
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        raise error(f"{path}: no such {what} file") from None
+    except FileNotFoundError as exc:
+        raise error(f"{path}: no such {what} file") from exc
     except OSError as exc:
         if exc.errno == errno.ENXIO:  # a unix socket (or a FIFO opened for writing)
-            raise error(f"{path}: is a socket, expected {_a(what)} file") from None
+            raise error(f"{path}: is a socket, expected {_a(what)} file") from exc
         raise error(f"{path}: cannot read the {what}: {exc.strerror or exc}") from exc
     try:
         info = os.fstat(fd)
@@ -91,9 +92,7 @@ def read_capped_text(
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise error(
-            f"{path}: not UTF-8 text (byte {exc.start}), expected {_a(what)} file"
-        ) from None
+        raise error(f"{path}: not UTF-8 text (byte {exc.start}), expected {_a(what)} file") from exc
 
 
 def not_regular(path: Union[str, Path]) -> str:
@@ -115,7 +114,7 @@ def _a(what: str) -> str:
 
 
 def _fmt_cap(cap: int) -> str:
-    return f"{cap >> 20} MiB" if cap >= 1 << 20 else f"{cap >> 10} KiB"
+    return f"{to_mib_floor(cap)} MiB" if cap >= MiB else f"{to_kib_floor(cap)} KiB"
 
 
 __all__ = [

@@ -11,12 +11,12 @@ from typing import Optional
 
 from kata_mem.errors import ConfigError, InputError, KataMemError
 from kata_mem.files import read_capped_text
-from kata_mem.model import ARCHES, HostFacts
-from kata_mem.units import KiB, MiB, align_down
+from kata_mem.model import ARCHES, Arch, HostFacts
+from kata_mem.units import GiB, KiB, MiB, align_down
 
 #: ``uname -m`` names and Go ``GOARCH`` names of the architectures Kata builds for,
 #: to the Go name kata-mem uses everywhere inside (``ARCHES``).
-GO_ARCH = {
+GO_ARCH: dict[str, Arch] = {
     "x86_64": "amd64",
     "amd64": "amd64",
     "aarch64": "arm64",
@@ -29,10 +29,10 @@ assert set(GO_ARCH.values()) == set(ARCHES)
 
 #: Smallest and largest hugepage sizes a Linux architecture offers (64 KiB on
 #: arm64/ppc64le up to 16 GiB on ppc64); a pool is count x size.
-_HUGEPAGE_SIZES = (64 * KiB, 16 << 30)
+_HUGEPAGE_SIZES = (64 * KiB, 16 * GiB)
 
 
-def normalize_arch(name: str, what: str) -> str:
+def normalize_arch(name: str, what: str) -> Arch:
     """The Go name of an architecture given by its ``uname -m`` or Go name.
 
     The one place architecture names are read: an unknown name would silently
@@ -165,10 +165,12 @@ def probe_host(
         sources.append(("cpus", "override"))
     if arch is None:
         machine = os.uname().machine
-        arch = normalize_arch(machine, "this machine's architecture (uname -m; pass --host-arch)")
+        go_arch = normalize_arch(
+            machine, "this machine's architecture (uname -m; pass --host-arch)"
+        )
         sources.append(("arch", f"uname machine = {machine}"))
     else:
-        arch = normalize_arch(arch, "host arch")
+        go_arch = normalize_arch(arch, "host arch")
         sources.append(("arch", "override"))
     if hugepages is None:
         page_size, pages = info.get("Hugepagesize", 0), info.get("HugePages_Total", 0)
@@ -184,7 +186,7 @@ def probe_host(
     return HostFacts(
         memory=memory,
         cpus=cpus,
-        arch=arch,
+        arch=go_arch,
         hugepage_size=page_size,
         hugepages_total=pages,
         hugepages_free=free,

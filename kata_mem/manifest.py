@@ -46,6 +46,7 @@ import yaml
 
 from kata_mem.errors import InputError, QuantityError
 from kata_mem.quantity import parse_quantity
+from kata_mem.units import INT64_MAX, INT64_MIN, UINT64_MAX
 
 if TYPE_CHECKING:
     _Loader = yaml.SafeLoader
@@ -73,8 +74,6 @@ _WORDS: dict[str, Union[bool, float, None]] = {
 _YAML_STYLE_FLOAT = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?", re.ASCII)
 # What strconv.ParseFloat reads of a scalar that starts with "." (underscores checked apart).
 _DOT_FLOAT = re.compile(r"\.[0-9_]*[0-9][0-9_]*([eE][-+]?[0-9][0-9_]*)?", re.ASCII)
-_INT64 = 1 << 63
-_UINT64 = 1 << 64
 # Longest digit string (leading zeros aside) that can fit 64 bits, per base.
 _MAX_LEN = {2: 64, 8: 22, 10: 20, 16: 16}
 _DIGITS = {b: set("0123456789abcdef"[:b] + "0123456789ABCDEF"[:b]) for b in _MAX_LEN}
@@ -136,7 +135,7 @@ def _go_parse_uint(text: str, base: int) -> Optional[int]:
     if len(significant) > _MAX_LEN[base]:
         return None
     value = int(significant or "0", base)
-    return value if value < _UINT64 else None
+    return value if value <= UINT64_MAX else None
 
 
 def _go_parse_int(text: str, base: int) -> Optional[int]:
@@ -146,7 +145,7 @@ def _go_parse_int(text: str, base: int) -> Optional[int]:
     if magnitude is None:
         return None
     value = sign * magnitude
-    return value if -_INT64 <= value < _INT64 else None
+    return value if INT64_MIN <= value <= INT64_MAX else None
 
 
 def _go_dot_float(text: str) -> Union[float, str]:
@@ -285,11 +284,11 @@ def kubernetes_quantity(value: Any, field: str) -> Fraction:
         raise QuantityError(f"{field}: expected a quantity such as 512Mi or 0.5, got {kind}")
     try:
         text = json_text(value)
-    except ValueError:
+    except ValueError as exc:
         raise QuantityError(
             f"{field}: {value} is not a quantity (Kubernetes cannot write an infinite or"
             " NaN number as JSON and refuses the manifest)"
-        ) from None
+        ) from exc
     if text == "null":
         return Fraction(0)
     if len(text) >= 2 and text[0] == text[-1] == '"':
@@ -305,7 +304,7 @@ def kubernetes_quantity(value: Any, field: str) -> Fraction:
             )
         elif isinstance(value, str) and "\\" in text:
             hint = f" (Kubernetes parses the JSON text of the string, escapes and all: {text})"
-        raise QuantityError(f"{field}: {exc}{hint}") from None
+        raise QuantityError(f"{field}: {exc}{hint}") from exc
 
 
 # --- Reading a manifest ------------------------------------------------------------------
@@ -348,7 +347,7 @@ def _typed(expected: type) -> Any:
             return _untyped(loader, node)
         value = go_yaml_scalar(str(node.value))
         if expected is float and isinstance(value, int) and not isinstance(value, bool):
-            if -_INT64 <= value < _INT64:  # Go converts int and int64, not uint64
+            if INT64_MIN <= value <= INT64_MAX:  # Go converts int and int64, not uint64
                 return float(value)
         elif expected is type(None) and value is None:
             return None
@@ -367,10 +366,10 @@ def _binary(loader: GoYamlLoader, node: yaml.Node) -> Any:
     text = str(loader.construct_scalar(node)).replace("\r", "").replace("\n", "")  # type: ignore[arg-type]
     try:
         return base64.b64decode(text, validate=True).decode("utf-8", "replace")
-    except (binascii.Error, ValueError):
+    except (binascii.Error, ValueError) as exc:
         raise yaml.constructor.ConstructorError(
             None, None, "!!binary value contains invalid base64 data", node.start_mark
-        ) from None
+        ) from exc
 
 
 GoYamlLoader.add_constructor(_PLAIN, _plain)
@@ -437,16 +436,16 @@ def load_documents(text: str, where: str) -> list[Any]:
     if text.lstrip(GO_SPACE)[:1] in ("{", "["):
         try:
             return [d for d in _load_json(text) if d is not None]
-        except RecursionError:
-            raise _nesting(where) from None
+        except RecursionError as exc:
+            raise _nesting(where) from exc
         except ValueError as exc:  # JSONDecodeError, NaN, or an int() too long to convert
-            raise InputError(f"{where}: invalid JSON: {exc}") from None
+            raise InputError(f"{where}: invalid JSON: {exc}") from exc
     try:
         return [d for d in yaml.load_all(text, Loader=GoYamlLoader) if d is not None]
-    except RecursionError:  # the Python loader; libyaml stops at 1000 levels by itself
-        raise _nesting(where) from None
+    except RecursionError as exc:  # the Python loader; libyaml stops at 1000 levels by itself
+        raise _nesting(where) from exc
     except yaml.YAMLError as exc:
         message = " ".join(str(exc).replace('in "<unicode string>", ', "").split())
         if "maximum nesting depth" in message:
-            raise _nesting(where) from None
-        raise InputError(f"{where}: invalid YAML/JSON: {message}") from None
+            raise _nesting(where) from exc
+        raise InputError(f"{where}: invalid YAML/JSON: {message}") from exc

@@ -20,8 +20,8 @@ State = Literal["running", "created", "stopped"]
 DeviceKind = Literal["dimm", "virtio-mem"]
 StepAction = Literal["plug_dimm", "unplug_dimm", "resize_virtio_mem"]
 
-#: Clamp causes, in the order they are applied.
-CAUSES = (
+#: Why the memory target ended below what was requested, in the order the causes apply.
+MemoryCause = Literal[
     "default_maxmemory",
     "host_memtotal",
     "host_cgroup",
@@ -29,10 +29,13 @@ CAUSES = (
     "alignment",
     "slots",
     "device_space",
-)
-VCPU_CAUSES = ("default_maxvcpus", "host_cpus", "arch")
+]
+#: Why the vCPU target ended below what was requested.
+VcpuCause = Literal["default_maxvcpus", "host_cpus", "arch"]
+Cause = Literal[MemoryCause, VcpuCause]
 #: The architectures Kata builds for, by their Go names (the only names used inside).
-ARCHES = ("amd64", "arm64", "ppc64le", "s390x", "riscv64")
+Arch = Literal["amd64", "arm64", "ppc64le", "s390x", "riscv64"]
+ARCHES: tuple[Arch, ...] = ("amd64", "arm64", "ppc64le", "s390x", "riscv64")
 
 SANDBOX_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 
@@ -104,7 +107,7 @@ class HostFacts:
 
     memory: int
     cpus: int
-    arch: str
+    arch: Arch
     hugepage_size: int = 0
     hugepages_total: int = 0
     hugepages_free: int = 0
@@ -219,7 +222,7 @@ class VmState:
 class Clamp:
     """One reason the target ended below what was requested."""
 
-    cause: str
+    cause: Cause
     limit: int
     detail: str
 
@@ -327,6 +330,24 @@ class GuestUsage:
 
 
 Status = Literal["Resized", "NoChange", "Deferred", "InProgress", "Infeasible"]
+#: Why a shrink step may not run now (:mod:`kata_mem.safety`); "" when it may.
+SafetyReason = Literal["", "UsageUnknown", "UsageAboveTarget", "GuestPressure"]
+#: The reason of an outcome (README, "Outcomes"); "" for Resized and NoChange.
+Reason = Literal[
+    SafetyReason,
+    "Busy",
+    "PartialShrink",
+    "UnplugTimeout",
+    "PlugTimeout",
+    "UnplugRejected",
+    "BackendError",
+    "BelowBaseMemory",
+    "BackendCannotShrink",
+    "BackendCannotGrow",
+    "NoFreeSlots",
+    "NoDeviceSpace",
+    "ShrinkNotAllowed",
+]
 
 
 @dataclass(frozen=True)
@@ -334,7 +355,7 @@ class Outcome:
     """What an ``apply`` did, in KEP-1287's vocabulary (see DESIGN §4)."""
 
     status: Status
-    reason: str
+    reason: Reason
     message: str
     observed: int
     target: int

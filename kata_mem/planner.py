@@ -20,12 +20,14 @@ from kata_mem.model import (
     Container,
     HostFacts,
     Mechanism,
+    MemoryCause,
     MemoryDevice,
     MemoryPlan,
     Plan,
     SandboxRequest,
     SizingConfig,
     Step,
+    VcpuCause,
     VcpuPlan,
     VmState,
 )
@@ -43,7 +45,7 @@ assert tuple(ARCH_MAX_VCPUS) == ARCHES
 #: DIMMs must be whole multiples, which the Go runtime gets from the guest's block size.
 PPC64_MEMORY_BLOCK = 256 * MiB
 
-_ClampFn = Callable[[str, int, str], None]
+_ClampFn = Callable[[MemoryCause, int, str], None]
 
 
 def workload(containers: tuple[Container, ...]) -> tuple[int, Fraction]:
@@ -91,7 +93,7 @@ def _peaks(
     return max(init_mem, app_mem + sidecar_mem), max(init_cpu, app_cpu + sidecar_cpu)
 
 
-def effective_host_memory(host: HostFacts) -> tuple[int, str]:
+def effective_host_memory(host: HostFacts) -> tuple[int, MemoryCause]:
     """Host memory and the cause name to report when it binds.
 
     MemTotal as Kata reads it; lowered by a configured cgroup v2 limit (beyond Kata).
@@ -101,7 +103,7 @@ def effective_host_memory(host: HostFacts) -> tuple[int, str]:
     return host.memory, "host_memtotal"
 
 
-def max_memory(cfg: SizingConfig, host: HostFacts) -> tuple[int, str]:
+def max_memory(cfg: SizingConfig, host: HostFacts) -> tuple[int, MemoryCause]:
     """The memory ceiling and its cause.
 
     Kata ``defaultMaxMemSz``: ``default_maxmemory`` when non-zero and not above
@@ -110,13 +112,13 @@ def max_memory(cfg: SizingConfig, host: HostFacts) -> tuple[int, str]:
     return _ceiling(cfg, host, cfg.default_maxmemory)
 
 
-def host_ceiling(cfg: SizingConfig, host: HostFacts) -> tuple[int, str]:
+def host_ceiling(cfg: SizingConfig, host: HostFacts) -> tuple[int, MemoryCause]:
     """What the host can give a VM at all, whatever ``default_maxmemory`` says:
     its memory, and with hugepages no more than the pool. No plan goes above it."""
     return _ceiling(cfg, host, 0)
 
 
-def _ceiling(cfg: SizingConfig, host: HostFacts, configured: int) -> tuple[int, str]:
+def _ceiling(cfg: SizingConfig, host: HostFacts, configured: int) -> tuple[int, MemoryCause]:
     host_mem, host_cause = effective_host_memory(host)
     if configured == 0 or configured > host_mem:
         ceiling, cause = host_mem, host_cause
@@ -270,7 +272,7 @@ def _plan_memory(
     requested = cfg.default_memory + work_mem
     clamps: list[Clamp] = []
 
-    def clamp(cause: str, limit: int, detail: str) -> None:
+    def clamp(cause: MemoryCause, limit: int, detail: str) -> None:
         clamps.append(Clamp(cause, limit, detail))
 
     if cfg.default_memory > host_mem:
@@ -362,7 +364,7 @@ def _plan_memory(
     )
 
 
-def _cause_text(cause: str, requested: int, limit: int, cfg: SizingConfig) -> str:
+def _cause_text(cause: MemoryCause, requested: int, limit: int, cfg: SizingConfig) -> str:
     why = {
         "default_maxmemory": "default_maxmemory",
         "host_memtotal": "the host's MemTotal",
@@ -508,6 +510,7 @@ def _plan_vcpus(
     arch_cap = ARCH_MAX_VCPUS.get(host.arch)
     if arch_cap is None:
         raise InputError(f"host arch {host.arch!r}: expected one of {', '.join(ARCHES)} (Go names)")
+    cause: VcpuCause
     if cfg.default_maxvcpus == 0 or cfg.default_maxvcpus >= host.cpus:
         ceiling, cause = host.cpus, "host_cpus"
     else:

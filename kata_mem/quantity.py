@@ -21,8 +21,7 @@ import re
 from fractions import Fraction
 
 from kata_mem.errors import QuantityError
-
-INT64_MAX = (1 << 63) - 1
+from kata_mem.units import INT64_MAX
 
 _QUANTITY = re.compile(
     r"(?P<sign>[+-]?)(?P<int>[0-9]*)(?:\.(?P<frac>[0-9]*))?"
@@ -103,7 +102,7 @@ def quantity_bytes(text: str, what: str = "memory") -> int:
     try:
         value = parse_quantity(text)
     except QuantityError as exc:
-        raise QuantityError(f"{what}: {exc}") from None
+        raise QuantityError(f"{what}: {exc}") from exc
     if value < 0:
         raise QuantityError(f"{what}: {text!r} is negative; expected a size of 0 or more")
     return min(-(-value.numerator // value.denominator), INT64_MAX)

@@ -20,7 +20,7 @@ from kata_mem.model import (
     Step,
     VmState,
 )
-from kata_mem.units import MiB, to_mib_ceil, to_mib_floor
+from kata_mem.units import MiB, to_kib_floor, to_mib_ceil, to_mib_floor
 
 PLAN_SCHEMA = "kata-mem/plan/v1"
 HOST_SCHEMA = "kata-mem/host/v1"
@@ -28,24 +28,22 @@ CONFIG_SCHEMA = "kata-mem/config/v1"
 ERROR_SCHEMA = "kata-mem/error/v1"
 
 
-def _mib(n: int) -> int:
-    # Planned sizes are whole MiB by construction; round up anything that is not,
-    # so a size is never under-reported.
-    return to_mib_ceil(n)
+# Sizes the plan sets (targets, steps, clamp limits) are whole MiB by construction; any that is
+# not rounds up, so that it is never under-reported. Sizes observed or configured round down.
 
 
 def step_json(step: Step) -> dict[str, Any]:
     return {
         "action": step.action,
-        "size_mib": _mib(step.size),
+        "size_mib": to_mib_ceil(step.size),
         "device": step.device,
-        "delta_mib": step.delta // MiB if step.delta % MiB == 0 else -to_mib_ceil(-step.delta),
-        "total_mib": _mib(step.total_after),
+        "delta_mib": to_mib_floor(step.delta),
+        "total_mib": to_mib_ceil(step.total_after),
     }
 
 
 def _clamp_json(c: Clamp) -> dict[str, Any]:
-    return {"cause": c.cause, "limit_mib": _mib(c.limit), "detail": c.detail}
+    return {"cause": c.cause, "limit_mib": to_mib_ceil(c.limit), "detail": c.detail}
 
 
 def plan_json(plan: Plan, cfg: SizingConfig) -> dict[str, Any]:
@@ -57,13 +55,13 @@ def plan_json(plan: Plan, cfg: SizingConfig) -> dict[str, Any]:
             "host_mib": to_mib_floor(m.host),
             "configured_max_mib": to_mib_floor(m.configured_max),
             "max_mib": to_mib_floor(m.max),
-            "base_mib": _mib(m.base),
-            "requested_mib": _mib(m.requested),
-            "target_mib": _mib(m.target),
-            "current_mib": _mib(m.current),
-            "delta_mib": _mib(m.target) - _mib(m.current),
+            "base_mib": to_mib_ceil(m.base),
+            "requested_mib": to_mib_ceil(m.requested),
+            "target_mib": to_mib_ceil(m.target),
+            "current_mib": to_mib_ceil(m.current),
+            "delta_mib": to_mib_ceil(m.target) - to_mib_ceil(m.current),
             "mechanism": m.mechanism,
-            "block_mib": _mib(m.block),
+            "block_mib": to_mib_ceil(m.block),
             "clamped_by": [c.cause for c in m.clamps],
             "clamps": [_clamp_json(c) for c in m.clamps],
             "shrink": m.shrink,
@@ -92,7 +90,7 @@ def plan_text(plan: Plan, cfg: SizingConfig, title: str = "") -> str:
         lines.append(title)
     lines.append(
         f"config {cfg.path} [hypervisor.{cfg.hypervisor}]; mechanism {m.mechanism}, "
-        f"block {_mib(m.block)} MiB"
+        f"block {to_mib_ceil(m.block)} MiB"
     )
     max_note = (
         f"default_maxmemory {to_mib_floor(m.configured_max)} MiB, host {to_mib_floor(m.host)} MiB"
@@ -101,16 +99,16 @@ def plan_text(plan: Plan, cfg: SizingConfig, title: str = "") -> str:
     )
     lines += [
         "memory (MiB)",
-        _row("base (default_memory)", str(_mib(m.base))),
-        _row("requested", str(_mib(m.requested)), "base + container limits"),
+        _row("base (default_memory)", str(to_mib_ceil(m.base))),
+        _row("requested", str(to_mib_ceil(m.requested)), "base + container limits"),
         _row("max", str(to_mib_floor(m.max)), max_note),
         _row(
             "target",
-            str(_mib(m.target)),
+            str(to_mib_ceil(m.target)),
             "clamped: " + ", ".join(c.cause for c in m.clamps) if m.clamps else "",
         ),
-        _row("current", str(_mib(m.current))),
-        _row("delta", f"{_mib(m.target) - _mib(m.current):+d}"),
+        _row("current", str(to_mib_ceil(m.current))),
+        _row("delta", f"{to_mib_ceil(m.target) - to_mib_ceil(m.current):+d}"),
     ]
     if m.steps:
         lines.append(
@@ -144,7 +142,7 @@ def host_json(host: HostFacts) -> dict[str, Any]:
         "memory_mib": to_mib_floor(host.memory),
         "cpus": host.cpus,
         "arch": host.arch,
-        "hugepage_size_kib": host.hugepage_size // 1024,
+        "hugepage_size_kib": to_kib_floor(host.hugepage_size),
         "hugepages_total": host.hugepages_total,
         "hugepages_free": host.hugepages_free,
         "cgroup_path": host.cgroup_path or None,
@@ -253,7 +251,7 @@ def outcome_json(outcome: Outcome, sandbox: str, warnings: tuple[str, ...] = ())
         "reason": outcome.reason,
         "message": outcome.message,
         "observed_mib": to_mib_floor(outcome.observed),
-        "target_mib": _mib(outcome.target),
+        "target_mib": to_mib_ceil(outcome.target),
         "steps": [step_json(s) for s in outcome.steps],
         "retry_after_s": outcome.retry_after_s,
         "warnings": list(warnings),
@@ -264,7 +262,7 @@ def outcome_text(outcome: Outcome, warnings: tuple[str, ...] = ()) -> str:
     head = f"{outcome.status}{f' ({outcome.reason})' if outcome.reason else ''}: {outcome.message}"
     lines = [
         head,
-        f"guest memory {to_mib_floor(outcome.observed)} MiB, target {_mib(outcome.target)} MiB",
+        f"guest memory {to_mib_floor(outcome.observed)} MiB, target {to_mib_ceil(outcome.target)} MiB",
     ]
     for i, s in enumerate(outcome.steps, 1):
         j = step_json(s)
@@ -284,7 +282,7 @@ def _device_json(d: MemoryDevice) -> dict[str, Any]:
         "size_mib": to_mib_floor(d.size),
         "requested_mib": to_mib_floor(d.requested),
         "max_mib": to_mib_floor(d.max_size),
-        "block_mib": d.block / MiB if d.block % MiB else d.block // MiB,
+        "block_mib": d.block / MiB if d.block % MiB else to_mib_floor(d.block),
         "slot": d.slot,
         "memdev": d.memdev,
         "ours": d.ours,
@@ -300,10 +298,10 @@ def status_json(
         # null, not an object of nulls, when the guest has reported nothing (no balloon,
         # or statistics not arrived yet); a single statistic it does not report is null.
         guest = {
-            "total_mib": _mib_or_none(usage.total),
-            "available_mib": _mib_or_none(usage.available),
-            "free_mib": _mib_or_none(usage.free),
-            "used_mib": _mib_or_none(usage.used),
+            "total_mib": _to_mib_floor_or_none(usage.total),
+            "available_mib": _to_mib_floor_or_none(usage.available),
+            "free_mib": _to_mib_floor_or_none(usage.free),
+            "used_mib": _to_mib_floor_or_none(usage.used),
             "age_s": None if usage.age is None else round(usage.age, 1),
         }
     return {
@@ -321,7 +319,7 @@ def status_json(
     }
 
 
-def _mib_or_none(n: Optional[int]) -> Optional[int]:
+def _to_mib_floor_or_none(n: Optional[int]) -> Optional[int]:
     return None if n is None else to_mib_floor(n)
 
 

@@ -21,8 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Optional
 
-from kata_mem.model import GuestUsage, Settings
-from kata_mem.units import fmt_bytes
+from kata_mem.model import GuestUsage, SafetyReason, Settings
+from kata_mem.units import fmt_bytes, to_mib_nearest
 
 Action = Literal["run", "defer"]
 #: Major page faults since the shrink began that count as pressure: the guest is
@@ -35,7 +35,7 @@ class Verdict:
     """Run the step, or defer it with a reason code and a message for people."""
 
     action: Action
-    reason: str
+    reason: SafetyReason
     message: str
 
 
@@ -93,9 +93,9 @@ def check_step(
     guest_after = usage.total - removed
     need = used - reclaimable + room
     detail = (
-        f"guest usage {fmt_bytes(_mib(used))}, reclaimable {fmt_bytes(_mib(reclaimable))}, "
-        f"headroom {fmt_bytes(_mib(room))}: needs {fmt_bytes(_mib(need))}, "
-        f"the step would leave {fmt_bytes(_mib(guest_after))} (target {fmt_bytes(after_total)})"
+        f"guest usage {_about(used)}, reclaimable {_about(reclaimable)}, "
+        f"headroom {_about(room)}: needs {_about(need)}, "
+        f"the step would leave {_about(guest_after)} (target {fmt_bytes(after_total)})"
     )
     if guest_after < need:
         return Verdict("defer", "UsageAboveTarget", f"shrink deferred: {detail}")
@@ -110,10 +110,10 @@ def under_pressure(usage: Optional[GuestUsage], settings: Settings, block: int) 
     spare = usage.free + usage.reclaimable
     floor = max(settings.headroom_min, block)
     if spare < floor:
-        return f"guest free memory {fmt_bytes(_mib(spare))} fell below the headroom floor {fmt_bytes(floor)}"
+        return f"guest free memory {_about(spare)} fell below the headroom floor {fmt_bytes(floor)}"
     return None
 
 
-def _mib(n: int) -> int:
-    """Round to whole MiB for messages (exact sizes stay in bytes)."""
-    return (n + (1 << 19)) >> 20 << 20
+def _about(n: int) -> str:
+    """A size for messages, to the nearest MiB (the decision itself uses exact bytes)."""
+    return f"{to_mib_nearest(n)} MiB"

@@ -18,7 +18,8 @@ from typing import Any, Optional
 from kata_mem.errors import InputError, QuantityError
 from kata_mem.files import MANIFEST_CAP, read_capped_text
 from kata_mem.model import Container, Role, SandboxRequest, SandboxSizing
-from kata_mem.quantity import INT64_MAX, parse_quantity, quantity_bytes
+from kata_mem.quantity import parse_quantity, quantity_bytes
+from kata_mem.units import INT64_MAX, INT64_MIN, UINT64_MAX
 
 ANN_SANDBOX_MEMORY = "io.kubernetes.cri.sandbox-memory"
 ANN_SANDBOX_CPU_QUOTA = "io.kubernetes.cri.sandbox-cpu-quota"
@@ -162,13 +163,13 @@ def read_oci(path: Path) -> tuple[Optional[Container], Optional[SandboxSizing]]:
     text = _read_text(path, "OCI spec")
     try:
         spec = json.loads(text, parse_constant=_not_json)
-    except RecursionError:
+    except RecursionError as exc:
         raise InputError(
             f"{path}: nested too deeply to read (more than a few hundred levels of arrays and"
             " objects); an OCI spec is a few levels deep"
-        ) from None
+        ) from exc
     except ValueError as exc:  # JSONDecodeError, NaN, or an integer too long to convert
-        raise InputError(f"{path}: invalid JSON: {exc}") from None
+        raise InputError(f"{path}: invalid JSON: {exc}") from exc
     if not isinstance(spec, dict):
         raise InputError(f"{path}: expected an OCI runtime spec (a JSON object)")
     where = f"{path}: "
@@ -271,9 +272,9 @@ def sandbox_sizing(annotations: dict[str, str], where: str) -> SandboxSizing:
         if digits.isascii() and digits.isdigit() and len(significant) <= 20:
             value = -int(significant) if raw[:1] == "-" else int(significant)
         low, high, kind = (
-            (-(1 << 63), (1 << 63) - 1, "a 64-bit integer")
+            (INT64_MIN, INT64_MAX, "a 64-bit integer")
             if signed
-            else (0, (1 << 64) - 1, "an unsigned 64-bit integer")
+            else (0, UINT64_MAX, "an unsigned 64-bit integer")
         )
         if value is None or not low <= value <= high:
             warnings.append(
@@ -311,7 +312,7 @@ def cli_containers(limits: tuple[str, ...], cpus: tuple[str, ...]) -> tuple[Cont
         try:
             cpu = parse_quantity(q)
         except QuantityError as exc:
-            raise QuantityError(f"--cpu {q!r}: {exc}") from None
+            raise QuantityError(f"--cpu {q!r}: {exc}") from exc
         if cpu < 0:
             raise QuantityError(f"--cpu {q!r}: negative; expected CPUs of 0 or more")
         out.append(Container(f"--cpu #{i + 1}", cpu=cpu, origin="--cpu"))

@@ -1,8 +1,8 @@
-"""Byte units and the only rounding helpers kata-mem uses.
+"""Byte units, the 64-bit integer limits, and the only rounding helpers kata-mem uses.
 
-Sizes are ``int`` bytes everywhere inside; MiB appear only at the edges (the
-Kata TOML keys and the JSON output), through these helpers, so every rounding
-is explicit and easy to find.
+Sizes are ``int`` bytes everywhere inside; MiB and KiB appear only at the edges
+(the Kata TOML keys, the JSON output, the hypervisors' wire formats), through
+these helpers, so every rounding is explicit and easy to find.
 """
 
 from __future__ import annotations
@@ -11,10 +11,11 @@ KiB = 1 << 10
 MiB = 1 << 20
 GiB = 1 << 30
 
-
-def mib(n: int) -> int:
-    """Return ``n`` MiB in bytes."""
-    return n * MiB
+#: The ranges of Go's int64 and uint64, which Kata and Kubernetes decode numbers into
+#: (a Kubernetes quantity's byte value is capped at INT64_MAX).
+INT64_MIN = -(1 << 63)
+INT64_MAX = (1 << 63) - 1
+UINT64_MAX = (1 << 64) - 1
 
 
 def to_mib_floor(n: int) -> int:
@@ -25,6 +26,16 @@ def to_mib_floor(n: int) -> int:
 def to_mib_ceil(n: int) -> int:
     """Bytes to whole MiB, rounding up."""
     return -(-n // MiB)
+
+
+def to_mib_nearest(n: int) -> int:
+    """Bytes to whole MiB, rounding to the nearest (halves up): for messages only."""
+    return (n + MiB // 2) // MiB
+
+
+def to_kib_floor(n: int) -> int:
+    """Bytes to whole KiB, rounding down."""
+    return n // KiB
 
 
 def align_down(n: int, block: int) -> int:
@@ -44,5 +55,5 @@ def align_up(n: int, block: int) -> int:
 def fmt_bytes(n: int) -> str:
     """Human form for messages: exact MiB when whole, else bytes."""
     if n % MiB == 0:
-        return f"{n // MiB} MiB"
+        return f"{to_mib_floor(n)} MiB"
     return f"{n} B"

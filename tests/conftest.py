@@ -9,6 +9,7 @@ import subprocess
 import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 from typing import Any, Callable
 
@@ -16,12 +17,23 @@ import pytest
 
 from kata_mem.config import load_config
 from kata_mem.main import main
-from kata_mem.model import SizingConfig
+from kata_mem.model import HostFacts, SizingConfig
+from kata_mem.quantity import format_quantity
+from kata_mem.units import GiB
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures"
 KATA_CONFIGS = FIXTURES / "kata-configs"
 PODS = REPO / "examples" / "pods"
+
+#: The host the tests plan for unless they say otherwise, so that no plan depends on the
+#: machine: as host facts, and as the command-line options that give the same host.
+HOST = HostFacts(memory=16 * GiB, cpus=4, arch="amd64")
+HOST_ARGS = (
+    *("--host-memory", format_quantity(Fraction(HOST.memory))),
+    *("--host-cpus", str(HOST.cpus)),
+    *("--host-arch", HOST.arch),
+)
 
 
 def toml_value(v: Any) -> str:
@@ -102,10 +114,6 @@ def kata_mem_process(
     )
 
 
-#: Host facts for the guest tests (so that plans do not depend on the machine).
-GUEST_HOST = ("--host-memory", "16Gi", "--host-cpus", "4")
-
-
 def apply_qmp(
     run_cli: Callable[..., CliResult], cfg: Path, sock: Path, *args: str
 ) -> tuple[int, dict[str, Any]]:
@@ -118,7 +126,7 @@ def apply_qmp(
         str(sock),
         "--sandbox",
         "sb",
-        *GUEST_HOST,
+        *HOST_ARGS,
         "--json",
         *args,
     )

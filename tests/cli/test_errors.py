@@ -3,6 +3,7 @@ exit code, no traceback."""
 
 from __future__ import annotations
 
+import ast
 import json
 from pathlib import Path
 from typing import Callable
@@ -10,11 +11,24 @@ from typing import Callable
 import pytest
 
 from kata_mem import errors
-from tests.conftest import KATA_CONFIGS, PODS, CliResult, kata_mem_process, write_config
+from tests.conftest import (
+    HOST_ARGS,
+    KATA_CONFIGS,
+    PODS,
+    REPO,
+    CliResult,
+    kata_mem_process,
+    write_config,
+)
 
 UPSTREAM_QEMU = str(KATA_CONFIGS / "configuration-qemu.toml")
 Run = Callable[..., CliResult]
-HOST = ("--host-memory", "16Gi", "--host-cpus", "4")
+
+ERROR_CLASSES = [
+    cls
+    for cls in vars(errors).values()
+    if isinstance(cls, type) and issubclass(cls, errors.KataMemError)
+]
 
 
 def test_exit_codes_are_the_documented_ones() -> None:
@@ -23,12 +37,27 @@ def test_exit_codes_are_the_documented_ones() -> None:
         errors.ConfigError: 3,
         errors.InputError: 4,
         errors.QuantityError: 4,
-        errors.PlanRejected: 5,
         errors.BackendUnavailable: 6,
         errors.BackendError: 7,
-        errors.GuestTimeout: 8,
+        errors.BackendUnsupported: 7,
+        errors.MissingDependency: 9,
     }
-    assert {cls: cls.exit_code for cls in table} == table
+    assert {cls: cls.exit_code for cls in ERROR_CLASSES} == table
+    # 8 has no class: a guest timeout is an outcome (test_packaging checks the README's table).
+    assert [errors.outcome_exit_code(r) for r in ("PlugTimeout", "UnplugTimeout")] == [8, 8]
+
+
+@pytest.mark.parametrize("cls", ERROR_CLASSES, ids=lambda cls: cls.__name__)
+def test_every_error_class_is_used(cls: type[errors.KataMemError]) -> None:
+    # A class nothing raises promises an exit code that no failure gives.
+    made = [
+        path
+        for path in sorted((REPO / "kata_mem").rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Call)
+        and getattr(node.func, "id", getattr(node.func, "attr", None)) == cls.__name__
+    ]
+    assert made, f"{cls.__name__} is never constructed in kata_mem/"
 
 
 def _one_line_error(r: CliResult, code: int, *needles: str) -> None:
@@ -44,7 +73,7 @@ def _one_line_error(r: CliResult, code: int, *needles: str) -> None:
 def test_missing_config_file(run_cli: Run, tmp_path: Path) -> None:
     missing = tmp_path / "nope.toml"
     _one_line_error(
-        run_cli("preview", "--config", str(missing), *HOST),
+        run_cli("preview", "--config", str(missing), *HOST_ARGS),
         3,
         str(missing),
         "no such configuration file",
@@ -76,7 +105,7 @@ def test_bad_toml(run_cli: Run, tmp_path: Path) -> None:
 def test_wrong_type(run_cli: Run, tmp_path: Path) -> None:
     path = write_config(tmp_path / "c.toml", {"default_maxmemory": "8G"})
     _one_line_error(
-        run_cli("preview", "--config", str(path), *HOST),
+        run_cli("preview", "--config", str(path), *HOST_ARGS),
         3,
         "[hypervisor.qemu] default_maxmemory",
         "expected a non-negative integer (MiB",
@@ -91,7 +120,7 @@ def test_negative_size_in_config(run_cli: Run, tmp_path: Path) -> None:
 
 def test_unknown_unit(run_cli: Run) -> None:
     _one_line_error(
-        run_cli("preview", "--config", UPSTREAM_QEMU, "--limit", "5K", *HOST),
+        run_cli("preview", "--config", UPSTREAM_QEMU, "--limit", "5K", *HOST_ARGS),
         4,
         "--limit '5K'",
         "invalid quantity",
@@ -101,7 +130,7 @@ def test_unknown_unit(run_cli: Run) -> None:
 
 def test_negative_limit(run_cli: Run) -> None:
     _one_line_error(
-        run_cli("preview", "--config", UPSTREAM_QEMU, "--limit", "-1Gi", *HOST), 4, "negative"
+        run_cli("preview", "--config", UPSTREAM_QEMU, "--limit", "-1Gi", *HOST_ARGS), 4, "negative"
     )
 
 
@@ -118,7 +147,7 @@ def test_manifest_without_containers(run_cli: Run, tmp_path: Path) -> None:
     pod = tmp_path / "pod.yaml"
     pod.write_text("apiVersion: v1\nkind: Pod\nmetadata: {name: x}\nspec: {}\n")
     _one_line_error(
-        run_cli("preview", "--config", UPSTREAM_QEMU, "--pod", str(pod), *HOST),
+        run_cli("preview", "--config", UPSTREAM_QEMU, "--pod", str(pod), *HOST_ARGS),
         4,
         str(pod),
         "spec.containers: expected a non-empty list",
@@ -127,7 +156,9 @@ def test_manifest_without_containers(run_cli: Run, tmp_path: Path) -> None:
 
 def test_missing_pod_file(run_cli: Run, tmp_path: Path) -> None:
     _one_line_error(
-        run_cli("preview", "--config", UPSTREAM_QEMU, "--pod", str(tmp_path / "x.yaml"), *HOST),
+        run_cli(
+            "preview", "--config", UPSTREAM_QEMU, "--pod", str(tmp_path / "x.yaml"), *HOST_ARGS
+        ),
         4,
         "no such Pod manifest file",
     )
@@ -135,7 +166,7 @@ def test_missing_pod_file(run_cli: Run, tmp_path: Path) -> None:
 
 def test_current_below_boot_memory(run_cli: Run) -> None:
     _one_line_error(
-        run_cli("preview", "--config", UPSTREAM_QEMU, "--current", "1Gi", *HOST),
+        run_cli("preview", "--config", UPSTREAM_QEMU, "--current", "1Gi", *HOST_ARGS),
         4,
         "--current",
         "below the boot memory",
@@ -148,7 +179,7 @@ def test_usage_error_is_click_exit_2(run_cli: Run) -> None:
 
 
 def test_json_error_document(run_cli: Run, tmp_path: Path) -> None:
-    r = run_cli("preview", "--config", str(tmp_path / "x.toml"), "--json", *HOST)
+    r = run_cli("preview", "--config", str(tmp_path / "x.toml"), "--json", *HOST_ARGS)
     assert r.code == 3
     doc = json.loads(r.out)
     assert doc["schema"] == "kata-mem/error/v1"

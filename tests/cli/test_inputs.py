@@ -22,11 +22,18 @@ import yaml
 
 from kata_mem.files import CONFIG_CAP, MANIFEST_CAP
 from kata_mem.sources import read_pod
-from tests.conftest import KATA_CONFIGS, PODS, REPO, CliResult, kata_mem_process, write_config
+from tests.conftest import (
+    HOST_ARGS,
+    KATA_CONFIGS,
+    PODS,
+    REPO,
+    CliResult,
+    kata_mem_process,
+    write_config,
+)
 
 UPSTREAM_QEMU = str(KATA_CONFIGS / "configuration-qemu.toml")
 BOOM = str(PODS / "memory-boom.yaml")
-HOST = ("--host-memory", "16Gi", "--host-cpus", "4", "--host-arch", "amd64")
 Run = Callable[..., CliResult]
 
 
@@ -65,7 +72,7 @@ def test_config_from_a_device_is_refused_at_once(device: str) -> None:
         "preview",
         "--config",
         device,
-        *HOST,
+        *HOST_ARGS,
         expected=3,
         needles=(device, "is a character device, expected a regular configuration file"),
     )
@@ -74,7 +81,7 @@ def test_config_from_a_device_is_refused_at_once(device: str) -> None:
 @pytest.mark.parametrize("option", ["--config", "--pod", "--oci"])
 def test_a_fifo_never_blocks(fifo: Path, option: str) -> None:
     # Before: open() waited forever for a writer (the timeout would fire).
-    args = ["preview", *HOST, option, str(fifo)]
+    args = ["preview", *HOST_ARGS, option, str(fifo)]
     if option != "--config":
         args += ["--config", UPSTREAM_QEMU]
     code, what = (3, "configuration") if option == "--config" else (4, "")
@@ -90,7 +97,7 @@ def test_a_fifo_drop_in_is_refused(tmp_path: Path, fifo: Path) -> None:
         "preview",
         "--config",
         str(cfg),
-        *HOST,
+        *HOST_ARGS,
         expected=3,
         needles=("10-fifo.toml", "is a FIFO, expected a regular configuration file"),
     )
@@ -101,7 +108,7 @@ def test_a_device_drop_in_is_refused(run_cli: Run, tmp_path: Path) -> None:
     (tmp_path / "config.d").mkdir()
     (tmp_path / "config.d" / "20-zero.toml").symlink_to("/dev/zero")
     _cli(
-        run_cli("preview", "--config", str(cfg), *HOST),
+        run_cli("preview", "--config", str(cfg), *HOST_ARGS),
         3,
         "20-zero.toml",
         "is a character device",
@@ -130,14 +137,14 @@ def test_default_path_holding_a_fifo(
 
 def test_directory_and_socket_are_refused(run_cli: Run, tmp_path: Path) -> None:
     _cli(
-        run_cli("preview", "--config", UPSTREAM_QEMU, "--pod", str(tmp_path), *HOST),
+        run_cli("preview", "--config", UPSTREAM_QEMU, "--pod", str(tmp_path), *HOST_ARGS),
         4,
         "is a directory, expected a regular Pod manifest file",
     )
     sock_path = tmp_path / "s.sock"
     with socket.socket(socket.AF_UNIX) as sock:
         sock.bind(str(sock_path))
-        _cli(run_cli("preview", "--config", str(sock_path), *HOST), 3, "is a socket")
+        _cli(run_cli("preview", "--config", str(sock_path), *HOST_ARGS), 3, "is a socket")
 
 
 # --- Size caps -------------------------------------------------------------------------
@@ -149,7 +156,7 @@ def test_config_larger_than_its_cap(run_cli: Run, tmp_path: Path) -> None:
     with cfg.open("a") as fh:
         fh.write("#" * CONFIG_CAP + "\n")
     _cli(
-        run_cli("preview", "--config", str(cfg), *HOST),
+        run_cli("preview", "--config", str(cfg), *HOST_ARGS),
         3,
         "larger than the 1 MiB a configuration may have",
     )
@@ -162,7 +169,7 @@ def test_manifest_larger_than_its_cap(run_cli: Run, tmp_path: Path, option: str,
     path = tmp_path / "big"
     path.write_text("{}" + " " * MANIFEST_CAP)
     _cli(
-        run_cli("preview", "--config", UPSTREAM_QEMU, option, str(path), *HOST),
+        run_cli("preview", "--config", UPSTREAM_QEMU, option, str(path), *HOST_ARGS),
         4,
         f"larger than the 4 MiB {what} may have",
     )
@@ -171,7 +178,7 @@ def test_manifest_larger_than_its_cap(run_cli: Run, tmp_path: Path, option: str,
 def test_an_oci_spec_not_a_oci_spec(run_cli: Run, tmp_path: Path) -> None:
     path = tmp_path / "config.json"
     path.write_bytes(b"\xff{}")
-    r = run_cli("preview", "--config", UPSTREAM_QEMU, "--oci", str(path), *HOST)
+    r = run_cli("preview", "--config", UPSTREAM_QEMU, "--oci", str(path), *HOST_ARGS)
     _cli(r, 4, "not UTF-8 text (byte 0), expected an OCI spec file")
     assert "a OCI" not in r.err
 
@@ -197,7 +204,7 @@ def _deep(n: int) -> str:
 def test_deep_nesting(tmp_path: Path, name: str, text: str, option: str, code: int) -> None:
     path = tmp_path / name
     path.write_text(text)
-    args = ["preview", *HOST, option, str(path)]
+    args = ["preview", *HOST_ARGS, option, str(path)]
     if option != "--config":
         args += ["--config", UPSTREAM_QEMU]
     _process(*args, expected=code, needles=(str(path), "nested too deeply"))
@@ -207,20 +214,24 @@ def test_huge_numbers(run_cli: Run, tmp_path: Path) -> None:
     # Before: int() refused 5000 digits with a ValueError: "internal error".
     cfg = tmp_path / "c.toml"
     cfg.write_text(f"[hypervisor.qemu]\ndefault_memory = {'9' * 5000}\n")
-    _cli(run_cli("preview", "--config", str(cfg), *HOST), 3, str(cfg), "4300 digits")
-    r = run_cli("preview", "--config", UPSTREAM_QEMU, "--limit", "1" * 5000, *HOST, "--json")
+    _cli(run_cli("preview", "--config", str(cfg), *HOST_ARGS), 3, str(cfg), "4300 digits")
+    r = run_cli("preview", "--config", UPSTREAM_QEMU, "--limit", "1" * 5000, *HOST_ARGS, "--json")
     assert r.code == 0, r.err
     assert json.loads(r.out)["memory"]["clamped_by"] == ["host_memtotal"]
     oci = tmp_path / "config.json"
     oci.write_text('{"linux": {"resources": {"memory": {"limit": ' + "1" * 5000 + "}}}}")
-    _cli(run_cli("preview", "--config", UPSTREAM_QEMU, "--oci", str(oci), *HOST), 4, "invalid JSON")
+    _cli(
+        run_cli("preview", "--config", UPSTREAM_QEMU, "--oci", str(oci), *HOST_ARGS),
+        4,
+        "invalid JSON",
+    )
 
 
 # --- Numbers in manifests: Kubernetes' meaning ------------------------------------------
 
 
 def _preview(run_cli: Run, pod: Path) -> dict[str, dict[str, float]]:
-    r = run_cli("preview", "--config", UPSTREAM_QEMU, "--pod", str(pod), *HOST, "--json")
+    r = run_cli("preview", "--config", UPSTREAM_QEMU, "--pod", str(pod), *HOST_ARGS, "--json")
     assert r.code == 0, r.err
     doc: dict[str, dict[str, float]] = json.loads(r.out)
     return doc
@@ -248,7 +259,7 @@ def test_yaml_1_1_sexagesimal_is_refused(run_cli: Run, tmp_path: Path) -> None:
     pod = tmp_path / "pod.yaml"
     pod.write_text("kind: Pod\nspec:\n  containers:\n  - resources: {limits: {memory: 12:30}}\n")
     _cli(
-        run_cli("preview", "--config", UPSTREAM_QEMU, "--pod", str(pod), *HOST),
+        run_cli("preview", "--config", UPSTREAM_QEMU, "--pod", str(pod), *HOST_ARGS),
         4,
         "spec.containers[0].resources.limits.memory: invalid quantity '12:30'",
         "base-60",

@@ -15,13 +15,12 @@ from typing import Any, Callable
 import pytest
 
 from kata_mem.config import DEFAULT_PATHS
-from tests.conftest import KATA_CONFIGS, REPO, CliResult, kata_mem_process, write_config
+from tests.conftest import HOST_ARGS, KATA_CONFIGS, REPO, CliResult, kata_mem_process, write_config
 from tests.support.fake_qmp import FakeQemu, FakeQmpServer
 
 Run = Callable[..., CliResult]
 MiB = 1 << 20
 QEMU_CFG = str(KATA_CONFIGS / "configuration-qemu.toml")
-HOST = ("--host-memory", "16Gi", "--host-cpus", "4")
 
 
 def json_lines(stderr: str) -> list[dict[str, Any]]:
@@ -63,7 +62,7 @@ def shim_request(**fields: Any) -> str:
 
 @pytest.mark.parametrize("where", ["before", "after"])
 def test_json_log_format_covers_the_error_line(where: str, tmp_path: Path) -> None:
-    cmd = ["preview", "--config", str(tmp_path / "none.toml"), *HOST]
+    cmd = ["preview", "--config", str(tmp_path / "none.toml"), *HOST_ARGS]
     fmt = ["--log-format", "json"]
     r = kata_mem_process(*(fmt + cmd if where == "before" else cmd + fmt))
     assert r.returncode == 3, r.stderr
@@ -75,7 +74,7 @@ def test_json_log_format_covers_the_error_line(where: str, tmp_path: Path) -> No
 
 def test_json_log_format_covers_the_force_warning() -> None:
     r = kata_mem_process(
-        "--log-format", "json", "apply", "--dry-run", "--force", "--config", QEMU_CFG, *HOST
+        "--log-format", "json", "apply", "--dry-run", "--force", "--config", QEMU_CFG, *HOST_ARGS
     )
     assert r.returncode == 0, r.stderr
     warnings = [d for d in json_lines(r.stderr) if d["level"] == "warning"]
@@ -116,7 +115,7 @@ def _run_with_bug(argv: list[str], stdin: str = "") -> subprocess.CompletedProce
 
 
 def test_json_log_format_covers_internal_errors() -> None:
-    r = _run_with_bug(["--log-format", "json", "preview", "--config", QEMU_CFG, *HOST])
+    r = _run_with_bug(["--log-format", "json", "preview", "--config", QEMU_CFG, *HOST_ARGS])
     assert r.returncode == 1
     err = only_error(r.stderr)
     assert (err["kind"], err["exit_code"]) == ("internal", 1)
@@ -179,11 +178,11 @@ def qmp_server(tmp_path: Path) -> Iterator[FakeQmpServer]:
 def _commands(tmp_path: Path, sock: Path) -> dict[str, list[str]]:
     state = str(tmp_path / "state")
     return {
-        "preview": ["preview", "--config", QEMU_CFG, *HOST],
-        "apply": ["apply", "--dry-run", "--config", QEMU_CFG, *HOST],
+        "preview": ["preview", "--config", QEMU_CFG, *HOST_ARGS],
+        "apply": ["apply", "--dry-run", "--config", QEMU_CFG, *HOST_ARGS],
         "status": ["status", "--qmp", str(sock), "--state-dir", state],
         "reconcile": ["reconcile", "--state-dir", state],
-        "host": ["host", *HOST],
+        "host": ["host", *HOST_ARGS],
         "config check": ["config", "check", QEMU_CFG],
     }
 
@@ -208,7 +207,7 @@ def test_log_format_after_the_command_for_every_command(tmp_path: Path) -> None:
 
 
 def test_verbose_after_the_command_logs_info(tmp_path: Path) -> None:
-    r = kata_mem_process("preview", "--config", QEMU_CFG, *HOST, "-v", "--log-format", "json")
+    r = kata_mem_process("preview", "--config", QEMU_CFG, *HOST_ARGS, "-v", "--log-format", "json")
     assert r.returncode == 0, r.stderr
     assert any(
         d["level"] == "info" and "configuration" in d["message"] for d in json_lines(r.stderr)
@@ -277,7 +276,7 @@ def test_status_json_guest_is_null_not_an_object_of_nulls(
 
 def test_host_cgroup_flag_is_named_as_the_flag(run_cli: Run, tmp_path: Path) -> None:
     missing = str(tmp_path / "nonexistent")
-    r = run_cli("host", "--cgroup", missing, *HOST)
+    r = run_cli("host", "--cgroup", missing, *HOST_ARGS)
     assert r.code == 4, r.err
     assert f"--cgroup {missing!r}: does not exist" in r.err
     assert "host_memory_cgroup" not in r.err
@@ -285,7 +284,7 @@ def test_host_cgroup_flag_is_named_as_the_flag(run_cli: Run, tmp_path: Path) -> 
 
 def test_config_cgroup_is_named_with_its_file(run_cli: Run, tmp_path: Path) -> None:
     cfg = write_config(tmp_path / "c.toml", kata_mem={"host_memory_cgroup": str(tmp_path)})
-    r = run_cli("preview", "--config", str(cfg), *HOST)
+    r = run_cli("preview", "--config", str(cfg), *HOST_ARGS)
     assert r.code == 3, r.err
     assert f"{cfg}: [kata_mem] host_memory_cgroup {str(tmp_path)!r}: has no memory.max" in r.err
 
@@ -361,7 +360,7 @@ def dimm_apply(run_cli: Run, tmp_path: Path) -> Iterator[Callable[..., dict[str,
                 str(srv.path),
                 "--sandbox",
                 "sb",
-                *HOST,
+                *HOST_ARGS,
                 "--json",
                 *args,
             )
@@ -396,7 +395,7 @@ def test_apply_reports_no_shrink_steps_it_refuses(
 
 
 def _preview(run_cli: Run, *args: str, config: str = QEMU_CFG) -> CliResult:
-    return run_cli("preview", "--config", config, "--current", "4Gi", *HOST, *args)
+    return run_cli("preview", "--config", config, "--current", "4Gi", *HOST_ARGS, *args)
 
 
 def test_preview_without_allow_shrink_shows_what_apply_does(run_cli: Run) -> None:

@@ -23,7 +23,7 @@ from typing import Any, Callable
 import pytest
 
 from kata_mem.journal import STATE_MARKER, Record, SandboxState, ensure_state_dir
-from tests.conftest import GUEST_HOST, CliResult, kata_mem_process, write_config
+from tests.conftest import HOST_ARGS, CliResult, kata_mem_process, write_config
 from tests.support.fake_qmp import FakeQemu, FakeQmpServer
 
 Run = Callable[..., CliResult]
@@ -105,7 +105,7 @@ def apply(run_cli: Run, cfg: Path, sock: Path, state: Path, sandbox: str, *args:
         sandbox,
         "--state-dir",
         str(state),
-        *GUEST_HOST,
+        *HOST_ARGS,
         *args,
     )
 

@@ -9,7 +9,7 @@ from typing import Callable
 
 import pytest
 
-from tests.conftest import GUEST_HOST, CliResult, guest_config, kata_mem_process
+from tests.conftest import HOST_ARGS, CliResult, guest_config, kata_mem_process
 from tests.support.guestvm import BootGuest, GuestSpec
 
 pytestmark = pytest.mark.guest
@@ -31,7 +31,7 @@ def test_real_process_dry_run_changes_nothing(boot_guest: BootGuest, tmp_path: P
         "1Gi",
         "--dry-run",
         "--json",
-        *GUEST_HOST,
+        *HOST_ARGS,
     )
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)

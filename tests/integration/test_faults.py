@@ -20,15 +20,14 @@ from kata_mem.config import load_config
 from kata_mem.errors import BackendUnavailable
 from kata_mem.executor import Options, run_locked
 from kata_mem.journal import SandboxState
-from kata_mem.model import Container, HostFacts, SandboxRequest, Step
+from kata_mem.model import Container, SandboxRequest, Step
 from kata_mem.reconcile import reconcile_all
-from tests.conftest import GUEST_HOST, CliResult, apply_qmp, guest_config, kata_mem_process
+from tests.conftest import HOST, HOST_ARGS, CliResult, apply_qmp, guest_config, kata_mem_process
 from tests.support.fake_qmp import FakeQemu, FakeQmpServer
 from tests.support.guestvm import BootGuest, GuestSpec
 
 Run = Callable[..., CliResult]
 MiB = 1 << 20
-HOST = HostFacts(memory=16 << 30, cpus=4, arch="amd64")
 
 
 class KillsQemu(QmpBackend):
@@ -110,7 +109,7 @@ def test_unwritable_state_dir(boot_guest: BootGuest, run_cli: Run, tmp_path: Pat
         str(blocker),
         "--limit",
         "512Mi",
-        *GUEST_HOST,
+        *HOST_ARGS,
     )
     assert (
         r.code == 3 and "cannot write the sandbox state" in r.err and "nothing was changed" in r.err
@@ -125,6 +124,7 @@ def test_unwritable_state_dir(boot_guest: BootGuest, run_cli: Run, tmp_path: Pat
 @pytest.mark.guest
 def test_twenty_concurrent_shim_calls_are_serialized(boot_guest: BootGuest, tmp_path: Path) -> None:
     vm = boot_guest(GuestSpec(virtio_mem_mib=2048))
+    base_kb = vm.status().total_kb
     cfg = guest_config(tmp_path, virtio=True)
     request = {
         "schema": "kata-mem/shim-request/v1",
@@ -134,7 +134,7 @@ def test_twenty_concurrent_shim_calls_are_serialized(boot_guest: BootGuest, tmp_
         "containers": [{"id": "c1", "state": "running", "memory_limit_bytes": 1 << 30}],
         "backend": {"type": "qmp", "socket": str(vm.qmp_socket)},
         "apply": True,
-        "host": {"memory_bytes": 16 << 30, "cpus": 4},
+        "host": {"memory_bytes": HOST.memory, "cpus": HOST.cpus},
     }
     results: list[subprocess.CompletedProcess[str]] = []
     lock = threading.Lock()
@@ -155,7 +155,8 @@ def test_twenty_concurrent_shim_calls_are_serialized(boot_guest: BootGuest, tmp_
     statuses = sorted(json.loads(r.stdout)["outcome"]["status"] for r in results)
     assert statuses == ["NoChange"] * 19 + ["Resized"]
     assert {json.loads(r.stdout)["outcome"]["observed_mib"] for r in results} == {1536}
-    assert vm.wait_mem(lambda m: m.total_kb > 1300 * 1024, timeout=10)
+    want = base_kb + 1024 * 1024  # the 1 GiB limit, in kB
+    assert vm.wait_mem(lambda m: m.total_kb >= want, timeout=10).total_kb == want
 
 
 # -- reconcile, on the scripted QMP server -------------------------------------------------

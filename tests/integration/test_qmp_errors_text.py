@@ -14,7 +14,7 @@ from typing import Callable
 
 import pytest
 
-from tests.conftest import CliResult
+from tests.conftest import HOST_ARGS, CliResult
 from tests.support.fake_qmp import FakeQemu, FakeQmpServer
 
 Run = Callable[..., CliResult]
@@ -149,7 +149,7 @@ def test_error_reply_in_a_step_is_not_doubled(
     )
     r = run_cli(
         "apply", "--config", str(cfg), "--qmp", str(sock), "--limit", "256Mi",
-        "--host-memory", "16Gi", "--host-cpus", "4", "--json",
+        *HOST_ARGS, "--json",
     )  # fmt: skip
     message = json.loads(r.out)["message"]
     assert message.count("GenericError") == 1, message

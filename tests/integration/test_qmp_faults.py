@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 import pytest
 
-from tests.conftest import CliResult, write_config
+from tests.conftest import HOST_ARGS, CliResult, write_config
 from tests.support.fake_qmp import FakeQemu, FakeQmpServer
 
 Run = Callable[..., CliResult]
@@ -49,10 +49,7 @@ def apply(
             str(server.path),
             "--sandbox",
             "sb1",
-            "--host-memory",
-            "16Gi",
-            "--host-cpus",
-            "4",
+            *HOST_ARGS,
             "--json",
             *args,
         )

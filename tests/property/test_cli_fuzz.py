@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kata_mem.files import CONFIG_CAP, MANIFEST_CAP
-from tests.conftest import KATA_CONFIGS, PODS, CliResult, kata_mem_process
+from tests.conftest import HOST_ARGS, KATA_CONFIGS, PODS, CliResult, kata_mem_process
 from tests.property.test_fuzz import mutated
 
 # A read that blocks (a FIFO, /dev/urandom) fails the test here instead of hanging CI.
@@ -42,7 +42,6 @@ Run = Callable[..., CliResult]
 UPSTREAM_QEMU = str(KATA_CONFIGS / "configuration-qemu.toml")
 QEMU_TOML = (KATA_CONFIGS / "configuration-qemu.toml").read_bytes()
 BOOM = (PODS / "memory-boom.yaml").read_bytes()
-HOST = ("--host-memory", "16Gi", "--host-cpus", "4", "--host-arch", "amd64")
 OCI_SPEC = json.dumps(
     {
         "ociVersion": "1.1.0",
@@ -79,7 +78,7 @@ def _write(root: Path, name: str, data: bytes) -> Path:
 
 
 def preview_pod(run_cli: Run, pod: Path) -> CliResult:
-    return run_cli("preview", "--config", UPSTREAM_QEMU, "--pod", str(pod), *HOST)
+    return run_cli("preview", "--config", UPSTREAM_QEMU, "--pod", str(pod), *HOST_ARGS)
 
 
 # --- Generated manifests: numbers and oddities where Kubernetes reads quantities ---------
@@ -154,14 +153,14 @@ def test_mutated_pods(run_cli: Run, files: Path, data: bytes) -> None:
 @given(mutated(OCI_SPEC))
 def test_mutated_oci_specs(run_cli: Run, files: Path, data: bytes) -> None:
     oci = _write(files, "config.json", data)
-    check(run_cli("preview", "--config", UPSTREAM_QEMU, "--oci", str(oci), *HOST), 4)
+    check(run_cli("preview", "--config", UPSTREAM_QEMU, "--oci", str(oci), *HOST_ARGS), 4)
 
 
 @FUZZ
 @given(st.one_of(mutated(QEMU_TOML), st.binary(max_size=64)))
 def test_mutated_configurations(run_cli: Run, files: Path, data: bytes) -> None:
     cfg = _write(files, "configuration.toml", data)
-    check(run_cli("preview", "--config", str(cfg), *HOST), 3)
+    check(run_cli("preview", "--config", str(cfg), *HOST_ARGS), 3)
 
 
 # --- Deep nesting ------------------------------------------------------------------------
@@ -183,7 +182,9 @@ def test_deep_nesting(run_cli: Run, files: Path, kind: str, depth: int) -> None:
     name, option, frame, nest = NESTING[kind]
     path = _write(files, name, frame.format(nest(depth)).encode())
     config = () if option == "--config" else ("--config", UPSTREAM_QEMU)
-    check(run_cli("preview", *config, option, str(path), *HOST), 3 if option == "--config" else 4)
+    check(
+        run_cli("preview", *config, option, str(path), *HOST_ARGS), 3 if option == "--config" else 4
+    )
 
 
 # --- Sizes around the caps, and special files -----------------------------------------------
@@ -203,7 +204,7 @@ def test_sizes_around_the_caps(run_cli: Run, tmp_path: Path, option: str, extra:
     head, pad = SMALL[option]
     path = _write(tmp_path, "f", head + pad * (cap + extra - len(head)))
     config = () if option == "--config" else ("--config", UPSTREAM_QEMU)
-    r = run_cli("preview", *config, option, str(path), *HOST)
+    r = run_cli("preview", *config, option, str(path), *HOST_ARGS)
     check(r, 3 if option == "--config" else 4)
     assert (r.code == 0) == (extra <= 0), r.err
     if extra > 0:
@@ -244,11 +245,11 @@ def test_special_files(run_cli: Run, tmp_path: Path, option: str, kind: str) -> 
             (tmp_path / "config.d").mkdir()
             if kind != "missing":
                 os.rename(path, tmp_path / "config.d" / "50-x.toml")
-            r = run_cli("preview", "--config", str(cfg), *HOST)
+            r = run_cli("preview", "--config", str(cfg), *HOST_ARGS)
             expected = 0 if kind in ("missing", "directory") else 3
         else:
             config = () if option == "--config" else ("--config", UPSTREAM_QEMU)
-            r = run_cli("preview", *config, option, str(path), *HOST)
+            r = run_cli("preview", *config, option, str(path), *HOST_ARGS)
             expected = 3 if option == "--config" else 4
         check(r, expected)
         assert r.code == expected, r.err
@@ -265,7 +266,7 @@ def test_special_files(run_cli: Run, tmp_path: Path, option: str, kind: str) -> 
     [("fifo-pod", 4), ("urandom-oci", 4), ("deep-pod-json", 4), ("zero-dropin", 3)],
 )
 def test_real_processes(tmp_path: Path, case: str, code: int) -> None:
-    args: list[Any] = ["preview", *HOST]
+    args: list[Any] = ["preview", *HOST_ARGS]
     if case == "fifo-pod":
         args += ["--config", UPSTREAM_QEMU, "--pod", str(_special("fifo", tmp_path))]
     elif case == "urandom-oci":

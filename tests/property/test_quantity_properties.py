@@ -8,7 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kata_mem.errors import QuantityError
-from kata_mem.quantity import INT64_MAX, format_quantity, parse_quantity, quantity_bytes
+from kata_mem.quantity import format_quantity, parse_quantity, quantity_bytes
+from kata_mem.units import INT64_MAX
 
 SUFFIXES = ["", "Ki", "Mi", "Gi", "Ti", "k", "M", "G", "T", "m", "n", "u"]
 

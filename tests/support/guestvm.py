@@ -290,7 +290,12 @@ class GuestControl:
         timeout: float = 30.0,
         interval: float = 0.25,
     ) -> GuestMem:
-        """Poll :meth:`status` until ``predicate`` holds; return that status."""
+        """Poll :meth:`status` until ``predicate`` holds; return that status.
+
+        :raises TimeoutError: when it does not hold within ``timeout``. The status
+            returned is always true: assert on its fields (``.total_kb == ...``),
+            never on the call itself.
+        """
         deadline = time.monotonic() + timeout
         last = self.status()
         while not predicate(last):
@@ -377,7 +382,12 @@ class GuestControlMixin:
         timeout: float = 30.0,
         interval: float = 0.25,
     ) -> GuestMem:
-        """Poll :meth:`status` until ``predicate`` holds; return that status."""
+        """Poll :meth:`status` until ``predicate`` holds; return that status.
+
+        :raises TimeoutError: when it does not hold within ``timeout``. The status
+            returned is always true: assert on its fields (``.total_kb == ...``),
+            never on the call itself.
+        """
         return self._control.wait_mem(predicate, timeout, interval)
 
 

@@ -11,13 +11,11 @@ from typing import Any, Callable
 
 import pytest
 
-from kata_mem.backends import StepProgress
 from kata_mem.backends.fake import FakeBackend, FakeGuest, VirtualTime
 from kata_mem.executor import Options, run_locked
 from kata_mem.journal import SandboxState
 from kata_mem.model import (
     Container,
-    HostFacts,
     MemoryDevice,
     SandboxRequest,
     SizingConfig,
@@ -25,8 +23,7 @@ from kata_mem.model import (
     VmState,
 )
 from kata_mem.units import GiB, MiB
-
-HOST = HostFacts(memory=16 * GiB, cpus=4, arch="amd64")
+from tests.conftest import HOST
 
 
 def request(*limits_mib: int) -> SandboxRequest:
@@ -141,20 +138,18 @@ def test_force_skips_the_checks(cfgs: dict[str, SizingConfig], run: Callable[...
     assert any("--force" in w for w in r.warnings)
 
 
-class AllocatingGuest(FakeBackend):
-    """The guest allocates after the first shrink step completes."""
-
-    def _progress(self, step: Step) -> Any:
-        progress = super()._progress(step)
-        if progress.state == "done" and step.size == 768 * MiB:
-            self.guest.used = 900 * MiB
-        return progress
-
-
 def test_guest_allocating_mid_shrink_stops_it(
     cfgs: dict[str, SizingConfig], run: Callable[..., Any]
 ) -> None:
-    b = AllocatingGuest(vm_virtio(1024), FakeGuest(used=100 * MiB))
+    b = FakeBackend(vm_virtio(1024), FakeGuest(used=100 * MiB))
+
+    def allocate(backend: FakeBackend, step: Step) -> None:
+        # While the first step (down to 768 MiB) completes, the guest allocates: that
+        # step still fits, the next one no longer does.
+        if step.size == 768 * MiB:
+            backend.guest.used = 900 * MiB
+
+    b.on_poll = allocate
     r = run(cfgs["virtio"], b, request(), allow_shrink=True)
     assert (r.outcome.status, r.outcome.reason) == ("InProgress", "PartialShrink")
     assert "UsageAboveTarget" not in r.outcome.message and "shrink deferred" in r.outcome.message
@@ -166,14 +161,14 @@ def test_guest_allocating_mid_shrink_stops_it(
 def test_stuck_virtio_mem_is_reverted_to_observed(
     cfgs: dict[str, SizingConfig], run: Callable[..., Any]
 ) -> None:
-    # Statistics say the guest is idle, but its memory cannot be unplugged (e.g. unmovable).
-    class Stuck(FakeBackend):
-        def _progress(self, step: Step) -> Any:
-            if step.delta < 0:
-                return StepProgress("pending", "size stays")
-            return super()._progress(step)
+    # Statistics say the guest is idle, but it never finishes unplugging (e.g. unmovable
+    # memory); it still takes back what it is given.
+    b = FakeBackend(vm_virtio(1024), FakeGuest(used=100 * MiB))
 
-    b = Stuck(vm_virtio(1024), FakeGuest(used=100 * MiB))
+    def stuck(backend: FakeBackend, step: Step) -> None:
+        backend.guest.confirm = step.delta >= 0
+
+    b.on_poll = stuck
     r = run(cfgs["virtio"], b, request(), allow_shrink=True)
     assert (r.outcome.status, r.outcome.reason) == ("InProgress", "UnplugTimeout")
     dev = b.state.virtio_mem

@@ -33,8 +33,8 @@ import pytest
 
 from kata_mem.errors import InputError
 from kata_mem.manifest import go_json_float, go_yaml_scalar
-from kata_mem.quantity import INT64_MAX
 from kata_mem.sources import read_pod
+from kata_mem.units import INT64_MAX
 
 REFUSED = None
 F = Fraction

@@ -81,6 +81,13 @@ def build_vm(spec: dict[str, Any]) -> VmState:
     return VmState(spec["base_mib"] * MiB, devices, spec["slots"], spec["device_space_mib"] * MiB)
 
 
+def test_every_case_says_why() -> None:
+    ids = [c["id"] for c in CASES]
+    assert len(set(ids)) == len(ids), "case ids are unique"
+    missing = [c["id"] for c in CASES if not (isinstance(c.get("why"), str) and c["why"].strip())]
+    assert missing == [], "every plan case has a why: the rule it pins, and its numbers"
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])
 def test_plan_case(case: dict[str, Any], make_config: Callable[..., SizingConfig]) -> None:
     cfg = make_config(**case.get("config", {}))
@@ -104,7 +111,9 @@ def test_plan_case(case: dict[str, Any], make_config: Callable[..., SizingConfig
         "clamped_by": [c.cause for c in m.clamps],
         "shrink": m.shrink,
         "steps": [[s.action, s.size // MiB, s.device] for s in m.steps],
-        "slots": cfg.memory_slots,
+        # The DIMM slots of the VM the plan was made for: the planner's assumed VM
+        # unless the case gives one, not the configuration the loader read.
+        "slots": vm.slots,
     }
     for key, want in expect.items():
         if key == "vcpus":

@@ -7,7 +7,8 @@ from fractions import Fraction
 import pytest
 
 from kata_mem.errors import QuantityError
-from kata_mem.quantity import INT64_MAX, format_quantity, parse_quantity, quantity_bytes
+from kata_mem.quantity import format_quantity, parse_quantity, quantity_bytes
+from kata_mem.units import INT64_MAX
 
 ACCEPTED = [
     ("50Mi", 52428800),
