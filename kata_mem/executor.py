@@ -32,6 +32,7 @@ from kata_mem.model import (
     HostFacts,
     Outcome,
     Plan,
+    Reason,
     SandboxRequest,
     SizingConfig,
     Status,
@@ -71,7 +72,7 @@ class Result:
 class _Stop(Exception):
     """Ends the step loop with an outcome."""
 
-    def __init__(self, status: Status, reason: str, message: str) -> None:
+    def __init__(self, status: Status, reason: Reason, message: str) -> None:
         super().__init__(message)
         self.status, self.reason, self.message = status, reason, message
 
@@ -430,7 +431,7 @@ class Executor:
         try:
             self.backend.begin(step)
         except BackendUnsupported as exc:
-            reason = "BackendCannotShrink" if step.shrinks else "BackendCannotGrow"
+            reason: Reason = "BackendCannotShrink" if step.shrinks else "BackendCannotGrow"
             raise _Stop(
                 "Infeasible", reason, f"{step.action} {step.device}: {_backend_text(exc)}"
             ) from None
@@ -667,7 +668,7 @@ class Executor:
     def _deferred(
         self,
         record: Record,
-        reason: str,
+        reason: Reason,
         message: str,
         vm: VmState,
         target: int,
