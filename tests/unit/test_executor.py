@@ -19,18 +19,18 @@ from kata_mem.model import (
     Container,
     HostFacts,
     MemoryDevice,
-    SandboxRequest,
     SizingConfig,
     Step,
     VmState,
+    Workload,
 )
 from kata_mem.units import GiB, MiB
 
 HOST = HostFacts(memory=16 * GiB, cpus=4, arch="amd64")
 
 
-def request(*limits_mib: int) -> SandboxRequest:
-    return SandboxRequest(tuple(Container(f"c{i}", n * MiB) for i, n in enumerate(limits_mib)))
+def request(*limits_mib: int) -> Workload:
+    return Workload(tuple(Container(f"c{i}", n * MiB) for i, n in enumerate(limits_mib)))
 
 
 def vm_virtio(plugged_mib: int = 0, max_mib: int = 2048) -> VmState:
@@ -59,7 +59,7 @@ def cfgs(make_config: Callable[..., SizingConfig]) -> dict[str, SizingConfig]:
 
 @pytest.fixture
 def run(tmp_path: Path) -> Callable[..., Any]:
-    def go(cfg: SizingConfig, backend: FakeBackend, req: SandboxRequest, **options: bool) -> Any:
+    def go(cfg: SizingConfig, backend: FakeBackend, req: Workload, **options: bool) -> Any:
         t = VirtualTime()
         backend.clock, backend.sleep = t.clock, t.sleep
         state = SandboxState(tmp_path / "state", "sb")

@@ -11,11 +11,11 @@ import pytest
 from kata_mem.backends.fake import FakeBackend, FakeGuest, VirtualTime
 from kata_mem.executor import Options, run_locked
 from kata_mem.journal import SandboxState
-from kata_mem.model import HostFacts, MemoryDevice, SandboxRequest, SizingConfig, Step, VmState
+from kata_mem.model import HostFacts, MemoryDevice, SizingConfig, Step, VmState, Workload
 from kata_mem.units import GiB, MiB
 
 HOST = HostFacts(memory=16 * GiB, cpus=4, arch="amd64")
-EMPTY = SandboxRequest(())
+EMPTY = Workload(())
 
 
 def virtio_vm(plugged_mib: int) -> VmState:
