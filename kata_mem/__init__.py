@@ -15,13 +15,18 @@ __version__ = "0.1.0"
 #: Public name -> the module that defines it.
 _EXPORTS = {
     "apply": "kata_mem.apply:apply_request",
+    "serve": "kata_mem.apply:serve",
+    "Response": "kata_mem.apply:Response",
     "plan": "kata_mem.planner:plan",
     "load_config": "kata_mem.config:load_config",
     "find_config": "kata_mem.config:find_config",
     "probe_host": "kata_mem.host:probe_host",
     "parse_quantity": "kata_mem.quantity:parse_quantity",
     "quantity_bytes": "kata_mem.quantity:quantity_bytes",
-    "Endpoint": "kata_mem.backends:Endpoint",
+    **{
+        name: "kata_mem.request:" + name
+        for name in ("Endpoint", "HostOverrides", "SandboxRequest")
+    },
     **{
         name: "kata_mem.errors:" + name
         for name in (
@@ -33,7 +38,7 @@ _EXPORTS = {
         name: "kata_mem.model:" + name
         for name in (
             "Clamp", "Container", "GuestUsage", "HostFacts", "MemoryDevice", "MemoryPlan", "Outcome", "Plan",
-            "SandboxRequest", "SandboxSizing", "Settings", "SizingConfig", "Step", "VcpuPlan", "VmState",
+            "SandboxSizing", "Settings", "SizingConfig", "Step", "VcpuPlan", "VmState", "Workload",
         )
     },
 }  # fmt: skip
@@ -48,6 +53,7 @@ __all__ = [
     "Endpoint",
     "GuestUsage",
     "HostFacts",
+    "HostOverrides",
     "InputError",
     "KataMemError",
     "MemoryDevice",
@@ -56,6 +62,7 @@ __all__ = [
     "Outcome",
     "Plan",
     "QuantityError",
+    "Response",
     "SandboxRequest",
     "SandboxSizing",
     "Settings",
@@ -63,6 +70,7 @@ __all__ = [
     "Step",
     "VcpuPlan",
     "VmState",
+    "Workload",
     "__version__",
     "apply",
     "find_config",
@@ -71,6 +79,7 @@ __all__ = [
     "plan",
     "probe_host",
     "quantity_bytes",
+    "serve",
 ]
 
 
@@ -85,8 +94,8 @@ def __getattr__(name: str) -> Any:
 
 
 if TYPE_CHECKING:
+    from kata_mem.apply import Response, serve
     from kata_mem.apply import apply_request as apply
-    from kata_mem.backends import Endpoint
     from kata_mem.config import find_config, load_config
     from kata_mem.errors import (
         BackendError,
@@ -108,13 +117,14 @@ if TYPE_CHECKING:
         MemoryPlan,
         Outcome,
         Plan,
-        SandboxRequest,
         SandboxSizing,
         Settings,
         SizingConfig,
         Step,
         VcpuPlan,
         VmState,
+        Workload,
     )
     from kata_mem.planner import plan
     from kata_mem.quantity import parse_quantity, quantity_bytes
+    from kata_mem.request import Endpoint, HostOverrides, SandboxRequest

@@ -1,24 +1,200 @@
-"""The library entry points that touch a VM: ``apply_request`` and ``read_status``.
+"""Serving a request: the one way from a :class:`~kata_mem.request.SandboxRequest`
+to a :class:`Response`, which the CLI, the shim and ``kata-mem reconcile`` share.
 
-They pick the backend (QMP, libvirt, or the in-memory fake for a dry run), open
-the sandbox's state, and hand over to the executor.
+Each part is written once: the host a sandbox sees (:func:`sandbox_host`), the
+plan a preview shows (:func:`preview`), forgetting a sandbox (:func:`forget`),
+and resizing its VM (:func:`apply_request`, which picks the backend: QMP,
+libvirt, or the in-memory fake for a dry run, opens the sandbox's state and
+hands over to the executor). The executor, the journal and the backends are
+imported only on the paths that use them, so a plan-only request loads none.
 """
 
 from __future__ import annotations
 
+import os
 import tempfile
-from typing import Any, Optional
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Optional
 
-from kata_mem.backends import Backend, Endpoint, open_backend
-from kata_mem.backends.fake import FakeBackend, FakeGuest, VirtualTime
-from kata_mem.executor import Options, Result, fresh_usage, run_locked
-from kata_mem.journal import SandboxState, state_dir_state
-from kata_mem.model import GuestUsage, HostFacts, SandboxRequest, SizingConfig, VmState
-from kata_mem.planner import assumed_vm
-from kata_mem.shim import request_doc
+from kata_mem.config import DEFAULT_PATHS, find_config, load_config
+from kata_mem.errors import ConfigError, outcome_exit_code
+from kata_mem.host import probe_host
+from kata_mem.model import (
+    GuestUsage,
+    HostFacts,
+    Outcome,
+    Plan,
+    SizingConfig,
+    VmState,
+    Workload,
+)
+from kata_mem.planner import assumed_vm, plan
+from kata_mem.request import Endpoint, HostOverrides, SandboxRequest
+
+if TYPE_CHECKING:
+    from kata_mem.backends import Backend
+    from kata_mem.backends.fake import FakeBackend
+    from kata_mem.executor import Result
+
+
+@dataclass(frozen=True)
+class Response:
+    """What serving one request came to: the shim's response, typed.
+
+    ``plan`` is None for a delete, ``outcome`` unless the request applied.
+    ``warnings`` are the call's own; the plan carries its own as well.
+    ``config`` is the configuration the request was served with.
+    """
+
+    sandbox: str
+    config: SizingConfig
+    plan: Optional[Plan] = None
+    outcome: Optional[Outcome] = None
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def exit_code(self) -> int:
+        """0, or the code of the hypervisor's or the guest's failure (README, "Exit codes")."""
+        return outcome_exit_code(self.outcome.reason if self.outcome is not None else "")
+
+
+def serve(
+    request: SandboxRequest,
+    env: Mapping[str, str],
+    *,
+    state_dir: Optional[str] = None,
+    dry_run: bool = False,
+    force: bool = False,
+) -> Response:
+    """Serve one request: load its configuration, probe the host, then forget the
+    sandbox (event ``delete``), plan it (no ``apply``), or resize its VM.
+
+    ``env`` is the process environment (for ``KATA_CONF_FILE``). The keywords are
+    the command line's own (``apply --state-dir``, ``--dry-run``, ``--force``): no
+    request carries them.
+
+    :raises KataMemError: for every documented failure. A resize that fails midway
+        is not an error: its outcome says what happened.
+    """
+    cfg = _config(request.config, env)
+    host = sandbox_host(cfg, request.host)
+    if request.event == "delete":
+        warnings = forget(request.sandbox, state_dir or cfg.settings.state_dir)
+        return Response(request.sandbox, cfg, warnings=warnings)
+    if not request.apply and not dry_run:
+        p = preview(cfg, host, request.workload, allow_shrink=request.allow_shrink)
+        return Response(request.sandbox, cfg, p)
+    result = apply_request(
+        cfg,
+        host,
+        request.workload,
+        endpoint=request.endpoint,
+        sandbox=request.sandbox,
+        state_dir=state_dir,
+        dry_run=dry_run,
+        allow_shrink=request.allow_shrink,
+        force=force,
+    )
+    return Response(request.sandbox, cfg, result.plan, result.outcome, result.warnings)
+
+
+def _config(path: Optional[str], env: Mapping[str, str]) -> SizingConfig:
+    try:
+        found = find_config(path, env)[0]
+    except ConfigError as exc:
+        if path is not None or env.get("KATA_CONF_FILE"):
+            raise
+        # find_config's own message names the CLI's --config; a request sets a field.
+        raise ConfigError(
+            "request config is null and there is no Kata configuration where Kata looks ("
+            + " or ".join(DEFAULT_PATHS)
+            + "): set request config to the configuration file (or KATA_CONF_FILE)"
+        ) from exc
+    return load_config(found)
+
+
+def probe(
+    overrides: HostOverrides,
+    cgroup: str = "",
+    cgroup_origin: str = "[kata_mem] host_memory_cgroup",
+) -> HostFacts:
+    """The host's facts, each from ``overrides`` when given, else from the machine;
+    lowered by the cgroup v2 directory ``cgroup`` when given (``cgroup_origin`` names
+    where it was set, for its errors).
+
+    :raises ConfigError: ``cgroup`` is not a usable cgroup v2 directory (``InputError``
+        when ``cgroup_origin`` is a command-line flag).
+    """
+    return probe_host(
+        memory=overrides.memory,
+        cpus=overrides.cpus,
+        arch=overrides.arch,
+        hugepages=overrides.hugepages,
+        cgroup_dir=cgroup,
+        cgroup_origin=cgroup_origin,
+    )
+
+
+def sandbox_host(cfg: SizingConfig, overrides: HostOverrides) -> HostFacts:
+    """The host as a sandbox of ``cfg`` sees it: :func:`probe` with ``[kata_mem]
+    host_memory_cgroup``, whose errors name the file that set it."""
+    source = dict(cfg.sources).get("kata_mem.host_memory_cgroup", "")
+    origin = source.partition(" = ")[0] if ": [kata_mem]" in source else ""
+    return probe(
+        overrides,
+        cfg.settings.host_memory_cgroup,
+        origin or f"{cfg.path}: [kata_mem] host_memory_cgroup",
+    )
+
+
+def preview(
+    cfg: SizingConfig,
+    host: HostFacts,
+    workload: Workload,
+    current: Optional[int] = None,
+    allow_shrink: bool = False,
+) -> Plan:
+    """The plan for a VM booted as Kata boots it with ``current`` bytes of guest
+    memory (default: the boot memory): what ``apply`` with the same flags runs.
+    Changes nothing."""
+    vm = assumed_vm(cfg, host, current)
+    p = plan(cfg, host, workload, vm)
+    if vm.plugged:  # only then can a shrink be refused (and only then is the executor loaded)
+        from kata_mem.executor import refuse_shrink
+
+        p, _ = refuse_shrink(p, vm, allow_shrink or cfg.settings.allow_shrink)
+    return p
+
+
+def forget(sandbox: str, state_dir: str) -> tuple[str, ...]:
+    """Remove the sandbox's state (the shim's ``delete``); the warnings say what was
+    kept, and why.
+
+    :raises ConfigError: the state directory is not kata-mem's (nothing is changed).
+    """
+    from kata_mem.journal import LOCK_WAIT_S, SandboxState, state_dir_state
+
+    state = SandboxState(state_dir, sandbox)
+    # state_dir_state refuses (exit 3) a state dir that is not kata-mem's, and creates nothing.
+    found = state.remove(LOCK_WAIT_S) if state_dir_state(state_dir) == "ours" else "absent"
+    warnings = {
+        "removed": [],
+        "absent": [f"no state for sandbox {sandbox}"],
+        "not-ours": [
+            f"{state_dir}/{sandbox} was not created by kata-mem (no marker); it was left alone"
+        ],
+        "busy": [
+            f"sandbox {sandbox}: another call held its lock for {LOCK_WAIT_S:g} s; its state was "
+            "kept, and `kata-mem reconcile` removes it once the VM is gone"
+        ],
+    }[found] + state.warnings
+    return tuple(warnings)
 
 
 def _connect(cfg: SizingConfig, endpoint: Endpoint) -> Backend:
+    from kata_mem.backends import open_backend
+
     return open_backend(
         endpoint, hugepages=cfg.enable_hugepages, stats_interval=cfg.settings.stats_interval_s
     )
@@ -28,6 +204,9 @@ def _dry_run_backend(
     cfg: SizingConfig, host: HostFacts, endpoint: Optional[Endpoint]
 ) -> FakeBackend:
     """An in-memory copy of the VM (observed, read-only, when an endpoint is given)."""
+    from kata_mem.backends.fake import FakeBackend, FakeGuest
+    from kata_mem.executor import fresh_usage
+
     if endpoint is None:
         return FakeBackend(assumed_vm(cfg, host))
     real = _connect(cfg, endpoint)
@@ -50,10 +229,39 @@ def _dry_run_backend(
     return FakeBackend(vm, guest)
 
 
+def reconcile_request(
+    sandbox: str,
+    cfg: SizingConfig,
+    workload: Workload,
+    endpoint: Endpoint,
+    allow_shrink: bool,
+    host: HostFacts,
+) -> SandboxRequest:
+    """The request that repeats an apply: what ``kata-mem reconcile`` re-runs. Host
+    facts that were overridden are kept as they were (with the others probed then)."""
+    overridden = {k for k, v in host.sources if v == "override"}
+    pinned = HostOverrides()
+    if overridden:
+        pool = (host.hugepages_total, host.hugepage_size)
+        pinned = HostOverrides(
+            host.memory, host.cpus, host.arch, pool if "hugepages" in overridden else None
+        )
+    return SandboxRequest(
+        sandbox,
+        "reconcile",
+        os.path.abspath(cfg.path),  # reconcile runs from another directory
+        workload,
+        endpoint,
+        apply=True,
+        allow_shrink=allow_shrink,
+        host=pinned,
+    )
+
+
 def apply_request(
     cfg: SizingConfig,
     host: HostFacts,
-    request: SandboxRequest,
+    workload: Workload,
     *,
     endpoint: Optional[Endpoint],
     sandbox: str,
@@ -62,7 +270,7 @@ def apply_request(
     allow_shrink: bool = False,
     force: bool = False,
 ) -> Result:
-    """Resize the sandbox's VM to what its containers need.
+    """Resize the sandbox's VM to what its workload needs.
 
     With ``dry_run`` the plan runs against an in-memory copy of the VM (read
     from ``endpoint`` when given) and a throw-away journal: nothing changes.
@@ -71,6 +279,10 @@ def apply_request(
     :raises ConfigError: the state directory is not kata-mem's or cannot be written.
     :raises BackendError: a query failed outside a step (steps report failures in the outcome).
     """
+    from kata_mem.backends.fake import VirtualTime
+    from kata_mem.executor import Options, run_locked
+    from kata_mem.journal import SandboxState, state_dir_state
+
     options = Options(allow_shrink=allow_shrink, force=force)
     directory = state_dir or cfg.settings.state_dir
     if dry_run:
@@ -81,18 +293,20 @@ def apply_request(
         with tempfile.TemporaryDirectory(prefix="kata-mem-dry-run-") as tmp:
             state = SandboxState(tmp, sandbox)
             return run_locked(
-                state, lambda: fake, cfg, host, request, options, virtual.clock, virtual.sleep
+                state, lambda: fake, cfg, host, workload, options, virtual.clock, virtual.sleep
             )
     if endpoint is None:
         raise ValueError("apply_request needs an endpoint unless dry_run")
     real_endpoint = endpoint
-    saved = None if force else request_doc(sandbox, cfg, request, endpoint, allow_shrink, host)
+    saved = None
+    if not force:
+        saved = reconcile_request(sandbox, cfg, workload, endpoint, allow_shrink, host).to_json()
     return run_locked(
         SandboxState(directory, sandbox),
         lambda: _connect(cfg, real_endpoint),
         cfg,
         host,
-        request,
+        workload,
         options,
         saved_request=saved,
     )
@@ -106,6 +320,10 @@ def read_status(
     :raises BackendUnavailable: the VM's hypervisor cannot be reached.
     :raises ConfigError: the state directory is not kata-mem's (nothing is created).
     """
+    from kata_mem.backends import open_backend
+    from kata_mem.executor import fresh_usage
+    from kata_mem.journal import SandboxState, state_dir_state
+
     state_dir_state(state_dir)  # refuse a state dir that is not kata-mem's before connecting
     backend = open_backend(endpoint)
     try:

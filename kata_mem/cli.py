@@ -18,13 +18,22 @@ import click
 
 from kata_mem import config as config_mod
 from kata_mem import logs, render
-from kata_mem.backends import Endpoint
-from kata_mem.errors import InputError, KataMemError, outcome_exit_code
-from kata_mem.host import check_hugepages, normalize_arch, probe_host
-from kata_mem.model import HostFacts, Settings, SizingConfig
-from kata_mem.planner import assumed_vm, current_problem, plan
+from kata_mem.apply import preview as plan_preview
+from kata_mem.apply import probe, sandbox_host, serve
+from kata_mem.errors import InputError, KataMemError
+from kata_mem.model import Settings, SizingConfig
+from kata_mem.planner import current_problem
 from kata_mem.quantity import quantity_bytes
-from kata_mem.sources import build_request
+from kata_mem.request import (
+    MIN_HOST_MEMORY,
+    Endpoint,
+    HostOverrides,
+    SandboxRequest,
+    check_hugepages,
+    normalize_arch,
+)
+from kata_mem.sources import build_workload
+from kata_mem.units import MiB
 
 F = TypeVar("F", bound=Callable[..., Any])
 log = logging.getLogger("kata_mem")
@@ -35,13 +44,13 @@ def _utf8(value: str, param: Optional[click.Parameter], expected: str) -> str:
     kata-mem keeps these values as JSON text (its journal, the shim protocol, --json)."""
     try:
         value.encode()
-    except UnicodeEncodeError:
+    except UnicodeEncodeError as exc:
         name = "value" if param is None else param.human_readable_name
         if isinstance(param, click.Option):
             name = max(param.opts, key=len)
         raise InputError(
             f"{name} {os.fsencode(value)!r}: not valid UTF-8; expected {expected} in UTF-8"
-        ) from None
+        ) from exc
     return value
 
 
@@ -91,12 +100,13 @@ def _host(
     host_cpus: Optional[int],
     host_arch: Optional[str],
     host_hugepages: Optional[str],
-    cgroup: str,
-    cgroup_origin: str,
-) -> HostFacts:
+) -> HostOverrides:
+    """The ``--host-*`` options."""
     memory = quantity_bytes(host_memory, "--host-memory") if host_memory is not None else None
-    if memory is not None and memory < 1 << 20:
-        raise InputError(f"--host-memory {host_memory!r}: expected at least 1Mi")
+    if memory is not None and memory < MIN_HOST_MEMORY:
+        raise InputError(
+            f"--host-memory {host_memory!r}: expected at least {MIN_HOST_MEMORY // MiB}Mi"
+        )
     if host_arch is not None:
         host_arch = normalize_arch(host_arch, "--host-arch")
     pool = None
@@ -112,28 +122,20 @@ def _host(
             quantity_bytes(size, f"--host-hugepages {host_hugepages!r}: SIZE"),
             f"--host-hugepages {host_hugepages!r}",
         )
-    return probe_host(
-        memory=memory,
-        cpus=host_cpus,
-        arch=host_arch,
-        hugepages=pool,
-        cgroup_dir=cgroup,
-        cgroup_origin=cgroup_origin,
-    )
+    return HostOverrides(memory, host_cpus, host_arch, pool)
 
 
-def _config_cgroup(cfg: SizingConfig) -> tuple[str, str]:
-    """``[kata_mem] host_memory_cgroup`` and the file that set it, for its errors."""
-    source = dict(cfg.sources).get("kata_mem.host_memory_cgroup", "")
-    origin = source.partition(" = ")[0] if ": [kata_mem]" in source else ""
-    return cfg.settings.host_memory_cgroup, origin or f"{cfg.path}: [kata_mem] host_memory_cgroup"
+def _find_config(path: Optional[str]) -> tuple[Path, str]:
+    """The configuration file to use (``--config``, KATA_CONF_FILE, or where Kata
+    looks), and which of them chose it."""
+    found, why = config_mod.find_config(path, config_mod.env())
+    log.info("configuration %s (%s)", found, why)
+    return found, why
 
 
 def _config(path: Optional[str]) -> tuple[SizingConfig, str]:
-    found, why = config_mod.find_config(path, config_mod.env())
-    cfg = config_mod.load_config(found)
-    log.info("configuration %s (%s)", found, why)
-    return cfg, why
+    found, why = _find_config(path)
+    return config_mod.load_config(found), why
 
 
 def _global_option(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
@@ -252,21 +254,16 @@ def preview(
 ) -> None:
     """Show the memory and vCPUs a sandbox would get, the steps, and why: what apply
     would do with the same flags. Changes nothing."""
-    from kata_mem.executor import refuse_shrink
-
     cfg, _ = _config(config_path)
-    host = _host(host_memory, host_cpus, host_arch, host_hugepages, *_config_cgroup(cfg))
-    request = build_request(pod, oci, limit, cpu)
+    host = sandbox_host(cfg, _host(host_memory, host_cpus, host_arch, host_hugepages))
+    workload = build_workload(pod, oci, limit, cpu)
     current_bytes = None
     if current is not None:
         current_bytes = quantity_bytes(current, "--current")
         problem = current_problem(cfg, host, current_bytes)
         if problem:
             raise InputError(f"--current {current!r}: {problem}")
-    vm = assumed_vm(cfg, host, current_bytes)
-    result, _ = refuse_shrink(
-        plan(cfg, host, request, vm), vm, allow_shrink or cfg.settings.allow_shrink
-    )
+    result = plan_preview(cfg, host, workload, current_bytes, allow_shrink)
     if as_json:
         _emit(render.plan_json(result, cfg))
     else:
@@ -385,38 +382,37 @@ def apply(
     as_json: bool,
 ) -> int:
     """Resize the VM's memory to what its containers need: reconcile, plan, step, verify."""
-    from kata_mem.apply import apply_request
-
     endpoint = _endpoint(qmp, libvirt_uri, domain)
     if endpoint is None and not dry_run:
         raise click.UsageError(
             "apply needs --qmp SOCKET or --libvirt URI --domain NAME (or --dry-run)"
         )
-    cfg, _ = _config(config_path)
-    host = _host(host_memory, host_cpus, host_arch, host_hugepages, *_config_cgroup(cfg))
-    request = build_request(pod, oci, limit, cpu)
+    config, _ = _find_config(config_path)
+    overrides = _host(host_memory, host_cpus, host_arch, host_hugepages)
+    workload = build_workload(pod, oci, limit, cpu)
     if force:
         log.warning("--force skips every shrink safety check; for tests and benchmarks only")
-    sid = _sandbox_id(sandbox, endpoint)
-    result = apply_request(
-        cfg,
-        host,
-        request,
-        endpoint=endpoint,
-        sandbox=sid,
-        state_dir=state_dir,
-        dry_run=dry_run,
+    request = SandboxRequest(
+        _sandbox_id(sandbox, endpoint),
+        "update",
+        str(config),
+        workload,
+        endpoint,
+        apply=not dry_run,
         allow_shrink=allow_shrink,
-        force=force,
+        host=overrides,
     )
+    response = serve(request, config_mod.env(), state_dir=state_dir, dry_run=dry_run, force=force)
+    assert response.plan is not None and response.outcome is not None  # an apply has both
+    cfg, outcome = response.config, response.outcome
     if as_json:
-        doc = render.outcome_json(result.outcome, sid, result.warnings)
-        doc["plan"] = render.plan_json(result.plan, cfg)
+        doc = render.outcome_json(outcome, request.sandbox, response.warnings)
+        doc["plan"] = render.plan_json(response.plan, cfg)
         _emit(doc)
     else:
-        click.echo(render.plan_text(result.plan, cfg, "plan (from the observed VM)"))
-        click.echo(render.outcome_text(result.outcome, result.warnings))
-    return outcome_exit_code(result.outcome.reason)
+        click.echo(render.plan_text(response.plan, cfg, "plan (from the observed VM)"))
+        click.echo(render.outcome_text(outcome, response.warnings))
+    return response.exit_code
 
 
 @cli.command()
@@ -477,7 +473,7 @@ def reconcile(config_path: Optional[str], state_dir: Optional[str], as_json: boo
     """One pass over every sandbox: retry deferred shrinks that are due, settle pending
     DIMMs, forget sandboxes whose VM is gone. Run it from a timer (see the README).
     Exits with the code of the first sandbox that failed (the pass goes on)."""
-    from kata_mem.reconcile import exit_code, reconcile_all, visits_json, visits_text
+    from kata_mem.reconcile import exit_code, reconcile_all
 
     directory = state_dir
     if directory is None:
@@ -486,9 +482,9 @@ def reconcile(config_path: Optional[str], state_dir: Optional[str], as_json: boo
         )
     visits = reconcile_all(directory, dict(os.environ))
     if as_json:
-        _emit(visits_json(visits))
+        _emit(render.reconcile_json(visits))
     else:
-        click.echo(visits_text(visits))
+        click.echo(render.reconcile_text(visits))
     return exit_code(visits)
 
 
@@ -520,7 +516,7 @@ def host(
     as_json: bool,
 ) -> None:
     """Show the host facts kata-mem sizes against."""
-    facts = _host(host_memory, host_cpus, host_arch, host_hugepages, cgroup, "--cgroup")
+    facts = probe(_host(host_memory, host_cpus, host_arch, host_hugepages), cgroup, "--cgroup")
     if as_json:
         _emit(render.host_json(facts))
     else:
@@ -555,13 +551,11 @@ def _report(exc: KataMemError, as_json: bool) -> int:
 
 def main(argv: Optional[list[str]] = None) -> int:
     """Run the CLI; return the process exit code (never raises for bad input)."""
-    from kata_mem.main import split_global_options
-
     args = list(sys.argv[1:] if argv is None else argv)
     as_json = "--json" in args
     # Until click has parsed the options (and for its own usage errors), report in
     # the format the command line asks for.
-    logs.set_format(split_global_options(args)[1] or "text")
+    logs.set_format(logs.split_global_options(args)[1] or "text")
     try:
         rv = cli.main(args=args, prog_name="kata-mem", standalone_mode=False)
     except KataMemError as exc:

@@ -8,7 +8,6 @@ files (Kata ignores tables it does not know).
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 from collections.abc import Mapping
@@ -18,9 +17,10 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from kata_mem.errors import ConfigError
+from kata_mem.fields import Fields, is_bool, is_int, is_number, is_str, toml_value
 from kata_mem.files import CONFIG_CAP, not_regular, read_capped
 from kata_mem.model import Settings, SizingConfig
-from kata_mem.units import MiB
+from kata_mem.units import INT64_MAX, MiB
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -133,7 +133,8 @@ def load_raw(path: Path) -> tuple[dict[str, Any], Origins, tuple[str, ...]]:
 
 
 class _Reader:
-    """Typed access to one table, with errors that name the file, key and expectation."""
+    """Typed access to one table, with errors that name the file, key and expectation,
+    and a record of where each value came from."""
 
     def __init__(
         self, table: Mapping[str, Any], path: tuple[str, ...], origins: Origins, fallback_file: str
@@ -144,55 +145,39 @@ class _Reader:
         self.fallback_file = fallback_file
         self.sources: list[tuple[str, str]] = []
 
-    def where(self, key: str) -> str:
+    def fields(self, key: str) -> Fields:
+        """The file that set ``key`` (or would have), for its errors."""
         file = self.origins.get((*self.path, key), self.fallback_file)
-        return f"{file}: [{'.'.join(self.path)}] {key}"
+        return Fields(f"{file}:", ConfigError, toml_value)
+
+    def at(self, key: str) -> str:
+        return f"[{'.'.join(self.path)}] {key}"
+
+    def where(self, key: str) -> str:
+        return self.fields(key).name(self.at(key))
 
     def get(self, key: str, default: Any, check: Callable[[Any], bool], expected: str) -> Any:
         if key not in self.table:
-            self.sources.append((key, f"default ({_show(default)})"))
+            self.sources.append((key, f"default ({toml_value(default)})"))
             return default
         value = self.table[key]
         if not check(value):
-            raise ConfigError(f"{self.where(key)}: expected {expected}, got {_show(value)}")
-        self.sources.append((key, f"{self.where(key)} = {_show(value)}"))
+            raise self.fields(key).fail(self.at(key), expected, value)
+        self.sources.append((key, f"{self.where(key)} = {toml_value(value)}"))
         return value
 
     def note(self, key: str, text: str) -> None:
         self.sources = [(k, f"{s}; {text}" if k == key else s) for k, s in self.sources]
 
 
-def _show(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return repr(value)
-    if isinstance(value, (int, float)):
-        return str(value)
-    return f"a {type(value).__name__}"
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
 def _nonneg_int(v: Any) -> bool:
-    return _is_int(v) and v >= 0
-
-
-def _is_bool(v: Any) -> bool:
-    return isinstance(v, bool)
-
-
-def _is_number(v: Any) -> bool:
-    return _is_int(v) or (isinstance(v, float) and math.isfinite(v))
+    return is_int(v) and v >= 0
 
 
 #: The ranges of the Go types Kata decodes the sizing keys into (src/runtime/pkg/
 #: katautils/config.go, ``type hypervisor``), as its TOML decoder (BurntSushi/toml
 #: ``unifyInt``, ``unifyFloat64``) enforces them: Kata refuses a value outside.
 UINT32_MAX = (1 << 32) - 1
-INT64_MAX = (1 << 63) - 1
 FLOAT32_MAX = 3.4028234663852886e38
 FLOAT32_SAFE_INT = (1 << 24) - 1
 
@@ -202,8 +187,8 @@ def _in_range(
 ) -> None:
     if not low <= value <= high:
         raise ConfigError(
-            f"{reader.where(key)}: {_show(value)} is out of range: Kata reads it as a "
-            f"{kata_type}, expected {_show(low)} to {_show(high)}"
+            f"{reader.where(key)}: {toml_value(value)} is out of range: Kata reads it as a "
+            f"{kata_type}, expected {toml_value(low)} to {toml_value(high)}"
         )
 
 
@@ -249,10 +234,10 @@ def load_config(path: Path) -> SizingConfig:
         slots = KATA_DEFAULT_SLOTS
     offset = hv.get("memory_offset", 0, _nonneg_int, "a non-negative integer (MiB)")
     _in_range(hv, "memory_offset", offset, 0, INT64_MAX, "uint64 (MiB) from a TOML integer")
-    virtio_mem = hv.get("enable_virtio_mem", False, _is_bool, "true or false")
-    hugepages = hv.get("enable_hugepages", False, _is_bool, "true or false")
-    vcpus = hv.get("default_vcpus", 1, _is_number, "a number of vCPUs (<0 = all host CPUs)")
-    if _is_int(vcpus):
+    virtio_mem = hv.get("enable_virtio_mem", False, is_bool, "true or false")
+    hugepages = hv.get("enable_hugepages", False, is_bool, "true or false")
+    vcpus = hv.get("default_vcpus", 1, is_number, "a number of vCPUs (<0 = all host CPUs)")
+    if is_int(vcpus):
         # An integer decoded into a float32 must be exact (BurntSushi ``maxSafeFloat32Int``).
         _in_range(hv, "default_vcpus", vcpus, -FLOAT32_SAFE_INT, FLOAT32_SAFE_INT, "float32")
     else:
@@ -264,7 +249,7 @@ def load_config(path: Path) -> SizingConfig:
     if not isinstance(runtime_table, dict):
         raise ConfigError(f"{origins.get(('runtime',), first)}: [runtime] must be a table")
     rt = _Reader(runtime_table, ("runtime",), origins, first)
-    static = rt.get("static_sandbox_resource_mgmt", False, _is_bool, "true or false")
+    static = rt.get("static_sandbox_resource_mgmt", False, is_bool, "true or false")
 
     settings, settings_sources = load_settings(data, origins, first)
     sources = [(f"hypervisor.{name}.{k}", s) for k, s in hv.sources]
@@ -290,19 +275,15 @@ def load_config(path: Path) -> SizingConfig:
 
 
 def _power_of_two_mib(v: Any) -> bool:
-    return _is_int(v) and v >= 1 and v & (v - 1) == 0
+    return is_int(v) and v >= 1 and v & (v - 1) == 0
 
 
 def _percent(v: Any) -> bool:
-    return _is_int(v) and 0 <= v <= 100
+    return is_int(v) and 0 <= v <= 100
 
 
 def _positive_number(v: Any) -> bool:
-    return _is_number(v) and v > 0
-
-
-def _is_str(v: Any) -> bool:
-    return isinstance(v, str)
+    return is_number(v) and v > 0
 
 
 #: The ``[kata_mem]`` table: key -> (Settings field, scale, check, expected).
@@ -323,12 +304,12 @@ SETTINGS_KEYS: dict[str, tuple[str, int, Callable[[Any], bool], str]] = {
     "stats_interval_s": (
         "stats_interval_s",
         1,
-        lambda v: _is_int(v) and v >= 1,
+        lambda v: is_int(v) and v >= 1,
         "an integer >= 1 (seconds)",
     ),
-    "allow_shrink": ("allow_shrink", 1, _is_bool, "true or false"),
-    "state_dir": ("state_dir", 1, lambda v: _is_str(v) and v.startswith("/"), "an absolute path"),
-    "host_memory_cgroup": ("host_memory_cgroup", 1, _is_str, 'a cgroup v2 directory or ""'),
+    "allow_shrink": ("allow_shrink", 1, is_bool, "true or false"),
+    "state_dir": ("state_dir", 1, lambda v: is_str(v) and v.startswith("/"), "an absolute path"),
+    "host_memory_cgroup": ("host_memory_cgroup", 1, is_str, 'a cgroup v2 directory or ""'),
 }
 
 

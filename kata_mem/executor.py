@@ -33,11 +33,11 @@ from kata_mem.model import (
     Outcome,
     Plan,
     Reason,
-    SandboxRequest,
     SizingConfig,
     Status,
     Step,
     VmState,
+    Workload,
 )
 from kata_mem.planner import assumed_vm
 from kata_mem.planner import plan as make_plan
@@ -88,7 +88,7 @@ def run_locked(
     connect: Callable[[], Backend],
     cfg: SizingConfig,
     host: HostFacts,
-    request: SandboxRequest,
+    request: Workload,
     options: Options,
     clock: Callable[[], float] = time.time,
     sleep: Callable[[float], None] = time.sleep,
@@ -255,7 +255,7 @@ class Executor:
     # -- entry point -----------------------------------------------------------
 
     def apply(
-        self, cfg: SizingConfig, host: HostFacts, request: SandboxRequest, options: Options
+        self, cfg: SizingConfig, host: HostFacts, request: Workload, options: Options
     ) -> Result:
         """Reconcile, plan from the observed VM, and run the plan. Call it with the
         sandbox lock held (:func:`run_locked`).

@@ -11,63 +11,9 @@ from typing import Optional
 
 from kata_mem.errors import ConfigError, InputError, KataMemError
 from kata_mem.files import read_capped_text
-from kata_mem.model import ARCHES, Arch, HostFacts
-from kata_mem.units import GiB, KiB, MiB, align_down
-
-#: ``uname -m`` names and Go ``GOARCH`` names of the architectures Kata builds for,
-#: to the Go name kata-mem uses everywhere inside (``ARCHES``).
-GO_ARCH: dict[str, Arch] = {
-    "x86_64": "amd64",
-    "amd64": "amd64",
-    "aarch64": "arm64",
-    "arm64": "arm64",
-    "ppc64le": "ppc64le",
-    "s390x": "s390x",
-    "riscv64": "riscv64",
-}
-assert set(GO_ARCH.values()) == set(ARCHES)
-
-#: Smallest and largest hugepage sizes a Linux architecture offers (64 KiB on
-#: arm64/ppc64le up to 16 GiB on ppc64); a pool is count x size.
-_HUGEPAGE_SIZES = (64 * KiB, 16 * GiB)
-
-
-def normalize_arch(name: str, what: str) -> Arch:
-    """The Go name of an architecture given by its ``uname -m`` or Go name.
-
-    The one place architecture names are read: an unknown name would silently
-    lose the per-architecture vCPU cap, so it is refused.
-
-    :raises InputError: for a name that is not one of the architectures Kata supports;
-        ``what`` names where it came from.
-    """
-    arch = GO_ARCH.get(name)
-    if arch is None:
-        pairs = ", ".join("/".join(k for k, v in GO_ARCH.items() if v == go) for go in ARCHES)
-        raise InputError(
-            f"{what} {name!r}: not an architecture Kata supports; expected one of {pairs} "
-            "(the uname -m or Go name)"
-        )
-    return arch
-
-
-def check_hugepages(count: int, size: int, what: str) -> tuple[int, int]:
-    """A hugepage pool given by hand: ``count`` pages of ``size`` bytes.
-
-    :raises InputError: a negative count, or a size that is not a power of two
-        from 64 KiB to 16 GiB.
-    """
-    low, high = _HUGEPAGE_SIZES
-    if count < 0 or count > (1 << 63) // max(size, 1):
-        raise InputError(
-            f"{what}: page count {count}: expected 0 or more pages, at most 2^63 bytes"
-        )
-    if not low <= size <= high or size & (size - 1):
-        raise InputError(
-            f"{what}: page size {size} bytes: expected a power of two from 64Ki to 16Gi "
-            "(e.g. 2Mi or 1Gi, the Hugepagesize of /proc/meminfo)"
-        )
-    return count, size
+from kata_mem.model import HostFacts
+from kata_mem.request import check_hugepages, normalize_arch
+from kata_mem.units import KiB, MiB, align_down
 
 
 def _meminfo(proc: Path) -> dict[str, int]:

@@ -56,6 +56,26 @@ def line(
     return f"{prefix}: {level}: {message}"
 
 
+def split_global_options(args: list[str]) -> tuple[int, Optional[str], list[str]]:
+    """``-v``/``--verbose`` (counted) and ``--log-format`` taken out of ``args``
+    wherever they are: for the shim, which runs without click, and for the CLI's
+    errors before click has parsed them. A missing value comes back as ``""``; the
+    caller refuses it.
+    """
+    verbose, fmt, rest = 0, None, []
+    it = iter(args)
+    for arg in it:
+        if arg == "--verbose" or (arg.startswith("-v") and set(arg[1:]) == {"v"}):
+            verbose += 1 if arg == "--verbose" else len(arg) - 1
+        elif arg == "--log-format":
+            fmt = next(it, "")
+        elif arg.startswith("--log-format="):
+            fmt = arg.partition("=")[2]
+        else:
+            rest.append(arg)
+    return verbose, fmt, rest
+
+
 def emit(level: str, message: str, **fields: Any) -> None:
     """Write one line on stderr (see :func:`line`)."""
     sys.stderr.write(line(level, message, **fields) + "\n")

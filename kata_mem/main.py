@@ -42,25 +42,6 @@ def _print_schema(args: list[str]) -> int:
     return 0
 
 
-def split_global_options(args: list[str]) -> tuple[int, Optional[str], list[str]]:
-    """``-v``/``--verbose`` (counted) and ``--log-format`` taken out of ``args``
-    wherever they are, for the shim, which runs without click. A missing value
-    comes back as ``""``; the caller refuses it.
-    """
-    verbose, fmt, rest = 0, None, []
-    it = iter(args)
-    for arg in it:
-        if arg == "--verbose" or (arg.startswith("-v") and set(arg[1:]) == {"v"}):
-            verbose += 1 if arg == "--verbose" else len(arg) - 1
-        elif arg == "--log-format":
-            fmt = next(it, "")
-        elif arg.startswith("--log-format="):
-            fmt = arg.partition("=")[2]
-        else:
-            rest.append(arg)
-    return verbose, fmt, rest
-
-
 def _shim_usage(message: str) -> int:
     logs.emit(
         "error",
@@ -77,7 +58,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     # Global options may come before or after the command. click handles them for
     # every other command; the shim, dispatched before click is imported, here.
-    verbose, fmt, rest = split_global_options(args)
+    verbose, fmt, rest = logs.split_global_options(args)
     if rest[:1] == ["shim"]:
         logs.set_format(fmt or "text")
         if fmt is not None and fmt not in logs.FORMATS:

@@ -150,7 +150,7 @@ class SandboxSizing:
 
 
 @dataclass(frozen=True)
-class SandboxRequest:
+class Workload:
     """What the sandbox runs: its containers, and CRI pod sizing when given."""
 
     containers: tuple[Container, ...] = ()

@@ -24,12 +24,12 @@ from kata_mem.model import (
     MemoryDevice,
     MemoryPlan,
     Plan,
-    SandboxRequest,
     SizingConfig,
     Step,
     VcpuCause,
     VcpuPlan,
     VmState,
+    Workload,
 )
 from kata_mem.units import MiB, align_down, align_up, fmt_bytes
 
@@ -225,7 +225,7 @@ def current_problem(cfg: SizingConfig, host: HostFacts, current: int) -> Optiona
 def plan(
     cfg: SizingConfig,
     host: HostFacts,
-    request: SandboxRequest,
+    workload: Workload,
     vm: Optional[VmState] = None,
 ) -> Plan:
     """Plan the sandbox's memory and vCPUs.
@@ -235,16 +235,16 @@ def plan(
     recorded with its cause.
     """
     vm = vm if vm is not None else assumed_vm(cfg, host)
-    mem_plan, warnings = _plan_memory(cfg, host, request, vm)
-    vcpus, vcpu_notes = _plan_vcpus(cfg, host, request)
+    mem_plan, warnings = _plan_memory(cfg, host, workload, vm)
+    vcpus, vcpu_notes = _plan_vcpus(cfg, host, workload)
     warnings += vcpu_notes
     warnings += [f"vCPUs: {c.detail}" for c in vcpus.clamps]
-    if request.sizing is not None:
-        warnings = [*request.sizing.warnings, *warnings]
+    if workload.sizing is not None:
+        warnings = [*workload.sizing.warnings, *warnings]
     return Plan(memory=mem_plan, vcpus=vcpus, warnings=tuple(warnings))
 
 
-def _workload(cfg: SizingConfig, request: SandboxRequest) -> tuple[int, Fraction, list[str]]:
+def _workload(cfg: SizingConfig, request: Workload) -> tuple[int, Fraction, list[str]]:
     mem, cpu = workload(request.containers)
     notes: list[str] = []
     sizing = request.sizing
@@ -261,7 +261,7 @@ def _workload(cfg: SizingConfig, request: SandboxRequest) -> tuple[int, Fraction
 
 
 def _plan_memory(
-    cfg: SizingConfig, host: HostFacts, request: SandboxRequest, vm: VmState
+    cfg: SizingConfig, host: HostFacts, request: Workload, vm: VmState
 ) -> tuple[MemoryPlan, list[str]]:
     mech = mechanism(cfg)
     host_mem, _ = effective_host_memory(host)
@@ -493,7 +493,7 @@ def _resize_virtio_mem(
 
 
 def _plan_vcpus(
-    cfg: SizingConfig, host: HostFacts, request: SandboxRequest
+    cfg: SizingConfig, host: HostFacts, request: Workload
 ) -> tuple[VcpuPlan, list[str]]:
     """Kata ``defaultMaxVCPUs``/``defaultVCPUs``; target = ceil(default + sum of quota/period).
 

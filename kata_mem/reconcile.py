@@ -21,22 +21,26 @@ import socket
 import stat
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
-from kata_mem.backends import Endpoint
+from kata_mem.apply import serve
 from kata_mem.errors import BackendUnavailable, ConfigError, KataMemError
 from kata_mem.files import STATE_CAP, read_capped
 from kata_mem.journal import SandboxState, list_state_dir
+from kata_mem.model import Outcome
+from kata_mem.request import Endpoint, SandboxRequest
 
 
 @dataclass(frozen=True)
 class Visit:
-    """What one reconcile pass did for one sandbox (``exit_code``: of a failure)."""
+    """What one reconcile pass did for one sandbox: the outcome and warnings of a
+    retried request, the exit code of a failure."""
 
     sandbox: str
     action: str  # retried | waiting | cleaned | skipped | failed
     detail: str
-    outcome: Optional[dict[str, Any]] = None
+    outcome: Optional[Outcome] = None
+    warnings: tuple[str, ...] = ()
     exit_code: int = 0
 
 
@@ -79,8 +83,6 @@ def vm_gone(endpoint: Endpoint) -> Optional[str]:
 
 
 def _visit(state: SandboxState, env: dict[str, str], clock: Callable[[], float]) -> Visit:
-    from kata_mem.shim import handle, parse_request
-
     sandbox = state.sandbox
 
     def forget(why: str) -> Visit:
@@ -94,15 +96,14 @@ def _visit(state: SandboxState, env: dict[str, str], clock: Callable[[], float])
             return Visit(sandbox, "skipped", "no saved request (applied with --force only)")
         return forget("no journal and no request: nothing was ever applied")
     raw = read_capped(state.request_path, cap=STATE_CAP, what="saved request", error=ConfigError)
-    saved = parse_request(raw)
-    if saved["sandbox"] != sandbox:
+    saved = SandboxRequest.from_json(raw)
+    if saved.sandbox != sandbox:
         raise ConfigError(
-            f"{state.request_path}: is for sandbox {saved['sandbox']!r}, not {sandbox!r}; "
+            f"{state.request_path}: is for sandbox {saved.sandbox!r}, not {sandbox!r}; "
             f"remove {state.dir} once its VM is gone"
         )
-    endpoint = saved["endpoint"]
-    if endpoint is not None:
-        gone = vm_gone(endpoint)
+    if saved.endpoint is not None:
+        gone = vm_gone(saved.endpoint)
         if gone:
             return forget(f"the VM is gone ({gone})")
     record = state.load()
@@ -115,18 +116,18 @@ def _visit(state: SandboxState, env: dict[str, str], clock: Callable[[], float])
             f"deferred ({deferred.get('reason')}), retry in {retry_at - clock():.0f} s",
         )
     try:
-        response = handle(raw, env)
+        response = serve(saved, env)
     except BackendUnavailable as exc:
         if exc.gone:
             return forget(f"the VM is gone ({exc.message})")
         raise
-    outcome = response.get("outcome") or {}
-    return Visit(
-        sandbox,
-        "retried",
-        f"{outcome.get('status')} {outcome.get('reason') or ''}".strip(),
-        outcome,
+    outcome = response.outcome
+    detail = (
+        f"{outcome.status} {outcome.reason}".strip()
+        if outcome is not None
+        else "planned only (the saved request does not apply)"
     )
+    return Visit(sandbox, "retried", detail, outcome, response.warnings)
 
 
 def reconcile_all(
@@ -163,20 +164,4 @@ def exit_code(visits: list[Visit]) -> int:
     return next((v.exit_code or 1 for v in visits if v.action == "failed"), 0)
 
 
-def visits_json(visits: list[Visit]) -> dict[str, Any]:
-    return {
-        "schema": "kata-mem/reconcile/v1",
-        "sandboxes": [
-            {"sandbox": v.sandbox, "action": v.action, "detail": v.detail, "outcome": v.outcome}
-            for v in visits
-        ],
-    }
-
-
-def visits_text(visits: list[Visit]) -> str:
-    if not visits:
-        return "no sandboxes"
-    return "\n".join(f"{v.sandbox}: {v.action}: {v.detail}" for v in visits)
-
-
-__all__ = ["Visit", "exit_code", "reconcile_all", "visits_json", "visits_text", "vm_gone"]
+__all__ = ["Visit", "exit_code", "reconcile_all", "vm_gone"]

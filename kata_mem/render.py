@@ -6,7 +6,7 @@ the text forms are for reading and may change.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from kata_mem.errors import KataMemError
 from kata_mem.model import (
@@ -21,6 +21,9 @@ from kata_mem.model import (
     VmState,
 )
 from kata_mem.units import MiB, to_kib_floor, to_mib_ceil, to_mib_floor
+
+if TYPE_CHECKING:
+    from kata_mem.reconcile import Visit
 
 PLAN_SCHEMA = "kata-mem/plan/v1"
 HOST_SCHEMA = "kata-mem/host/v1"
@@ -232,9 +235,10 @@ def _text(value: object) -> str:
     return ("true" if value else "false") if isinstance(value, bool) else str(value)
 
 
-def error_json(exc: KataMemError) -> dict[str, Any]:
+def error_json(exc: KataMemError, schema: str = ERROR_SCHEMA) -> dict[str, Any]:
+    """A failure as a document (the shim's error response adds its own fields)."""
     return {
-        "schema": ERROR_SCHEMA,
+        "schema": schema,
         "error": {"kind": exc.kind, "message": exc.message, "exit_code": exc.exit_code},
     }
 
@@ -381,3 +385,29 @@ def status_text(vm: VmState, usage: Optional[GuestUsage], record: Optional[dict[
             ]
             lines.append("last outcome: " + " ".join(p for p in parts if p))
     return "\n".join(lines)
+
+
+RECONCILE_SCHEMA = "kata-mem/reconcile/v1"
+
+
+def reconcile_json(visits: list[Visit]) -> dict[str, Any]:
+    return {
+        "schema": RECONCILE_SCHEMA,
+        "sandboxes": [
+            {
+                "sandbox": v.sandbox,
+                "action": v.action,
+                "detail": v.detail,
+                "outcome": None
+                if v.outcome is None
+                else outcome_json(v.outcome, v.sandbox, v.warnings),
+            }
+            for v in visits
+        ],
+    }
+
+
+def reconcile_text(visits: list[Visit]) -> str:
+    if not visits:
+        return "no sandboxes"
+    return "\n".join(f"{v.sandbox}: {v.action}: {v.detail}" for v in visits)

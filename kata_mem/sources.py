@@ -10,21 +10,19 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from fractions import Fraction
 from pathlib import Path
 from typing import Any, Optional
 
 from kata_mem.errors import InputError, QuantityError
+from kata_mem.fields import Fields, python_value
+from kata_mem.fields import path as field_path
 from kata_mem.files import MANIFEST_CAP, read_capped_text
-from kata_mem.model import Container, Role, SandboxRequest, SandboxSizing
+from kata_mem.model import Container, Role, SandboxSizing, Workload
 from kata_mem.quantity import parse_quantity, quantity_bytes
-from kata_mem.units import INT64_MAX, INT64_MIN, UINT64_MAX
+from kata_mem.request import ANN_SANDBOX_MEMORY, cpuset_size, sandbox_sizing
+from kata_mem.units import INT64_MAX
 
-ANN_SANDBOX_MEMORY = "io.kubernetes.cri.sandbox-memory"
-ANN_SANDBOX_CPU_QUOTA = "io.kubernetes.cri.sandbox-cpu-quota"
-ANN_SANDBOX_CPU_PERIOD = "io.kubernetes.cri.sandbox-cpu-period"
-ANN_SANDBOX_CPU_SHARES = "io.kubernetes.cri.sandbox-cpu-shares"
 ANN_CONTAINER_TYPE = ("io.kubernetes.cri.container-type", "io.kubernetes.cri-o.ContainerType")
 ANN_CONTAINER_NAME = "io.kubernetes.cri.container-name"
 
@@ -128,24 +126,6 @@ def _shown(value: Any) -> str:
 # --- OCI runtime specs -----------------------------------------------------------
 
 
-def _int_field(obj: dict[str, Any], key: str, where: str) -> Optional[int]:
-    if key not in obj or obj[key] is None:
-        return None
-    value = obj[key]
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InputError(f"{where}.{key}: expected an integer, got {value!r}")
-    return value
-
-
-def _dict_field(obj: dict[str, Any], key: str, where: str) -> dict[str, Any]:
-    value = obj.get(key)
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise InputError(f"{where}.{key}: expected an object, got {type(value).__name__}")
-    return value
-
-
 def _not_json(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
@@ -172,38 +152,45 @@ def read_oci(path: Path) -> tuple[Optional[Container], Optional[SandboxSizing]]:
         raise InputError(f"{path}: invalid JSON: {exc}") from exc
     if not isinstance(spec, dict):
         raise InputError(f"{path}: expected an OCI runtime spec (a JSON object)")
-    where = f"{path}: "
-    annotations = _dict_field(spec, "annotations", where + "")
+    spec_fields = Fields(f"{path}:", show=python_value)
+    annotations = spec_fields.mapping(spec, "annotations", expected="an object") or {}
     for key, value in annotations.items():
         if not isinstance(value, str):
-            raise InputError(f"{path}: annotations.{key}: expected a string, got {value!r}")
+            raise spec_fields.fail(field_path("annotations", key), "a string", value)
     if (
         any(annotations.get(k) == "sandbox" for k in ANN_CONTAINER_TYPE)
         or ANN_SANDBOX_MEMORY in annotations
     ):
         return None, sandbox_sizing(annotations, str(path))
-    linux = _dict_field(spec, "linux", where + "")
-    resources = _dict_field(linux, "resources", where + "linux")
-    memory = _dict_field(resources, "memory", where + "linux.resources")
-    limit = _int_field(memory, "limit", where + "linux.resources.memory") or 0
+
+    def mapping(obj: dict[str, Any], key: str, at: str) -> dict[str, Any]:
+        return spec_fields.mapping(obj, key, at, expected="an object") or {}
+
+    def integer(obj: dict[str, Any], key: str, at: str) -> int:
+        # An OCI spec's integers are Go int64s, but kata-mem never refused larger ones.
+        return spec_fields.integer(obj, key, at, minimum=None, maximum=None) or 0
+
+    resources = mapping(mapping(spec, "linux", ""), "resources", "linux")
+    limit = integer(
+        mapping(resources, "memory", "linux.resources"), "limit", "linux.resources.memory"
+    )
     hugepages = 0
     pages = resources.get("hugepageLimits") or []
     if not isinstance(pages, list):
-        raise InputError(f"{path}: linux.resources.hugepageLimits: expected a list")
+        raise spec_fields.fail("linux.resources.hugepageLimits", "a list", pages)
     for i, page in enumerate(pages):
+        at = f"linux.resources.hugepageLimits[{i}]"
         if not isinstance(page, dict):
-            raise InputError(f"{path}: linux.resources.hugepageLimits[{i}]: expected an object")
-        hugepages += max(
-            _int_field(page, "limit", f"{where}linux.resources.hugepageLimits[{i}]") or 0, 0
-        )
-    cpu_obj = _dict_field(resources, "cpu", where + "linux.resources")
-    quota = _int_field(cpu_obj, "quota", where + "linux.resources.cpu") or 0
-    period = _int_field(cpu_obj, "period", where + "linux.resources.cpu") or 0
+            raise spec_fields.fail(at, "an object", page)
+        hugepages += max(integer(page, "limit", at), 0)
+    cpu_obj = mapping(resources, "cpu", "linux.resources")
+    quota = integer(cpu_obj, "quota", "linux.resources.cpu")
+    period = integer(cpu_obj, "period", "linux.resources.cpu")
     cpu = Fraction(quota, period) if quota > 0 and period > 0 else Fraction(0)
     cpus = cpu_obj.get("cpus")
     if cpus is not None and not isinstance(cpus, str):
-        raise InputError(f"{path}: linux.resources.cpu.cpus: expected a string, got {cpus!r}")
-    cpuset = cpuset_size(cpus or "", f"{path}: linux.resources.cpu.cpus")
+        raise spec_fields.fail("linux.resources.cpu.cpus", "a string", cpus)
+    cpuset = cpuset_size(cpus or "", spec_fields.name("linux.resources.cpu.cpus"))
     name = annotations.get(ANN_CONTAINER_NAME) or path.parent.name or path.name
     return (
         Container(
@@ -211,89 +198,6 @@ def read_oci(path: Path) -> tuple[Optional[Container], Optional[SandboxSizing]]:
         ),
         None,
     )
-
-
-_CPU_SPAN = re.compile(r"([0-9]{1,10})(?:-([0-9]{1,10}))?", re.ASCII)
-
-
-def cpuset_size(text: str, where: str) -> int:
-    """The number of CPUs in a Linux CPU list such as ``"0-3,7"`` (an OCI
-    ``linux.resources.cpu.cpus``); ``""`` is none.
-
-    As Kata's ``cpuset.Parse`` (src/runtime/virtcontainers/pkg/cpuset) counts it: a
-    set, so overlapping ranges count once. Where Kata silently counts a malformed
-    list as no CPUs at all (``calculateSandboxCPUs`` then returns 0 for the whole
-    sandbox), the container could not start under runc either: it is refused here.
-
-    :raises InputError: a part that is not ``N`` or ``N-M`` with N <= M; ``where`` names the field.
-    """
-    if text == "":
-        return 0
-    spans: list[tuple[int, int]] = []
-    for part in text.split(","):
-        m = _CPU_SPAN.fullmatch(part)
-        low = int(m[1]) if m else 0
-        high = int(m[2]) if m and m[2] else low
-        if m is None or high < low:
-            raise InputError(
-                f'{where}: {text[:80]!r}: expected a CPU list such as "0-3,7" '
-                f"(CPU numbers and ascending ranges N-M, comma-separated); bad part {part[:40]!r}"
-            )
-        spans.append((low, high))
-    count, end = 0, -1
-    for low, high in sorted(spans):
-        if high > end:
-            count += high - max(low, end + 1) + 1
-            end = high
-    return count
-
-
-def sandbox_sizing(annotations: dict[str, str], where: str) -> SandboxSizing:
-    """Pod sizing from containerd's CRI annotations (Kata ``CalculateSandboxSizing``,
-    src/runtime/pkg/oci/utils.go): memory bytes (negative -> 0); CPUs quota/period,
-    or ceil(shares/1024) when the quota is negative (unconstrained).
-
-    Values are parsed as Go's ``strconv.ParseInt`` (memory, quota) and
-    ``ParseUint`` (period, shares) parse them, 64 bits. As in Kata, one that does
-    not parse is read as 0 with a warning, so a malformed annotation never keeps
-    the pod from starting; the warnings travel in the result into the plan. An
-    empty value is absent.
-    """
-    warnings: list[str] = []
-
-    def number(key: str, signed: bool) -> int:
-        raw = annotations.get(key, "")
-        if raw == "":
-            return 0
-        digits = raw[1:] if signed and raw[:1] in "+-" else raw
-        value: Optional[int] = None
-        significant = digits.lstrip("0") or "0"
-        # The length bound keeps int() cheap and inside Python's digit limit.
-        if digits.isascii() and digits.isdigit() and len(significant) <= 20:
-            value = -int(significant) if raw[:1] == "-" else int(significant)
-        low, high, kind = (
-            (INT64_MIN, INT64_MAX, "a 64-bit integer")
-            if signed
-            else (0, UINT64_MAX, "an unsigned 64-bit integer")
-        )
-        if value is None or not low <= value <= high:
-            warnings.append(
-                f"{where}: annotation {key}: {raw[:40]!r} is not {kind}; "
-                "read as absent (0), as Kata does"
-            )
-            return 0
-        return value
-
-    memory = max(number(ANN_SANDBOX_MEMORY, signed=True), 0)
-    quota = number(ANN_SANDBOX_CPU_QUOTA, signed=True)
-    period = number(ANN_SANDBOX_CPU_PERIOD, signed=False)
-    shares = number(ANN_SANDBOX_CPU_SHARES, signed=False)
-    cpu = Fraction(0)
-    if quota >= 0 and period > 0:
-        cpu = Fraction(quota, period)
-    elif quota < 0 and shares > 0:
-        cpu = Fraction(math.ceil(Fraction(shares, 1024)))
-    return SandboxSizing(min(memory, INT64_MAX), cpu, where, tuple(warnings))
 
 
 # --- Command line -----------------------------------------------------------------
@@ -319,10 +223,10 @@ def cli_containers(limits: tuple[str, ...], cpus: tuple[str, ...]) -> tuple[Cont
     return tuple(out)
 
 
-def build_request(
+def build_workload(
     pod: Optional[Path], oci: tuple[Path, ...], limits: tuple[str, ...], cpus: tuple[str, ...]
-) -> SandboxRequest:
-    """Everything given on one command line, as one sandbox request.
+) -> Workload:
+    """Everything given on one command line, as one sandbox's workload.
 
     :raises InputError: from any of the readers.
     """
@@ -341,4 +245,4 @@ def build_request(
                 )
             sizing = spec_sizing
     containers += cli_containers(limits, cpus)
-    return SandboxRequest(tuple(containers), sizing)
+    return Workload(tuple(containers), sizing)

@@ -30,14 +30,14 @@ from kata_mem.backends.qmp import QmpBackend  # noqa: E402
 from kata_mem.config import load_config  # noqa: E402
 from kata_mem.executor import Options, run_locked  # noqa: E402
 from kata_mem.journal import SandboxState  # noqa: E402
-from kata_mem.model import Container, HostFacts, SandboxRequest  # noqa: E402
+from kata_mem.model import Container, HostFacts, Workload  # noqa: E402
 from tests.conftest import write_config  # noqa: E402
 from tests.support.guestvm import GuestSpec, GuestVM  # noqa: E402
 from tests.support.qmp_min import QMPClient  # noqa: E402
 
 GiB = 1 << 30
 HOST = HostFacts(memory=16 * GiB, cpus=4, arch="amd64")
-REQUEST = SandboxRequest((Container("c", GiB),))
+REQUEST = Workload((Container("c", GiB),))
 
 
 def wait_until(pred: Callable[[], bool], timeout: float = 30.0) -> None:

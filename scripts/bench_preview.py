@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from kata_mem.config import load_config  # noqa: E402
-from kata_mem.model import Container, HostFacts, SandboxRequest  # noqa: E402
+from kata_mem.model import Container, HostFacts, Workload  # noqa: E402
 from kata_mem.planner import plan  # noqa: E402
 from kata_mem.units import MiB  # noqa: E402
 
@@ -69,7 +69,7 @@ def planner_bench(n: int, runs: int) -> tuple[float, float]:
         Container(f"c{i}", memory_limit=(i % 97 + 1) * MiB, cpu=Fraction(i % 7, 4))
         for i in range(n)
     )
-    request = SandboxRequest(containers)
+    request = Workload(containers)
     plans, sums = [], []
     for _ in range(runs):
         start = time.perf_counter()

@@ -23,7 +23,7 @@ from kata_mem.backends.qmp import QmpBackend  # noqa: E402
 from kata_mem.config import load_config  # noqa: E402
 from kata_mem.executor import Options, run_locked  # noqa: E402
 from kata_mem.journal import SandboxState  # noqa: E402
-from kata_mem.model import HostFacts, SandboxRequest  # noqa: E402
+from kata_mem.model import HostFacts, Workload  # noqa: E402
 from tests.conftest import write_config  # noqa: E402
 from tests.support.guestvm import GuestSpec, GuestVM  # noqa: E402
 from tests.support.qmp_min import QMPClient  # noqa: E402
@@ -62,7 +62,7 @@ def shrink(sock: Path, cfg_path: Path, state: Path, force: bool) -> int:
         lambda: QmpBackend.connect(str(sock)),
         cfg,
         HOST,
-        SandboxRequest(),
+        Workload(),
         options,
     )
     assert result.outcome.status == "Resized", result.outcome

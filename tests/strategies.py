@@ -1,4 +1,4 @@
-"""Hypothesis strategies: the single home of generated configs, hosts and workloads."""
+"""Hypothesis strategies: the single home of generated configs, hosts, workloads and requests."""
 
 from __future__ import annotations
 
@@ -6,8 +6,26 @@ from fractions import Fraction
 
 from hypothesis import strategies as st
 
-from kata_mem.model import Container, HostFacts, SandboxRequest, Settings, SizingConfig
-from kata_mem.units import MiB
+from kata_mem.model import (
+    ARCHES,
+    SANDBOX_ID,
+    Container,
+    HostFacts,
+    SandboxSizing,
+    Settings,
+    SizingConfig,
+    Workload,
+)
+from kata_mem.request import (
+    EVENTS,
+    MIN_HOST_MEMORY,
+    ROLES,
+    STATES,
+    Endpoint,
+    HostOverrides,
+    SandboxRequest,
+)
+from kata_mem.units import INT64_MAX, MiB
 
 mib = st.integers(min_value=0, max_value=1 << 20).map(lambda n: n * MiB)
 
@@ -57,4 +75,65 @@ containers = st.builds(
     state=st.sampled_from(["running", "running", "created", "stopped"]),
 )
 
-requests = st.lists(containers, max_size=8).map(lambda cs: SandboxRequest(tuple(cs)))
+workloads = st.lists(containers, max_size=8).map(lambda cs: Workload(tuple(cs)))
+
+#: Text a request may carry: UTF-8 (no lone surrogates), no NUL.
+request_text = st.text(
+    st.characters(codec="utf-8", exclude_characters="\0"), min_size=1, max_size=8
+)
+_int63 = st.integers(min_value=0, max_value=INT64_MAX)
+
+
+@st.composite
+def sandbox_requests(draw: st.DrawFn) -> SandboxRequest:
+    """Requests as :meth:`SandboxRequest.from_json` returns them: every field in its range,
+    origins as the reader names them, CRI sizing as the annotations say it."""
+    containers = tuple(
+        Container(
+            draw(request_text),
+            draw(_int63),
+            draw(_int63),
+            Fraction(draw(_int63), draw(st.integers(min_value=1, max_value=INT64_MAX))),
+            draw(st.sampled_from(ROLES)),
+            draw(st.sampled_from(STATES)),
+            f"request containers[{i}]",
+            draw(st.integers(min_value=0, max_value=4096)),
+        )
+        for i in range(draw(st.integers(min_value=0, max_value=3)))
+    )
+    sizing = draw(
+        st.none()
+        | st.builds(
+            lambda memory, quota, period: SandboxSizing(
+                memory, Fraction(quota, period), "request annotations"
+            ),
+            _int63,
+            _int63,
+            st.integers(min_value=1, max_value=(1 << 64) - 1),
+        )
+    )
+    endpoint = draw(
+        st.none()
+        | st.builds(Endpoint, st.just("qmp"), request_text)
+        | st.builds(Endpoint, st.just("libvirt"), request_text, request_text)
+    )
+    event = draw(st.sampled_from(EVENTS))
+    page = 1 << draw(st.integers(min_value=16, max_value=34))
+    pool = st.tuples(st.integers(min_value=0, max_value=(1 << 63) // page), st.just(page))
+    host = HostOverrides(
+        memory=draw(st.none() | st.integers(min_value=MIN_HOST_MEMORY, max_value=INT64_MAX)),
+        cpus=draw(st.none() | st.integers(min_value=1, max_value=INT64_MAX)),
+        arch=draw(st.none() | st.sampled_from(ARCHES)),
+        hugepages=draw(st.none() | pool),
+    )
+    return SandboxRequest(
+        sandbox=draw(st.from_regex(SANDBOX_ID, fullmatch=True)),
+        event=event,
+        config=draw(st.none() | request_text),
+        workload=Workload(containers, sizing),
+        endpoint=endpoint,
+        # A request that applies names its VM, unless it deletes.
+        apply=draw(st.booleans()) if endpoint is not None or event == "delete" else False,
+        allow_shrink=draw(st.booleans()),
+        host=host,
+    )

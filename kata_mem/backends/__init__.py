@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Literal, Optional, Protocol
 
 from kata_mem.model import GuestUsage, Step, VmState
+from kata_mem.request import Endpoint
 
 Progress = Literal["done", "pending", "rejected"]
 
@@ -68,22 +69,6 @@ class Backend(Protocol):
         ...
 
     def close(self) -> None: ...
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    """Where a VM's hypervisor listens: a QMP socket, or a libvirt URI and domain."""
-
-    kind: Literal["qmp", "libvirt"]
-    target: str
-    domain: str = ""
-
-    def describe(self) -> str:
-        return (
-            f"QMP {self.target}"
-            if self.kind == "qmp"
-            else f"libvirt {self.target} domain {self.domain}"
-        )
 
 
 def open_backend(

@@ -405,16 +405,16 @@ def test_reconcile_reports_each_sandboxs_trouble_and_goes_on(
         json.dumps({**journal_of(state, "a-damaged"), "deferred": {"retry_at": "soon"}})
     )
     other.unlink()  # its VM is still there, its configuration is not
-    import kata_mem.shim
+    from kata_mem.apply import Response
+    from kata_mem.apply import serve as real_serve
+    from kata_mem.request import SandboxRequest
 
-    real_handle = kata_mem.shim.handle
-
-    def handle(raw: bytes, env: dict[str, str]) -> dict[str, Any]:
-        if b'"c-bug"' in raw:
+    def serve(request: SandboxRequest, env: dict[str, str]) -> Response:
+        if request.sandbox == "c-bug":
             raise ZeroDivisionError("a bug")
-        return real_handle(raw, env)
+        return real_serve(request, env)
 
-    monkeypatch.setattr(kata_mem.shim, "handle", handle)
+    monkeypatch.setattr("kata_mem.reconcile.serve", serve)
     r = run_cli("reconcile", "--state-dir", str(state))
     lines = r.out.splitlines()
     assert lines[0].startswith("a-damaged: retried: NoChange"), r.out
@@ -424,7 +424,7 @@ def test_reconcile_reports_each_sandboxs_trouble_and_goes_on(
     assert r.code == 3  # the first failure's: a configuration error
     assert "corrupt or truncated (deferred is not a deferral" in r.err
     assert journal_of(state, "a-damaged")["deferred"] is None  # rebuilt
-    monkeypatch.setattr(kata_mem.shim, "handle", real_handle)
+    monkeypatch.setattr("kata_mem.reconcile.serve", real_serve)
     (state / "b-noconfig" / "request.json").unlink()
     (state / "b-noconfig" / "journal.json").unlink()
     r = run_cli("reconcile", "--state-dir", str(state), "--json")
@@ -469,8 +469,8 @@ def test_reconcile_forgets_a_libvirt_domain_that_no_longer_exists(
     run_cli: Run, qemu: tuple[FakeQemu, FakeQmpServer], tmp_path: Path
 ) -> None:
     pytest.importorskip("libvirt", reason="libvirt-python is part of the test extra")
-    from kata_mem.backends import Endpoint
     from kata_mem.reconcile import vm_gone
+    from kata_mem.request import Endpoint
 
     assert vm_gone(Endpoint("libvirt", "test:///default", "test")) is None
     gone = vm_gone(Endpoint("libvirt", "test:///default", "no-such-domain"))

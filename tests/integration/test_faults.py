@@ -20,7 +20,7 @@ from kata_mem.config import load_config
 from kata_mem.errors import BackendUnavailable
 from kata_mem.executor import Options, run_locked
 from kata_mem.journal import SandboxState
-from kata_mem.model import Container, SandboxRequest, Step
+from kata_mem.model import Container, Step, Workload
 from kata_mem.reconcile import reconcile_all
 from tests.conftest import HOST, HOST_ARGS, CliResult, apply_qmp, guest_config, kata_mem_process
 from tests.support.fake_qmp import FakeQemu, FakeQmpServer
@@ -51,7 +51,7 @@ def test_qemu_killed_mid_step(boot_guest: BootGuest, run_cli: Run, tmp_path: Pat
         backend.pid = vm.pid
         return backend
 
-    request = SandboxRequest((Container("c", 256 * MiB),))
+    request = Workload((Container("c", 256 * MiB),))
     with pytest.raises(BackendUnavailable, match="connection lost"):
         run_locked(
             SandboxState(tmp_path / "state", "sb"),
@@ -182,7 +182,7 @@ def test_reconcile_waits_for_the_backoff_then_retries(
     assert visit.action == "waiting" and "retry in" in visit.detail
     (visit,) = reconcile_all(str(tmp_path / "state"), {}, clock=lambda: time.time() + 31)
     assert visit.outcome is not None
-    assert (visit.action, visit.outcome["status"], visit.outcome["retry_after_s"]) == (
+    assert (visit.action, visit.outcome.status, visit.outcome.retry_after_s) == (
         "retried",
         "Deferred",
         60,
@@ -200,12 +200,12 @@ def test_reconcile_settles_a_pending_unplug(run_cli: Run, tmp_path: Path) -> Non
         del qemu.devices["kmdimm0"]  # the guest finishes the eject later, unobserved
         (visit,) = reconcile_all(str(tmp_path / "state"), {})
         assert visit.outcome is not None
-        assert (visit.action, visit.outcome["status"], visit.outcome["observed_mib"]) == (
+        assert (visit.action, visit.outcome.status, visit.outcome.observed) == (
             "retried",
             "NoChange",
-            512,
+            512 * MiB,
         )
-        assert any("pending unplug of kmdimm0 completed" in w for w in visit.outcome["warnings"])
+        assert any("pending unplug of kmdimm0 completed" in w for w in visit.warnings)
         assert qemu.objects == {}  # kmmem0 was deleted as an orphan
 
 

@@ -17,7 +17,7 @@ from kata_mem.backends.qmp import QmpBackend
 from kata_mem.config import load_config
 from kata_mem.executor import Options, run_locked
 from kata_mem.journal import SandboxState
-from kata_mem.model import SandboxRequest, Step
+from kata_mem.model import Step, Workload
 from tests.conftest import HOST, HOST_ARGS, CliResult, apply_qmp, guest_config, kata_mem_process
 from tests.support.guestvm import BootGuest, GuestSpec, GuestVM
 from tests.support.qmp_min import QMPClient
@@ -89,7 +89,7 @@ def test_guest_allocating_during_a_shrink_stops_it(
         connect,
         cfg,
         HOST,
-        SandboxRequest(),
+        Workload(),
         Options(allow_shrink=True),
     )
     out = result.outcome

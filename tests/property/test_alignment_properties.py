@@ -8,7 +8,7 @@ import dataclasses
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kata_mem.model import HostFacts, SandboxRequest, SizingConfig
+from kata_mem.model import HostFacts, SizingConfig, Workload
 from kata_mem.planner import (
     assumed_vm,
     block_size,
@@ -18,7 +18,7 @@ from kata_mem.planner import (
     plan,
 )
 from kata_mem.units import MiB
-from tests.strategies import configs, hosts, requests
+from tests.strategies import configs, hosts, workloads
 
 
 @st.composite
@@ -35,9 +35,9 @@ def setups(draw: st.DrawFn) -> tuple[SizingConfig, HostFacts]:
     return cfg, host
 
 
-@given(setups(), requests, st.data())
+@given(setups(), workloads, st.data())
 def test_steps_are_whole_blocks_from_any_accepted_current(
-    setup: tuple[SizingConfig, HostFacts], req: SandboxRequest, data: st.DataObject
+    setup: tuple[SizingConfig, HostFacts], req: Workload, data: st.DataObject
 ) -> None:
     cfg, host = setup
     base = boot_memory(cfg, host)

@@ -22,8 +22,8 @@ from hypothesis import strategies as st
 
 from kata_mem.config import load_config
 from kata_mem.errors import ConfigError, InputError, KataMemError
+from kata_mem.request import SandboxRequest
 from kata_mem.shim import main as shim_main
-from kata_mem.shim import parse_request
 from kata_mem.sources import pod_containers, read_oci, read_pod
 from tests.conftest import KATA_CONFIGS, PODS, REPO
 
@@ -312,7 +312,7 @@ shim_requests = st.one_of(
 @given(valid_requests)
 def test_valid_requests_are_accepted(doc: dict[str, Any]) -> None:
     jsonschema.validate(doc, REQUEST_SCHEMA)
-    parse_request(json.dumps(doc).encode())
+    SandboxRequest.from_json(json.dumps(doc).encode())
 
 
 @FUZZ
@@ -321,7 +321,7 @@ def test_shim_reader_agrees_with_the_json_schema(doc: dict[str, Any]) -> None:
     """The hand-written reader and the shipped JSON Schema accept exactly the same requests."""
     raw = json.dumps(doc).encode()
     try:
-        parse_request(raw)
+        SandboxRequest.from_json(raw)
         accepted = True
     except InputError:
         accepted = False

@@ -7,13 +7,13 @@ import dataclasses
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from kata_mem.model import MemoryDevice, SandboxRequest, SizingConfig, VmState
+from kata_mem.model import MemoryDevice, SizingConfig, VmState, Workload
 from kata_mem.planner import ACPI_HOTPLUG_FACTOR, max_memory, plan
-from tests.strategies import configs, containers, hosts, requests
+from tests.strategies import configs, containers, hosts, workloads
 
 
-@given(configs(), hosts, requests)
-def test_target_within_base_and_max(cfg: SizingConfig, host: object, req: SandboxRequest) -> None:
+@given(configs(), hosts, workloads)
+def test_target_within_base_and_max(cfg: SizingConfig, host: object, req: Workload) -> None:
     p = plan(cfg, host, req)  # type: ignore[arg-type]
     m = p.memory
     assert m.base == min(cfg.default_memory, host.memory)  # type: ignore[attr-defined]
@@ -24,28 +24,26 @@ def test_target_within_base_and_max(cfg: SizingConfig, host: object, req: Sandbo
     assert 1 <= p.vcpus.target <= p.vcpus.max or p.vcpus.max == 0
 
 
-@given(configs(), hosts, requests)
-def test_hotplugged_amount_is_block_aligned(
-    cfg: SizingConfig, host: object, req: SandboxRequest
-) -> None:
+@given(configs(), hosts, workloads)
+def test_hotplugged_amount_is_block_aligned(cfg: SizingConfig, host: object, req: Workload) -> None:
     m = plan(cfg, host, req).memory  # type: ignore[arg-type]
     assert (m.target - m.base) % m.block == 0
     for step in m.steps:
         assert step.size % m.block == 0
 
 
-@given(configs(), hosts, requests, containers)
+@given(configs(), hosts, workloads, containers)
 def test_monotone_in_the_limits(
-    cfg: SizingConfig, host: object, req: SandboxRequest, extra: object
+    cfg: SizingConfig, host: object, req: Workload, extra: object
 ) -> None:
     before = plan(cfg, host, req).memory.target  # type: ignore[arg-type]
-    more = SandboxRequest((*req.containers, extra))  # type: ignore[arg-type]
+    more = Workload((*req.containers, extra))  # type: ignore[arg-type]
     assert plan(cfg, host, more).memory.target >= before  # type: ignore[arg-type]
 
 
-@given(configs(mechanism="pc-dimm"), hosts, requests)
+@given(configs(mechanism="pc-dimm"), hosts, workloads)
 def test_dimm_steps_respect_48x_slots_and_sum_to_delta(
-    cfg: SizingConfig, host: object, req: SandboxRequest
+    cfg: SizingConfig, host: object, req: Workload
 ) -> None:
     m = plan(cfg, host, req).memory  # type: ignore[arg-type]
     total = m.current
@@ -58,7 +56,7 @@ def test_dimm_steps_respect_48x_slots_and_sum_to_delta(
     assert len(m.steps) <= cfg.memory_slots
 
 
-def _after(vm: VmState, cfg: SizingConfig, host: object, req: SandboxRequest) -> VmState:
+def _after(vm: VmState, cfg: SizingConfig, host: object, req: Workload) -> VmState:
     """The VM once the plan's steps are done (what a perfect hypervisor reports)."""
     devices = list(vm.devices)
     for step in plan(cfg, host, req, vm).memory.steps:  # type: ignore[arg-type]
@@ -76,9 +74,9 @@ def _after(vm: VmState, cfg: SizingConfig, host: object, req: SandboxRequest) ->
     return dataclasses.replace(vm, devices=tuple(devices))
 
 
-@given(configs(), hosts, requests, requests)
+@given(configs(), hosts, workloads, workloads)
 def test_replanning_the_reached_state_is_a_no_op(
-    cfg: SizingConfig, host: object, first: SandboxRequest, second: SandboxRequest
+    cfg: SizingConfig, host: object, first: Workload, second: Workload
 ) -> None:
     from kata_mem.planner import assumed_vm
 
@@ -91,9 +89,9 @@ def test_replanning_the_reached_state_is_a_no_op(
         assert again.target == vm.total
 
 
-@given(configs(mechanism="virtio-mem"), hosts, requests, st.integers(min_value=1, max_value=64))
+@given(configs(mechanism="virtio-mem"), hosts, workloads, st.integers(min_value=1, max_value=64))
 def test_virtio_mem_shrink_steps_are_bounded(
-    cfg: SizingConfig, host: object, req: SandboxRequest, blocks: int
+    cfg: SizingConfig, host: object, req: Workload, blocks: int
 ) -> None:
     from kata_mem.planner import assumed_vm
 

@@ -17,17 +17,17 @@ from kata_mem.journal import SandboxState
 from kata_mem.model import (
     Container,
     MemoryDevice,
-    SandboxRequest,
     SizingConfig,
     Step,
     VmState,
+    Workload,
 )
 from kata_mem.units import GiB, MiB
 from tests.conftest import HOST
 
 
-def request(*limits_mib: int) -> SandboxRequest:
-    return SandboxRequest(tuple(Container(f"c{i}", n * MiB) for i, n in enumerate(limits_mib)))
+def request(*limits_mib: int) -> Workload:
+    return Workload(tuple(Container(f"c{i}", n * MiB) for i, n in enumerate(limits_mib)))
 
 
 def vm_virtio(plugged_mib: int = 0, max_mib: int = 2048) -> VmState:
@@ -56,7 +56,7 @@ def cfgs(make_config: Callable[..., SizingConfig]) -> dict[str, SizingConfig]:
 
 @pytest.fixture
 def run(tmp_path: Path) -> Callable[..., Any]:
-    def go(cfg: SizingConfig, backend: FakeBackend, req: SandboxRequest, **options: bool) -> Any:
+    def go(cfg: SizingConfig, backend: FakeBackend, req: Workload, **options: bool) -> Any:
         t = VirtualTime()
         backend.clock, backend.sleep = t.clock, t.sleep
         state = SandboxState(tmp_path / "state", "sb")

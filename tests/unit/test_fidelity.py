@@ -12,21 +12,25 @@ from typing import Any
 
 import pytest
 
+from kata_mem.apply import reconcile_request
 from kata_mem.config import load_config
 from kata_mem.errors import ConfigError, InputError
-from kata_mem.host import GO_ARCH, normalize_arch, probe_host
-from kata_mem.model import ARCHES, Container, HostFacts, SandboxRequest, SizingConfig
+from kata_mem.host import probe_host
+from kata_mem.model import ARCHES, Container, HostFacts, SizingConfig, Workload
 from kata_mem.planner import assumed_vm, boot_memory, current_problem, plan
-from kata_mem.shim import parse_request, request_doc
-from kata_mem.sources import (
+from kata_mem.request import (
     ANN_SANDBOX_CPU_PERIOD,
     ANN_SANDBOX_CPU_QUOTA,
     ANN_SANDBOX_CPU_SHARES,
     ANN_SANDBOX_MEMORY,
+    GO_ARCH,
+    Endpoint,
+    SandboxRequest,
     cpuset_size,
-    read_oci,
+    normalize_arch,
     sandbox_sizing,
 )
+from kata_mem.sources import read_oci
 from kata_mem.units import GiB, MiB
 from tests.conftest import write_config
 
@@ -64,14 +68,14 @@ def test_every_arch_has_a_vcpu_cap() -> None:
     assert set(GO_ARCH.values()) == set(ARCHES)
     for arch in ARCHES:
         host = HostFacts(memory=8 * GiB, cpus=10_000, arch=arch)
-        assert plan(_cfg(), host, SandboxRequest()).vcpus.max < 10_000
+        assert plan(_cfg(), host, Workload()).vcpus.max < 10_000
 
 
 def test_planner_refuses_an_arch_it_has_no_cap_for() -> None:
     with pytest.raises(InputError, match="host arch 'x86_64'"):
         # A library caller may still pass a name the types do not allow.
         host = HostFacts(memory=8 * GiB, cpus=8, arch="x86_64")  # type: ignore[arg-type]
-        plan(_cfg(), host, SandboxRequest())
+        plan(_cfg(), host, Workload())
 
 
 # --- Kata's integer types ----------------------------------------------------------
@@ -188,7 +192,7 @@ def test_annotation_warnings_reach_the_plan(tmp_path: Path) -> None:
     )
     container, sizing = read_oci(spec)
     assert container is None and sizing is not None
-    result = plan(_cfg(), HOST, SandboxRequest((), sizing))
+    result = plan(_cfg(), HOST, Workload((), sizing))
     assert any(ANN_SANDBOX_MEMORY in w and "'2Gi'" in w for w in result.warnings)
     assert result.memory.requested == 2048 * MiB  # the annotation counted as 0
 
@@ -227,7 +231,7 @@ def test_read_oci_counts_the_cpuset(tmp_path: Path) -> None:
 
 
 def test_shim_containers_carry_a_cpuset_and_it_survives_the_saved_request() -> None:
-    req = parse_request(
+    req = SandboxRequest.from_json(
         json.dumps(
             {
                 "schema": "kata-mem/shim-request/v1",
@@ -237,13 +241,12 @@ def test_shim_containers_carry_a_cpuset_and_it_survives_the_saved_request() -> N
             }
         ).encode()
     )
-    request = req["request"]
-    assert [c.cpuset_cpus for c in request.containers] == [2, 3]
-    assert plan(_cfg(), HOST, request).vcpus.target == 6
-    again = parse_request(
-        json.dumps(request_doc("sb", _cfg(), request, None, False, HOST)).encode()
-    )
-    assert [c.cpuset_cpus for c in again["request"].containers] == [2, 3]
+    workload = req.workload
+    assert [c.cpuset_cpus for c in workload.containers] == [2, 3]
+    assert plan(_cfg(), HOST, workload).vcpus.target == 6
+    saved = reconcile_request("sb", _cfg(), workload, Endpoint("qmp", "/q"), False, HOST)
+    again = SandboxRequest.from_json(json.dumps(saved.to_json()).encode())
+    assert [c.cpuset_cpus for c in again.workload.containers] == [2, 3]
 
 
 # --- host hugepages in the shim request and the saved request ---------------------------
@@ -252,9 +255,9 @@ def test_shim_containers_carry_a_cpuset_and_it_survives_the_saved_request() -> N
 def test_hugepages_override_survives_the_saved_request() -> None:
     host = probe_host(memory=16 * GiB, cpus=8, arch="x86_64", hugepages=(512, 2 * MiB))
     assert (host.hugepages_total, host.hugepage_size) == (512, 2 * MiB)
-    doc = request_doc("sb", _cfg(), SandboxRequest(), None, False, host)
+    doc = reconcile_request("sb", _cfg(), Workload(), Endpoint("qmp", "/q"), False, host).to_json()
     assert doc["host"]["hugepages"] == {"count": 512, "size_bytes": 2 * MiB}
-    assert parse_request(json.dumps(doc).encode())["host"]["hugepages"] == (512, 2 * MiB)
+    assert SandboxRequest.from_json(json.dumps(doc).encode()).host.hugepages == (512, 2 * MiB)
 
 
 # --- current sizes and the boot memory -------------------------------------------------
@@ -276,7 +279,7 @@ def test_the_boot_memory_never_exceeds_the_host() -> None:
     cfg = _cfg(default_memory=40000 * MiB)
     host = HostFacts(memory=31753 * MiB, cpus=8, arch="amd64")
     assert boot_memory(cfg, host) == assumed_vm(cfg, host).base == 31753 * MiB
-    result = plan(cfg, host, SandboxRequest((Container("c", memory_limit=GiB),)))
+    result = plan(cfg, host, Workload((Container("c", memory_limit=GiB),)))
     m = result.memory
     assert m.base == m.max == m.target == m.current == 31753 * MiB
     assert any("default_memory 40000 MiB is above the host's memory" in w for w in result.warnings)

@@ -13,14 +13,14 @@ from kata_mem.model import (
     Container,
     HostFacts,
     MemoryDevice,
-    SandboxRequest,
     SandboxSizing,
     SizingConfig,
     VmState,
+    Workload,
 )
 from kata_mem.planner import assumed_vm, plan
 from kata_mem.quantity import parse_quantity, quantity_bytes
-from kata_mem.sources import cpuset_size
+from kata_mem.request import cpuset_size
 from kata_mem.units import MiB
 from tests.conftest import FIXTURES
 
@@ -43,7 +43,7 @@ def build_host(spec: dict[str, Any]) -> HostFacts:
     )
 
 
-def build_request(case: dict[str, Any]) -> SandboxRequest:
+def build_workload(case: dict[str, Any]) -> Workload:
     containers = tuple(
         Container(
             name=f"c{i}",
@@ -56,7 +56,7 @@ def build_request(case: dict[str, Any]) -> SandboxRequest:
         for i, c in enumerate(case.get("containers", []))
     )
     sizing = case.get("sizing")
-    return SandboxRequest(
+    return Workload(
         containers,
         None
         if sizing is None
@@ -97,7 +97,7 @@ def test_plan_case(case: dict[str, Any], make_config: Callable[..., SizingConfig
     else:
         current = case.get("current_mib")
         vm = assumed_vm(cfg, host, None if current is None else current * MiB)
-    result = plan(cfg, host, build_request(case), vm)
+    result = plan(cfg, host, build_workload(case), vm)
     m, expect = result.memory, case["expect"]
     got = {
         "host_mib": m.host // MiB,

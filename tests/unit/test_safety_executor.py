@@ -11,11 +11,11 @@ import pytest
 from kata_mem.backends.fake import FakeBackend, FakeGuest, VirtualTime
 from kata_mem.executor import Options, run_locked
 from kata_mem.journal import SandboxState
-from kata_mem.model import MemoryDevice, SandboxRequest, SizingConfig, Step, VmState
+from kata_mem.model import MemoryDevice, SizingConfig, Step, VmState, Workload
 from kata_mem.units import GiB, MiB
 from tests.conftest import HOST
 
-EMPTY = SandboxRequest(())
+EMPTY = Workload(())
 
 
 def virtio_vm(plugged_mib: int) -> VmState:

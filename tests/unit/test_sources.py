@@ -10,7 +10,7 @@ import pytest
 
 from kata_mem.errors import InputError, QuantityError
 from kata_mem.planner import workload
-from kata_mem.sources import build_request, read_oci, read_pod
+from kata_mem.sources import build_workload, read_oci, read_pod
 from kata_mem.units import MiB
 from tests.conftest import PODS
 
@@ -169,8 +169,8 @@ def test_bad_oci(tmp_path: Path, doc: str, message: str) -> None:
 
 
 def test_cli_values() -> None:
-    req = build_request(None, (), ("1Gi", "500m"), ("250m",))
+    req = build_workload(None, (), ("1Gi", "500m"), ("250m",))
     assert [c.memory_limit for c in req.containers] == [2**30, 1, 0]
     assert req.containers[2].cpu == Fraction(1, 4)
     with pytest.raises(QuantityError, match=r"--limit '1K'"):
-        build_request(None, (), ("1K",), ())
+        build_workload(None, (), ("1K",), ())

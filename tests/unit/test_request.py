@@ -1,0 +1,117 @@
+"""A sandbox request as a value (issue 10): ``to_json`` and ``from_json`` round trips,
+the saved request that ``kata-mem reconcile`` re-runs, and errors that name the field."""
+
+from __future__ import annotations
+
+import json
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from kata_mem.apply import reconcile_request
+from kata_mem.config import load_config
+from kata_mem.errors import InputError
+from kata_mem.model import Container, HostFacts, SandboxSizing, Workload
+from kata_mem.request import Endpoint, SandboxRequest
+from kata_mem.units import GiB, MiB
+from tests.conftest import REPO, write_config
+from tests.property.test_fuzz import valid_requests
+from tests.strategies import sandbox_requests
+
+REQUEST_SCHEMA = jsonschema.Draft202012Validator(
+    json.loads((REPO / "kata_mem" / "schemas" / "shim-request.v1.json").read_text())
+)
+ROUND_TRIPS = settings(
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+
+
+@ROUND_TRIPS
+@given(sandbox_requests())
+def test_to_json_then_from_json_is_the_same_request(request: SandboxRequest) -> None:
+    doc = request.to_json()
+    REQUEST_SCHEMA.validate(doc)  # what kata-mem writes, the shim accepts
+    assert SandboxRequest.from_json(json.dumps(doc).encode()) == request
+    assert SandboxRequest.from_json(doc) == request
+
+
+@ROUND_TRIPS
+@given(valid_requests)
+def test_a_request_read_and_written_back_reads_the_same(doc: dict[str, Any]) -> None:
+    request = SandboxRequest.from_json(json.dumps(doc).encode())
+    assert SandboxRequest.from_json(json.dumps(request.to_json()).encode()) == request
+
+
+def test_the_saved_request_is_written_as_before(tmp_path: Path) -> None:
+    """``<state_dir>/<sandbox>/request.json``, byte for byte as kata-mem wrote it before
+    requests were values: overridden host facts pinned with the others as probed."""
+    cfg = load_config(write_config(tmp_path / "c.toml"))
+    host = HostFacts(
+        memory=16 * GiB,
+        cpus=2,
+        arch="amd64",
+        hugepage_size=2 * MiB,
+        hugepages_total=512,
+        sources=(
+            ("memory", "override"),
+            ("cpus", "psutil (online CPUs)"),
+            ("arch", "uname machine = x86_64"),
+            ("hugepages", "override"),
+        ),
+    )
+    workload = Workload(
+        (
+            Container("app", 256 * MiB, 0, Fraction(1, 2), "app", "running", "x", 4),
+            Container("init", 0, 2 * MiB, Fraction(0), "init", "stopped"),
+        ),
+        SandboxSizing(GiB, Fraction(3, 2)),
+    )
+    endpoint = Endpoint("libvirt", "qemu:///system", "dom")
+    doc = reconcile_request("sb-1", cfg, workload, endpoint, True, host).to_json()
+    assert json.dumps(doc) == (
+        '{"schema": "kata-mem/shim-request/v1", "sandbox_id": "sb-1", "event": "reconcile", '
+        f'"config": "{tmp_path / "c.toml"}", "containers": [{{"id": "app", "state": "running", '
+        '"role": "app", "memory_limit_bytes": 268435456, "hugepages_limit_bytes": 0, '
+        '"cpu_quota": 1, "cpu_period": 2, "cpuset": "0-3"}, {"id": "init", "state": "stopped", '
+        '"role": "init", "memory_limit_bytes": 0, "hugepages_limit_bytes": 2097152, '
+        '"cpu_quota": 0, "cpu_period": 1}], "backend": {"type": "libvirt", "uri": '
+        '"qemu:///system", "domain": "dom"}, "apply": true, "allow_shrink": true, "host": '
+        '{"memory_bytes": 17179869184, "cpus": 2, "arch": "amd64", "hugepages": {"count": 512, '
+        '"size_bytes": 2097152}}, "annotations": {"io.kubernetes.cri.sandbox-memory": '
+        '"1073741824", "io.kubernetes.cri.sandbox-cpu-quota": "3", '
+        '"io.kubernetes.cri.sandbox-cpu-period": "2"}}'
+    )
+    probed = HostFacts(memory=16 * GiB, cpus=2, arch="amd64")
+    doc = reconcile_request("sb-2", cfg, Workload(), Endpoint("qmp", "/q"), False, probed).to_json()
+    assert "host" not in doc and "annotations" not in doc
+
+
+@pytest.mark.parametrize(
+    ("doc", "message"),
+    [
+        ({"sandbox_id": None}, "request sandbox_id: expected a non-empty string, got null"),
+        ({"sandbox_id": 7}, "request sandbox_id: expected a non-empty string, got 7"),
+        ({"sandbox_id": "a/b"}, "request sandbox_id: sandbox id 'a/b': expected 1-128 characters"),
+        (
+            {"containers": [{"id": "c", "role": "pod"}]},
+            'request containers[0].role: expected app | init | sidecar, got "pod"',
+        ),
+        (
+            {"host": {"hugepages": {"count": 1}}},
+            "request host.hugepages.size_bytes: expected an integer, got null",
+        ),
+        (
+            {"backend": {"type": "qmp", "socket": "", "x": 1}},
+            "request backend: unknown field 'x'; expected only socket, type",
+        ),
+    ],
+)
+def test_errors_name_the_field_once(doc: dict[str, Any], message: str) -> None:
+    base = {"schema": "kata-mem/shim-request/v1", "sandbox_id": "sb", "event": "update"}
+    with pytest.raises(InputError) as caught:
+        SandboxRequest.from_json(json.dumps({**base, **doc}).encode())
+    assert caught.value.message.startswith(message), caught.value.message
