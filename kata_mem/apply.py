@@ -11,16 +11,19 @@ from typing import Any, Optional
 
 from kata_mem.backends import Backend, Endpoint, open_backend
 from kata_mem.backends.fake import FakeBackend, FakeGuest, VirtualTime
-from kata_mem.executor import Options, Result, fresh_usage, run_locked
+from kata_mem.executor import Options, Result, run_locked
 from kata_mem.journal import SandboxState, state_dir_state
 from kata_mem.model import GuestUsage, HostFacts, SandboxRequest, SizingConfig, VmState
 from kata_mem.planner import assumed_vm
 from kata_mem.shim import request_doc
+from kata_mem.usage import fresh_usage
 
 
 def _connect(cfg: SizingConfig, endpoint: Endpoint) -> Backend:
     return open_backend(
-        endpoint, hugepages=cfg.enable_hugepages, stats_interval=cfg.settings.stats_interval_s
+        endpoint,
+        hugepages_path=cfg.settings.hugepages_path if cfg.enable_hugepages else None,
+        stats_interval=cfg.settings.stats_interval_s,
     )
 
 

@@ -252,7 +252,7 @@ def preview(
 ) -> None:
     """Show the memory and vCPUs a sandbox would get, the steps, and why: what apply
     would do with the same flags. Changes nothing."""
-    from kata_mem.executor import refuse_shrink
+    from kata_mem.outcomes import refuse_shrink
 
     cfg, _ = _config(config_path)
     host = _host(host_memory, host_cpus, host_arch, host_hugepages, *_config_cgroup(cfg))
