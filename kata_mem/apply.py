@@ -161,7 +161,7 @@ def preview(
     vm = assumed_vm(cfg, host, current)
     p = plan(cfg, host, workload, vm)
     if vm.plugged:  # only then can a shrink be refused (and only then is the executor loaded)
-        from kata_mem.executor import refuse_shrink
+        from kata_mem.outcomes import refuse_shrink
 
         p, _ = refuse_shrink(p, vm, allow_shrink or cfg.settings.allow_shrink)
     return p
@@ -196,7 +196,9 @@ def _connect(cfg: SizingConfig, endpoint: Endpoint) -> Backend:
     from kata_mem.backends import open_backend
 
     return open_backend(
-        endpoint, hugepages=cfg.enable_hugepages, stats_interval=cfg.settings.stats_interval_s
+        endpoint,
+        hugepages_path=cfg.settings.hugepages_path if cfg.enable_hugepages else None,
+        stats_interval=cfg.settings.stats_interval_s,
     )
 
 
@@ -205,7 +207,7 @@ def _dry_run_backend(
 ) -> FakeBackend:
     """An in-memory copy of the VM (observed, read-only, when an endpoint is given)."""
     from kata_mem.backends.fake import FakeBackend, FakeGuest
-    from kata_mem.executor import fresh_usage
+    from kata_mem.usage import fresh_usage
 
     if endpoint is None:
         return FakeBackend(assumed_vm(cfg, host))
@@ -321,8 +323,8 @@ def read_status(
     :raises ConfigError: the state directory is not kata-mem's (nothing is created).
     """
     from kata_mem.backends import open_backend
-    from kata_mem.executor import fresh_usage
     from kata_mem.journal import SandboxState, state_dir_state
+    from kata_mem.usage import fresh_usage
 
     state_dir_state(state_dir)  # refuse a state dir that is not kata-mem's before connecting
     backend = open_backend(endpoint)

@@ -1,31 +1,30 @@
-"""Carry out a plan on a backend: reconcile, then step, verify, and record.
+"""Carry out a plan on a backend: repair, then step, verify, and record.
 
 The only sequencer of side effects. Under the sandbox lock it
 
-1. reconciles the intent record with the hypervisor (the truth): deletes
-   orphaned backend objects, settles DIMMs whose unplug was pending, raises any
-   virtio-mem ``requested-size`` left below the plugged size by a crash;
-2. plans from the observed VM (so re-running the same input is a no-op);
-3. runs the steps one at a time: shrink steps only after the safety check
-   (:mod:`kata_mem.safety`) with fresh guest usage; the record is written
-   before each command and updated with the observed result after it; each
-   step is waited for (``step_timeout_s``) and verified from the hypervisor;
+1. repairs what a previous call left half done (:mod:`kata_mem.repair`), with the
+   hypervisor as the truth;
+2. plans from the observed VM (so re-running the same input is a no-op) and asks
+   :mod:`kata_mem.outcomes` whether there is anything to run;
+3. runs the steps one at a time: shrink steps only after the safety check on
+   fresh guest usage (:class:`~kata_mem.usage.UsageReader`); the record is written
+   before each command and updated with the observed result after it; each step
+   is waited for (``step_timeout_s``) and verified from the hypervisor;
 4. on a timeout, refusal or guest pressure it stops, reverts what can be
-   reverted, and reports the outcome in KEP-1287's vocabulary.
+   reverted, and reports what :mod:`kata_mem.outcomes` makes of it.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from kata_mem import safety
+from kata_mem import outcomes, safety
 from kata_mem.backends import Backend, StepProgress
 from kata_mem.errors import BackendError, BackendUnsupported, KataMemError
-from kata_mem.journal import LOCK_WAIT_S, Record, SandboxState
+from kata_mem.journal import LOCK_WAIT_S, Deferral, LastOutcome, Phase, Record, SandboxState
 from kata_mem.logs import get_logger
 from kata_mem.model import (
     GuestUsage,
@@ -34,22 +33,25 @@ from kata_mem.model import (
     Plan,
     Reason,
     SizingConfig,
-    Status,
     Step,
     VmState,
     Workload,
 )
+from kata_mem.outcomes import Stop
 from kata_mem.planner import assumed_vm
 from kata_mem.planner import plan as make_plan
-from kata_mem.units import MiB, fmt_bytes
+from kata_mem.repair import repair
+from kata_mem.units import MiB, fmt_bytes, to_mib_floor
+from kata_mem.usage import UsageReader
 
 log = get_logger(__name__)
 
 #: Longest a poll waits for news from the hypervisor before the executor looks again.
 POLL_WAIT_S = 0.25
-#: Deferred shrinks are retried after this, doubling per attempt, up to the cap.
-BACKOFF_START_S = 30.0
-BACKOFF_MAX_S = 300.0
+#: How often the guest's usage is read while a shrink step is pending.
+PRESSURE_EVERY_S = 1.0
+#: How long a revert or a repair step is waited for.
+SETTLE_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -69,12 +71,12 @@ class Result:
     warnings: tuple[str, ...] = ()
 
 
-class _Stop(Exception):
-    """Ends the step loop with an outcome."""
+class _Stopped(Exception):
+    """Ends the step loop; ``stop`` says why."""
 
-    def __init__(self, status: Status, reason: Reason, message: str) -> None:
-        super().__init__(message)
-        self.status, self.reason, self.message = status, reason, message
+    def __init__(self, stop: Stop) -> None:
+        super().__init__(stop.message)
+        self.stop = stop
 
 
 def _crashpoint(name: str) -> None:
@@ -112,16 +114,7 @@ def run_locked(
             record = state.load()
             current = record.observed_mib * MiB if record.observed_mib else None
             p = make_plan(cfg, host, request, assumed_vm(cfg, host, current))
-            busy = Outcome(
-                "Deferred",
-                "Busy",
-                f"another resize of this sandbox is running (waited {LOCK_WAIT_S:g} s for its lock)",
-                p.memory.current,
-                p.memory.target,
-                (),
-                1.0,
-            )
-            return Result(p, busy)
+            return Result(p, outcomes.busy(p, LOCK_WAIT_S))
         try:
             backend = connect()
             try:
@@ -135,72 +128,8 @@ def run_locked(
                 state.save_request(saved_request)
 
 
-def fresh_usage(
-    backend: Backend,
-    interval_s: float,
-    clock: Callable[[], float] = time.time,
-    sleep: Callable[[float], None] = time.sleep,
-    after: Optional[float] = None,
-) -> Optional[GuestUsage]:
-    """A balloon reading taken at or after ``after`` (default: now).
-
-    QEMU stamps readings in whole seconds and the guest reports every
-    ``interval_s``, so this waits up to about two intervals; if no such reading
-    comes, the last one is returned, however old (the safety check then calls
-    its age unknown).
-    """
-    not_before = clock() if after is None else after
-    deadline = clock() + 3 * interval_s + 2.0
-    usage = backend.guest_usage()
-    while usage is not None and (usage.last_update or 0) < not_before and clock() < deadline:
-        sleep(0.1)
-        usage = backend.guest_usage()
-    return usage
-
-
-#: How to allow a shrink, in each interface's own words.
-ALLOW_SHRINK_HOW = (
-    "allow it with --allow-shrink (kata-mem apply and preview), allow_shrink: true (shim "
-    "request), or [kata_mem] allow_shrink = true (configuration)"
-)
-
-
-def refuse_shrink(p: Plan, vm: VmState, allowed: bool) -> tuple[Plan, Optional[str]]:
-    """The plan as ``apply`` carries it out when shrinking is off, and why.
-
-    A target below what is plugged is kept where it is: the plan loses its
-    (shrink) steps and carries a ``ShrinkNotAllowed`` note, and the message is
-    returned. Otherwise the plan comes back unchanged with ``None``. Pure, so that
-    ``preview`` shows exactly what ``apply`` does with the same flags.
-
-    Refused before asking whether the shrink could be done at all: with shrinking
-    off the answer is the same either way, and the flag is what the user can change.
-    """
-    m = p.memory
-    if allowed or m.mechanism == "static" or max(m.aligned, vm.base) >= vm.total:
-        return p, None
-    whole = ""
-    if m.mechanism == "pc-dimm" and m.target >= vm.total:
-        whole = (
-            f" (even then, kata-mem unplugs whole DIMMs only, and none of its DIMMs fits in the "
-            f"{fmt_bytes(vm.total - m.aligned)} to remove)"
-        )
-    elif m.mechanism == "pc-dimm" and m.target != m.aligned:
-        whole = f" (whole DIMMs only: the shrink would reach {fmt_bytes(m.target)})"
-    message = (
-        f"the target {fmt_bytes(m.aligned)} is below the guest's {fmt_bytes(vm.total)}, and "
-        f"shrinking is off: the guest keeps {fmt_bytes(vm.total)}. To shrink, "
-        f"{ALLOW_SHRINK_HOW}{whole}"
-    )
-    warnings = tuple(w for w in p.warnings if not w.startswith("shrink planned:"))
-    return (
-        dataclasses.replace(
-            p,
-            memory=dataclasses.replace(m, steps=()),
-            warnings=(*warnings, f"ShrinkNotAllowed: {message}"),
-        ),
-        message,
-    )
+def _resize_shrink(step: Step) -> bool:
+    return step.action == "resize_virtio_mem" and step.shrinks
 
 
 def _backend_text(exc: BackendError) -> str:
@@ -209,26 +138,6 @@ def _backend_text(exc: BackendError) -> str:
     if exc.error_class and exc.error_class not in exc.message:
         return f"{exc.error_class}: {exc.message}"
     return exc.message
-
-
-def _cannot_shrink(vm: VmState, target: int) -> str:
-    """Why no whole DIMM can go: there is none of kata-mem's, or each is too large."""
-    excess = fmt_bytes(vm.total - target)
-    ours = [d for d in vm.dimms if d.ours and not d.pending_unplug]
-    if not ours:
-        return (
-            f"{excess} cannot be removed: kata-mem unplugs only DIMMs it plugged itself "
-            f"(kmdimm<N>), and this VM has none; the guest stays at {fmt_bytes(vm.total)}"
-        )
-    sizes = ", ".join(f"{d.id} {fmt_bytes(d.size)}" for d in ours)
-    return (
-        f"{excess} cannot be removed: kata-mem unplugs whole DIMMs only, and each of its DIMMs "
-        f"({sizes}) is larger than that; the guest stays at {fmt_bytes(vm.total)}"
-    )
-
-
-def backoff(attempts: int) -> float:
-    return float(min(BACKOFF_START_S * 2 ** max(attempts - 1, 0), BACKOFF_MAX_S))
 
 
 class Executor:
@@ -246,165 +155,70 @@ class Executor:
         self.clock = clock
         self.sleep = sleep
         self.warnings: list[str] = []
-        # The end time and the VM total before the last shrink step, to judge how old a
-        # balloon reading is relative to it (QEMU stamps readings in whole seconds).
-        self._last_end: Optional[float] = None
-        self._total_before_last = 0
-        self._started = clock()
-
-    # -- entry point -----------------------------------------------------------
 
     def apply(
         self, cfg: SizingConfig, host: HostFacts, request: Workload, options: Options
     ) -> Result:
-        """Reconcile, plan from the observed VM, and run the plan. Call it with the
+        """Repair, plan from the observed VM, and run the plan. Call it with the
         sandbox lock held (:func:`run_locked`).
 
         :raises BackendUnavailable: the hypervisor cannot be reached (nothing planned).
         :raises ConfigError: the state directory cannot be written (nothing changed).
         """
-        self._started = self.clock()
+        reader = UsageReader(self.backend, cfg.settings, self.clock, self.sleep)
         record = self.state.load()
-        vm = self.reconcile(record, cfg)
-        p, refused = refuse_shrink(
-            make_plan(cfg, host, request, vm),
-            vm,
-            options.allow_shrink or options.force or cfg.settings.allow_shrink,
+        vm = repair(self.backend, self.state, record, lambda s: self._settle(record, s), self._note)
+        allowed = options.allow_shrink or options.force or cfg.settings.allow_shrink
+        p, outcome = outcomes.before_steps(
+            make_plan(cfg, host, request, vm), vm, shrink_allowed=allowed
         )
-        if refused is not None:
-            outcome = Outcome("Infeasible", "ShrinkNotAllowed", refused, vm.total, p.memory.target)
-        else:
-            outcome = self._run(p, vm, record, cfg, options)
+        if outcome is None:
+            outcome = self._run(p, vm, record, cfg, None if options.force else reader)
         self._finish(record, outcome)
         return Result(p, outcome, tuple(self.state.warnings + self.warnings))
-
-    # -- reconcile ---------------------------------------------------------------
-
-    def reconcile(self, record: Record, cfg: SizingConfig) -> VmState:
-        """Make the record match the hypervisor, and repair what a crash left.
-
-        Returns the observed VM, with DIMMs whose unplug is pending marked so.
-        """
-        vm = self.backend.observe()
-        if record.state == "running" and record.step:
-            step = record.step
-            self._note(
-                "reconciled: the previous call stopped during "
-                f"{step.get('action') or 'a step'} {step.get('device') or ''} "
-                f"({record.phase or 'phase unknown'})"
-            )
-            device = str(step.get("device"))
-            if (
-                step.get("action") == "unplug_dimm"
-                and record.phase == "issued"
-                and vm.device(device)
-            ):
-                record.pending_unplug.append(device)
-        repaired = False
-        for memdev in vm.orphans:
-            self._note(f"reconciled: deleting orphaned backend object {memdev}")
-            self.backend.release(memdev)
-            repaired = True
-        dev = vm.virtio_mem
-        if dev is not None and dev.requested < dev.size:
-            # Left below the plugged size (a crash or timeout mid-shrink): the guest would keep
-            # unplugging on its own, invisibly. Raise it to what is plugged.
-            self._note(
-                f"reconciled: {dev.id} requested-size raised from {fmt_bytes(dev.requested)} to {fmt_bytes(dev.size)}"
-            )
-            raise_step = Step("resize_virtio_mem", dev.id, dev.size, 0, vm.total)
-            self._write(record, "running", raise_step, "intent")
-            self.backend.begin(raise_step)
-            repaired = True
-        if repaired:
-            vm = self.backend.observe()
-        pending = [d for d in record.pending_unplug if vm.device(d) is not None]
-        for gone in sorted(set(record.pending_unplug) - set(pending)):
-            self._note(f"reconciled: pending unplug of {gone} completed")
-        if repaired or record.state != "idle" or pending != record.pending_unplug:
-            record.pending_unplug = pending
-            record.state, record.step, record.phase = "idle", None, ""
-            record.observed_mib = vm.total // MiB
-            self.state.save(record)
-        if pending:
-            vm = dataclasses.replace(
-                vm,
-                devices=tuple(
-                    dataclasses.replace(d, pending_unplug=True) if d.id in pending else d
-                    for d in vm.devices
-                ),
-            )
-        return vm
 
     # -- the step loop ---------------------------------------------------------------
 
     def _run(
-        self, p: Plan, vm: VmState, record: Record, cfg: SizingConfig, options: Options
+        self,
+        p: Plan,
+        vm: VmState,
+        record: Record,
+        cfg: SizingConfig,
+        reader: Optional[UsageReader],
     ) -> Outcome:
+        """Run the plan's steps; ``reader`` is None when the safety checks are off (--force)."""
         m = p.memory
         done: list[Step] = []
-        if m.aligned < vm.total and any(d.pending_unplug for d in vm.devices):
-            return Outcome(
-                "Deferred",
-                "Busy",
-                "a DIMM unplug is still pending in the guest",
-                vm.total,
-                m.target,
-                (),
-                5.0,
-            )
-        if not m.steps:
-            return self._no_steps(p, vm)
+        stop: Optional[Stop] = None
         baseline: Optional[GuestUsage] = None
-        if m.shrink and not options.force:
-            verdict, baseline = self._check(vm, m.target, cfg, m.block, None)
-            if verdict.action == "defer":
-                return self._deferred(record, verdict.reason, verdict.message, vm, m.target)
-        if options.force:
+        if reader is None:
             self._note("--force: shrink safety checks skipped (for tests and benchmarks only)")
-        try:
-            for step in m.steps:
-                vm = self._step(step, vm, record, cfg, options, baseline, m.target)
-                done.append(step)
-        except _Stop as stop:
-            if (
-                done
-                and stop.status == "Deferred"
-                and done[-1].action == "resize_virtio_mem"
-                and done[-1].shrinks
-            ):
-                self._relieve(done[-1], vm, record, cfg)
-            vm = self._observe_safely(vm)
-            if done and stop.status == "Deferred" and m.shrink:
-                return Outcome(
-                    "InProgress",
-                    "PartialShrink",
-                    f"stopped after {len(done)} step(s): {stop.message}",
-                    vm.total,
-                    m.target,
-                    tuple(done),
-                )
-            if stop.status == "Deferred":
-                return self._deferred(record, stop.reason, stop.message, vm, m.target, tuple(done))
-            return Outcome(stop.status, stop.reason, stop.message, vm.total, m.target, tuple(done))
-        if vm.total != m.target:
-            return Outcome(
-                "InProgress",
-                "PartialShrink" if m.shrink else "BackendError",
-                f"the hypervisor reports {fmt_bytes(vm.total)}, not the target {fmt_bytes(m.target)}",
-                vm.total,
-                m.target,
-                tuple(done),
+        elif m.shrink:
+            # The whole shrink is checked first, as the kubelet does: skip, don't half-do.
+            verdict, baseline = reader.check(vm, m.target, m.block, None)
+            if verdict.action == "defer":
+                stop = Stop("Deferred", verdict.reason, verdict.message)
+        if stop is None:
+            try:
+                for step in m.steps:
+                    vm = self._step(step, vm, record, cfg, reader, baseline, m.target)
+                    done.append(step)
+            except _Stopped as stopped:
+                stop = stopped.stop
+                if stop.status == "Deferred" and done and reader is not None:
+                    self._relieve(done[-1], vm, record, cfg, reader)
+                vm = self._observe_safely(vm)
+        deferrals = record.deferred.attempts if record.deferred else 0
+        outcome = outcomes.after_steps(p, vm, tuple(done), stop, deferrals)
+        if outcome.status == "Deferred":
+            record.deferred = Deferral(
+                reason=outcome.reason,
+                attempts=deferrals + 1,
+                retry_at=self.clock() + (outcome.retry_after_s or 0.0),
+                target_mib=to_mib_floor(m.target),
             )
-        record.deferred = None
-        return Outcome(
-            "Resized",
-            "",
-            f"guest memory {fmt_bytes(vm.total)} (verified)",
-            vm.total,
-            m.target,
-            tuple(done),
-        )
+        return outcome
 
     def _step(
         self,
@@ -412,299 +226,174 @@ class Executor:
         vm: VmState,
         record: Record,
         cfg: SizingConfig,
-        options: Options,
+        reader: Optional[UsageReader],
         baseline: Optional[GuestUsage],
         final_total: int,
     ) -> VmState:
-        block = (
-            vm.virtio_mem.block
-            if step.action == "resize_virtio_mem" and vm.virtio_mem
-            else cfg.settings.dimm_block
-        )
-        if step.shrinks and not options.force:
-            verdict, _ = self._check(vm, step.total_after, cfg, block, baseline)
+        """Run one step and verify it from the hypervisor; returns the VM after it.
+
+        :raises _Stopped: the step was deferred, refused, timed out, or given back.
+        """
+        resize = step.action == "resize_virtio_mem"
+        block = vm.virtio_mem.block if resize and vm.virtio_mem else cfg.settings.dimm_block
+        if step.shrinks and reader is not None:
+            verdict, _ = reader.check(vm, step.total_after, block, baseline)
             if verdict.action == "defer":
-                raise _Stop("Deferred", verdict.reason, verdict.message)
-        before = vm
-        self._write(record, "running", step, "intent")
+                raise _Stopped(Stop("Deferred", verdict.reason, verdict.message))
+        self._issue(record, step)
+        # A virtio-mem shrink is watched: the guest may run short while it gives memory back.
+        watched = reader if _resize_shrink(step) else None
+        progress, pressure = self._wait(
+            step,
+            cfg.settings.step_timeout_s,
+            None if watched is None else lambda: self._pressure(watched.latest(), cfg, block),
+        )
+        after = self.backend.observe()
+        if progress.state == "done" and watched is not None:
+            watched.step_done(vm.total)
+            # After the last step, wait for a reading that shows it; between steps the
+            # next step's check reads again anyway.
+            last = step.total_after == final_total
+            pressure = self._pressure(
+                watched.since_last_step() if last else watched.latest(), cfg, block
+            )
+        if progress.state == "done" and not pressure:
+            log.info(
+                "step %s %s done: guest memory %s", step.action, step.device, fmt_bytes(after.total)
+            )
+            return after
+        raise self._give_up(record, step, progress, pressure, vm, after, cfg)
+
+    def _issue(self, record: Record, step: Step) -> None:
+        """Journal the step, send its commands, and journal that they were sent.
+
+        :raises _Stopped: the hypervisor refused the commands.
+        """
+        self._write(record, step, "intent")
         _crashpoint("before-command")
         try:
             self.backend.begin(step)
         except BackendUnsupported as exc:
             reason: Reason = "BackendCannotShrink" if step.shrinks else "BackendCannotGrow"
-            raise _Stop(
-                "Infeasible", reason, f"{step.action} {step.device}: {_backend_text(exc)}"
-            ) from None
+            raise _Stopped(
+                Stop("Infeasible", reason, f"{step.action} {step.device}: {_backend_text(exc)}")
+            ) from exc
         except BackendError as exc:
-            raise _Stop(
-                "InProgress",
-                "BackendError",
-                f"{step.action} {step.device}: {_backend_text(exc)}",
-            ) from None
+            raise _Stopped(
+                Stop(
+                    "InProgress",
+                    "BackendError",
+                    f"{step.action} {step.device}: {_backend_text(exc)}",
+                )
+            ) from exc
         if step.action == "unplug_dimm":
             # Only an unplug needs this on disk: after a crash it tells "maybe pending" from "never sent".
-            self._write(record, "running", step, "issued")
+            self._write(record, step, "issued")
         _crashpoint("after-command")
-        progress = self._wait(step, cfg, options, block)
-        vm = self.backend.observe()
-        guarded = step.shrinks and step.action == "resize_virtio_mem" and not options.force
-        if progress.state == "done":
-            log.info(
-                "step %s %s done: guest memory %s", step.action, step.device, fmt_bytes(vm.total)
-            )
-            if guarded:
-                self._last_end, self._total_before_last = self.clock(), before.total
-                # After the last step, wait for a reading that shows it; between steps the
-                # next step's check reads again anyway.
-                last = step.total_after == final_total
-                usage = (
-                    self._fresh_usage(cfg, after=self._last_end)
-                    if last
-                    else self.backend.guest_usage()
-                )
-                pressure = safety.under_pressure(usage, cfg.settings, block)
-                if pressure:
-                    progress = StepProgress("pending", f"pressure: {pressure}")
-            if progress.state == "done":
-                return vm
-        # Not done: decide what to keep, what to revert, and how to report it.
-        if step.action == "unplug_dimm":
-            if progress.state == "rejected":
-                raise _Stop(
-                    "InProgress",
-                    "UnplugRejected",
-                    f"the guest refused to release {step.device} ({progress.detail})",
-                )
-            record.pending_unplug.append(step.device)
-            self.state.save(record)
-            raise _Stop(
-                "InProgress",
-                "UnplugTimeout",
-                f"{step.device}: no DEVICE_DELETED within {cfg.settings.step_timeout_s:g} s; it stays counted as "
-                "plugged and pending, and is settled on a later call",
-            )
-        dev = vm.device(step.device)
-        prior = before.device(step.device)
-        pressure_text = (
-            progress.detail.removeprefix("pressure: ")
-            if progress.detail.startswith("pressure: ")
-            else ""
-        )
-        if step.shrinks and dev is not None and prior is not None:
-            # Under pressure, give back what the step took; otherwise stop where the guest got to,
-            # so the driver does not go on unplugging by itself after we have given up.
-            self._revert(step, prior.size if pressure_text else dev.size, vm, record)
-            vm = self.backend.observe()
-        if pressure_text:
-            raise _Stop("Deferred", "GuestPressure", f"{pressure_text}; the step was reverted")
-        timeout = f"{cfg.settings.step_timeout_s:g} s"
-        if step.shrinks:
-            raise _Stop(
-                "InProgress",
-                "UnplugTimeout",
-                f"{step.device}: the guest did not release the memory within {timeout} ({progress.detail}); "
-                f"stopped at {fmt_bytes(vm.total)}",
-            )
-        raise _Stop(
-            "InProgress",
-            "PlugTimeout",
-            f"{step.device}: the guest did not confirm within {timeout} ({progress.detail}); "
-            f"the hypervisor reports {fmt_bytes(vm.total)}",
-        )
 
-    def _wait(self, step: Step, cfg: SizingConfig, options: Options, block: int) -> StepProgress:
-        deadline = self.clock() + cfg.settings.step_timeout_s
-        next_check = self.clock() + 1.0
-        progress = StepProgress("pending")
+    def _wait(
+        self,
+        step: Step,
+        timeout_s: float,
+        watch: Optional[Callable[[], Optional[str]]] = None,
+    ) -> tuple[StepProgress, Optional[str]]:
+        """Poll ``step`` until it is no longer pending or ``timeout_s`` has passed.
+
+        ``watch``, asked about once a second while the step is pending, gives a reason
+        to stop waiting early (guest pressure); it is returned with the progress.
+        """
+        deadline = self.clock() + timeout_s
+        next_watch = self.clock() + PRESSURE_EVERY_S
         while True:
             try:
-                progress = self.backend.poll(
-                    step, max(min(POLL_WAIT_S, deadline - self.clock()), 0.0)
-                )
+                wait_s = max(min(POLL_WAIT_S, deadline - self.clock()), 0.0)
+                progress = self.backend.poll(step, wait_s)
             except BackendError as exc:
-                return StepProgress("rejected", _backend_text(exc))
+                return StepProgress("rejected", _backend_text(exc)), None
             if progress.state != "pending":
-                return progress
+                return progress, None
             now = self.clock()
-            if (
-                step.shrinks
-                and step.action == "resize_virtio_mem"
-                and not options.force
-                and now >= next_check
-            ):
-                next_check = now + 1.0
-                reason = safety.under_pressure(self.backend.guest_usage(), cfg.settings, block)
+            if watch is not None and now >= next_watch:
+                next_watch = now + PRESSURE_EVERY_S
+                reason = watch()
                 if reason:
-                    return StepProgress("pending", f"pressure: {reason}")
+                    return progress, reason
             if now >= deadline:
-                return progress
+                return progress, None
 
-    def _revert(self, step: Step, size: int, vm: VmState, record: Record) -> None:
-        revert = Step("resize_virtio_mem", step.device, size, 0, vm.total)
-        self._note(f"reverting {step.device} requested-size to {fmt_bytes(size)}")
-        self._write(record, "running", revert, "intent")
-        self.backend.begin(revert)
-        deadline = self.clock() + 5.0
-        while self.backend.poll(revert, POLL_WAIT_S).state == "pending" and self.clock() < deadline:
-            pass
+    # -- giving back -------------------------------------------------------------------
 
-    def _fresh_usage(
-        self, cfg: SizingConfig, after: Optional[float] = None
-    ) -> Optional[GuestUsage]:
-        return fresh_usage(
-            self.backend, cfg.settings.stats_interval_s, self.clock, self.sleep, after
-        )
-
-    def _recent_usage(self, cfg: SizingConfig) -> Optional[GuestUsage]:
-        """The latest reading when it is recent enough, else a fresh one."""
-        usage = self.backend.guest_usage()
-        if usage is None or usage.age is None or usage.age > cfg.settings.usage_max_age_s:
-            usage = self._fresh_usage(cfg)
-        return usage
-
-    def _check(
-        self,
-        vm: VmState,
-        after_total: int,
-        cfg: SizingConfig,
-        block: int,
-        baseline: Optional[GuestUsage],
-    ) -> tuple[safety.Verdict, Optional[GuestUsage]]:
-        """The safety check for shrinking to ``after_total``, waiting only when it must.
-
-        The latest reading is used if it is recent. One that may predate the
-        previous step is judged as if it did (the VM then had more memory, so more
-        counts as removed: the conservative side). A shrink is deferred only on a
-        reading taken during this call and after the previous step: if the quick
-        judgement says defer on an older one, a fresh reading is awaited first.
-        """
-        usage = self._recent_usage(cfg)
-        since = self._last_end if self._last_end is not None else self._started
-        stale = usage is not None and (usage.last_update or 0) < since
-        ambiguous = stale and self._last_end is not None
-        current = self._total_before_last if ambiguous else vm.total
-
-        def judge(u: Optional[GuestUsage], total: int) -> safety.Verdict:
-            return safety.check_step(
-                current_total=total,
-                after_total=after_total,
-                usage=u,
-                settings=cfg.settings,
-                block=block,
-                baseline=baseline,
-            )
-
-        verdict = judge(usage, current)
-        if verdict.action == "defer" and stale:
-            usage = self._fresh_usage(cfg, after=since)
-            verdict = judge(usage, vm.total)
-        return verdict, usage
-
-    def _relieve(self, last: Step, vm: VmState, record: Record, cfg: SizingConfig) -> None:
-        """Stopping mid-shrink: if the guest is now short of memory, give back the last step."""
-        pressure = safety.under_pressure(
-            self._fresh_usage(cfg, after=self._last_end),
-            cfg.settings,
-            vm.virtio_mem.block if vm.virtio_mem else 0,
-        )
-        if pressure:
-            self._note(f"{pressure}: the last step is given back")
-            self._revert(last, last.size - last.delta, vm, record)
-
-    # -- outcomes and records ---------------------------------------------------------
-
-    def _no_steps(self, p: Plan, vm: VmState) -> Outcome:
-        m = p.memory
-        causes = {c.cause for c in m.clamps}
-        if m.mechanism == "static":
-            return Outcome(
-                "NoChange",
-                "",
-                "static sizing: the VM is sized at boot, nothing is hotplugged",
-                vm.total,
-                m.target,
-            )
-        if m.aligned > vm.total:
-            if "slots" in causes:
-                return Outcome(
-                    "Infeasible",
-                    "NoFreeSlots",
-                    f"no free DIMM slot: the guest stays at {fmt_bytes(vm.total)}",
-                    vm.total,
-                    m.target,
-                )
-            return Outcome(
-                "Infeasible",
-                "NoDeviceSpace",
-                f"no hotplug space left: the guest stays at {fmt_bytes(vm.total)}",
-                vm.total,
-                m.target,
-            )
-        if m.aligned < vm.total:
-            if m.requested < vm.base:
-                return Outcome(
-                    "Infeasible",
-                    "BelowBaseMemory",
-                    f"the target is below the boot memory {fmt_bytes(vm.base)}",
-                    vm.total,
-                    m.target,
-                )
-            return Outcome(
-                "Infeasible",
-                "BackendCannotShrink",
-                _cannot_shrink(vm, m.aligned),
-                vm.total,
-                m.target,
-            )
-        clamped = f" (clamped: {', '.join(c.cause for c in m.clamps)})" if m.clamps else ""
-        return Outcome(
-            "NoChange",
-            "",
-            f"already at the target {fmt_bytes(vm.total)}{clamped}",
-            vm.total,
-            m.target,
-        )
-
-    def _deferred(
+    def _give_up(
         self,
         record: Record,
-        reason: Reason,
-        message: str,
+        step: Step,
+        progress: StepProgress,
+        pressure: Optional[str],
         vm: VmState,
-        target: int,
-        done: tuple[Step, ...] = (),
-    ) -> Outcome:
-        attempts = int((record.deferred or {}).get("attempts", 0)) + 1
-        wait = backoff(attempts)
-        record.deferred = {
-            "reason": reason,
-            "attempts": attempts,
-            "retry_at": self.clock() + wait,
-            "target_mib": target // MiB,
-        }
-        return Outcome("Deferred", reason, message, vm.total, target, done, wait)
+        after: VmState,
+        cfg: SizingConfig,
+    ) -> _Stopped:
+        """A step did not complete: keep counting a DIMM whose unplug may still happen,
+        put a shrink back, and say why the run stops."""
+        before, now = vm.device(step.device), after.device(step.device)
+        if step.action == "unplug_dimm":
+            if progress.state != "rejected":
+                record.pending_unplug.append(step.device)
+                self.state.save(record)
+        elif step.shrinks and before is not None and now is not None:
+            # Under pressure, give back what the step took; otherwise stop where the guest got
+            # to, so that the driver does not go on unplugging by itself after we have given up.
+            self._revert(record, step, before.size if pressure else now.size, after)
+            after = self.backend.observe()
+        timeout_s = cfg.settings.step_timeout_s
+        return _Stopped(
+            outcomes.step_stopped(
+                step, progress, pressure, timeout_s=timeout_s, observed=after.total
+            )
+        )
+
+    def _settle(self, record: Record, step: Step) -> StepProgress:
+        """Journal, send and wait for a step that puts things back (a revert, a repair)."""
+        self._write(record, step, "intent")
+        self.backend.begin(step)
+        progress, _ = self._wait(step, SETTLE_S)
+        return progress
+
+    def _revert(self, record: Record, step: Step, size: int, vm: VmState) -> None:
+        self._note(f"reverting {step.device} requested-size to {fmt_bytes(size)}")
+        self._settle(record, Step("resize_virtio_mem", step.device, size, 0, vm.total))
+
+    def _relieve(
+        self, last: Step, vm: VmState, record: Record, cfg: SizingConfig, reader: UsageReader
+    ) -> None:
+        """Stopping mid-shrink: if the guest is now short of memory, give back the last
+        step (a virtio-mem one: an unplugged DIMM cannot be given back)."""
+        if not _resize_shrink(last):
+            return
+        block = vm.virtio_mem.block if vm.virtio_mem else 0
+        pressure = self._pressure(reader.since_last_step(), cfg, block)
+        if pressure:
+            self._note(f"{pressure}: the last step is given back")
+            self._revert(record, last, last.size - last.delta, vm)
+
+    @staticmethod
+    def _pressure(usage: Optional[GuestUsage], cfg: SizingConfig, block: int) -> Optional[str]:
+        return safety.under_pressure(usage, cfg.settings, block)
+
+    # -- records -------------------------------------------------------------------------
 
     def _finish(self, record: Record, outcome: Outcome) -> None:
         record.state, record.step, record.phase = "idle", None, ""
-        record.observed_mib = outcome.observed // MiB
+        record.observed_mib = to_mib_floor(outcome.observed)
         if outcome.status != "Deferred":
             record.deferred = None
-        record.last_outcome = {
-            "status": outcome.status,
-            "reason": outcome.reason,
-            "message": outcome.message,
-            "at": self.clock(),
-        }
+        record.last_outcome = LastOutcome(
+            outcome.status, outcome.reason, outcome.message, self.clock()
+        )
         self.state.save(record)
 
-    def _write(self, record: Record, state: str, step: Step, phase: str) -> None:
-        record.state, record.phase = state, phase
-        record.step = {
-            "action": step.action,
-            "device": step.device,
-            "size": step.size,
-            "delta": step.delta,
-        }
+    def _write(self, record: Record, step: Step, phase: Phase) -> None:
+        record.state, record.step, record.phase = "running", step, phase
         self.state.save(record)
 
     def _observe_safely(self, vm: VmState) -> VmState:

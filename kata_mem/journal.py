@@ -37,11 +37,11 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, Literal, Optional, get_args
 
 from kata_mem.errors import ConfigError, KataMemError
 from kata_mem.files import STATE_CAP, read_capped
-from kata_mem.model import SANDBOX_ID, check_sandbox_id
+from kata_mem.model import SANDBOX_ID, Step, StepAction, check_sandbox_id
 
 JOURNAL_SCHEMA = "kata-mem/journal/v1"
 STATE_DIR_SCHEMA = "kata-mem/state-dir/v1"
@@ -84,18 +84,108 @@ def _check(ok: bool, what: str) -> None:
         raise ValueError(what)
 
 
+RecordState = Literal["idle", "running"]
+#: Of the step in flight: its intent was written, its commands were sent, it was done.
+Phase = Literal["", "intent", "issued", "done"]
+_ACTIONS: tuple[StepAction, ...] = get_args(StepAction)
+_PHASES: tuple[Phase, ...] = get_args(Phase)
+
+
+@dataclass(frozen=True)
+class Deferral:
+    """A deferred shrink: its reason, how often it was deferred, and when to retry."""
+
+    reason: str
+    attempts: int
+    retry_at: float
+    target_mib: Optional[int] = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "reason": self.reason,
+            "attempts": self.attempts,
+            "retry_at": self.retry_at,
+            "target_mib": self.target_mib,
+        }
+
+    @classmethod
+    def from_json(cls, doc: Any) -> Deferral:
+        _check(
+            isinstance(doc, dict)
+            and _number_field(doc.get("retry_at"))
+            and _int_field(doc.get("attempts"))
+            and isinstance(doc.get("reason"), str)
+            and (doc.get("target_mib") is None or _int_field(doc.get("target_mib"))),
+            "deferred is not a deferral (reason, attempts, retry_at)",
+        )
+        return cls(doc["reason"], doc["attempts"], float(doc["retry_at"]), doc.get("target_mib"))
+
+
+@dataclass(frozen=True)
+class LastOutcome:
+    """What the last call came to, and when (host clock)."""
+
+    status: str
+    reason: str
+    message: str
+    at: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "reason": self.reason,
+            "message": self.message,
+            "at": self.at,
+        }
+
+    @classmethod
+    def from_json(cls, doc: Any) -> LastOutcome:
+        _check(
+            isinstance(doc, dict)
+            and all(isinstance(doc.get(k), str) for k in ("status", "reason", "message"))
+            and _number_field(doc.get("at")),
+            "last_outcome is not an outcome (status, reason, message, at)",
+        )
+        return cls(doc["status"], doc["reason"], doc["message"], float(doc["at"]))
+
+
+def _step_json(step: Step) -> dict[str, Any]:
+    return {
+        "action": step.action,
+        "device": step.device,
+        "size": step.size,
+        "delta": step.delta,
+        "total_after": step.total_after,
+    }
+
+
+def _step_from_json(doc: Any) -> Step:
+    _check(
+        isinstance(doc, dict)
+        and doc.get("action") in _ACTIONS
+        and isinstance(doc.get("device"), str)
+        and all(_int_field(doc.get(k)) for k in ("size", "delta"))
+        and _int_field(doc.get("total_after", 0)),
+        "step is not a step",
+    )
+    # Journals written before total_after was kept have none; only the action and
+    # device of a step in flight are used to repair it.
+    return Step(doc["action"], doc["device"], doc["size"], doc["delta"], doc.get("total_after", 0))
+
+
 @dataclass
 class Record:
-    """The intent record. ``phase`` of the step in flight: intent | issued | done."""
+    """The intent record: the step in flight and its ``phase``, unplugs the guest has
+    not finished, the last observed size, a deferred shrink, the last outcome."""
 
     sandbox: str
-    state: str = "idle"
-    step: Optional[dict[str, Any]] = None
-    phase: str = ""
+    state: RecordState = "idle"
+    step: Optional[Step] = None
+    phase: Phase = ""
     pending_unplug: list[str] = field(default_factory=list)
     observed_mib: Optional[int] = None
-    deferred: Optional[dict[str, Any]] = None
-    last_outcome: Optional[dict[str, Any]] = None
+    deferred: Optional[Deferral] = None
+    last_outcome: Optional[LastOutcome] = None
     backend: Optional[dict[str, Any]] = None
     updated_at: float = 0.0
 
@@ -104,12 +194,12 @@ class Record:
             "schema": JOURNAL_SCHEMA,
             "sandbox": self.sandbox,
             "state": self.state,
-            "step": self.step,
+            "step": None if self.step is None else _step_json(self.step),
             "phase": self.phase,
             "pending_unplug": sorted(set(self.pending_unplug)),
             "observed_mib": self.observed_mib,
-            "deferred": self.deferred,
-            "last_outcome": self.last_outcome,
+            "deferred": None if self.deferred is None else self.deferred.to_json(),
+            "last_outcome": None if self.last_outcome is None else self.last_outcome.to_json(),
             "backend": self.backend,
             "updated_at": self.updated_at,
         }
@@ -123,40 +213,24 @@ class Record:
         state = doc.get("state", "idle")
         _check(state in ("idle", "running"), "state is not idle or running")
         phase = doc.get("phase", "")
-        _check(isinstance(phase, str), "phase is not a string")
+        _check(phase in _PHASES, f"phase is not one of {', '.join(map(repr, _PHASES))}")
         pending = doc.get("pending_unplug") or []
         _check(
             isinstance(pending, list) and all(isinstance(p, str) for p in pending),
             "pending_unplug is not a list of ids",
         )
         step = doc.get("step")
-        _check(
-            step is None
-            or (
-                isinstance(step, dict)
-                and isinstance(step.get("action"), str)
-                and isinstance(step.get("device"), str)
-                and all(_int_field(step.get(k)) for k in ("size", "delta"))
-            ),
-            "step is not a step",
-        )
+        step = None if step is None else _step_from_json(step)
         observed = doc.get("observed_mib")
         _check(observed is None or _int_field(observed), "observed_mib is not an integer")
         deferred = doc.get("deferred")
+        deferred = None if deferred is None else Deferral.from_json(deferred)
+        last = doc.get("last_outcome")
+        last = None if last is None else LastOutcome.from_json(last)
         _check(
-            deferred is None
-            or (
-                isinstance(deferred, dict)
-                and _number_field(deferred.get("retry_at"))
-                and _int_field(deferred.get("attempts"))
-                and isinstance(deferred.get("reason"), str)
-            ),
-            "deferred is not a deferral (reason, attempts, retry_at)",
+            doc.get("backend") is None or isinstance(doc.get("backend"), dict),
+            "backend is not an object",
         )
-        for key in ("last_outcome", "backend"):
-            _check(
-                doc.get(key) is None or isinstance(doc.get(key), dict), f"{key} is not an object"
-            )
         updated = doc.get("updated_at", 0.0)
         _check(_number_field(updated), "updated_at is not a number")
         return cls(
@@ -167,7 +241,7 @@ class Record:
             pending_unplug=list(pending),
             observed_mib=observed,
             deferred=deferred,
-            last_outcome=doc.get("last_outcome"),
+            last_outcome=last,
             backend=doc.get("backend"),
             updated_at=float(updated),
         )

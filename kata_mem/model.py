@@ -18,7 +18,7 @@ Mechanism = Literal["pc-dimm", "virtio-mem", "static"]
 Role = Literal["app", "init", "sidecar"]
 State = Literal["running", "created", "stopped"]
 DeviceKind = Literal["dimm", "virtio-mem"]
-StepAction = Literal["plug_dimm", "unplug_dimm", "resize_virtio_mem"]
+StepAction = Literal["plug_dimm", "unplug_dimm", "resize_virtio_mem", "delete_memdev"]
 
 #: Why the memory target ended below what was requested, in the order the causes apply.
 MemoryCause = Literal[
@@ -75,6 +75,7 @@ class Settings:
     allow_shrink: bool = False
     state_dir: str = "/run/kata-mem"
     host_memory_cgroup: str = ""
+    hugepages_path: str = "/dev/hugepages"
 
 
 @dataclass(frozen=True)
@@ -181,13 +182,20 @@ class MemoryDevice:
         """True for DIMMs kata-mem plugged itself (the only ones it unplugs)."""
         return self.kind == "dimm" and self.id.startswith(DIMM_PREFIX)
 
+    @property
+    def space(self) -> int:
+        """The device-memory space it takes: a virtio-mem device reserves its whole
+        region, plugged or not."""
+        return self.max_size if self.kind == "virtio-mem" else self.size
+
 
 @dataclass(frozen=True)
 class VmState:
     """The VM's memory as observed (or, for previews, as assumed).
 
-    ``device_space`` is QEMU's ``maxmem - size`` (None when unknown), shared by
-    DIMMs and virtio-mem devices.
+    ``device_space`` is QEMU's ``maxmem - size`` (None when unknown) less what
+    other memory devices (nvdimm, virtio-pmem) take, shared by DIMMs and
+    virtio-mem devices (:func:`kata_mem.reports.vm_state`).
     """
 
     base: int
@@ -205,6 +213,10 @@ class VmState:
     @property
     def total(self) -> int:
         return self.base + self.plugged
+
+    @property
+    def space_used(self) -> int:
+        return sum(d.space for d in self.devices)
 
     @property
     def dimms(self) -> tuple[MemoryDevice, ...]:
@@ -230,7 +242,8 @@ class Clamp:
 @dataclass(frozen=True)
 class Step:
     """One hypervisor change. ``size`` is the DIMM size, or the virtio-mem
-    ``requested-size`` after the step; ``delta`` the signed change of plugged memory."""
+    ``requested-size`` after the step; ``delta`` the signed change of plugged memory.
+    A ``delete_memdev`` step (crash repair) deletes the backend object ``device``."""
 
     action: StepAction
     device: str

@@ -383,11 +383,6 @@ def _next_dimm_index(vm: VmState) -> int:
     return max(used, default=-1) + 1
 
 
-def _space_used(vm: VmState) -> int:
-    # A virtio-mem device reserves its whole region, plugged or not.
-    return sum(d.max_size if d.kind == "virtio-mem" else d.size for d in vm.devices)
-
-
 def _grow_dimm(
     vm: VmState, target: int, block: int, clamp: _ClampFn
 ) -> tuple[tuple[Step, ...], int]:
@@ -395,7 +390,7 @@ def _grow_dimm(
     steps: list[Step] = []
     total = vm.total
     free_slots = vm.slots - len(vm.dimms)
-    free_space = None if vm.device_space is None else vm.device_space - _space_used(vm)
+    free_space = None if vm.device_space is None else vm.device_space - vm.space_used
     index = _next_dimm_index(vm)
     while total < target:
         if free_slots <= 0:

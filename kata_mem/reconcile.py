@@ -107,13 +107,12 @@ def _visit(state: SandboxState, env: dict[str, str], clock: Callable[[], float])
         if gone:
             return forget(f"the VM is gone ({gone})")
     record = state.load()
-    deferred = record.deferred or {}
-    retry_at = float(deferred.get("retry_at", 0))
-    if retry_at > clock() and not record.pending_unplug:
+    deferred = record.deferred
+    if deferred is not None and deferred.retry_at > clock() and not record.pending_unplug:
         return Visit(
             sandbox,
             "waiting",
-            f"deferred ({deferred.get('reason')}), retry in {retry_at - clock():.0f} s",
+            f"deferred ({deferred.reason}), retry in {deferred.retry_at - clock():.0f} s",
         )
     try:
         response = serve(saved, env)

@@ -206,6 +206,7 @@ def config_json(cfg: SizingConfig, chosen_by: str) -> dict[str, Any]:
             "allow_shrink": s.allow_shrink,
             "state_dir": s.state_dir,
             "host_memory_cgroup": s.host_memory_cgroup,
+            "hugepages_path": s.hugepages_path,
         },
         "sources": dict(cfg.sources),
     }

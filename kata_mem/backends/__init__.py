@@ -3,7 +3,10 @@
 Backends translate; they never decide sizes. A :class:`~kata_mem.model.Step`
 arrives with its sizes already planned; the backend issues the hypervisor
 commands for it, reports progress from what the hypervisor says, and turns
-every hypervisor error into the kata-mem error tree at its boundary.
+every hypervisor error into the kata-mem error tree at its boundary. What the
+raw reports mean (boot memory, device space, slots, orphans, a finished resize,
+balloon statistics) is decided once, in :mod:`kata_mem.reports`; how long to
+wait for a step is the executor's.
 
 The QMP and libvirt modules import their client libraries, so they are loaded
 only by :func:`open_backend`, when asked for; a missing library is a
@@ -12,25 +15,15 @@ only by :func:`open_backend`, when asked for; a missing library is a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal, Optional, Protocol
+from typing import Optional, Protocol
 
 from kata_mem.model import GuestUsage, Step, VmState
+from kata_mem.reports import StepProgress as StepProgress
 from kata_mem.request import Endpoint
-
-Progress = Literal["done", "pending", "rejected"]
-
-
-@dataclass(frozen=True)
-class StepProgress:
-    """Where a step stands, from the hypervisor's own report."""
-
-    state: Progress
-    detail: str = ""
 
 
 class Backend(Protocol):
-    """What the executor needs from a hypervisor."""
+    """What the executor needs from a hypervisor: five methods, no policy."""
 
     def observe(self) -> VmState:
         """The VM's memory now, from the hypervisor (never from our own records).
@@ -43,9 +36,11 @@ class Backend(Protocol):
     def begin(self, step: Step) -> None:
         """Issue the commands for ``step`` and return without waiting.
 
-        A failed plug leaves no orphan backend object behind.
+        A failed plug leaves no orphan backend object behind. A ``delete_memdev``
+        step deletes an orphaned backend object (one in ``VmState.orphans``).
 
         :raises BackendError: the hypervisor refused; nothing was changed.
+        :raises BackendUnsupported: this hypervisor or driver cannot do that at all.
         :raises BackendUnavailable: the connection failed (state unknown; observe again).
         """
         ...
@@ -53,30 +48,31 @@ class Backend(Protocol):
     def poll(self, step: Step, wait_s: float) -> StepProgress:
         """Whether ``step`` is done, still pending, or refused by the guest.
 
-        While it is pending, wait up to ``wait_s`` for news from the hypervisor
-        (an event) before answering, so that callers need not sleep. For a DIMM
-        unplug, "done" means ``DEVICE_DELETED`` arrived and its backend object
-        was deleted.
+        While it is pending, wait up to ``wait_s`` once for news from the
+        hypervisor (an event) before answering, so that callers need not sleep;
+        the caller keeps the deadline. For a DIMM unplug, "done" means
+        ``DEVICE_DELETED`` arrived and its backend object was deleted.
         """
         ...
 
-    def release(self, memdev: str) -> None:
-        """Delete an orphaned backend object (one listed in ``VmState.orphans``)."""
-        ...
-
     def guest_usage(self) -> Optional[GuestUsage]:
-        """Fresh-as-possible guest memory statistics; ``None`` without a balloon."""
+        """The latest guest memory statistics; ``None`` without a balloon. Reads only:
+        the statistics polling interval is set when the backend connects."""
         ...
 
     def close(self) -> None: ...
 
 
 def open_backend(
-    endpoint: Endpoint, *, hugepages: bool = False, stats_interval: int = 1
+    endpoint: Endpoint, *, hugepages_path: Optional[str] = None, stats_interval: int = 1
 ) -> Backend:
     """Connect to the endpoint's hypervisor; the client library is imported only now.
 
+    ``stats_interval`` (seconds) is set on the guest's balloon for its statistics;
+    with ``hugepages_path`` (a hugetlbfs mount) new DIMMs are backed by hugepages there.
+
     :raises BackendUnavailable: the endpoint cannot be reached.
+    :raises BackendError: the balloon's statistics polling cannot be set.
     :raises MissingDependency: the backend's client library is not installed (libvirt-python
         comes only with the ``kata-mem[libvirt]`` extra); the backend modules raise it on import.
     """
@@ -84,7 +80,7 @@ def open_backend(
         from kata_mem.backends.qmp import QmpBackend
 
         return QmpBackend.connect(
-            endpoint.target, hugepages=hugepages, stats_interval=stats_interval
+            endpoint.target, hugepages_path=hugepages_path, stats_interval=stats_interval
         )
     from kata_mem.errors import MissingDependency
 

@@ -13,9 +13,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from kata_mem.backends import StepProgress
 from kata_mem.errors import BackendError
 from kata_mem.model import DIMM_PREFIX, MEMDEV_PREFIX, GuestUsage, MemoryDevice, Step, VmState
+from kata_mem.reports import StepProgress
 from kata_mem.units import MiB, align_up, fmt_bytes
 
 #: QEMU's memory-backend-ram alignment for a DIMM on x86-64.
@@ -73,7 +73,7 @@ class FakeBackend:
         return self.state
 
     def begin(self, step: Step) -> None:
-        self.calls.append(f"{step.action} {step.device} {step.size // MiB}M")
+        self.calls.append(f"{step.action} {step.device} {fmt_bytes(step.size)}")
         if step.action == "plug_dimm":
             self._check_plug(step)
             memdev = MEMDEV_PREFIX + step.device[len(DIMM_PREFIX) :]
@@ -99,6 +99,12 @@ class FakeBackend:
             if dev is None or dev.kind != "dimm":
                 raise BackendError(f"Device '{step.device}' not found", "DeviceNotFound")
             self._pending[step.device] = self.guest.polls_to_complete
+        elif step.action == "delete_memdev":
+            if step.device not in self.state.orphans:
+                raise BackendError(f"object '{step.device}' not found", "GenericError")
+            self.state = dataclasses.replace(
+                self.state, orphans=tuple(o for o in self.state.orphans if o != step.device)
+            )
         else:
             dev = self.state.device(step.device)
             if dev is None or dev.kind != "virtio-mem":
@@ -128,6 +134,8 @@ class FakeBackend:
             self.on_poll(self, step)
         if not self.guest.confirm:
             return StepProgress("pending", "the guest has not answered")
+        if step.action == "delete_memdev":
+            return StepProgress("pending" if step.device in self.state.orphans else "done")
         left = self._pending.get(step.device, 0)
         if left > 0:
             self._pending[step.device] = left - 1
@@ -151,12 +159,6 @@ class FakeBackend:
         self._replace(dataclasses.replace(dev, size=min(size, dev.max_size)))
         return StepProgress(
             "done" if size == dev.requested else "pending", f"size {fmt_bytes(size)}"
-        )
-
-    def release(self, memdev: str) -> None:
-        self.calls.append(f"release {memdev}")
-        self.state = dataclasses.replace(
-            self.state, orphans=tuple(o for o in self.state.orphans if o != memdev)
         )
 
     def guest_usage(self) -> Optional[GuestUsage]:
@@ -189,7 +191,7 @@ class FakeBackend:
             raise BackendError(
                 f"backend memory size must be multiple of 0x{DIMM_ALIGN:x}", "GenericError"
             )
-        used = sum(d.max_size if d.kind == "virtio-mem" else d.size for d in self.state.devices)
+        used = self.state.space_used
         if self.state.device_space is not None and used + step.size > self.state.device_space:
             raise BackendError(
                 f"not enough space, currently 0x{used:x} in use of total space for memory devices 0x{self.state.device_space:x}",

@@ -21,7 +21,6 @@ import time
 import xml.etree.ElementTree as ET
 from typing import Any, Callable, Optional, TypeVar
 
-from kata_mem.backends import StepProgress
 from kata_mem.errors import BackendError, BackendUnavailable, BackendUnsupported, MissingDependency
 
 try:
@@ -30,9 +29,10 @@ except ImportError as exc:  # only the `libvirt` extra installs it
     raise MissingDependency(
         f"the libvirt backend needs libvirt-python, which cannot be imported ({exc}); "
         "install it with: pip install 'kata-mem[libvirt]' (it builds against libvirt-dev and pkg-config)"
-    ) from None
+    ) from exc
 from kata_mem.logs import get_logger
 from kata_mem.model import GuestUsage, MemoryDevice, Step, VmState
+from kata_mem.reports import StepProgress, UsageField, balloon_usage, resize_progress, vm_state
 from kata_mem.units import KiB
 
 log = get_logger(__name__)
@@ -49,6 +49,18 @@ _UNSUPPORTED = {
     libvirt.VIR_ERR_OPERATION_UNSUPPORTED,
     libvirt.VIR_ERR_ARGUMENT_UNSUPPORTED,
     libvirt.VIR_ERR_CONFIG_UNSUPPORTED,
+}
+
+#: libvirt sends no event for a DIMM insert: a pending step's live XML is read this often.
+_XML_POLL_S = 0.05
+#: memoryStats() names for each GuestUsage field (sizes in KiB): libvirt's "available" is
+#: the guest's MemTotal, "usable" its MemAvailable, "unused" its MemFree.
+_STATS: dict[UsageField, str] = {
+    "total": "available",
+    "available": "usable",
+    "free": "unused",
+    "disk_caches": "disk_caches",
+    "major_faults": "major_fault",
 }
 
 _event_loop_started = False
@@ -113,12 +125,11 @@ def _size(element: Optional[ET.Element]) -> int:
 class LibvirtBackend:
     """Implements :class:`~kata_mem.backends.Backend` for a libvirt domain."""
 
-    def __init__(self, uri: str, conn: Any, dom: Any, stats_interval: int) -> None:
+    def __init__(self, uri: str, conn: Any, dom: Any) -> None:
         self.uri = uri
         self._conn = conn
         self._dom = dom
         self._where = f"libvirt {uri} domain {dom.name()}"
-        self._stats_interval = stats_interval
         self._events: queue.Queue[tuple[str, str, int]] = queue.Queue()
         self._seen: list[tuple[str, str, int]] = []
         self._callbacks: list[int] = []
@@ -140,9 +151,11 @@ class LibvirtBackend:
 
     @classmethod
     def connect(cls, uri: str, domain: str, *, stats_interval: int = 1) -> LibvirtBackend:
-        """Open ``uri`` and find ``domain``.
+        """Open ``uri``, find ``domain``, and have its balloon (if any) report
+        statistics every ``stats_interval`` seconds.
 
         :raises BackendUnavailable: the daemon cannot be reached or the domain does not exist.
+        :raises BackendError: libvirt refused to set the statistics period.
         """
         libvirt.registerErrorHandler(lambda _ctx, _err: None, None)  # errors come as exceptions
         _start_event_loop()
@@ -152,7 +165,7 @@ class LibvirtBackend:
             raise BackendUnavailable(
                 f"libvirt {uri}: cannot connect: {_message(exc)} (is libvirtd running, and may "
                 "this user use the URI?)"
-            ) from None
+            ) from exc
         try:
             dom = conn.lookupByName(domain)
         except libvirt.libvirtError as exc:
@@ -161,19 +174,25 @@ class LibvirtBackend:
                 f"libvirt {uri}: domain {domain!r}: {_message(exc)} (virsh -c {uri} list --all "
                 "shows the domains)",
                 gone=exc.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN,
-            ) from None
+            ) from exc
         if not dom.isActive():
             conn.close()
             raise BackendUnavailable(
                 f"libvirt {uri}: domain {domain!r} is not running (start it, or name a running one)"
             )
-        return cls(uri, conn, dom, stats_interval)
+        backend = cls(uri, conn, dom)
+        try:
+            backend._set_stats_period(stats_interval)
+        except BaseException:
+            backend.close()
+            raise
+        return backend
 
     def _call(self, what: str, fn: Callable[..., T], *args: Any) -> T:
         try:
             return fn(*args)
         except libvirt.libvirtError as exc:
-            raise _translate(exc, what, self._where) from None
+            raise _translate(exc, what, self._where) from exc
 
     def _xml(self) -> ET.Element:
         return ET.fromstring(self._call("XMLDesc", self._dom.XMLDesc, 0))
@@ -188,27 +207,27 @@ class LibvirtBackend:
 
     def observe(self) -> VmState:
         root = self._xml()
-        cells = root.findall("./cpu/numa/cell")
-        memory_devices = root.findall("./devices/memory")
-        devices = [self._device(el, i) for i, el in enumerate(memory_devices)]
-        if cells:
-            base = sum(_size_attr(c) for c in cells)
-        else:
-            base = _size(root.find("memory")) - sum(
-                d.max_size if d.kind == "virtio-mem" else d.size for d in devices
-            )
+        devices: list[MemoryDevice] = []
+        others: list[int] = []
+        for i, el in enumerate(root.findall("./devices/memory")):
+            dev = self._device(el, i)
+            if dev is not None:
+                devices.append(dev)
+            else:  # nvdimm, virtio-pmem, sgx-epc: device space, not RAM kata-mem resizes
+                others.append(_size(el.find("./target/size")))
         max_el = root.find("maxMemory")
-        slots = int(max_el.get("slots", "0")) if max_el is not None else 0
-        space = _size(max_el) - base if max_el is not None else None
-        return VmState(
-            base=base,
-            devices=tuple(d for d in devices if d.kind in ("dimm", "virtio-mem")),
-            slots=slots,
-            device_space=space,
+        return vm_state(
+            devices=devices,
+            unmanaged=others,
+            numa_cells=[_size_attr(c) for c in root.findall("./cpu/numa/cell")],
+            memory=_size(root.find("memory")),
+            maxmem=_size(max_el) if max_el is not None else None,
+            slots=int(max_el.get("slots", "0")) if max_el is not None else 0,
         )
 
     @staticmethod
-    def _device(el: ET.Element, index: int) -> MemoryDevice:
+    def _device(el: ET.Element, index: int) -> Optional[MemoryDevice]:
+        """A DIMM or virtio-mem device; None for the other models."""
         model = el.get("model", "")
         alias_el = el.find("alias")
         alias = alias_el.get("name", "") if alias_el is not None else ""
@@ -216,22 +235,22 @@ class LibvirtBackend:
         target = el.find("target")
         size = _size(target.find("size") if target is not None else None)
         if model == "virtio-mem" and target is not None:
-            current = target.find("current")
             return MemoryDevice(
                 id=device_id,
                 kind="virtio-mem",
-                size=_size(current),
+                size=_size(target.find("current")),
                 requested=_size(target.find("requested")),
                 max_size=size,
                 block=_size(target.find("block")),
             )
+        if model != "dimm":
+            return None
         slot_el = el.find("address")
         slot = (
             int(slot_el.get("slot", "0")) if slot_el is not None and slot_el.get("slot") else None
         )
-        kind: Any = "dimm" if model == "dimm" else model
         return MemoryDevice(
-            id=device_id, kind=kind, size=size, requested=size, max_size=size, slot=slot
+            id=device_id, kind="dimm", size=size, requested=size, max_size=size, slot=slot
         )
 
     def begin(self, step: Step) -> None:
@@ -240,7 +259,7 @@ class LibvirtBackend:
         self._seen.clear()
         if step.action == "plug_dimm":
             xml = (
-                f"<memory model='dimm'><target><size unit='KiB'>{step.size // KiB}</size><node>0</node></target>"
+                f"<memory model='dimm'><target><size unit='KiB'>{_kib(step.size)}</size><node>0</node></target>"
                 f"<alias name='{USER_ALIAS}{step.device}'/></memory>"
             )
             self._call("attachDeviceFlags", self._dom.attachDeviceFlags, xml, self._flags())
@@ -250,6 +269,12 @@ class LibvirtBackend:
                 self._dom.detachDeviceAlias,
                 self._alias(step.device),
                 self._flags(),
+            )
+        elif step.action == "delete_memdev":
+            raise BackendUnsupported(
+                f"{self._where}: cannot delete {step.device}: libvirt deletes a DIMM's memory "
+                "backend with the device and reports no backend objects",
+                "VIR_ERR_NO_SUPPORT",
             )
         else:
             el = self._element(step.device)
@@ -264,7 +289,7 @@ class LibvirtBackend:
             if requested is None:
                 requested = ET.SubElement(target, "requested")
             requested.set("unit", "KiB")
-            requested.text = str(step.size // KiB)
+            requested.text = str(_kib(step.size))
             current = target.find("current")
             if current is not None:
                 target.remove(current)  # output-only in libvirt's schema
@@ -283,24 +308,24 @@ class LibvirtBackend:
 
     def _element(self, device_id: str) -> Optional[ET.Element]:
         for i, el in enumerate(self._xml().findall("./devices/memory")):
-            if self._device(el, i).id == device_id:
+            dev = self._device(el, i)
+            if dev is not None and dev.id == device_id:
                 return el
         return None
 
     def poll(self, step: Step, wait_s: float = 0.0) -> StepProgress:
         progress = self._check(step)
-        deadline = time.monotonic() + wait_s
-        while progress.state == "pending" and time.monotonic() < deadline:
+        if progress.state == "pending" and wait_s > 0:
             with contextlib.suppress(queue.Empty):
-                self._seen.append(
-                    self._events.get(timeout=min(0.05, max(deadline - time.monotonic(), 0.0)))
-                )
+                self._seen.append(self._events.get(timeout=min(wait_s, _XML_POLL_S)))
             progress = self._check(step)
         return progress
 
     def _check(self, step: Step) -> StepProgress:
         while not self._events.empty():
             self._seen.append(self._events.get_nowait())
+        if step.action == "delete_memdev":
+            return StepProgress("rejected", "libvirt has no memory backend objects")
         alias = USER_ALIAS + step.device
         dev = next((d for d in self.observe().devices if d.id == step.device), None)
         if step.action == "plug_dimm":
@@ -318,48 +343,38 @@ class LibvirtBackend:
             if any(e[0] == "removal-failed" and e[1] in (alias, step.device) for e in self._seen):
                 return StepProgress("rejected", "DEVICE_REMOVAL_FAILED")
             return StepProgress("pending", "waiting for DEVICE_REMOVED")
-        if dev is None:
-            return StepProgress("rejected", f"virtio-mem device {step.device} is gone")
-        if dev.size == dev.requested == step.size:
-            return StepProgress("done")
-        return StepProgress(
-            "pending", f"current {dev.size >> 20} MiB, requested {dev.requested >> 20} MiB"
-        )
+        return resize_progress(step, dev)
 
-    def release(self, memdev: str) -> None:
-        """libvirt deletes a DIMM's backend with the device; nothing is ever orphaned."""
+    @staticmethod
+    def _balloon(root: ET.Element) -> Optional[ET.Element]:
+        balloon = root.find("./devices/memballoon")
+        return None if balloon is None or balloon.get("model") == "none" else balloon
 
     def guest_usage(self) -> Optional[GuestUsage]:
-        root = self._xml()
-        balloon = root.find("./devices/memballoon")
-        if balloon is None or balloon.get("model") == "none":
+        if self._balloon(self._xml()) is None:
             return None
+        stats: dict[str, int] = self._call("memoryStats", self._dom.memoryStats)
+        return balloon_usage(
+            stats,
+            names=_STATS,
+            unit=KiB,
+            last_update=stats.get("last_update"),
+            observed_at=time.time(),
+        )
+
+    def _set_stats_period(self, seconds: int) -> None:
+        """Have the balloon (if any) report statistics every ``seconds``."""
+        balloon = self._balloon(self._xml())
+        if balloon is None:
+            return
         stats_el = balloon.find("stats")
-        if stats_el is None or int(stats_el.get("period", "0")) != self._stats_interval:
+        if stats_el is None or int(stats_el.get("period", "0")) != seconds:
             self._call(
                 "setMemoryStatsPeriod",
                 self._dom.setMemoryStatsPeriod,
-                self._stats_interval,
+                seconds,
                 libvirt.VIR_DOMAIN_AFFECT_LIVE,
             )
-        stats: dict[str, int] = self._call("memoryStats", self._dom.memoryStats)
-
-        def kib(name: str) -> Optional[int]:
-            value = stats.get(name)
-            return int(value) * KiB if isinstance(value, int) and value >= 0 else None
-
-        last = stats.get("last_update")
-        return GuestUsage(
-            total=kib("available"),  # libvirt's "available" is the guest's MemTotal
-            available=kib("usable"),  # ... and "usable" its MemAvailable
-            free=kib("unused"),
-            disk_caches=kib("disk_caches"),
-            major_faults=stats.get("major_fault")
-            if isinstance(stats.get("major_fault"), int)
-            else None,
-            last_update=float(last) if isinstance(last, int) and last > 0 else None,
-            observed_at=time.time(),
-        )
 
     def close(self) -> None:
         for callback in self._callbacks:
@@ -371,6 +386,11 @@ class LibvirtBackend:
             self._conn.close()
         except libvirt.libvirtError as exc:
             log.debug("closing the libvirt connection: %s", exc)
+
+
+def _kib(n: int) -> int:
+    """Bytes in libvirt's KiB (kata-mem's sizes are whole MiB)."""
+    return n // KiB
 
 
 def _size_attr(cell: ET.Element) -> int:

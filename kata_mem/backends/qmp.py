@@ -17,7 +17,6 @@ import time
 from collections.abc import Coroutine
 from typing import Any, Optional, TypeVar
 
-from kata_mem.backends import StepProgress
 from kata_mem.errors import BackendError, BackendUnavailable, MissingDependency
 
 try:
@@ -34,9 +33,10 @@ except ImportError as exc:  # a dependency of kata-mem: missing only from a brok
     raise MissingDependency(
         f"the QMP backend needs qemu.qmp, which cannot be imported ({exc}); "
         "install it with: pip install 'qemu.qmp>=0.0.3' (or reinstall kata-mem)"
-    ) from None
+    ) from exc
 from kata_mem.logs import describe, get_logger
 from kata_mem.model import DIMM_PREFIX, MEMDEV_PREFIX, GuestUsage, MemoryDevice, Step, VmState
+from kata_mem.reports import StepProgress, UsageField, balloon_usage, resize_progress, vm_state
 
 log = get_logger(__name__)
 T = TypeVar("T")
@@ -45,9 +45,17 @@ T = TypeVar("T")
 COMMAND_TIMEOUT_S = 10.0
 CONNECT_TIMEOUT_S = 5.0
 CONNECT_ATTEMPTS = 3
+#: QEMU rate-limits MEMORY_DEVICE_SIZE_CHANGE to about one a second, so a pending
+#: virtio-mem resize is read again this soon instead of waited for.
 VIRTIO_MEM_POLL_S = 0.02
-#: QEMU reports an unset balloon statistic as u64 -1.
-_UNSET = (1 << 64) - 1
+#: The balloon's guest-stats names for each GuestUsage field (sizes in bytes).
+_STATS: dict[UsageField, str] = {
+    "total": "stat-total-memory",
+    "available": "stat-available-memory",
+    "free": "stat-free-memory",
+    "disk_caches": "stat-disk-caches",
+    "major_faults": "stat-major-faults",
+}
 #: ACPI _OST: 0 = success, 0x84 = ejection in progress; anything else on an eject is a refusal.
 _OST_EJECT_OK = (0x0, 0x84)
 _OST_INSERT, _OST_EJECT = 0x1, 0x3
@@ -67,12 +75,12 @@ def check_socket(path: str) -> None:
     """
     try:
         st = os.lstat(path)
-    except FileNotFoundError:
+    except FileNotFoundError as exc:
         raise BackendUnavailable(
             f"QMP socket {path}: no such file (is the VM running?)", gone=True
-        ) from None
+        ) from exc
     except OSError as exc:
-        raise BackendUnavailable(f"QMP socket {path}: {exc.strerror}") from None
+        raise BackendUnavailable(f"QMP socket {path}: {exc.strerror}") from exc
     if stat.S_ISLNK(st.st_mode):
         if os.geteuid() == 0:
             raise BackendUnavailable(
@@ -149,14 +157,12 @@ class QmpBackend:
         path: str,
         client: QMPClient,
         loop: asyncio.AbstractEventLoop,
-        hugepages: bool,
-        stats_interval: int,
+        hugepages_path: Optional[str] = None,
     ) -> None:
         self.path = path
         self._client = client
         self._loop = loop
-        self._hugepages = hugepages
-        self._stats_interval = stats_interval
+        self._hugepages_path = hugepages_path
         self._events = EventListener()
         client.register_listener(self._events)
         self._seen: list[dict[str, Any]] = []
@@ -165,10 +171,14 @@ class QmpBackend:
         self.round_trips = 0
 
     @classmethod
-    def connect(cls, path: str, *, hugepages: bool = False, stats_interval: int = 1) -> QmpBackend:
-        """Connect and negotiate capabilities.
+    def connect(
+        cls, path: str, *, hugepages_path: Optional[str] = None, stats_interval: int = 1
+    ) -> QmpBackend:
+        """Connect, negotiate capabilities, and have the balloon (if any) report
+        statistics every ``stats_interval`` seconds.
 
         :raises BackendUnavailable: missing socket, not a socket, refused, or no greeting.
+        :raises BackendError: QEMU refused to set the statistics polling interval.
         """
         check_socket(path)
         for attempt in range(CONNECT_ATTEMPTS):
@@ -188,20 +198,26 @@ class QmpBackend:
                 raise BackendUnavailable(
                     f"QMP socket {path}: {_no_session(cause)}",
                     gone=isinstance(cause, ConnectionRefusedError),
-                ) from None
-            except asyncio.TimeoutError:
+                ) from exc
+            except asyncio.TimeoutError as exc:
                 loop.close()
                 raise BackendUnavailable(
                     f"QMP socket {path}: no QMP greeting within {CONNECT_TIMEOUT_S:g} s: another "
                     "client may hold the monitor (QEMU serves one at a time), or this is not a "
                     "QEMU monitor socket; retry later, or check what listens on it"
-                ) from None
+                ) from exc
             except (OSError, QMPError) as exc:
                 loop.close()
                 raise BackendUnavailable(
                     f"QMP socket {path}: no QMP session: {describe(exc)}"
-                ) from None
-        return cls(path, client, loop, hugepages, stats_interval)
+                ) from exc
+        backend = cls(path, client, loop, hugepages_path)
+        try:
+            backend._set_stats_interval(stats_interval)
+        except BaseException:
+            backend.close()
+            raise
+        return backend
 
     # -- plumbing -----------------------------------------------------------------
 
@@ -214,18 +230,18 @@ class QmpBackend:
                 f"QMP socket {self.path}: {what} failed: {exc.error_class}: "
                 f"{str(exc).strip() or '(QEMU gave no description)'}",
                 exc.error_class,
-            ) from None
-        except asyncio.TimeoutError:
+            ) from exc
+        except asyncio.TimeoutError as exc:
             raise BackendError(
                 f"QMP socket {self.path}: {what}: Timeout: no reply within "
                 f"{COMMAND_TIMEOUT_S:g} s (the monitor is hung or the VM is paused)",
                 "Timeout",
-            ) from None
+            ) from exc
         except (ExecInterruptedError, QMPError, OSError, EOFError) as exc:
             raise BackendUnavailable(
                 f"QMP socket {self.path}: connection lost during {what} ({describe(exc)}): the "
                 "VM may have exited; the next call reconciles what was done"
-            ) from None
+            ) from exc
 
     def _execute(self, cmd: str, args: Optional[dict[str, object]] = None) -> object:
         self.round_trips += 1
@@ -261,15 +277,15 @@ class QmpBackend:
 
     # -- the Backend protocol ---------------------------------------------------------
 
-    def _query_devices(self) -> tuple[list[MemoryDevice], int]:
-        """The DIMM and virtio-mem devices, and the space other memory devices take."""
+    def _query_devices(self) -> tuple[list[MemoryDevice], list[int]]:
+        """The DIMM and virtio-mem devices, and the sizes of the other memory devices."""
         raw = self._execute("query-memory-devices")
         if not isinstance(raw, list):
             raise BackendError(
                 "unexpected QMP reply: query-memory-devices is not a list", "ProtocolError"
             )
         devices: list[MemoryDevice] = []
-        other_space = 0
+        others: list[int] = []
         for i, item in enumerate(raw):
             entry = _dict(item, f"query-memory-devices[{i}]")
             kind = entry.get("type")
@@ -300,24 +316,21 @@ class QmpBackend:
                     )
                 )
             elif isinstance(data.get("size"), int):
-                other_space += int(
-                    data["size"]
-                )  # nvdimm, virtio-pmem, sgx-epc: space, not RAM we manage
-        return devices, other_space
+                others.append(int(data["size"]))  # nvdimm, virtio-pmem, sgx-epc
+        return devices, others
 
     def _machine_memory(self) -> tuple[int, int, Optional[int]]:
-        """Boot memory, DIMM slots and ``maxmem - size``: fixed for the VM's life, so asked once."""
+        """Boot memory, DIMM slots and ``maxmem``: fixed for the VM's life, so asked once."""
         if self._machine is None:
             try:
                 machine = _dict(
                     self._execute("qom-get", {"path": "/machine", "property": "memory"}),
                     "/machine memory",
                 )
-                size = _int(machine.get("size"), "memory size")
                 self._machine = (
-                    size,
+                    _int(machine.get("size"), "memory size"),
                     _int(machine.get("slots", 0), "memory slots"),
-                    _int(machine.get("max-size"), "memory max-size") - size,
+                    _int(machine.get("max-size"), "memory max-size"),
                 )
             except BackendError:  # QEMU before 7.1 has no such property
                 summary = _dict(
@@ -326,23 +339,24 @@ class QmpBackend:
                 self._machine = (_int(summary.get("base-memory"), "base-memory"), 0, None)
         return self._machine
 
-    def observe(self) -> VmState:
-        base, slots, space = self._machine_memory()
-        devices, other_space = self._query_devices()
-        if not slots and any(d.kind == "dimm" for d in devices):
-            slots = max((d.slot or 0) + 1 for d in devices if d.kind == "dimm")
-        if space is not None:
-            space -= other_space
+    def _objects(self) -> list[str]:
         objects = self._execute("qom-list", {"path": "/objects"})
-        names = (
+        return (
             [str(o.get("name")) for o in objects if isinstance(o, dict)]
             if isinstance(objects, list)
             else []
         )
-        in_use = {d.memdev for d in devices}
-        orphans = tuple(n for n in names if n.startswith(MEMDEV_PREFIX) and n not in in_use)
-        return VmState(
-            base=base, devices=tuple(devices), slots=slots, device_space=space, orphans=orphans
+
+    def observe(self) -> VmState:
+        base, slots, maxmem = self._machine_memory()
+        devices, others = self._query_devices()
+        return vm_state(
+            base=base,
+            maxmem=maxmem,
+            slots=slots,
+            devices=devices,
+            unmanaged=others,
+            backend_objects=self._objects(),
         )
 
     def begin(self, step: Step) -> None:
@@ -356,12 +370,12 @@ class QmpBackend:
                 "id": memdev,
                 "size": step.size,
             }
-            if self._hugepages:
+            if self._hugepages_path is not None:
                 props = {
                     "qom-type": "memory-backend-file",
                     "id": memdev,
                     "size": step.size,
-                    "mem-path": "/dev/hugepages",
+                    "mem-path": self._hugepages_path,
                     "share": True,
                 }
             self._execute("object-add", props)
@@ -378,6 +392,8 @@ class QmpBackend:
                 raise
         elif step.action == "unplug_dimm":
             self._execute("device_del", {"id": step.device})
+        elif step.action == "delete_memdev":
+            self._execute("object-del", {"id": step.device})
         else:
             self._execute(
                 "qom-set",
@@ -391,15 +407,9 @@ class QmpBackend:
     def poll(self, step: Step, wait_s: float = 0.0) -> StepProgress:
         self._drain_events()
         progress = self._check(step, query=True)
-        if step.action == "resize_virtio_mem":
-            # QEMU rate-limits MEMORY_DEVICE_SIZE_CHANGE to about one a second, so the
-            # plugged size is polled instead of waited for.
-            deadline = time.monotonic() + wait_s
-            while progress.state == "pending" and time.monotonic() < deadline:
-                self._drain_events(min(VIRTIO_MEM_POLL_S, max(deadline - time.monotonic(), 0.0)))
-                progress = self._check(step, query=True)
-        elif progress.state == "pending" and wait_s > 0:
-            self._drain_events(wait_s)
+        if progress.state == "pending" and wait_s > 0:
+            resize = step.action == "resize_virtio_mem"
+            self._drain_events(min(wait_s, VIRTIO_MEM_POLL_S) if resize else wait_s)
             progress = self._check(step, query=False)
         return progress
 
@@ -418,7 +428,7 @@ class QmpBackend:
         if step.action == "unplug_dimm":
             deleted = self._event("DEVICE_DELETED", step.device) is not None
             if deleted or (query and all(d.id != step.device for d in self._query_devices()[0])):
-                self._release_after_unplug(step.device)
+                self._delete_after_unplug(step.device)
                 return StepProgress("done")
             if self._event("DEVICE_UNPLUG_GUEST_ERROR", step.device) is not None:
                 return StepProgress("rejected", "DEVICE_UNPLUG_GUEST_ERROR")
@@ -428,63 +438,50 @@ class QmpBackend:
                     "rejected", f"ACPI _OST eject status {ost['info'].get('status')!r}"
                 )
             return StepProgress("pending", "waiting for DEVICE_DELETED")
-        dev = next((d for d in self._query_devices()[0] if d.id == step.device), None)
-        if dev is None:
-            return StepProgress("rejected", f"virtio-mem device {step.device} is gone")
-        if dev.size == dev.requested == step.size:
+        if step.action == "delete_memdev":
+            if step.device in self._objects():
+                return StepProgress("pending", f"{step.device} is still in /objects")
             return StepProgress("done")
-        return StepProgress(
-            "pending", f"plugged {dev.size >> 20} MiB, requested {dev.requested >> 20} MiB"
+        return resize_progress(
+            step, next((d for d in self._query_devices()[0] if d.id == step.device), None)
         )
 
-    def _release_after_unplug(self, device: str) -> None:
+    def _delete_after_unplug(self, device: str) -> None:
         memdev = memdev_for(device)
         try:
             self._execute("object-del", {"id": memdev})
         except BackendError as exc:
-            # Left as an orphan; the next call's reconcile deletes it.
+            # Left as an orphan; the next call deletes it (a delete_memdev step).
             log.warning("object-del %s after DEVICE_DELETED failed: %s", memdev, exc)
-
-    def release(self, memdev: str) -> None:
-        self._execute("object-del", {"id": memdev})
 
     def guest_usage(self) -> Optional[GuestUsage]:
         path = self._balloon_path()
         if path is None:
             return None
-        interval = self._execute(
-            "qom-get", {"path": path, "property": "guest-stats-polling-interval"}
-        )
-        if interval != self._stats_interval:
-            self._execute(
-                "qom-set",
-                {
-                    "path": path,
-                    "property": "guest-stats-polling-interval",
-                    "value": self._stats_interval,
-                },
-            )
         raw = _dict(
             self._execute("qom-get", {"path": path, "property": "guest-stats"}), "guest-stats"
         )
-        stats = _dict(raw.get("stats", {}), "guest-stats.stats")
-
-        def stat_value(name: str) -> Optional[int]:
-            value = stats.get(name)
-            if not isinstance(value, int) or value in (_UNSET, -1):
-                return None
-            return value
-
-        last = raw.get("last-update")
-        return GuestUsage(
-            total=stat_value("stat-total-memory"),
-            available=stat_value("stat-available-memory"),
-            free=stat_value("stat-free-memory"),
-            disk_caches=stat_value("stat-disk-caches"),
-            major_faults=stat_value("stat-major-faults"),
-            last_update=float(last) if isinstance(last, int) and last > 0 else None,
+        return balloon_usage(
+            _dict(raw.get("stats", {}), "guest-stats.stats"),
+            names=_STATS,
+            unit=1,
+            last_update=raw.get("last-update"),
             observed_at=time.time(),
         )
+
+    def _set_stats_interval(self, seconds: int) -> None:
+        """Have the balloon (if any) report statistics every ``seconds``."""
+        path = self._balloon_path()
+        if path is None:
+            return
+        interval = self._execute(
+            "qom-get", {"path": path, "property": "guest-stats-polling-interval"}
+        )
+        if interval != seconds:
+            self._execute(
+                "qom-set",
+                {"path": path, "property": "guest-stats-polling-interval", "value": seconds},
+            )
 
     def _balloon_path(self) -> Optional[str]:
         if self._balloon is None:

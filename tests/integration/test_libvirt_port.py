@@ -1,0 +1,83 @@
+"""The libvirt backend behind the five-method port, on libvirt's ``test:///default``
+driver (no daemon): the statistics period is set when connecting and reading usage
+changes nothing; device space follows the same rule as QEMU's."""
+
+from __future__ import annotations
+
+import uuid
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator
+from typing import Any, Callable, Optional
+
+import pytest
+
+libvirt = pytest.importorskip("libvirt", reason="libvirt-python is part of the test extra")
+from kata_mem.backends.libvirt import LibvirtBackend  # noqa: E402
+
+URI = "test:///default"
+MiB = 1 << 20
+
+
+@pytest.fixture
+def conn() -> Iterator[Any]:
+    c = libvirt.open(URI)
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def domain(conn: Any) -> Callable[[str, int], tuple[str, Any]]:
+    def define(devices: str, memory_mib: int) -> tuple[str, Any]:
+        name = f"kata-mem-port-{uuid.uuid4().hex[:8]}"
+        dom = conn.defineXML(
+            f"""<domain type='test'><name>{name}</name><uuid>{uuid.uuid4()}</uuid>
+  <maxMemory slots='4' unit='MiB'>8192</maxMemory><memory unit='MiB'>{memory_mib}</memory>
+  <vcpu>1</vcpu><cpu><numa><cell id='0' cpus='0' memory='512' unit='MiB'/></numa></cpu>
+  <os><type>hvm</type></os><devices>{devices}</devices></domain>"""
+        )
+        dom.create()
+        return name, dom
+
+    return define
+
+
+def _period(dom: Any) -> Optional[str]:
+    stats = ET.fromstring(dom.XMLDesc(0)).find("./devices/memballoon/stats")
+    return None if stats is None else stats.get("period")
+
+
+def test_period_is_set_when_connecting_and_reading_usage_changes_nothing(
+    domain: Callable[[str, int], tuple[str, Any]],
+) -> None:
+    name, dom = domain("<memballoon model='virtio'/>", 512)
+    assert _period(dom) is None
+    backend = LibvirtBackend.connect(URI, name, stats_interval=2)
+    try:
+        assert _period(dom) == "2"
+        dom.setMemoryStatsPeriod(5, libvirt.VIR_DOMAIN_AFFECT_LIVE)  # someone else, since
+        assert backend.guest_usage() is not None
+        assert _period(dom) == "5"
+    finally:
+        backend.close()
+
+
+def test_other_memory_devices_take_device_space_as_in_qemu(
+    domain: Callable[[str, int], tuple[str, Any]],
+) -> None:
+    dimm = (
+        "<memory model='dimm'><target><size unit='MiB'>256</size><node>0</node></target>"
+        "<alias name='ua-kmdimm0'/><address type='dimm' slot='0'/></memory>"
+    )
+    nvdimm = (
+        "<memory model='nvdimm'><source><path>/tmp/kata-mem-nvdimm</path></source>"
+        "<target><size unit='MiB'>128</size><node>0</node></target></memory>"
+    )
+    name, _ = domain(dimm + nvdimm, 512 + 256 + 128)
+    backend = LibvirtBackend.connect(URI, name)
+    try:
+        vm = backend.observe()
+    finally:
+        backend.close()
+    assert [(d.id, d.kind) for d in vm.devices] == [("kmdimm0", "dimm")]
+    # maxmem - boot memory - the nvdimm's space, as QEMU's maxmem - size counts it.
+    assert (vm.base, vm.device_space) == (512 * MiB, (8192 - 512 - 128) * MiB)

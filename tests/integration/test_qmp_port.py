@@ -1,0 +1,115 @@
+"""The QMP backend behind the five-method port, on the scripted QMP server: reads have
+no side effects (the balloon's polling interval is set when connecting), the hugepage
+path comes from the configuration, and an orphan is deleted through begin/poll."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import pytest
+
+from kata_mem.backends.qmp import QmpBackend
+from kata_mem.model import Step
+from tests.conftest import CliResult, write_config
+from tests.support.fake_qmp import FakeQemu, FakeQmpServer
+
+Run = Callable[..., CliResult]
+MiB = 1 << 20
+
+
+@dataclass
+class RecordingQemu(FakeQemu):
+    """Keeps the arguments of every command, not only its name."""
+
+    calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+
+    def handle(
+        self, cmd: str, args: dict[str, Any]
+    ) -> tuple[Optional[dict[str, Any]], list[dict[str, Any]]]:
+        self.calls.append((cmd, dict(args)))
+        return super().handle(cmd, args)
+
+
+@pytest.fixture
+def qemu() -> RecordingQemu:
+    return RecordingQemu(balloon=True)
+
+
+@pytest.fixture
+def server(tmp_path: Path, qemu: RecordingQemu) -> Iterator[FakeQmpServer]:
+    with FakeQmpServer(tmp_path / "qmp.sock", qemu) as srv:
+        yield srv
+
+
+def test_polling_is_set_when_connecting_and_reading_usage_changes_nothing(
+    server: FakeQmpServer, qemu: RecordingQemu
+) -> None:
+    backend = QmpBackend.connect(str(server.path), stats_interval=3)
+    try:
+        assert qemu.stats_interval == 3
+        qemu.stats_interval = 7  # changed by someone else since
+        before = len(qemu.calls)
+        usage = backend.guest_usage()
+        assert usage is not None and usage.total == 512 * MiB
+        assert [c for c, _ in qemu.calls[before:]] == ["qom-get"]
+        assert qemu.stats_interval == 7
+    finally:
+        backend.close()
+
+
+def test_an_orphan_is_deleted_through_begin_and_poll(
+    server: FakeQmpServer, qemu: RecordingQemu
+) -> None:
+    qemu.objects["kmmem3"] = 128 * MiB
+    backend = QmpBackend.connect(str(server.path))
+    try:
+        assert backend.observe().orphans == ("kmmem3",)
+        step = Step("delete_memdev", "kmmem3", 0, 0, 512 * MiB)
+        backend.begin(step)
+        assert backend.poll(step, 0.0).state == "done"
+        assert ("object-del", {"id": "kmmem3"}) in qemu.calls
+        assert backend.observe().orphans == ()
+    finally:
+        backend.close()
+
+
+def _apply(run_cli: Run, cfg: Path, server: FakeQmpServer) -> tuple[int, dict[str, Any]]:
+    r = run_cli(
+        "apply",
+        *("--config", str(cfg), "--qmp", str(server.path), "--sandbox", "sb"),
+        *("--host-memory", "16Gi", "--host-hugepages", "2048x2Mi", "--limit", "256Mi", "--json"),
+    )
+    return r.code, json.loads(r.out)
+
+
+@pytest.mark.parametrize(
+    ("setting", "path"), [({}, "/dev/hugepages"), ({"hugepages_path": "/mnt/huge"}, "/mnt/huge")]
+)
+def test_hugepage_dimms_use_the_configured_path(
+    run_cli: Run,
+    server: FakeQmpServer,
+    qemu: RecordingQemu,
+    tmp_path: Path,
+    setting: dict[str, str],
+    path: str,
+) -> None:
+    cfg = write_config(
+        tmp_path / "c.toml",
+        {"default_memory": 512, "default_maxmemory": 4096, "enable_hugepages": True},
+        kata_mem={"state_dir": str(tmp_path / "state"), **setting},
+    )
+    code, doc = _apply(run_cli, cfg, server)
+    assert (code, doc["status"]) == (0, "Resized"), doc
+    added = [a for c, a in qemu.calls if c == "object-add"]
+    assert [(a["qom-type"], a["mem-path"]) for a in added] == [("memory-backend-file", path)]
+
+
+def test_a_relative_hugepages_path_is_a_configuration_error(run_cli: Run, tmp_path: Path) -> None:
+    cfg = write_config(tmp_path / "c.toml", {}, kata_mem={"hugepages_path": "hugepages"})
+    r = run_cli("config", "check", str(cfg))
+    assert r.code == 3
+    assert "hugepages_path" in r.err and "'hugepages'" in r.err and "an absolute path" in r.err

@@ -1,0 +1,94 @@
+"""Crash repair (kata_mem.repair) on the fake backend: an orphaned backend object is
+deleted by a step that is journaled like any other, so a crash during the repair is
+itself repaired by the next call."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from kata_mem.backends.fake import FakeBackend, VirtualTime
+from kata_mem.errors import BackendUnavailable
+from kata_mem.executor import Options, Result, run_locked
+from kata_mem.journal import SandboxState
+from kata_mem.model import Container, HostFacts, SizingConfig, Step, VmState, Workload
+from kata_mem.units import GiB, MiB
+
+HOST = HostFacts(memory=16 * GiB, cpus=4, arch="amd64")
+REQUEST = Workload((Container("c", 256 * MiB),))
+
+
+class JournalingFake(FakeBackend):
+    """Records the journal as it stood when each command was sent; can lose the
+    connection on one action, as a VM that dies would."""
+
+    journal: Path
+    seen: list[dict[str, Any]]
+    lose_on: str = ""
+
+    def begin(self, step: Step) -> None:
+        self.seen.append(json.loads(self.journal.read_text()))
+        if step.action == self.lose_on:
+            raise BackendUnavailable("QMP socket x: connection lost during object-del")
+        super().begin(step)
+
+
+@pytest.fixture
+def cfg(make_config: Callable[..., SizingConfig]) -> SizingConfig:
+    return make_config(default_memory=512, default_maxmemory=8192)
+
+
+@pytest.fixture
+def backend(tmp_path: Path) -> JournalingFake:
+    b = JournalingFake(VmState(512 * MiB, slots=8, device_space=15 * GiB, orphans=("kmmem3",)))
+    b.journal, b.seen = tmp_path / "state" / "sb" / "journal.json", []
+    return b
+
+
+@pytest.fixture
+def run(tmp_path: Path, cfg: SizingConfig) -> Callable[[FakeBackend], Result]:
+    def go(backend: FakeBackend) -> Result:
+        t = VirtualTime()
+        backend.clock, backend.sleep = t.clock, t.sleep
+        state = SandboxState(tmp_path / "state", "sb")
+        return run_locked(state, lambda: backend, cfg, HOST, REQUEST, Options(), t.clock, t.sleep)
+
+    return go
+
+
+def test_orphan_is_deleted_by_a_journaled_step(
+    backend: JournalingFake, run: Callable[[FakeBackend], Any]
+) -> None:
+    r = run(backend)
+    assert (r.outcome.status, backend.state.orphans) == ("Resized", ())
+    assert "reconciled: deleting orphaned backend object kmmem3" in r.warnings
+    first = backend.seen[0]
+    assert (first["state"], first["phase"], first["step"]["action"], first["step"]["device"]) == (
+        "running",
+        "intent",
+        "delete_memdev",
+        "kmmem3",
+    )
+    assert [c.split()[0] for c in backend.calls if not c.startswith(("observe", "poll"))] == [
+        "delete_memdev",
+        "plug_dimm",
+    ]
+
+
+def test_a_repair_cut_short_is_repaired_by_the_next_call(
+    backend: JournalingFake, run: Callable[[FakeBackend], Any], tmp_path: Path
+) -> None:
+    backend.lose_on = "delete_memdev"
+    with pytest.raises(BackendUnavailable):
+        run(backend)
+    journal = json.loads((tmp_path / "state" / "sb" / "journal.json").read_text())
+    assert (journal["state"], journal["step"]["action"]) == ("running", "delete_memdev")
+    backend.lose_on = ""
+    r = run(backend)
+    assert r.outcome.status == "Resized" and backend.state.orphans == ()
+    assert (
+        "reconciled: the previous call stopped during delete_memdev kmmem3 (intent)" in r.warnings
+    )
