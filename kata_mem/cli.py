@@ -33,7 +33,7 @@ from kata_mem.request import (
     normalize_arch,
 )
 from kata_mem.sources import build_workload
-from kata_mem.units import MiB
+from kata_mem.units import to_mib_floor
 
 F = TypeVar("F", bound=Callable[..., Any])
 log = logging.getLogger("kata_mem")
@@ -105,7 +105,7 @@ def _host(
     memory = quantity_bytes(host_memory, "--host-memory") if host_memory is not None else None
     if memory is not None and memory < MIN_HOST_MEMORY:
         raise InputError(
-            f"--host-memory {host_memory!r}: expected at least {MIN_HOST_MEMORY // MiB}Mi"
+            f"--host-memory {host_memory!r}: expected at least {to_mib_floor(MIN_HOST_MEMORY)}Mi"
         )
     if host_arch is not None:
         host_arch = normalize_arch(host_arch, "--host-arch")
@@ -549,7 +549,7 @@ def _report(exc: KataMemError, as_json: bool) -> int:
     return exc.exit_code
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def run_cli(argv: Optional[list[str]] = None) -> int:
     """Run the CLI; return the process exit code (never raises for bad input)."""
     args = list(sys.argv[1:] if argv is None else argv)
     as_json = "--json" in args

@@ -186,7 +186,6 @@ class Record:
     observed_mib: Optional[int] = None
     deferred: Optional[Deferral] = None
     last_outcome: Optional[LastOutcome] = None
-    backend: Optional[dict[str, Any]] = None
     updated_at: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
@@ -200,7 +199,6 @@ class Record:
             "observed_mib": self.observed_mib,
             "deferred": None if self.deferred is None else self.deferred.to_json(),
             "last_outcome": None if self.last_outcome is None else self.last_outcome.to_json(),
-            "backend": self.backend,
             "updated_at": self.updated_at,
         }
 
@@ -227,10 +225,6 @@ class Record:
         deferred = None if deferred is None else Deferral.from_json(deferred)
         last = doc.get("last_outcome")
         last = None if last is None else LastOutcome.from_json(last)
-        _check(
-            doc.get("backend") is None or isinstance(doc.get("backend"), dict),
-            "backend is not an object",
-        )
         updated = doc.get("updated_at", 0.0)
         _check(_number_field(updated), "updated_at is not a number")
         return cls(
@@ -242,7 +236,6 @@ class Record:
             observed_mib=observed,
             deferred=deferred,
             last_outcome=last,
-            backend=doc.get("backend"),
             updated_at=float(updated),
         )
 
@@ -274,7 +267,7 @@ def _listdir(path: Path, root: Path) -> list[str]:
     except OSError as exc:
         raise ConfigError(
             f"state_dir {root}: cannot read {path} ({exc.strerror or exc}); nothing was changed"
-        ) from None
+        ) from exc
 
 
 def _atomic_write(
@@ -310,7 +303,7 @@ def _atomic_write(
         raise ConfigError(
             f"state_dir {root}: cannot write {path} ({exc.strerror or exc}); "
             f"kata-mem cannot write the sandbox state there. {_WHAT_TO_DO}"
-        ) from None
+        ) from exc
 
 
 def state_dir_state(state_dir: str | Path) -> DirState:
@@ -322,17 +315,17 @@ def state_dir_state(state_dir: str | Path) -> DirState:
     for _ in range(3):
         try:
             info = os.stat(root)
-        except FileNotFoundError:
+        except FileNotFoundError as exc:
             if os.path.lexists(root):
                 raise ConfigError(
                     f"state_dir {root}: is a symlink to nothing; nothing was changed. {_WHAT_TO_DO}"
-                ) from None
+                ) from exc
             return "absent"
         except OSError as exc:
             raise ConfigError(
                 f"state_dir {root}: cannot use it ({exc.strerror or exc}); nothing was changed. "
                 f"{_WHAT_TO_DO}"
-            ) from None
+            ) from exc
         if not stat.S_ISDIR(info.st_mode):
             raise ConfigError(
                 f"state_dir {root}: is not a directory; kata-mem cannot write the sandbox state "
@@ -375,7 +368,7 @@ def ensure_state_dir(state_dir: str | Path) -> None:
                 raise ConfigError(
                     f"state_dir {root}: cannot create it ({exc.strerror or exc}); nothing was "
                     f"changed. {_WHAT_TO_DO}"
-                ) from None
+                ) from exc
             with contextlib.suppress(OSError):
                 os.chmod(root, 0o700)  # ours, just made: the umask must not widen or narrow it
         doc = {
@@ -400,7 +393,7 @@ def _root_lock(root: Path, shared: bool = False) -> Iterator[None]:
         raise ConfigError(
             f"state_dir {root}: cannot open {STATE_MARKER} ({exc.strerror or exc}); "
             f"nothing was changed. {_WHAT_TO_DO}"
-        ) from None
+        ) from exc
     try:
         fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
         yield
@@ -497,7 +490,7 @@ class SandboxState:
                 raise ConfigError(
                     f"state_dir {self.root}: cannot write the sandbox state ({exc.strerror or exc}); "
                     f"nothing was changed. {_WHAT_TO_DO}"
-                ) from None
+                ) from exc
             with contextlib.suppress(OSError):
                 os.chmod(self.dir, 0o700)
         doc = {"schema": SANDBOX_DIR_SCHEMA, "sandbox": self.sandbox}
@@ -514,7 +507,7 @@ class SandboxState:
             raise ConfigError(
                 f"state_dir {self.root}: cannot write the sandbox state ({exc.strerror or exc}); "
                 f"nothing was changed. {_WHAT_TO_DO}"
-            ) from None
+            ) from exc
 
     @contextlib.contextmanager
     def locked(self, wait_s: float) -> Iterator[bool]:
@@ -542,7 +535,7 @@ class SandboxState:
                     raise ConfigError(
                         f"state_dir {self.root}: cannot write the sandbox state "
                         f"({exc.strerror or exc}); nothing was changed. {_WHAT_TO_DO}"
-                    ) from None
+                    ) from exc
             try:
                 got = _flock(fd, deadline)
                 # Removed (and maybe made anew) while we waited: the lock is the file at the path.

@@ -75,12 +75,12 @@ def main(argv: Optional[list[str]] = None) -> int:
             return _print_schema(args[1:])
         if len(args) > 1:
             return _shim_usage(f"unexpected argument {args[1]!r}; a request goes on stdin")
-        from kata_mem.shim import main as shim_main
+        from kata_mem.shim import run_shim
 
-        return shim_main(sys.stdin.buffer, sys.stdout, dict(os.environ))
-    from kata_mem.cli import main as cli_main
+        return run_shim(sys.stdin.buffer, sys.stdout, dict(os.environ))
+    from kata_mem.cli import run_cli
 
-    return cli_main(args)
+    return run_cli(args)
 
 
 def run() -> None:

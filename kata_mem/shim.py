@@ -61,7 +61,7 @@ def _error_line(exc: KataMemError) -> None:
     emit_error(exc, logger="kata_mem.shim", prefix="kata-mem shim")
 
 
-def main(stdin: IO[bytes], stdout: IO[str], env: dict[str, str]) -> int:
+def run_shim(stdin: IO[bytes], stdout: IO[str], env: dict[str, str]) -> int:
     """Read one request, write one response; return the exit code.
 
     Every failure, a bug included, is answered with an error document: a shim

@@ -33,7 +33,7 @@ except ImportError as exc:  # only the `libvirt` extra installs it
 from kata_mem.logs import get_logger
 from kata_mem.model import GuestUsage, MemoryDevice, Step, VmState
 from kata_mem.reports import StepProgress, UsageField, balloon_usage, resize_progress, vm_state
-from kata_mem.units import KiB
+from kata_mem.units import KiB, to_kib_floor
 
 log = get_logger(__name__)
 T = TypeVar("T")
@@ -390,7 +390,7 @@ class LibvirtBackend:
 
 def _kib(n: int) -> int:
     """Bytes in libvirt's KiB (kata-mem's sizes are whole MiB)."""
-    return n // KiB
+    return to_kib_floor(n)
 
 
 def _size_attr(cell: ET.Element) -> int:

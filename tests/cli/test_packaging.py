@@ -17,7 +17,7 @@ from typing import Any, Optional
 import jsonschema
 import pytest
 
-from kata_mem.shim import main as shim_main
+from kata_mem.shim import run_shim
 from tests.conftest import PODS, REPO, kata_mem_process, write_config
 
 if sys.version_info >= (3, 11):
@@ -168,14 +168,14 @@ def test_a_bug_in_the_shim_is_still_a_json_document(monkeypatch: pytest.MonkeyPa
 
     monkeypatch.setattr("kata_mem.shim.handle", broken)
     out = io.StringIO()
-    assert shim_main(io.BytesIO(b"{}"), out, {}) == 1
+    assert run_shim(io.BytesIO(b"{}"), out, {}) == 1
     doc = json.loads(out.getvalue())
     jsonschema.validate(doc, RESPONSE_SCHEMA)
     assert (
         doc["error"]["kind"] == "internal" and "ZeroDivisionError: a bug" in doc["error"]["message"]
     )
     with pytest.raises(ZeroDivisionError):  # KATA_MEM_DEBUG=1: the traceback, for a developer
-        shim_main(io.BytesIO(b"{}"), io.StringIO(), {"KATA_MEM_DEBUG": "1"})
+        run_shim(io.BytesIO(b"{}"), io.StringIO(), {"KATA_MEM_DEBUG": "1"})
 
 
 # -- schemas as package data ----------------------------------------------------------------

@@ -12,7 +12,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from kata_mem.shim import main as shim_main
+from kata_mem.shim import run_shim
 from tests.conftest import KATA_CONFIGS, REPO, kata_mem_process
 
 SCHEMAS = REPO / "kata_mem" / "schemas"
@@ -47,7 +47,7 @@ def request(**fields: Any) -> dict[str, Any]:
 
 def run(raw: bytes) -> tuple[int, dict[str, Any]]:
     out = io.StringIO()
-    code = shim_main(io.BytesIO(raw), out, {})
+    code = run_shim(io.BytesIO(raw), out, {})
     doc = json.loads(out.getvalue())
     jsonschema.validate(doc, RESPONSE_SCHEMA)
     return code, doc

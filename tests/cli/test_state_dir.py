@@ -323,7 +323,7 @@ def test_shim_delete_that_does_not_get_the_lock_removes_nothing(
 ) -> None:
     import io
 
-    from kata_mem.shim import main as shim_main
+    from kata_mem.shim import run_shim
 
     state = tmp_path / "state"
     cfg = config_for(tmp_path, state)
@@ -336,7 +336,7 @@ def test_shim_delete_that_does_not_get_the_lock_removes_nothing(
     request = {"schema": "kata-mem/shim-request/v1", "sandbox_id": "sb", "event": "delete"}
     out = io.StringIO()
     started = time.monotonic()
-    code = shim_main(io.BytesIO(json.dumps({**request, "config": str(cfg)}).encode()), out, {})
+    code = run_shim(io.BytesIO(json.dumps({**request, "config": str(cfg)}).encode()), out, {})
     assert time.monotonic() - started < WAIT_S + 1.5
     doc = json.loads(out.getvalue())
     assert code == 0 and "another call held its lock" in doc["warnings"][0], doc

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from kata_mem.config import load_config
 from kata_mem.errors import ConfigError, InputError, KataMemError
 from kata_mem.request import SandboxRequest
-from kata_mem.shim import main as shim_main
+from kata_mem.shim import run_shim
 from kata_mem.sources import pod_containers, read_oci, read_pod
 from tests.conftest import KATA_CONFIGS, PODS, REPO
 
@@ -351,7 +351,7 @@ def isolated_config(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_shim_never_escapes(isolated_config: Path, raw: bytes) -> None:
     out = io.StringIO()
     try:
-        code = shim_main(io.BytesIO(raw), out, {"KATA_CONF_FILE": str(isolated_config)})
+        code = run_shim(io.BytesIO(raw), out, {"KATA_CONF_FILE": str(isolated_config)})
     except KataMemError as exc:  # pragma: no cover - would be a bug
         raise AssertionError(f"escaped: {exc}") from exc
     doc = json.loads(out.getvalue())
