@@ -151,6 +151,12 @@ class Fields:
             raise self.fail(path(at, key), "true or false", value)
         return value
 
+    def object(self, value: Any, at: str) -> dict[str, Any]:
+        """``value`` itself (an element of a list, a whole reply), which must be an object."""
+        if not isinstance(value, dict):
+            raise self.fail(at, "an object", value)
+        return value
+
     def mapping(
         self, obj: Mapping[str, Any], key: str, at: str = "", expected: str = "null or an object"
     ) -> Optional[dict[str, Any]]:

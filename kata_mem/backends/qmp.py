@@ -18,6 +18,7 @@ from collections.abc import Coroutine
 from typing import Any, Optional, TypeVar
 
 from kata_mem.errors import BackendError, BackendUnavailable, MissingDependency
+from kata_mem.fields import Fields, python_value
 
 try:
     from qemu.qmp import (
@@ -132,21 +133,10 @@ def _no_session(cause: BaseException) -> str:
     return f"no QMP session: {describe(cause)}"
 
 
-def _int(value: object, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise BackendError(
-            f"unexpected QMP reply: {what} is {value!r}, expected an integer", "ProtocolError"
-        )
-    return value
-
-
-def _dict(value: object, what: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise BackendError(
-            f"unexpected QMP reply: {what} is {type(value).__name__}, expected an object",
-            "ProtocolError",
-        )
-    return value
+#: Typed reads of QEMU's replies: a reply of the wrong shape is a protocol error.
+_REPLY = Fields(
+    "unexpected QMP reply:", lambda message: BackendError(message, "ProtocolError"), python_value
+)
 
 
 class QmpBackend:
@@ -287,18 +277,19 @@ class QmpBackend:
         devices: list[MemoryDevice] = []
         others: list[int] = []
         for i, item in enumerate(raw):
-            entry = _dict(item, f"query-memory-devices[{i}]")
+            at = f"query-memory-devices[{i}]"
+            entry = _REPLY.object(item, at)
             kind = entry.get("type")
-            data = _dict(entry.get("data"), f"query-memory-devices[{i}].data")
+            data = _REPLY.object(entry.get("data"), f"{at}.data")
             if kind == "dimm":
                 devices.append(
                     MemoryDevice(
                         id=str(data.get("id") or ""),
                         kind="dimm",
-                        size=_int(data.get("size"), "dimm size"),
-                        requested=_int(data.get("size"), "dimm size"),
-                        max_size=_int(data.get("size"), "dimm size"),
-                        slot=_int(data.get("slot"), "dimm slot"),
+                        size=_REPLY.required_integer(data, "size", f"{at}.data"),
+                        requested=_REPLY.required_integer(data, "size", f"{at}.data"),
+                        max_size=_REPLY.required_integer(data, "size", f"{at}.data"),
+                        slot=_REPLY.required_integer(data, "slot", f"{at}.data"),
                         memdev=str(data.get("memdev", "")).removeprefix("/objects/"),
                         hotplugged=bool(data.get("hotplugged", False)),
                     )
@@ -308,10 +299,10 @@ class QmpBackend:
                     MemoryDevice(
                         id=str(data.get("id") or ""),
                         kind="virtio-mem",
-                        size=_int(data.get("size"), "virtio-mem size"),
-                        requested=_int(data.get("requested-size"), "virtio-mem requested-size"),
-                        max_size=_int(data.get("max-size"), "virtio-mem max-size"),
-                        block=_int(data.get("block-size"), "virtio-mem block-size"),
+                        size=_REPLY.required_integer(data, "size", f"{at}.data"),
+                        requested=_REPLY.required_integer(data, "requested-size", f"{at}.data"),
+                        max_size=_REPLY.required_integer(data, "max-size", f"{at}.data"),
+                        block=_REPLY.required_integer(data, "block-size", f"{at}.data"),
                         memdev=str(data.get("memdev", "")).removeprefix("/objects/"),
                     )
                 )
@@ -323,20 +314,19 @@ class QmpBackend:
         """Boot memory, DIMM slots and ``maxmem``: fixed for the VM's life, so asked once."""
         if self._machine is None:
             try:
-                machine = _dict(
-                    self._execute("qom-get", {"path": "/machine", "property": "memory"}),
-                    "/machine memory",
+                at = "qom-get /machine memory"
+                machine = _REPLY.object(
+                    self._execute("qom-get", {"path": "/machine", "property": "memory"}), at
                 )
                 self._machine = (
-                    _int(machine.get("size"), "memory size"),
-                    _int(machine.get("slots", 0), "memory slots"),
-                    _int(machine.get("max-size"), "memory max-size"),
+                    _REPLY.required_integer(machine, "size", at),
+                    _REPLY.integer(machine, "slots", at) or 0,
+                    _REPLY.required_integer(machine, "max-size", at),
                 )
             except BackendError:  # QEMU before 7.1 has no such property
-                summary = _dict(
-                    self._execute("query-memory-size-summary"), "query-memory-size-summary"
-                )
-                self._machine = (_int(summary.get("base-memory"), "base-memory"), 0, None)
+                at = "query-memory-size-summary"
+                summary = _REPLY.object(self._execute(at), at)
+                self._machine = (_REPLY.required_integer(summary, "base-memory", at), 0, None)
         return self._machine
 
     def _objects(self) -> list[str]:
@@ -458,11 +448,11 @@ class QmpBackend:
         path = self._balloon_path()
         if path is None:
             return None
-        raw = _dict(
+        raw = _REPLY.object(
             self._execute("qom-get", {"path": path, "property": "guest-stats"}), "guest-stats"
         )
         return balloon_usage(
-            _dict(raw.get("stats", {}), "guest-stats.stats"),
+            _REPLY.mapping(raw, "stats", "guest-stats", "an object") or {},
             names=_STATS,
             unit=1,
             last_update=raw.get("last-update"),

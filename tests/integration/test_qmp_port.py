@@ -13,6 +13,7 @@ from typing import Any, Callable, Optional
 import pytest
 
 from kata_mem.backends.qmp import QmpBackend
+from kata_mem.errors import BackendError
 from kata_mem.model import Step
 from tests.conftest import CliResult, write_config
 from tests.support.fake_qmp import FakeQemu, FakeQmpServer
@@ -113,3 +114,20 @@ def test_a_relative_hugepages_path_is_a_configuration_error(run_cli: Run, tmp_pa
     r = run_cli("config", "check", str(cfg))
     assert r.code == 3
     assert "hugepages_path" in r.err and "'hugepages'" in r.err and "an absolute path" in r.err
+
+
+def test_a_reply_of_the_wrong_shape_names_the_field(
+    server: FakeQmpServer, qemu: RecordingQemu
+) -> None:
+    # The backend reads replies through the one typed-field reader (kata_mem.fields).
+    qemu.devices["kmdimm0"] = {"type": "dimm", "data": {"id": "kmdimm0", "size": "1G", "slot": 0}}
+    backend = QmpBackend.connect(str(server.path))
+    try:
+        with pytest.raises(BackendError) as info:
+            backend.observe()
+    finally:
+        backend.close()
+    assert info.value.error_class == "ProtocolError"
+    assert str(info.value) == (
+        "unexpected QMP reply: query-memory-devices[0].data.size: expected an integer, got '1G'"
+    )
