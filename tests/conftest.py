@@ -26,6 +26,29 @@ FIXTURES = REPO / "tests" / "fixtures"
 KATA_CONFIGS = FIXTURES / "kata-configs"
 PODS = REPO / "examples" / "pods"
 
+
+def case_table(*parts: str) -> list[dict[str, Any]]:
+    """The ``cases`` of the JSON case files under ``tests/fixtures/PARTS`` (a folder:
+    every ``*.json`` in it, in name order; a file: that one)."""
+    where = FIXTURES.joinpath(*parts)
+    files = sorted(where.glob("*.json")) if where.is_dir() else [where]
+    return [case for f in files for case in json.loads(f.read_text())["cases"]]
+
+
+def shim_request_doc(cfg: Path, **fields: Any) -> dict[str, Any]:
+    """A plan-only shim request for one 1 GiB container on a 16 GiB, 4-CPU host."""
+    doc: dict[str, Any] = {
+        "schema": "kata-mem/shim-request/v1",
+        "sandbox_id": "sb-1",
+        "event": "update",
+        "config": str(cfg),
+        "containers": [{"id": "c1", "memory_limit_bytes": 1 << 30}],
+        "host": {"memory_bytes": 16 << 30, "cpus": 4},
+    }
+    doc.update(fields)
+    return doc
+
+
 #: The host the tests plan for unless they say otherwise, so that no plan depends on the
 #: machine: as host facts, and as the command-line options that give the same host.
 HOST = HostFacts(memory=16 * GiB, cpus=4, arch="amd64")

@@ -20,7 +20,7 @@ import jsonschema
 import pytest
 
 import kata_mem
-from tests.conftest import PODS, REPO, write_config
+from tests.conftest import PODS, REPO, shim_request_doc, write_config
 
 pytestmark = pytest.mark.installed
 
@@ -146,16 +146,7 @@ def test_print_schema_and_where_the_schemas_are(run: Run, program: Path) -> None
 
 
 def shim_request(cfg: Path, **fields: Any) -> str:
-    doc: dict[str, Any] = {
-        "schema": "kata-mem/shim-request/v1",
-        "sandbox_id": "sb-1",
-        "event": "update",
-        "config": str(cfg),
-        "containers": [{"id": "c1", "memory_limit_bytes": 1 << 30}],
-        "host": {"memory_bytes": 16 << 30, "cpus": 4},
-    }
-    doc.update(fields)
-    return json.dumps(doc)
+    return json.dumps(shim_request_doc(cfg, **fields))
 
 
 def response(run: Run, raw: str) -> tuple[int, dict[str, Any], str]:

@@ -18,7 +18,7 @@ import jsonschema
 import pytest
 
 from kata_mem.shim import run_shim
-from tests.conftest import PODS, REPO, kata_mem_process, write_config
+from tests.conftest import PODS, REPO, kata_mem_process, shim_request_doc, write_config
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -38,19 +38,6 @@ def config(tmp_path: Path) -> Path:
         {"default_memory": 2048},
         kata_mem={"state_dir": str(tmp_path / "state")},
     )
-
-
-def request(cfg: Path, **fields: Any) -> dict[str, Any]:
-    doc: dict[str, Any] = {
-        "schema": "kata-mem/shim-request/v1",
-        "sandbox_id": "sb-1",
-        "event": "update",
-        "config": str(cfg),
-        "containers": [{"id": "c1", "memory_limit_bytes": 1 << 30}],
-        "host": {"memory_bytes": 16 << 30, "cpus": 4},
-    }
-    doc.update(fields)
-    return doc
 
 
 def without(
@@ -120,7 +107,7 @@ def test_missing_libvirt_with_json_prints_the_error_document(tmp_path: Path) -> 
 
 def test_missing_libvirt_in_the_shim_is_a_json_error(tmp_path: Path) -> None:
     backend = {"type": "libvirt", "uri": "test:///default", "domain": "x"}
-    doc = request(config(tmp_path), backend=backend, apply=True)
+    doc = shim_request_doc(config(tmp_path), backend=backend, apply=True)
     r = without("libvirt", "shim", input=json.dumps(doc))
     error = shim_error(r, 9, "missing-dependency")
     assert "pip install 'kata-mem[libvirt]'" in error["message"]
@@ -140,7 +127,9 @@ def test_missing_qemu_qmp_is_exit_9_too(tmp_path: Path) -> None:
     r = without(
         "qemu",
         "shim",
-        input=json.dumps(request(cfg, backend={"type": "qmp", "socket": sock}, apply=True)),
+        input=json.dumps(
+            shim_request_doc(cfg, backend={"type": "qmp", "socket": sock}, apply=True)
+        ),
     )
     assert "qemu.qmp" in shim_error(r, 9, "missing-dependency")["message"]
 
@@ -317,7 +306,7 @@ def shim(raw: str) -> tuple[int, dict[str, Any], str]:
 
 
 def test_a_plain_request_is_still_accepted(tmp_path: Path) -> None:
-    code, doc, err = shim(json.dumps(request(config(tmp_path))))
+    code, doc, err = shim(json.dumps(shim_request_doc(config(tmp_path))))
     assert code == 0 and doc["plan"]["memory"]["target_mib"] == 3072, err
 
 
@@ -366,7 +355,9 @@ def test_a_key_given_twice_is_refused(tmp_path: Path, fields: str, path: str) ->
     ],
 )
 def test_a_lone_surrogate_is_refused(tmp_path: Path, field: str, value: str) -> None:
-    doc = request(config(tmp_path), apply=True, backend={"type": "qmp", "socket": "/tmp/q.sock"})
+    doc = shim_request_doc(
+        config(tmp_path), apply=True, backend={"type": "qmp", "socket": "/tmp/q.sock"}
+    )
     if field == "config":
         doc["config"] = value
     elif field == "backend.socket":

@@ -3,9 +3,7 @@ tests/fixtures/outcome-cases: every status and reason, one case per branch."""
 
 from __future__ import annotations
 
-import json
 from fractions import Fraction
-from pathlib import Path
 from typing import Any, Optional
 
 import pytest
@@ -23,13 +21,9 @@ from kata_mem.model import (
 )
 from kata_mem.reports import StepProgress
 from kata_mem.units import GiB, MiB
-from tests.conftest import FIXTURES
+from tests.conftest import case_table
 
-CASES = [
-    case
-    for f in sorted((FIXTURES / "outcome-cases").glob("*.json"))
-    for case in json.loads(Path(f).read_text())["cases"]
-]
+CASES = case_table("outcome-cases")
 
 
 def build_vm(spec: dict[str, Any]) -> VmState:

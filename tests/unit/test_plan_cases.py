@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 from fractions import Fraction
-from pathlib import Path
 from typing import Any, Callable
 
 import pytest
@@ -22,13 +20,9 @@ from kata_mem.planner import assumed_vm, plan
 from kata_mem.quantity import parse_quantity, quantity_bytes
 from kata_mem.request import cpuset_size
 from kata_mem.units import MiB
-from tests.conftest import FIXTURES
+from tests.conftest import case_table
 
-CASES = [
-    case
-    for f in sorted((FIXTURES / "plan-cases").glob("*.json"))
-    for case in json.loads(Path(f).read_text())["cases"]
-]
+CASES = case_table("plan-cases")
 
 
 def build_host(spec: dict[str, Any]) -> HostFacts:

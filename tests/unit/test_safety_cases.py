@@ -13,15 +13,14 @@ import pytest
 from kata_mem import safety
 from kata_mem.model import GuestUsage, Settings
 from kata_mem.units import MiB
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, case_table
 
 CASES = FIXTURES / "safety-cases"
 NOW = 1_000_000.0
 
 
 def load(name: str) -> list[dict[str, Any]]:
-    cases: list[dict[str, Any]] = json.loads((CASES / name).read_text())["cases"]
-    return cases
+    return case_table("safety-cases", name)
 
 
 def usage(spec: Optional[dict[str, Any]]) -> Optional[GuestUsage]:
