@@ -29,6 +29,7 @@ MemoryCause = Literal[
     "alignment",
     "slots",
     "device_space",
+    "node_budget",
 ]
 #: Why the vCPU target ended below what was requested.
 VcpuCause = Literal["default_maxvcpus", "host_cpus", "arch"]
@@ -36,6 +37,9 @@ Cause = Literal[MemoryCause, VcpuCause]
 #: The architectures Kata builds for, by their Go names (the only names used inside).
 Arch = Literal["amd64", "arm64", "ppc64le", "s390x", "riscv64"]
 ARCHES: tuple[Arch, ...] = ("amd64", "arm64", "ppc64le", "s390x", "riscv64")
+#: How the VM's size is derived from the pod (README, "Sizing models").
+SizingModel = Literal["kata", "pod-overhead", "pod-limit"]
+SIZING_MODELS: tuple[SizingModel, ...] = ("kata", "pod-overhead", "pod-limit")
 
 SANDBOX_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 
@@ -76,6 +80,17 @@ class Settings:
     state_dir: str = "/run/kata-mem"
     host_memory_cgroup: str = ""
     hugepages_path: str = "/dev/hugepages"
+    sizing: SizingModel = "kata"
+    #: The RuntimeClass overhead when neither the Pod nor the annotations give it.
+    pod_overhead: Optional[int] = None
+    #: What the VMM (QEMU) uses beyond guest RAM: a fixed part, plus a part per GiB
+    #: of guest memory (host page tables and the like grow with the VM).
+    vmm_overhead: int = 64 * MiB
+    vmm_overhead_per_gib: int = 4 * MiB
+    host_cgroup_margin: int = 32 * MiB
+    node_reserved: int = 0
+    #: ``None``: the node's total is reported, never enforced.
+    node_overcommit: Optional[Fraction] = None
 
 
 @dataclass(frozen=True)
@@ -152,10 +167,69 @@ class SandboxSizing:
 
 @dataclass(frozen=True)
 class Workload:
-    """What the sandbox runs: its containers, and CRI pod sizing when given."""
+    """What the sandbox runs: its containers, CRI pod sizing when given, and the
+    pod's RuntimeClass overhead when the Pod or its annotations give it
+    (``overhead_origin`` says which)."""
 
     containers: tuple[Container, ...] = ()
     sizing: Optional[SandboxSizing] = None
+    overhead: Optional[int] = None
+    overhead_origin: str = ""
+
+
+@dataclass(frozen=True)
+class CgroupLevel:
+    """A memory cgroup with a limit, on the way from the VMM's cgroup to the root.
+
+    ``usage`` is what is charged there (``None`` when unreadable). A libvirt
+    ``<memtune><hard_limit>`` is a level too (libvirt applies it to QEMU's cgroup).
+    """
+
+    path: str
+    limit: int
+    usage: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class HostCgroup:
+    """The VMM's host memory cgroup: where it is, what is charged, and every limit
+    along the path to the root (innermost first). ``origin`` says how it was found
+    (``SO_PEERCRED`` pid, libvirt, ``--host-cgroup``, ``host.cgroup``)."""
+
+    path: str
+    version: int
+    usage: Optional[int]
+    levels: tuple[CgroupLevel, ...] = ()
+    origin: str = ""
+    #: QEMU's charge after the steps ran (``apply`` only).
+    usage_after: Optional[int] = None
+
+    @property
+    def limit(self) -> Optional[int]:
+        """The effective limit: the smallest along the path; ``None`` for none."""
+        return min((lvl.limit for lvl in self.levels), default=None)
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """The node's memory as the budget sees it: the sandboxes' commitments besides
+    this one (each its largest of observed and target), and the budget if set."""
+
+    host: int
+    reserved: int
+    budget: Optional[int]
+    committed_others: int
+    available: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class Guards:
+    """What the host side says about one sandbox, read at the edge just before
+    planning: its cgroup (or why it could not be read) and the node's total."""
+
+    cgroup: Optional[HostCgroup] = None
+    cgroup_warning: str = ""
+    node: Optional[NodeView] = None
 
 
 @dataclass(frozen=True)
@@ -205,6 +279,10 @@ class VmState:
     #: Backend objects kata-mem created whose DIMM is gone (left by a crash or a
     #: late ``DEVICE_DELETED``); safe to delete.
     orphans: tuple[str, ...] = ()
+    #: The VMM process (QEMU), when the backend can tell: its pid, and a limit the
+    #: hypervisor manager set on it (libvirt ``<memtune><hard_limit>``).
+    vmm_pid: Optional[int] = None
+    vmm_hard_limit: Optional[int] = None
 
     @property
     def plugged(self) -> int:
@@ -274,6 +352,14 @@ class MemoryPlan:
     block: int
     clamps: tuple[Clamp, ...]
     steps: tuple[Step, ...]
+    sizing: SizingModel = "kata"
+    #: The RuntimeClass overhead used or reported, and where it came from.
+    pod_overhead: Optional[int] = None
+    pod_overhead_origin: str = ""
+    host_cgroup: Optional[HostCgroup] = None
+    #: The VMM's own memory at the target (the guard's estimate), when guarded.
+    vmm_overhead: Optional[int] = None
+    node: Optional[NodeView] = None
 
     @property
     def delta(self) -> int:
