@@ -19,8 +19,8 @@ from typing import Any, Callable, Optional
 from kata_mem.errors import ConfigError
 from kata_mem.fields import Fields, is_bool, is_int, is_number, is_str, toml_value
 from kata_mem.files import CONFIG_CAP, not_regular, read_capped
-from kata_mem.model import Settings, SizingConfig
-from kata_mem.units import INT64_MAX, MiB
+from kata_mem.model import SIZING_MODELS, Settings, SizingConfig
+from kata_mem.units import INT64_MAX, MiB, to_mib_floor
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -286,6 +286,11 @@ def _positive_number(v: Any) -> bool:
     return is_number(v) and v > 0
 
 
+def _mib(v: Any) -> bool:
+    # Kept below INT64_MAX bytes once scaled, as every size kata-mem hands on.
+    return is_int(v) and 0 <= v <= to_mib_floor(INT64_MAX)
+
+
 #: The ``[kata_mem]`` table: key -> (Settings field, scale, check, expected).
 SETTINGS_KEYS: dict[str, tuple[str, int, Callable[[Any], bool], str]] = {
     "dimm_block_mib": ("dimm_block", MiB, _power_of_two_mib, "a power of two (MiB), e.g. 128"),
@@ -316,6 +321,28 @@ SETTINGS_KEYS: dict[str, tuple[str, int, Callable[[Any], bool], str]] = {
         lambda v: is_str(v) and v.startswith("/"),
         "an absolute path (a hugetlbfs mount)",
     ),
+    "sizing": (
+        "sizing",
+        1,
+        lambda v: v in SIZING_MODELS,
+        " or ".join(f'"{m}"' for m in SIZING_MODELS),
+    ),
+    "pod_overhead_mib": ("pod_overhead", MiB, _mib, "a non-negative integer (MiB)"),
+    "vmm_overhead_mib": ("vmm_overhead", MiB, _mib, "a non-negative integer (MiB)"),
+    "vmm_overhead_per_gib_mib": (
+        "vmm_overhead_per_gib",
+        MiB,
+        lambda v: is_int(v) and 0 <= v <= 1024,
+        "an integer from 0 to 1024 (MiB per GiB of guest memory)",
+    ),
+    "host_cgroup_margin_mib": ("host_cgroup_margin", MiB, _mib, "a non-negative integer (MiB)"),
+    "node_reserved_mib": ("node_reserved", MiB, _mib, "a non-negative integer (MiB)"),
+    "node_overcommit": (
+        "node_overcommit",
+        1,
+        lambda v: is_number(v) and 0 < v <= 100,
+        "a ratio above 0 and at most 100, e.g. 1.0 (absent: report only)",
+    ),
 }
 
 
@@ -337,9 +364,14 @@ def load_settings(
     values: dict[str, Any] = {}
     for key, (attr, scale, check, expected) in SETTINGS_KEYS.items():
         default = getattr(defaults, attr)
-        shown = default // scale if scale > 1 else default
+        shown = default // scale if scale > 1 and default is not None else default
         raw = reader.get(key, shown, check, expected)
-        values[attr] = raw * scale if scale > 1 else raw
+        if raw is None:
+            values[attr] = None  # an optional setting left out
+        elif attr == "node_overcommit":
+            values[attr] = Fraction(str(raw))  # exact: 1.1 is 11/10, not a binary float
+        else:
+            values[attr] = raw * scale if scale > 1 else raw
     assert {f.name for f in fields(Settings)} == set(values)
     return Settings(**values), [(f"kata_mem.{k}", s) for k, s in reader.sources]
 

@@ -61,6 +61,8 @@ def python_value(value: Any) -> str:
 
 def toml_value(value: Any) -> str:
     """A value as a TOML file spells it; a table or an array by its type."""
+    if value is None:
+        return "unset"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):

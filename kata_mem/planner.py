@@ -18,6 +18,8 @@ from kata_mem.model import (
     DIMM_PREFIX,
     Clamp,
     Container,
+    Guards,
+    HostCgroup,
     HostFacts,
     Mechanism,
     MemoryCause,
@@ -31,7 +33,7 @@ from kata_mem.model import (
     VmState,
     Workload,
 )
-from kata_mem.units import MiB, align_down, align_up, fmt_bytes
+from kata_mem.units import GiB, MiB, align_down, align_up, fmt_bytes, per_gib_ceil
 
 #: Largest ACPI hot-add relative to the current guest memory (Kata's
 #: ``acpiMemoryHotplugFactor``): the guest needs ~64 B of memmap per 4 KiB page added.
@@ -227,15 +229,17 @@ def plan(
     host: HostFacts,
     workload: Workload,
     vm: Optional[VmState] = None,
+    guards: Optional[Guards] = None,
 ) -> Plan:
     """Plan the sandbox's memory and vCPUs.
 
-    ``vm`` is the observed VM (``None``: a freshly booted VM as Kata boots it).
-    Never raises for large limits: the target is clamped and every clamp is
-    recorded with its cause.
+    ``vm`` is the observed VM (``None``: a freshly booted VM as Kata boots it);
+    ``guards`` what the host side says (its cgroup, the node's total), read just
+    before. Never raises for large limits: the target is clamped and every clamp
+    is recorded with its cause.
     """
     vm = vm if vm is not None else assumed_vm(cfg, host)
-    mem_plan, warnings = _plan_memory(cfg, host, workload, vm)
+    mem_plan, warnings = _plan_memory(cfg, host, workload, vm, guards or Guards())
     vcpus, vcpu_notes = _plan_vcpus(cfg, host, workload)
     warnings += vcpu_notes
     warnings += [f"vCPUs: {c.detail}" for c in vcpus.clamps]
@@ -260,8 +264,79 @@ def _workload(cfg: SizingConfig, request: Workload) -> tuple[int, Fraction, list
     return mem, cpu, notes
 
 
+def pod_overhead(cfg: SizingConfig, request: Workload) -> tuple[Optional[int], str]:
+    """The pod's RuntimeClass overhead and where it came from: the Pod's
+    ``spec.overhead.memory`` or the sandbox annotations (carried by the workload),
+    else ``[kata_mem] pod_overhead_mib``; ``(None, "")`` when nothing gives it."""
+    if request.overhead is not None:
+        return request.overhead, request.overhead_origin
+    if cfg.settings.pod_overhead is not None:
+        return cfg.settings.pod_overhead, "[kata_mem] pod_overhead_mib"
+    return None, ""
+
+
+def sized(
+    cfg: SizingConfig, host: HostFacts, request: Workload, work_mem: int
+) -> tuple[int, list[str]]:
+    """The guest memory the sizing model asks for (README, "Sizing models").
+
+    ``kata``: ``default_memory`` + limits (Kata). ``pod-overhead``: the pod overhead
+    + limits, what the scheduler reserved (kata-containers PR #12735). ``pod-limit``:
+    the limits alone, the overhead paying for the host side (microsoft/kata-containers
+    PR #281); without limits, ``default_memory`` as Kata. The boot memory is a floor
+    in every model: a VM never has less than it booted with.
+    """
+    model = cfg.settings.sizing
+    notes: list[str] = []
+    overhead, origin = pod_overhead(cfg, request)
+    if model == "pod-overhead" and overhead is None:
+        notes.append(
+            "sizing pod-overhead: no pod overhead known (Pod spec.overhead.memory, the "
+            "kata-mem.io/pod-overhead-memory annotation, [kata_mem] pod_overhead_mib): "
+            "sized as kata (default_memory + limits)"
+        )
+        model = "kata"
+    if model == "kata":
+        wanted = cfg.default_memory + work_mem
+    elif model == "pod-overhead":
+        assert overhead is not None
+        wanted = overhead + work_mem
+        notes.append(f"sizing pod-overhead: pod overhead {fmt_bytes(overhead)} from {origin}")
+    else:
+        wanted = work_mem if work_mem > 0 else cfg.default_memory
+    return max(wanted, boot_memory(cfg, host)), notes
+
+
+def vmm_overhead(cfg: SizingConfig, guest_total: int) -> int:
+    """What the VMM uses on the host beyond guest RAM, by the configured model:
+    a fixed part plus a part per GiB of guest memory (host page tables grow with it)."""
+    s = cfg.settings
+    return s.vmm_overhead + per_gib_ceil(s.vmm_overhead_per_gib, guest_total)
+
+
+def cgroup_room(cfg: SizingConfig, cgroup: HostCgroup, current: int) -> Optional[tuple[int, str]]:
+    """The largest guest total the cgroup's limits allow, and the limit that binds
+    (``None`` without a limit).
+
+    At every limited level ``total + max(vmm_overhead(total), other) + margin <=
+    limit``, where ``other`` is what is charged there beyond the guest memory the
+    VM has now (``usage - current``): the cgroup's actual charge, when it says more
+    than the overhead model (a virtiofsd, other pods under a parent), wins.
+    """
+    s = cfg.settings
+    best: Optional[tuple[int, str]] = None
+    for level in cgroup.levels:
+        usable = level.limit - s.host_cgroup_margin
+        by_model = (usable - s.vmm_overhead) * GiB // (GiB + s.vmm_overhead_per_gib)
+        other = max((level.usage or 0) - current, 0)
+        room = max(min(by_model, usable - other), 0)
+        if best is None or room < best[0]:
+            best = (room, level.path)
+    return best
+
+
 def _plan_memory(
-    cfg: SizingConfig, host: HostFacts, request: Workload, vm: VmState
+    cfg: SizingConfig, host: HostFacts, request: Workload, vm: VmState, guards: Guards
 ) -> tuple[MemoryPlan, list[str]]:
     mech = mechanism(cfg)
     host_mem, _ = effective_host_memory(host)
@@ -269,7 +344,10 @@ def _plan_memory(
     block = block_size(cfg, host, vm)
     base = vm.base
     work_mem, _, warnings = _workload(cfg, request)
-    requested = cfg.default_memory + work_mem
+    requested, notes = sized(cfg, host, request, work_mem)
+    warnings += notes
+    if guards.cgroup_warning:
+        warnings.append(guards.cgroup_warning)
     clamps: list[Clamp] = []
 
     def clamp(cause: MemoryCause, limit: int, detail: str) -> None:
@@ -304,18 +382,27 @@ def _plan_memory(
     if target > ceiling:
         clamp(ceiling_cause, ceiling, _cause_text(ceiling_cause, requested, ceiling, cfg))
         target = ceiling
+    # The host-side guards bound growth only: a VM is never shrunk for them here
+    # (a shrink has its own safety rules), and what it has stays.
+    upper = ceiling
+    if mech != "static" and target > vm.total:
+        for cause, room, detail in _guard_rooms(cfg, vm, guards, target):
+            if target > room:
+                limit = max(room, vm.total)
+                clamp(cause, limit, detail(limit))
+                target = upper = limit
 
     # Round the hotplugged amount up to whole blocks, unless that crosses the max.
     want = target - base
     aligned = align_up(want, block)
-    if base + aligned > ceiling:
+    if base + aligned > upper:
         aligned = align_down(want, block)
         if aligned < want:
             clamp(
                 "alignment",
                 base + aligned,
                 f"rounded down to {fmt_bytes(base + aligned)}: the next {fmt_bytes(block)} "
-                f"block would cross the maximum {fmt_bytes(ceiling)}",
+                f"block would cross the maximum {fmt_bytes(upper)}",
             )
     target = base + aligned
     aligned_target = target
@@ -344,6 +431,23 @@ def _plan_memory(
                 warnings.append(
                     "shrink planned: each step runs only after the guest-usage safety check"
                 )
+    if guards.node is not None and guards.node.available is not None:
+        grow = target - vm.total
+        if grow > guards.node.available:
+            warnings.append(
+                f"the grow of {fmt_bytes(grow)} is more than the host's MemAvailable "
+                f"{fmt_bytes(guards.node.available)} now: the guest may touch memory the host "
+                "has to reclaim or swap first"
+            )
+    if guards.cgroup is not None and mech != "static":
+        found_room = cgroup_room(cfg, guards.cgroup, vm.total)
+        if found_room is not None and vm.total > found_room[0]:
+            warnings.append(
+                f"the VM ({fmt_bytes(vm.total)}) is already more than its host cgroup "
+                f"{found_room[1]} allows with the VMM overhead ({fmt_bytes(found_room[0])}): the host may "
+                "OOM-kill the VMM when the guest uses its memory; shrink it or raise the limit"
+            )
+    overhead, overhead_origin = pod_overhead(cfg, request)
     warnings.extend(f"memory: {c.detail}" for c in clamps)
     return (
         MemoryPlan(
@@ -359,9 +463,50 @@ def _plan_memory(
             block=block,
             clamps=tuple(clamps),
             steps=steps,
+            sizing=cfg.settings.sizing,
+            pod_overhead=overhead,
+            pod_overhead_origin=overhead_origin,
+            host_cgroup=guards.cgroup,
+            vmm_overhead=None if guards.cgroup is None else vmm_overhead(cfg, target),
+            node=guards.node,
         ),
         warnings,
     )
+
+
+def _guard_rooms(
+    cfg: SizingConfig, vm: VmState, guards: Guards, target: int
+) -> list[tuple[MemoryCause, int, Callable[[int], str]]]:
+    """The host-side bounds on a grow: the VMM's cgroup, then the node's budget."""
+    rooms: list[tuple[MemoryCause, int, Callable[[int], str]]] = []
+    cgroup = guards.cgroup
+    found = None if cgroup is None else cgroup_room(cfg, cgroup, vm.total)
+    if found is not None:
+        room, where = found
+        s = cfg.settings
+
+        def cgroup_text(limit: int) -> str:
+            return (
+                f"grow to {fmt_bytes(target)} clamped to {fmt_bytes(limit)} by the host cgroup "
+                f"{where}: guest + VMM overhead ({fmt_bytes(s.vmm_overhead)} + "
+                f"{fmt_bytes(s.vmm_overhead_per_gib)}/GiB, or what is charged beyond the guest, "
+                f"whichever is more) + margin {fmt_bytes(s.host_cgroup_margin)} must fit its limit"
+            )
+
+        rooms.append(("host_cgroup", room, cgroup_text))
+    node = guards.node
+    if node is not None and node.budget is not None:
+        budget = node.budget
+        room = max(budget - node.committed_others, 0)
+
+        def node_text(limit: int) -> str:
+            return (
+                f"grow to {fmt_bytes(target)} clamped to {fmt_bytes(limit)} by the node budget "
+                f"{fmt_bytes(budget)}: the other sandboxes hold {fmt_bytes(node.committed_others)}"
+            )
+
+        rooms.append(("node_budget", room, node_text))
+    return rooms
 
 
 def _cause_text(cause: MemoryCause, requested: int, limit: int, cfg: SizingConfig) -> str:

@@ -207,6 +207,13 @@ def config_json(cfg: SizingConfig, chosen_by: str) -> dict[str, Any]:
             "state_dir": s.state_dir,
             "host_memory_cgroup": s.host_memory_cgroup,
             "hugepages_path": s.hugepages_path,
+            "sizing": s.sizing,
+            "pod_overhead_mib": None if s.pod_overhead is None else to_mib_floor(s.pod_overhead),
+            "vmm_overhead_mib": to_mib_floor(s.vmm_overhead),
+            "vmm_overhead_per_gib_mib": to_mib_floor(s.vmm_overhead_per_gib),
+            "host_cgroup_margin_mib": to_mib_floor(s.host_cgroup_margin),
+            "node_reserved_mib": to_mib_floor(s.node_reserved),
+            "node_overcommit": None if s.node_overcommit is None else float(s.node_overcommit),
         },
         "sources": dict(cfg.sources),
     }

@@ -33,6 +33,11 @@ def to_mib_nearest(n: int) -> int:
     return (n + MiB // 2) // MiB
 
 
+def per_gib_ceil(rate: int, n: int) -> int:
+    """``rate`` bytes for every GiB of ``n`` bytes, rounding up (a cost is never under-counted)."""
+    return -(-rate * n // GiB)
+
+
 def to_kib_floor(n: int) -> int:
     """Bytes to whole KiB, rounding down."""
     return n // KiB
