@@ -66,13 +66,14 @@ def serve(
     state_dir: Optional[str] = None,
     dry_run: bool = False,
     force: bool = False,
+    cgroup_origin: str = "request host.cgroup",
 ) -> Response:
     """Serve one request: load its configuration, probe the host, then forget the
     sandbox (event ``delete``), plan it (no ``apply``), or resize its VM.
 
     ``env`` is the process environment (for ``KATA_CONF_FILE``). The keywords are
-    the command line's own (``apply --state-dir``, ``--dry-run``, ``--force``): no
-    request carries them.
+    the command line's own (``apply --state-dir``, ``--dry-run``, ``--force``, and
+    the name of the option that gave ``host.cgroup``): no request carries them.
 
     :raises KataMemError: for every documented failure. A resize that fails midway
         is not an error: its outcome says what happened.
@@ -83,7 +84,14 @@ def serve(
         warnings = forget(request.sandbox, state_dir or cfg.settings.state_dir)
         return Response(request.sandbox, cfg, warnings=warnings)
     if not request.apply and not dry_run:
-        p = preview(cfg, host, request.workload, allow_shrink=request.allow_shrink)
+        p = preview(
+            cfg,
+            host,
+            request.workload,
+            allow_shrink=request.allow_shrink,
+            cgroup=request.host.cgroup,
+            cgroup_origin=cgroup_origin,
+        )
         return Response(request.sandbox, cfg, p)
     result = apply_request(
         cfg,
@@ -95,6 +103,8 @@ def serve(
         dry_run=dry_run,
         allow_shrink=request.allow_shrink,
         force=force,
+        cgroup=request.host.cgroup,
+        cgroup_origin=cgroup_origin,
     )
     return Response(request.sandbox, cfg, result.plan, result.outcome, result.warnings)
 
@@ -154,12 +164,23 @@ def preview(
     workload: Workload,
     current: Optional[int] = None,
     allow_shrink: bool = False,
+    cgroup: Optional[str] = None,
+    cgroup_origin: str = "--host-cgroup",
 ) -> Plan:
     """The plan for a VM booted as Kata boots it with ``current`` bytes of guest
-    memory (default: the boot memory): what ``apply`` with the same flags runs.
-    Changes nothing."""
+    memory (default: the boot memory): what ``apply`` with the same flags runs,
+    guarded by the host cgroup ``cgroup`` when given (a preview has no VMM to find
+    one from, nor a node's total to admit against). Changes nothing.
+
+    :raises InputError: ``cgroup`` is not a readable memory cgroup directory.
+    """
     vm = assumed_vm(cfg, host, current)
-    p = plan(cfg, host, workload, vm)
+    guards = None
+    if cgroup:
+        from kata_mem.guards import HostSide
+
+        guards = HostSide(cfg, host, cgroup, cgroup_origin).read(vm)
+    p = plan(cfg, host, workload, vm, guards)
     if vm.plugged:  # only then can a shrink be refused (and only then is the executor loaded)
         from kata_mem.outcomes import refuse_shrink
 
@@ -238,15 +259,17 @@ def reconcile_request(
     endpoint: Endpoint,
     allow_shrink: bool,
     host: HostFacts,
+    cgroup: Optional[str] = None,
 ) -> SandboxRequest:
     """The request that repeats an apply: what ``kata-mem reconcile`` re-runs. Host
-    facts that were overridden are kept as they were (with the others probed then)."""
+    facts that were overridden are kept as they were (with the others probed then),
+    and so is a host cgroup the caller named."""
     overridden = {k for k, v in host.sources if v == "override"}
-    pinned = HostOverrides()
+    pinned = HostOverrides(cgroup=cgroup)
     if overridden:
         pool = (host.hugepages_total, host.hugepage_size)
         pinned = HostOverrides(
-            host.memory, host.cpus, host.arch, pool if "hugepages" in overridden else None
+            host.memory, host.cpus, host.arch, pool if "hugepages" in overridden else None, cgroup
         )
     return SandboxRequest(
         sandbox,
@@ -271,8 +294,11 @@ def apply_request(
     dry_run: bool = False,
     allow_shrink: bool = False,
     force: bool = False,
+    cgroup: Optional[str] = None,
+    cgroup_origin: str = "--host-cgroup",
 ) -> Result:
-    """Resize the sandbox's VM to what its workload needs.
+    """Resize the sandbox's VM to what its workload needs, within its host cgroup
+    (``cgroup`` when given, else the VMM's own) and the node's budget.
 
     With ``dry_run`` the plan runs against an in-memory copy of the VM (read
     from ``endpoint`` when given) and a throw-away journal: nothing changes.
@@ -283,9 +309,11 @@ def apply_request(
     """
     from kata_mem.backends.fake import VirtualTime
     from kata_mem.executor import Options, run_locked
+    from kata_mem.guards import HostSide
     from kata_mem.journal import SandboxState, state_dir_state
 
     options = Options(allow_shrink=allow_shrink, force=force)
+    host_side = HostSide(cfg, host, cgroup, cgroup_origin)
     directory = state_dir or cfg.settings.state_dir
     if dry_run:
         state_dir_state(directory)  # what apply would say about it; read only
@@ -295,14 +323,24 @@ def apply_request(
         with tempfile.TemporaryDirectory(prefix="kata-mem-dry-run-") as tmp:
             state = SandboxState(tmp, sandbox)
             return run_locked(
-                state, lambda: fake, cfg, host, workload, options, virtual.clock, virtual.sleep
+                state,
+                lambda: fake,
+                cfg,
+                host,
+                workload,
+                options,
+                virtual.clock,
+                virtual.sleep,
+                host_side=host_side,
             )
     if endpoint is None:
         raise ValueError("apply_request needs an endpoint unless dry_run")
     real_endpoint = endpoint
     saved = None
     if not force:
-        saved = reconcile_request(sandbox, cfg, workload, endpoint, allow_shrink, host).to_json()
+        saved = reconcile_request(
+            sandbox, cfg, workload, endpoint, allow_shrink, host, cgroup
+        ).to_json()
     return run_locked(
         SandboxState(directory, sandbox),
         lambda: _connect(cfg, real_endpoint),
@@ -311,6 +349,7 @@ def apply_request(
         workload,
         options,
         saved_request=saved,
+        host_side=host_side,
     )
 
 

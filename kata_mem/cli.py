@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Optional, TypeVar
 
@@ -217,6 +218,13 @@ def request_options(fn: F) -> F:
             metavar="QTY",
             help="A container CPU limit, e.g. 500m (repeatable).",
         ),
+        click.option(
+            "--host-cgroup",
+            type=FileName(directory=True),
+            metavar="DIR",
+            help="The VM's host memory cgroup (v1 or v2 directory); default: the one its "
+            "QEMU is in. Growth is kept under its limit with the VMM's overhead.",
+        ),
     ]
     for opt in reversed(options):
         fn = opt(fn)
@@ -244,6 +252,7 @@ def preview(
     oci: tuple[Path, ...],
     limit: tuple[str, ...],
     cpu: tuple[str, ...],
+    host_cgroup: Optional[str],
     host_memory: Optional[str],
     host_cpus: Optional[int],
     host_arch: Optional[str],
@@ -263,7 +272,7 @@ def preview(
         problem = current_problem(cfg, host, current_bytes)
         if problem:
             raise InputError(f"--current {current!r}: {problem}")
-    result = plan_preview(cfg, host, workload, current_bytes, allow_shrink)
+    result = plan_preview(cfg, host, workload, current_bytes, allow_shrink, host_cgroup)
     if as_json:
         _emit(render.plan_json(result, cfg))
     else:
@@ -367,6 +376,7 @@ def apply(
     oci: tuple[Path, ...],
     limit: tuple[str, ...],
     cpu: tuple[str, ...],
+    host_cgroup: Optional[str],
     host_memory: Optional[str],
     host_cpus: Optional[int],
     host_arch: Optional[str],
@@ -388,7 +398,9 @@ def apply(
             "apply needs --qmp SOCKET or --libvirt URI --domain NAME (or --dry-run)"
         )
     config, _ = _find_config(config_path)
-    overrides = _host(host_memory, host_cpus, host_arch, host_hugepages)
+    overrides = replace(
+        _host(host_memory, host_cpus, host_arch, host_hugepages), cgroup=host_cgroup
+    )
     workload = build_workload(pod, oci, limit, cpu)
     if force:
         log.warning("--force skips every shrink safety check; for tests and benchmarks only")
@@ -402,7 +414,14 @@ def apply(
         allow_shrink=allow_shrink,
         host=overrides,
     )
-    response = serve(request, config_mod.env(), state_dir=state_dir, dry_run=dry_run, force=force)
+    response = serve(
+        request,
+        config_mod.env(),
+        state_dir=state_dir,
+        dry_run=dry_run,
+        force=force,
+        cgroup_origin="--host-cgroup",
+    )
     assert response.plan is not None and response.outcome is not None  # an apply has both
     cfg, outcome = response.config, response.outcome
     if as_json:

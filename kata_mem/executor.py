@@ -18,13 +18,22 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Optional
 
 from kata_mem import outcomes, safety
 from kata_mem.backends import Backend, StepProgress
 from kata_mem.errors import BackendError, BackendUnsupported, KataMemError
-from kata_mem.journal import LOCK_WAIT_S, Deferral, LastOutcome, Phase, Record, SandboxState
+from kata_mem.guards import HostSide
+from kata_mem.journal import (
+    LOCK_WAIT_S,
+    Deferral,
+    LastOutcome,
+    Phase,
+    Record,
+    SandboxState,
+    node_admission,
+)
 from kata_mem.logs import get_logger
 from kata_mem.model import (
     GuestUsage,
@@ -41,7 +50,7 @@ from kata_mem.outcomes import Stop
 from kata_mem.planner import assumed_vm
 from kata_mem.planner import plan as make_plan
 from kata_mem.repair import repair
-from kata_mem.units import MiB, fmt_bytes, to_mib_floor
+from kata_mem.units import MiB, fmt_bytes, to_mib_ceil, to_mib_floor
 from kata_mem.usage import UsageReader
 
 log = get_logger(__name__)
@@ -95,6 +104,7 @@ def run_locked(
     clock: Callable[[], float] = time.time,
     sleep: Callable[[float], None] = time.sleep,
     saved_request: Optional[dict[str, Any]] = None,
+    host_side: Optional[HostSide] = None,
 ) -> Result:
     """Take the sandbox lock, *then* connect (QEMU serves one monitor client at a
     time), apply, and close. A call that cannot get the lock in ``LOCK_WAIT_S``
@@ -118,7 +128,9 @@ def run_locked(
         try:
             backend = connect()
             try:
-                return Executor(backend, state, clock, sleep).apply(cfg, host, request, options)
+                return Executor(backend, state, clock, sleep).apply(
+                    cfg, host, request, options, host_side
+                )
             finally:
                 backend.close()
         finally:
@@ -157,24 +169,44 @@ class Executor:
         self.warnings: list[str] = []
 
     def apply(
-        self, cfg: SizingConfig, host: HostFacts, request: Workload, options: Options
+        self,
+        cfg: SizingConfig,
+        host: HostFacts,
+        request: Workload,
+        options: Options,
+        host_side: Optional[HostSide] = None,
     ) -> Result:
-        """Repair, plan from the observed VM, and run the plan. Call it with the
-        sandbox lock held (:func:`run_locked`).
+        """Repair, plan from the observed VM and the host side, and run the plan. Call
+        it with the sandbox lock held (:func:`run_locked`).
+
+        A grow is admitted under the node-wide lock: the other sandboxes' commitments
+        are read, the plan made, and its target recorded before the lock is let go.
 
         :raises BackendUnavailable: the hypervisor cannot be reached (nothing planned).
         :raises ConfigError: the state directory cannot be written (nothing changed).
+        :raises InputError: a host cgroup the caller named cannot be read (nothing changed).
         """
         reader = UsageReader(self.backend, cfg.settings, self.clock, self.sleep)
         record = self.state.load()
         vm = repair(self.backend, self.state, record, lambda s: self._settle(record, s), self._note)
         allowed = options.allow_shrink or options.force or cfg.settings.allow_shrink
-        p, outcome = outcomes.before_steps(
-            make_plan(cfg, host, request, vm), vm, shrink_allowed=allowed
-        )
+        with node_admission(self.state.root) as committed:
+            guards = None
+            if host_side is not None:
+                guards = host_side.read(vm, lambda: committed(self.state.sandbox))
+            p, outcome = outcomes.before_steps(
+                make_plan(cfg, host, request, vm, guards), vm, shrink_allowed=allowed
+            )
+            if outcome is None and p.memory.target > vm.total:
+                record.target_mib = to_mib_ceil(p.memory.target)
+                self.state.save(record)
         if outcome is None:
             outcome = self._run(p, vm, record, cfg, None if options.force else reader)
         self._finish(record, outcome)
+        cgroup = p.memory.host_cgroup
+        if host_side is not None and cgroup is not None and outcome.steps:
+            after = replace(cgroup, usage_after=host_side.charge(cgroup))
+            p = replace(p, memory=replace(p.memory, host_cgroup=after))
         return Result(p, outcome, tuple(self.state.warnings + self.warnings))
 
     # -- the step loop ---------------------------------------------------------------
@@ -385,6 +417,7 @@ class Executor:
     def _finish(self, record: Record, outcome: Outcome) -> None:
         record.state, record.step, record.phase = "idle", None, ""
         record.observed_mib = to_mib_floor(outcome.observed)
+        record.target_mib = None  # the grow is over: what it holds is what was observed
         if outcome.status != "Deferred":
             record.deferred = None
         record.last_outcome = LastOutcome(

@@ -31,6 +31,11 @@ def _meminfo(proc: Path) -> dict[str, int]:
     return out
 
 
+def mem_available(proc: Path = Path("/proc")) -> Optional[int]:
+    """The host's MemAvailable now (bytes; ``None`` when /proc does not say)."""
+    return _meminfo(proc).get("MemAvailable")
+
+
 def read_cgroup_memory_limit(
     cgroup_dir: str, origin: str = "[kata_mem] host_memory_cgroup"
 ) -> Optional[int]:

@@ -34,7 +34,7 @@ import os
 import re
 import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Optional, get_args
@@ -42,6 +42,7 @@ from typing import Any, Literal, Optional, get_args
 from kata_mem.errors import ConfigError, KataMemError
 from kata_mem.files import STATE_CAP, read_capped
 from kata_mem.model import SANDBOX_ID, Step, StepAction, check_sandbox_id
+from kata_mem.units import MiB
 
 JOURNAL_SCHEMA = "kata-mem/journal/v1"
 STATE_DIR_SCHEMA = "kata-mem/state-dir/v1"
@@ -184,6 +185,8 @@ class Record:
     phase: Phase = ""
     pending_unplug: list[str] = field(default_factory=list)
     observed_mib: Optional[int] = None
+    #: The target of a grow admitted against the node's budget and not finished yet.
+    target_mib: Optional[int] = None
     deferred: Optional[Deferral] = None
     last_outcome: Optional[LastOutcome] = None
     updated_at: float = 0.0
@@ -197,6 +200,7 @@ class Record:
             "phase": self.phase,
             "pending_unplug": sorted(set(self.pending_unplug)),
             "observed_mib": self.observed_mib,
+            "target_mib": self.target_mib,
             "deferred": None if self.deferred is None else self.deferred.to_json(),
             "last_outcome": None if self.last_outcome is None else self.last_outcome.to_json(),
             "updated_at": self.updated_at,
@@ -221,6 +225,8 @@ class Record:
         step = None if step is None else _step_from_json(step)
         observed = doc.get("observed_mib")
         _check(observed is None or _int_field(observed), "observed_mib is not an integer")
+        target = doc.get("target_mib")
+        _check(target is None or _int_field(target), "target_mib is not an integer")
         deferred = doc.get("deferred")
         deferred = None if deferred is None else Deferral.from_json(deferred)
         last = doc.get("last_outcome")
@@ -234,6 +240,7 @@ class Record:
             phase=phase,
             pending_unplug=list(pending),
             observed_mib=observed,
+            target_mib=target,
             deferred=deferred,
             last_outcome=last,
             updated_at=float(updated),
@@ -401,6 +408,32 @@ def _root_lock(root: Path, shared: bool = False) -> Iterator[None]:
         os.close(fd)
 
 
+@contextlib.contextmanager
+def node_admission(state_dir: str | Path) -> Iterator[Callable[[str], int]]:
+    """The node-wide lock around one admission decision: read the other sandboxes'
+    commitments (the function it yields: bytes held by all but the named one), decide,
+    record this one's, so that two grows at the same moment cannot both take the last
+    free MiB. Held for a few file reads and one write; a state directory that is not
+    kata-mem's yet has no commitments.
+    """
+    root = Path(state_dir)
+    if state_dir_state(root) != "ours":
+        yield lambda _but: 0
+        return
+    with _root_lock(root):  # also keeps sandbox directories from coming and going
+        yield lambda but: sum(
+            commitment(SandboxState(root, name).load())
+            for name in _sandboxes(root).sandboxes
+            if name != but
+        )
+
+
+def commitment(record: Record) -> int:
+    """Bytes a sandbox holds or is growing to: the larger of its observed size and
+    the target of a grow in flight."""
+    return max(record.observed_mib or 0, record.target_mib or 0) * MiB
+
+
 @dataclass(frozen=True)
 class Listing:
     """The entries of a state directory: sandboxes kata-mem created, and everything else."""
@@ -417,15 +450,19 @@ def list_state_dir(state_dir: str | Path) -> Listing:
     root = Path(state_dir)
     if state_dir_state(root) != "ours":
         return Listing([], [])
-    ours, foreign = [], []
     with _root_lock(root, shared=True):  # no sandbox directory half made or half removed
-        for name in sorted(_listdir(root, root)):
-            if name == STATE_MARKER or _TEMP.fullmatch(name):
-                continue
-            if SANDBOX_ID.fullmatch(name) and SandboxState(root, name).owned():
-                ours.append(name)
-            else:
-                foreign.append(name)
+        return _sandboxes(root)
+
+
+def _sandboxes(root: Path) -> Listing:
+    ours, foreign = [], []
+    for name in sorted(_listdir(root, root)):
+        if name == STATE_MARKER or _TEMP.fullmatch(name):
+            continue
+        if SANDBOX_ID.fullmatch(name) and SandboxState(root, name).owned():
+            ours.append(name)
+        else:
+            foreign.append(name)
     return Listing(ours, foreign)
 
 

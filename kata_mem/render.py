@@ -12,8 +12,10 @@ from kata_mem.errors import KataMemError
 from kata_mem.model import (
     Clamp,
     GuestUsage,
+    HostCgroup,
     HostFacts,
     MemoryDevice,
+    NodeView,
     Outcome,
     Plan,
     SizingConfig,
@@ -69,6 +71,13 @@ def plan_json(plan: Plan, cfg: SizingConfig) -> dict[str, Any]:
             "clamps": [_clamp_json(c) for c in m.clamps],
             "shrink": m.shrink,
             "steps": [step_json(s) for s in m.steps],
+            "sizing": {
+                "model": m.sizing,
+                "pod_overhead_mib": _mib_or_none(m.pod_overhead),
+                "pod_overhead_from": m.pod_overhead_origin or None,
+            },
+            "host_cgroup": host_cgroup_json(m.host_cgroup, m.vmm_overhead),
+            "node": node_json(m.node),
         },
         "vcpus": {
             "host": v.host,
@@ -79,6 +88,46 @@ def plan_json(plan: Plan, cfg: SizingConfig) -> dict[str, Any]:
             "clamped_by": [c.cause for c in v.clamps],
         },
         "warnings": list(plan.warnings),
+    }
+
+
+def _mib_or_none(n: Optional[int]) -> Optional[int]:
+    return None if n is None else to_mib_floor(n)
+
+
+def host_cgroup_json(cg: Optional[HostCgroup], overhead: Optional[int]) -> Optional[dict[str, Any]]:
+    """The VMM's host cgroup as the guard saw it (``null`` when none was found)."""
+    if cg is None:
+        return None
+    return {
+        "path": cg.path,
+        "version": cg.version,
+        "found_by": cg.origin,
+        "limit_mib": _mib_or_none(cg.limit),
+        "limits": [
+            {
+                "path": lvl.path,
+                "limit_mib": to_mib_floor(lvl.limit),
+                "usage_mib": _mib_or_none(lvl.usage),
+            }
+            for lvl in cg.levels
+        ],
+        "usage_mib": _mib_or_none(cg.usage),
+        "usage_after_mib": _mib_or_none(cg.usage_after),
+        "vmm_overhead_mib": None if overhead is None else to_mib_ceil(overhead),
+    }
+
+
+def node_json(node: Optional[NodeView]) -> Optional[dict[str, Any]]:
+    """The node's total as the admission saw it (``null`` for a plan made without it)."""
+    if node is None:
+        return None
+    return {
+        "host_mib": to_mib_floor(node.host),
+        "reserved_mib": to_mib_floor(node.reserved),
+        "budget_mib": _mib_or_none(node.budget),
+        "committed_others_mib": to_mib_ceil(node.committed_others),
+        "available_mib": _mib_or_none(node.available),
     }
 
 
@@ -129,6 +178,27 @@ def plan_text(plan: Plan, cfg: SizingConfig, title: str = "") -> str:
         lines.append("steps: none")
     for c in m.clamps:
         lines.append(f"  why: {c.cause}: {c.detail}")
+    if m.sizing != "kata" or m.pod_overhead is not None:
+        shown = (
+            f"pod overhead {to_mib_floor(m.pod_overhead)} MiB from {m.pod_overhead_origin}"
+            if m.pod_overhead is not None
+            else "pod overhead unknown"
+        )
+        lines.append(f"sizing: {m.sizing} ({shown})")
+    cg = m.host_cgroup
+    if cg is not None:
+        limit = "no limit" if cg.limit is None else f"limit {to_mib_floor(cg.limit)} MiB"
+        used = "" if cg.usage is None else f", charged {to_mib_floor(cg.usage)} MiB"
+        after = "" if cg.usage_after is None else f" (after: {to_mib_floor(cg.usage_after)} MiB)"
+        vmm = "" if m.vmm_overhead is None else f", VMM overhead {to_mib_ceil(m.vmm_overhead)} MiB"
+        lines.append(
+            f"host cgroup: {cg.path} (v{cg.version}, {cg.origin}): {limit}{used}{after}{vmm}"
+        )
+    if m.node is not None and m.node.budget is not None:
+        lines.append(
+            f"node: budget {to_mib_floor(m.node.budget)} MiB, other sandboxes "
+            f"{to_mib_ceil(m.node.committed_others)} MiB"
+        )
     vc = f", clamped by {', '.join(c.cause for c in v.clamps)}" if v.clamps else ""
     lines.append(
         f"vCPUs: target {v.target} (default {float(v.default):g} + containers = "

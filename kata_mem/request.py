@@ -50,6 +50,11 @@ ANN_SANDBOX_MEMORY = "io.kubernetes.cri.sandbox-memory"
 ANN_SANDBOX_CPU_QUOTA = "io.kubernetes.cri.sandbox-cpu-quota"
 ANN_SANDBOX_CPU_PERIOD = "io.kubernetes.cri.sandbox-cpu-period"
 ANN_SANDBOX_CPU_SHARES = "io.kubernetes.cri.sandbox-cpu-shares"
+#: The pod's RuntimeClass overhead, as a Kubernetes quantity. CRI has no annotation for
+#: it (the kubelet passes it in LinuxPodSandboxConfig.overhead, which neither containerd
+#: nor CRI-O puts in the OCI spec), so this is a pod annotation containerd forwards
+#: when the runtime's ``pod_annotations`` lists it.
+ANN_POD_OVERHEAD = "kata-mem.io/pod-overhead-memory"
 
 _TOP = (
     "schema",
@@ -221,6 +226,19 @@ def sandbox_sizing(annotations: dict[str, str], where: str) -> SandboxSizing:
     return SandboxSizing(min(memory, INT64_MAX), cpu, where, tuple(warnings))
 
 
+def overhead_annotation(annotations: dict[str, str], where: str) -> Optional[int]:
+    """The pod overhead from :data:`ANN_POD_OVERHEAD` (``None`` when absent or empty).
+
+    :raises QuantityError: a value that is not a non-negative Kubernetes quantity.
+    """
+    raw = annotations.get(ANN_POD_OVERHEAD, "")
+    if raw == "":
+        return None
+    from kata_mem.quantity import quantity_bytes
+
+    return quantity_bytes(raw, f"{where}: annotation {ANN_POD_OVERHEAD} {raw[:40]!r}")
+
+
 def sizing_annotations(sizing: SandboxSizing) -> dict[str, str]:
     """The CRI annotations that :func:`sandbox_sizing` reads back as ``sizing``."""
     return {
@@ -283,14 +301,23 @@ class HostOverrides:
     cpus: Optional[int] = None
     arch: Optional[str] = None
     hugepages: Optional[tuple[int, int]] = None
+    #: The VMM's host memory cgroup directory, instead of finding it from the VMM's pid.
+    cgroup: Optional[str] = None
 
     def given(self) -> bool:
-        return any(v is not None for v in (self.memory, self.cpus, self.arch, self.hugepages))
+        return any(
+            v is not None for v in (self.memory, self.cpus, self.arch, self.hugepages, self.cgroup)
+        )
 
     def to_json(self) -> dict[str, Any]:
         """The request's ``host`` object: the overrides that are given."""
         doc: dict[str, Any] = {}
-        for key, value in (("memory_bytes", self.memory), ("cpus", self.cpus), ("arch", self.arch)):
+        for key, value in (
+            ("memory_bytes", self.memory),
+            ("cpus", self.cpus),
+            ("arch", self.arch),
+            ("cgroup", self.cgroup),
+        ):
             if value is not None:
                 doc[key] = value
         if self.hugepages is not None:
@@ -304,7 +331,10 @@ class HostOverrides:
         :raises InputError: a wrongly typed or out-of-range field, an unknown
             architecture, a bad hugepage pool, or an unknown field.
         """
-        _REQUEST.only(doc, ("memory_bytes", "cpus", "arch", "hugepages"), at)
+        _REQUEST.only(doc, ("memory_bytes", "cpus", "arch", "hugepages", "cgroup"), at)
+        cgroup = _REQUEST.string(doc, "cgroup", at)
+        if cgroup is not None and not cgroup.startswith("/"):
+            raise _REQUEST.fail(path(at, "cgroup"), "an absolute path (a cgroup directory)", cgroup)
         arch = _REQUEST.string(doc, "arch", at)
         pool = None
         pages = _REQUEST.mapping(doc, "hugepages", at)
@@ -321,6 +351,7 @@ class HostOverrides:
             cpus=_REQUEST.integer(doc, "cpus", at, minimum=1),
             arch=None if arch is None else normalize_arch(arch, _REQUEST.name(path(at, "arch"))),
             hugepages=pool,
+            cgroup=cgroup,
         )
 
 
@@ -456,8 +487,13 @@ class SandboxRequest:
         }
         if self.host.given():
             doc["host"] = self.host.to_json()
+        annotations: dict[str, str] = {}
         if self.workload.sizing is not None:
-            doc["annotations"] = sizing_annotations(self.workload.sizing)
+            annotations.update(sizing_annotations(self.workload.sizing))
+        if self.workload.overhead is not None:
+            annotations[ANN_POD_OVERHEAD] = str(self.workload.overhead)
+        if annotations:
+            doc["annotations"] = annotations
         return doc
 
     @classmethod
@@ -503,6 +539,7 @@ class SandboxRequest:
         overrides = HostOverrides() if host is None else HostOverrides.from_json(host)
         annotations = doc.get("annotations")
         sizing = None
+        overhead = None
         if annotations is not None:
             if not isinstance(annotations, dict) or not all(
                 isinstance(k, str) and isinstance(v, str) for k, v in annotations.items()
@@ -510,11 +547,17 @@ class SandboxRequest:
                 raise _REQUEST.fail("annotations", "an object of strings", annotations)
             if ANN_SANDBOX_MEMORY in annotations:
                 sizing = sandbox_sizing(annotations, "request annotations")
+            overhead = overhead_annotation(annotations, "request annotations")
         return cls(
             sandbox=sandbox,
             event=event,
             config=config,
-            workload=Workload(containers, sizing),
+            workload=Workload(
+                containers,
+                sizing,
+                overhead,
+                f"annotation {ANN_POD_OVERHEAD}" if overhead is not None else "",
+            ),
             endpoint=endpoint,
             apply=apply,
             allow_shrink=_REQUEST.boolean(doc, "allow_shrink"),

@@ -20,7 +20,13 @@ from kata_mem.fields import path as field_path
 from kata_mem.files import MANIFEST_CAP, read_capped_text
 from kata_mem.model import Container, Role, SandboxSizing, Workload
 from kata_mem.quantity import parse_quantity, quantity_bytes
-from kata_mem.request import ANN_SANDBOX_MEMORY, cpuset_size, sandbox_sizing
+from kata_mem.request import (
+    ANN_POD_OVERHEAD,
+    ANN_SANDBOX_MEMORY,
+    cpuset_size,
+    overhead_annotation,
+    sandbox_sizing,
+)
 from kata_mem.units import INT64_MAX
 
 ANN_CONTAINER_TYPE = ("io.kubernetes.cri.container-type", "io.kubernetes.cri-o.ContainerType")
@@ -35,8 +41,14 @@ def _read_text(path: Path, what: str) -> str:
 
 
 def read_pod(path: Path) -> tuple[Container, ...]:
+    """The containers of the one Pod in a manifest (:func:`load_pod`)."""
+    return load_pod(path).containers
+
+
+def load_pod(path: Path) -> Workload:
     """The containers of the one Pod in a YAML or JSON manifest, read as Kubernetes reads
-    it (:mod:`kata_mem.manifest`).
+    it (:mod:`kata_mem.manifest`), and its ``spec.overhead.memory`` (the RuntimeClass
+    overhead the admission controller filled in), when set.
 
     :raises InputError: unreadable file, invalid YAML/JSON, no Pod, no containers,
         or a bad resource value (named by its field path).
@@ -48,7 +60,15 @@ def read_pod(path: Path) -> tuple[Container, ...]:
     if len(pods) != 1:
         found = f"{len(pods)} Pods" if pods else "no document with kind: Pod"
         raise InputError(f"{path}: expected one Pod manifest (kind: Pod), found {found}")
-    return pod_containers(pods[0], str(path))
+    containers = pod_containers(pods[0], str(path))
+    spec = pods[0]["spec"]
+    overhead = spec.get("overhead")
+    if overhead is None or (isinstance(overhead, dict) and overhead.get("memory") is None):
+        return Workload(containers)
+    if not isinstance(overhead, dict):
+        raise InputError(f"{path}: spec.overhead: expected a mapping of resources")
+    memory = _yaml_quantity_bytes(overhead["memory"], f"{path}: spec.overhead.memory")
+    return Workload(containers, overhead=memory, overhead_origin=f"{path}: spec.overhead.memory")
 
 
 def pod_containers(pod: dict[str, Any], where: str) -> tuple[Container, ...]:
@@ -130,8 +150,11 @@ def _not_json(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-def read_oci(path: Path) -> tuple[Optional[Container], Optional[SandboxSizing]]:
-    """A container (or, for a sandbox spec, the pod sizing) from an OCI ``config.json``.
+def read_oci(
+    path: Path,
+) -> tuple[Optional[Container], Optional[SandboxSizing], Optional[int]]:
+    """A container (or, for a sandbox spec, the pod sizing and the pod overhead
+    annotation) from an OCI ``config.json``.
 
     ``linux.resources.memory.limit`` (bytes; -1 or absent = no limit),
     ``hugepageLimits[].limit``, CPU ``quota``/``period`` and the cpuset ``cpus``.
@@ -161,7 +184,8 @@ def read_oci(path: Path) -> tuple[Optional[Container], Optional[SandboxSizing]]:
         any(annotations.get(k) == "sandbox" for k in ANN_CONTAINER_TYPE)
         or ANN_SANDBOX_MEMORY in annotations
     ):
-        return None, sandbox_sizing(annotations, str(path))
+        where = str(path)
+        return None, sandbox_sizing(annotations, where), overhead_annotation(annotations, where)
 
     def mapping(obj: dict[str, Any], key: str, at: str) -> dict[str, Any]:
         return spec_fields.mapping(obj, key, at, expected="an object") or {}
@@ -196,6 +220,7 @@ def read_oci(path: Path) -> tuple[Optional[Container], Optional[SandboxSizing]]:
         Container(
             name, max(limit, 0), hugepages, cpu, "app", "running", str(path), cpuset_cpus=cpuset
         ),
+        None,
         None,
     )
 
@@ -232,12 +257,18 @@ def build_workload(
     """
     containers: list[Container] = []
     sizing: Optional[SandboxSizing] = None
+    overhead: Optional[int] = None
+    origin = ""
     if pod is not None:
-        containers += read_pod(pod)
+        manifest = load_pod(pod)
+        containers += manifest.containers
+        overhead, origin = manifest.overhead, manifest.overhead_origin
     for spec in oci:
-        container, spec_sizing = read_oci(spec)
+        container, spec_sizing, spec_overhead = read_oci(spec)
         if container is not None:
             containers.append(container)
+        if spec_overhead is not None and overhead is None:  # the Pod's own field comes first
+            overhead, origin = spec_overhead, f"{spec}: annotation {ANN_POD_OVERHEAD}"
         if spec_sizing is not None:
             if sizing is not None:
                 raise InputError(
@@ -245,4 +276,4 @@ def build_workload(
                 )
             sizing = spec_sizing
     containers += cli_containers(limits, cpus)
-    return Workload(tuple(containers), sizing)
+    return Workload(tuple(containers), sizing, overhead, origin)
