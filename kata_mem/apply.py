@@ -25,6 +25,7 @@ from kata_mem.model import (
     HostFacts,
     Outcome,
     Plan,
+    Settings,
     SizingConfig,
     VmState,
     Workload,
@@ -374,3 +375,81 @@ def read_status(
     state = SandboxState(state_dir, sandbox)
     record = state.load().to_json() if state.owned() and state.path.is_file() else None
     return vm, usage, record
+
+
+@dataclass(frozen=True)
+class SandboxSummary:
+    """One managed sandbox as its journal and saved request describe it (no VM is asked)."""
+
+    sandbox: str
+    backend: Optional[Endpoint]
+    current: Optional[int]
+    target: Optional[int]
+    state: str
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class NodeStatus:
+    """Every sandbox kata-mem manages on this node, and the node's totals."""
+
+    host: int
+    reserved: int
+    budget: Optional[int]
+    committed: int
+    sandboxes: tuple[SandboxSummary, ...]
+    skipped: tuple[str, ...] = ()
+
+
+def node_status(settings: Settings, host: HostFacts, state_dir: str) -> NodeStatus:
+    """What ``status --all`` shows: read from the state directory, which is left as it is.
+
+    :raises ConfigError: the state directory is not kata-mem's.
+    """
+    from kata_mem.errors import KataMemError
+    from kata_mem.files import STATE_CAP, read_capped
+    from kata_mem.guards import node_budget
+    from kata_mem.journal import SandboxState, commitment, list_state_dir
+    from kata_mem.units import MiB
+
+    listing = list_state_dir(state_dir)
+    rows: list[SandboxSummary] = []
+    committed = 0
+    for name in listing.sandboxes:
+        state = SandboxState(state_dir, name)
+        record = state.load()
+        committed += commitment(record)
+        endpoint = None
+        try:
+            if state.request_path.is_file():
+                saved = read_capped(
+                    state.request_path, cap=STATE_CAP, what="saved request", error=ConfigError
+                )
+                endpoint = SandboxRequest.from_json(saved).endpoint
+        except KataMemError:
+            pass  # an unreadable saved request leaves the backend unknown; reconcile reports it
+        target = record.target_mib
+        if target is None and record.deferred is not None:
+            target = record.deferred.target_mib
+        if target is None:
+            target = record.observed_mib
+        last = record.last_outcome
+        status = "running" if record.state == "running" else (last.status if last else "unknown")
+        rows.append(
+            SandboxSummary(
+                name,
+                endpoint,
+                None if record.observed_mib is None else record.observed_mib * MiB,
+                None if target is None else target * MiB,
+                status,
+                last.reason if last and record.state != "running" else "",
+            )
+        )
+    return NodeStatus(
+        host=host.memory,
+        reserved=settings.node_reserved,
+        budget=node_budget(settings, host),
+        committed=committed,
+        sandboxes=tuple(rows),
+        skipped=tuple(listing.foreign),
+    )

@@ -444,6 +444,14 @@ def apply(
     metavar="FILE",
     help="Kata configuration (for state_dir).",
 )
+@click.option(
+    "--all",
+    "every",
+    is_flag=True,
+    help="Every sandbox in the state directory and the node's totals, from the journals "
+    "(schema kata-mem/node/v1 with --json).",
+)
+@click.option("--host-memory", metavar="QTY", help="Override host MemTotal (with --all).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (schema kata-mem/status/v1).")
 def status(
     qmp: Optional[str],
@@ -452,12 +460,20 @@ def status(
     sandbox: Optional[str],
     state_dir: Optional[str],
     config_path: Optional[str],
+    every: bool,
+    host_memory: Optional[str],
     as_json: bool,
 ) -> None:
-    """Show what the hypervisor reports: boot memory, devices, plugged total, guest usage."""
+    """Show what the hypervisor reports: boot memory, devices, plugged total, guest usage;
+    with --all, every sandbox kata-mem manages and the node's totals."""
     from kata_mem.apply import read_status
 
     endpoint = _endpoint(qmp, libvirt_uri, domain)
+    if every:
+        if endpoint is not None:
+            raise click.UsageError("status --all takes no --qmp, --libvirt or --domain")
+        _status_all(config_path, state_dir, host_memory, as_json)
+        return
     if endpoint is None:
         raise click.UsageError("status needs --qmp SOCKET or --libvirt URI --domain NAME")
     directory = state_dir
@@ -470,6 +486,20 @@ def status(
         _emit(render.status_json(vm, usage, record))
     else:
         click.echo(render.status_text(vm, usage, record))
+
+
+def _status_all(
+    config_path: Optional[str], state_dir: Optional[str], host_memory: Optional[str], as_json: bool
+) -> None:
+    from kata_mem.apply import node_status
+
+    settings = _config(config_path)[0].settings if config_path else Settings()
+    directory = state_dir or settings.state_dir
+    node = node_status(settings, probe(_host(host_memory, None, None, None)), directory)
+    if as_json:
+        _emit(render.node_status_json(node))
+    else:
+        click.echo(render.node_status_text(node))
 
 
 @cli.command()

@@ -13,7 +13,6 @@ node's total comes from the state directory, under the node-wide admission lock
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from fractions import Fraction
 from typing import Callable, Optional
 
 from kata_mem.errors import InputError
@@ -24,6 +23,7 @@ from kata_mem.model import (
     HostCgroup,
     HostFacts,
     NodeView,
+    Settings,
     SizingConfig,
     VmState,
 )
@@ -61,13 +61,12 @@ def read_cgroup(vm: VmState, given: Optional[str], origin: str) -> tuple[Optiona
     return found, ""
 
 
-def node_budget(cfg: SizingConfig, host: HostFacts) -> Optional[int]:
+def node_budget(settings: Settings, host: HostFacts) -> Optional[int]:
     """``(host - node_reserved) * node_overcommit``, floored to bytes; ``None``
     when ``node_overcommit`` is not set (the node's total is then reported only)."""
-    s = cfg.settings
-    if s.node_overcommit is None:
+    if settings.node_overcommit is None:
         return None
-    return max(int((host.memory - s.node_reserved) * Fraction(s.node_overcommit)), 0)
+    return max(int((host.memory - settings.node_reserved) * settings.node_overcommit), 0)
 
 
 @dataclass(frozen=True)
@@ -88,7 +87,7 @@ class HostSide:
             node = NodeView(
                 host=self.host.memory,
                 reserved=self.cfg.settings.node_reserved,
-                budget=node_budget(self.cfg, self.host),
+                budget=node_budget(self.cfg.settings, self.host),
                 committed_others=committed_others(),
                 available=mem_available(),
             )

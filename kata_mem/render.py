@@ -25,12 +25,14 @@ from kata_mem.model import (
 from kata_mem.units import MiB, to_kib_floor, to_mib_ceil, to_mib_floor
 
 if TYPE_CHECKING:
+    from kata_mem.apply import NodeStatus
     from kata_mem.reconcile import Visit
 
 PLAN_SCHEMA = "kata-mem/plan/v1"
 HOST_SCHEMA = "kata-mem/host/v1"
 CONFIG_SCHEMA = "kata-mem/config/v1"
 ERROR_SCHEMA = "kata-mem/error/v1"
+NODE_SCHEMA = "kata-mem/node/v1"
 
 
 # Sizes the plan sets (targets, steps, clamp limits) are whole MiB by construction; any that is
@@ -489,3 +491,43 @@ def reconcile_text(visits: list[Visit]) -> str:
     if not visits:
         return "no sandboxes"
     return "\n".join(f"{v.sandbox}: {v.action}: {v.detail}" for v in visits)
+
+
+def node_status_json(node: NodeStatus) -> dict[str, Any]:
+    """``status --all --json`` (schema ``kata-mem/node/v1``)."""
+    return {
+        "schema": NODE_SCHEMA,
+        "host_mib": to_mib_floor(node.host),
+        "reserved_mib": to_mib_floor(node.reserved),
+        "budget_mib": _mib_or_none(node.budget),
+        "committed_mib": to_mib_ceil(node.committed),
+        "sandboxes": [
+            {
+                "sandbox": s.sandbox,
+                "backend": None if s.backend is None else s.backend.to_json(),
+                "current_mib": _mib_or_none(s.current),
+                "target_mib": _mib_or_none(s.target),
+                "state": s.state,
+                "reason": s.reason,
+            }
+            for s in node.sandboxes
+        ],
+        "skipped": list(node.skipped),
+    }
+
+
+def node_status_text(node: NodeStatus) -> str:
+    budget = "none (report only)" if node.budget is None else f"{to_mib_floor(node.budget)} MiB"
+    lines = [
+        f"node: host {to_mib_floor(node.host)} MiB, reserved {to_mib_floor(node.reserved)} MiB, "
+        f"budget {budget}, committed {to_mib_ceil(node.committed)} MiB "
+        f"in {len(node.sandboxes)} sandbox(es)"
+    ]
+    for s in node.sandboxes:
+        where = "backend unknown" if s.backend is None else s.backend.describe()
+        current = "?" if s.current is None else str(to_mib_floor(s.current))
+        target = "?" if s.target is None else str(to_mib_floor(s.target))
+        state = f"{s.state}/{s.reason}" if s.reason else s.state
+        lines.append(f"  {s.sandbox:<24} {current:>7} -> {target:>7} MiB  {state:<22} {where}")
+    lines += [f"  skipped: {name}: not created by kata-mem" for name in node.skipped]
+    return "\n".join(lines)

@@ -36,11 +36,11 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "reports",
     ),
     # I/O at the edges: files, /proc and cgroups, the journal, stderr.
-    "edges": ("files", "logs", "config", "host", "sources", "journal"),
+    "edges": ("files", "logs", "config", "host", "cgroups", "sources", "journal"),
     # The hypervisor port and its adapters.
     "backends": ("backends", "backends/fake", "backends/qmp", "backends/libvirt"),
     # What runs a request: serve, the executor and its parts, reconcile.
-    "orchestration": ("executor", "repair", "usage", "apply", "reconcile"),
+    "orchestration": ("guards", "executor", "repair", "usage", "apply", "reconcile"),
     # What users and runtimes call.
     "interfaces": ("render", "shim", "cli", "main", "__main__", "__init__"),
 }
