@@ -54,8 +54,11 @@ class FakeBackend:
         guest: Optional[FakeGuest] = None,
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
+        vmm_pid: Optional[int] = None,
     ) -> None:
         self.state = state
+        #: The VMM process a test pretends the VM runs in; None reports ``state.vmm_pid``.
+        self.vmm_pid = vmm_pid
         self.guest = guest or FakeGuest()
         self.clock = clock
         self.sleep = sleep
@@ -70,7 +73,9 @@ class FakeBackend:
 
     def observe(self) -> VmState:
         self.calls.append("observe")
-        return self.state
+        if self.vmm_pid is None:
+            return self.state
+        return dataclasses.replace(self.state, vmm_pid=self.vmm_pid)
 
     def begin(self, step: Step) -> None:
         self.calls.append(f"{step.action} {step.device} {fmt_bytes(step.size)}")

@@ -15,10 +15,14 @@ prefix (``ua-kmdimm0`` -> ``kmdimm0``).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import os
 import queue
 import threading
 import time
+import urllib.parse
 import xml.etree.ElementTree as ET
+from pathlib import Path
 from typing import Any, Callable, Optional, TypeVar
 
 from kata_mem.errors import BackendError, BackendUnavailable, BackendUnsupported, MissingDependency
@@ -62,6 +66,12 @@ _STATS: dict[UsageField, str] = {
     "disk_caches": "disk_caches",
     "major_faults": "major_fault",
 }
+
+#: VIR_DOMAIN_MEMORY_PARAM_UNLIMITED (KiB): a C macro the Python binding does not export.
+_UNLIMITED_KIB = (1 << 53) - 1
+#: A pid file holds one number; /proc/PID/cmdline is read only as far as ``-name``.
+_PID_FILE_MAX = 64
+_CMDLINE_MAX = 64 * 1024
 
 _event_loop_started = False
 _event_loop_lock = threading.Lock()
@@ -113,6 +123,58 @@ def _translate(
     return BackendError(text, _code_name(code))
 
 
+def _qemu_run_dir(uri: str) -> Optional[Path]:
+    """Where libvirt's QEMU driver writes a domain's pid file; None for other drivers
+    and for a remote daemon (its pids are not ours to read)."""
+    parsed = urllib.parse.urlsplit(uri)
+    if parsed.scheme.split("+")[0] != "qemu" or parsed.hostname:
+        return None
+    if parsed.path == "/system":
+        return Path("/run/libvirt/qemu")
+    if parsed.path == "/session":
+        # libvirt's fallback when there is no runtime dir is the user's cache dir.
+        runtime = (
+            os.environ.get("XDG_RUNTIME_DIR")
+            or os.environ.get("XDG_CACHE_HOME")
+            or os.path.expanduser("~/.cache")
+        )
+        return Path(runtime, "libvirt", "qemu", "run")
+    return None
+
+
+def _read_start(path: Path, limit: int) -> bytes:
+    with open(path, "rb") as f:
+        return f.read(limit)
+
+
+def qemu_pid(uri: str, name: str) -> Optional[int]:
+    """The pid of the QEMU process that runs domain ``name`` under ``uri``, or None.
+
+    libvirt has no API for it; its QEMU driver writes ``<run dir>/NAME.pid``. The pid is
+    taken only if that process runs with ``-name guest=NAME``, so a stale file whose pid
+    was reused is never trusted.
+    """
+    run_dir = _qemu_run_dir(uri)
+    if run_dir is None:
+        return None
+    try:
+        pid = int(_read_start(run_dir / f"{name}.pid", _PID_FILE_MAX).strip() or b"0")
+        argv = _read_start(Path(f"/proc/{pid}/cmdline"), _CMDLINE_MAX).split(b"\0")
+    except (OSError, ValueError) as exc:
+        log.debug("domain %s: no QEMU pid from %s: %s", name, run_dir, exc)
+        return None
+    # libvirt passes -name guest=NAME,debug-threads=on with commas in NAME doubled.
+    guest = b"guest=" + name.replace(",", ",,").encode()
+    named = any(
+        flag == b"-name" and (value == guest or value.startswith(guest + b","))
+        for flag, value in zip(argv, argv[1:])
+    )
+    if pid <= 0 or not named:
+        log.debug("domain %s: pid %d in %s is not its QEMU", name, pid, run_dir)
+        return None
+    return pid
+
+
 def _size(element: Optional[ET.Element]) -> int:
     if element is None or element.text is None:
         return 0
@@ -125,8 +187,9 @@ def _size(element: Optional[ET.Element]) -> int:
 class LibvirtBackend:
     """Implements :class:`~kata_mem.backends.Backend` for a libvirt domain."""
 
-    def __init__(self, uri: str, conn: Any, dom: Any) -> None:
+    def __init__(self, uri: str, conn: Any, dom: Any, vmm_pid: Optional[int] = None) -> None:
         self.uri = uri
+        self.vmm_pid = vmm_pid
         self._conn = conn
         self._dom = dom
         self._where = f"libvirt {uri} domain {dom.name()}"
@@ -180,7 +243,11 @@ class LibvirtBackend:
             raise BackendUnavailable(
                 f"libvirt {uri}: domain {domain!r} is not running (start it, or name a running one)"
             )
-        backend = cls(uri, conn, dom)
+        try:
+            canonical = str(conn.getURI())
+        except libvirt.libvirtError:
+            canonical = uri
+        backend = cls(uri, conn, dom, qemu_pid(canonical, domain))
         try:
             backend._set_stats_period(stats_interval)
         except BaseException:
@@ -206,6 +273,22 @@ class LibvirtBackend:
     # -- the Backend protocol ---------------------------------------------------------
 
     def observe(self) -> VmState:
+        return dataclasses.replace(
+            self._state(), vmm_pid=self.vmm_pid, vmm_hard_limit=self._hard_limit()
+        )
+
+    def _hard_limit(self) -> Optional[int]:
+        """``<memtune><hard_limit>`` in bytes; None when unlimited, unset or unreadable."""
+        try:
+            params: dict[str, int] = self._dom.memoryParameters(0)
+        except libvirt.libvirtError as exc:
+            log.debug("%s: memoryParameters: %s", self._where, _message(exc))
+            return None
+        kib = params.get(libvirt.VIR_DOMAIN_MEMORY_HARD_LIMIT)
+        return kib * KiB if isinstance(kib, int) and 0 < kib < _UNLIMITED_KIB else None
+
+    def _state(self) -> VmState:
+        """The memory devices from the live XML (what a poll needs)."""
         root = self._xml()
         devices: list[MemoryDevice] = []
         others: list[int] = []
@@ -327,7 +410,7 @@ class LibvirtBackend:
         if step.action == "delete_memdev":
             return StepProgress("rejected", "libvirt has no memory backend objects")
         alias = USER_ALIAS + step.device
-        dev = next((d for d in self.observe().devices if d.id == step.device), None)
+        dev = next((d for d in self._state().devices if d.id == step.device), None)
         if step.action == "plug_dimm":
             # libvirt reports no guest confirmation for a DIMM insert: present is done.
             return (

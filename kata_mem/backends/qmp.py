@@ -11,8 +11,11 @@ here, with the QMP error class and text kept.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
+import socket
 import stat
+import struct
 import time
 from collections.abc import Coroutine
 from typing import Any, Optional, TypeVar
@@ -133,6 +136,36 @@ def _no_session(cause: BaseException) -> str:
     return f"no QMP session: {describe(cause)}"
 
 
+def peer_pid(sock: socket.socket) -> Optional[int]:
+    """The pid of the process at the other end of a connected unix socket (``SO_PEERCRED``).
+
+    None when the kernel gives 0 (the peer is not a process in our pid namespace) or
+    cannot tell.
+    """
+    try:
+        raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    except OSError as exc:
+        log.debug("SO_PEERCRED on the QMP socket: %s", exc)
+        return None
+    pid = struct.unpack("3i", raw)[0]
+    return pid if pid > 0 else None
+
+
+async def _open(client: QMPClient, path: str) -> Optional[int]:
+    """Connect ``client`` over a socket of our own, so that its peer (QEMU) can be asked
+    for its pid; the pid is returned."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.setblocking(False)
+        await asyncio.get_running_loop().sock_connect(sock, path)
+        pid = peer_pid(sock)
+        await client.connect(sock)
+    except BaseException:
+        sock.close()
+        raise
+    return pid
+
+
 #: Typed reads of QEMU's replies: a reply of the wrong shape is a protocol error.
 _REPLY = Fields(
     "unexpected QMP reply:", lambda message: BackendError(message, "ProtocolError"), python_value
@@ -148,8 +181,10 @@ class QmpBackend:
         client: QMPClient,
         loop: asyncio.AbstractEventLoop,
         hugepages_path: Optional[str] = None,
+        vmm_pid: Optional[int] = None,
     ) -> None:
         self.path = path
+        self.vmm_pid = vmm_pid
         self._client = client
         self._loop = loop
         self._hugepages_path = hugepages_path
@@ -175,11 +210,21 @@ class QmpBackend:
             loop = asyncio.new_event_loop()
             client = QMPClient("kata-mem")
             try:
-                loop.run_until_complete(asyncio.wait_for(client.connect(path), CONNECT_TIMEOUT_S))
+                pid = loop.run_until_complete(
+                    asyncio.wait_for(_open(client, path), CONNECT_TIMEOUT_S)
+                )
                 break
-            except ConnectError as exc:
+            except asyncio.TimeoutError as exc:  # an OSError too: caught first
                 loop.close()
-                cause = exc.exc
+                raise BackendUnavailable(
+                    f"QMP socket {path}: no QMP greeting within {CONNECT_TIMEOUT_S:g} s: another "
+                    "client may hold the monitor (QEMU serves one at a time), or this is not a "
+                    "QEMU monitor socket; retry later, or check what listens on it"
+                ) from exc
+            except (ConnectError, OSError) as exc:
+                loop.close()
+                # Our own connect raises the OSError itself; qemu.qmp wraps what follows it.
+                cause = exc.exc if isinstance(exc, ConnectError) else exc
                 if isinstance(cause, GreetingError) and attempt + 1 < CONNECT_ATTEMPTS:
                     # QEMU can hand an event meant for the previous client to a new connection
                     # before the greeting (a race in its monitor); a new connection is clean.
@@ -189,19 +234,12 @@ class QmpBackend:
                     f"QMP socket {path}: {_no_session(cause)}",
                     gone=isinstance(cause, ConnectionRefusedError),
                 ) from exc
-            except asyncio.TimeoutError as exc:
-                loop.close()
-                raise BackendUnavailable(
-                    f"QMP socket {path}: no QMP greeting within {CONNECT_TIMEOUT_S:g} s: another "
-                    "client may hold the monitor (QEMU serves one at a time), or this is not a "
-                    "QEMU monitor socket; retry later, or check what listens on it"
-                ) from exc
-            except (OSError, QMPError) as exc:
+            except QMPError as exc:
                 loop.close()
                 raise BackendUnavailable(
                     f"QMP socket {path}: no QMP session: {describe(exc)}"
                 ) from exc
-        backend = cls(path, client, loop, hugepages_path)
+        backend = cls(path, client, loop, hugepages_path, pid)
         try:
             backend._set_stats_interval(stats_interval)
         except BaseException:
@@ -340,7 +378,7 @@ class QmpBackend:
     def observe(self) -> VmState:
         base, slots, maxmem = self._machine_memory()
         devices, others = self._query_devices()
-        return vm_state(
+        state = vm_state(
             base=base,
             maxmem=maxmem,
             slots=slots,
@@ -348,6 +386,7 @@ class QmpBackend:
             unmanaged=others,
             backend_objects=self._objects(),
         )
+        return dataclasses.replace(state, vmm_pid=self.vmm_pid)
 
     def begin(self, step: Step) -> None:
         # Only events that follow this step's commands are about it.
