@@ -86,7 +86,7 @@ class Settings:
     #: What the VMM (QEMU) uses beyond guest RAM: a fixed part, plus a part per GiB
     #: of guest memory (host page tables and the like grow with the VM).
     vmm_overhead: int = 64 * MiB
-    vmm_overhead_per_gib: int = 4 * MiB
+    vmm_overhead_per_gib: int = 8 * MiB
     host_cgroup_margin: int = 32 * MiB
     node_reserved: int = 0
     #: ``None``: the node's total is reported, never enforced.
