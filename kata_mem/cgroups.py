@@ -112,7 +112,7 @@ def cgroup_of_dir(directory: str, origin: str) -> HostCgroup:
         not silently skip a limit).
     """
     start = os.path.abspath(directory)
-    prefix = f"{origin} {directory}"
+    prefix = f"{origin} {directory!r}"
     if not os.path.isdir(start):
         what = "is not a directory" if os.path.exists(start) else "does not exist"
         raise CgroupUnreadable(f"{prefix}: {what}; expected a memory cgroup directory{_EXAMPLE}")

@@ -553,7 +553,7 @@ def shim() -> None:
     "--cgroup",
     default="",
     metavar="DIR",
-    help="A cgroup v2 directory whose memory.max lowers host memory.",
+    help="A memory cgroup directory (v1 or v2) whose limit lowers host memory.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (schema kata-mem/host/v1).")
 def host(

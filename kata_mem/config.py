@@ -314,7 +314,7 @@ SETTINGS_KEYS: dict[str, tuple[str, int, Callable[[Any], bool], str]] = {
     ),
     "allow_shrink": ("allow_shrink", 1, is_bool, "true or false"),
     "state_dir": ("state_dir", 1, lambda v: is_str(v) and v.startswith("/"), "an absolute path"),
-    "host_memory_cgroup": ("host_memory_cgroup", 1, is_str, 'a cgroup v2 directory or ""'),
+    "host_memory_cgroup": ("host_memory_cgroup", 1, is_str, 'a memory cgroup directory or ""'),
     "hugepages_path": (
         "hugepages_path",
         1,

@@ -48,7 +48,7 @@ def read_cgroup(vm: VmState, given: Optional[str], origin: str) -> tuple[Optiona
             found = cgroup_of_pid(vm.vmm_pid)
     except CgroupUnreadable as exc:
         if given:
-            raise InputError(f"{origin} {given!r}: {exc}") from exc
+            raise InputError(str(exc)) from exc  # it names the origin and the directory
         return None, f"host cgroup guard off: {exc}; growth is not checked against the host side"
     if found is not None and vm.vmm_hard_limit is not None:
         hard = CgroupLevel(HARD_LIMIT, vm.vmm_hard_limit, found.usage)

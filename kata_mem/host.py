@@ -1,5 +1,5 @@
 """Probe the host: MemTotal and CPUs (psutil), architecture, hugepage pool, and
-optionally a cgroup v2 memory limit. Every fact can be overridden so previews
+optionally a memory cgroup limit (v1 or v2). Every fact can be overridden so previews
 are reproducible on any machine.
 """
 
@@ -9,8 +9,7 @@ import os
 from pathlib import Path
 from typing import Optional
 
-from kata_mem.errors import ConfigError, InputError, KataMemError
-from kata_mem.files import read_capped_text
+from kata_mem.errors import ConfigError, InputError
 from kata_mem.model import HostFacts
 from kata_mem.request import check_hugepages, normalize_arch
 from kata_mem.units import KiB, MiB, align_down
@@ -39,44 +38,22 @@ def mem_available(proc: Path = Path("/proc")) -> Optional[int]:
 def read_cgroup_memory_limit(
     cgroup_dir: str, origin: str = "[kata_mem] host_memory_cgroup"
 ) -> Optional[int]:
-    """The effective ``memory.max`` of a cgroup v2 directory (the smallest along its
-    ancestors up to the mount root); ``None`` when unlimited.
+    """The effective memory limit of a cgroup directory, v1 or v2 (the smallest along
+    its ancestors up to the mount root); ``None`` when unlimited.
 
     ``origin`` names where the directory came from (the configuration key, or a
     command-line flag such as ``--cgroup``), so that the error points at what the
     user wrote; a flag's value is bad input, a key's a configuration error.
 
-    :raises ConfigError: (``InputError`` for a flag) when the directory has no
-        ``memory.max`` (not a cgroup v2 directory with the memory controller) or
-        the file cannot be read or parsed.
+    :raises ConfigError: (``InputError`` for a flag) when the directory is not a
+        memory cgroup, or a limit on the way up cannot be read or parsed.
     """
-    error = InputError if origin.startswith("--") else ConfigError
-    path = Path(cgroup_dir)
-    if not (path / "memory.max").is_file():
-        what = "does not exist" if not path.exists() else "has no memory.max"
-        raise error(
-            f"{origin} {cgroup_dir!r}: {what}; expected a cgroup v2 directory with the memory "
-            "controller enabled, e.g. /sys/fs/cgroup/kubepods.slice"
-        )
-    limit: Optional[int] = None
-    while (path / "memory.max").is_file():
-        try:
-            raw = read_capped_text(
-                path / "memory.max", cap=4096, what="cgroup memory.max", error=error
-            ).strip()
-        except KataMemError as exc:
-            raise error(f"{origin} {cgroup_dir!r}: {exc.message}") from exc
-        if raw != "max":
-            if not raw.isdigit():
-                raise error(
-                    f"{origin} {cgroup_dir!r}: {path / 'memory.max'} holds {raw[:40]!r}; "
-                    "expected 'max' or a number of bytes"
-                )
-            limit = int(raw) if limit is None else min(limit, int(raw))
-        if path.parent == path:
-            break
-        path = path.parent
-    return limit
+    from kata_mem.cgroups import CgroupUnreadable, cgroup_of_dir
+
+    try:
+        return cgroup_of_dir(cgroup_dir, origin).limit
+    except CgroupUnreadable as exc:
+        raise (InputError if origin.startswith("--") else ConfigError)(str(exc)) from exc
 
 
 def probe_host(

@@ -110,9 +110,9 @@ def test_a_relative_directory_walks_up_the_same(v2: Path, monkeypatch: pytest.Mo
 @pytest.mark.parametrize(
     ("setup", "message"),
     [
-        (lambda d: d / "gone", r"--host-cgroup .*/gone: does not exist; expected a memory cgroup"),
+        (lambda d: d / "gone", r"--host-cgroup '.*/gone': does not exist; expected a memory cgroup"),
         (lambda d: d.parent.parent.parent.parent, r"has neither memory.max \(cgroup v2\) nor"),
-        (lambda d: d / "memory.max", r"memory.max: is not a directory"),
+        (lambda d: d / "memory.max", r"memory.max': is not a directory"),
     ],
     ids=["missing", "no-limit-file", "a-file"],
 )
@@ -136,7 +136,7 @@ def test_garbage_in_a_limit_above_is_not_skipped(v2: Path) -> None:
     (kubepods / "memory.max").write_text("8G\n")
     with pytest.raises(
         CgroupUnreadable,
-        match=r"^--host-cgroup .*/qemu: .*/kubepods.slice/memory.max holds '8G\\n': "
+        match=r"^--host-cgroup '.*/qemu': .*/kubepods.slice/memory.max holds '8G\\n': "
         r"expected 'max' or a number of bytes$",
     ):
         cgroup_of_dir(str(v2), "--host-cgroup")
