@@ -131,10 +131,10 @@ def probe(
     cgroup_origin: str = "[kata_mem] host_memory_cgroup",
 ) -> HostFacts:
     """The host's facts, each from ``overrides`` when given, else from the machine;
-    lowered by the cgroup v2 directory ``cgroup`` when given (``cgroup_origin`` names
+    lowered by the memory cgroup directory ``cgroup`` when given (``cgroup_origin`` names
     where it was set, for its errors).
 
-    :raises ConfigError: ``cgroup`` is not a usable cgroup v2 directory (``InputError``
+    :raises ConfigError: ``cgroup`` is not a usable memory cgroup directory (``InputError``
         when ``cgroup_origin`` is a command-line flag).
     """
     return probe_host(

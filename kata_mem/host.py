@@ -71,7 +71,7 @@ def probe_host(
     ``arch`` may be a ``uname -m`` or Go name; ``hugepages`` is (count, page size
     in bytes), checked by :func:`check_hugepages`.
 
-    :raises ConfigError: when ``cgroup_dir`` is set but is not a usable cgroup v2 directory.
+    :raises ConfigError: when ``cgroup_dir`` is set but is not a usable memory cgroup directory.
     :raises InputError: an unknown architecture (given, or this machine's).
     """
     sources: list[tuple[str, str]] = []

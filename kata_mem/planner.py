@@ -98,7 +98,7 @@ def _peaks(
 def effective_host_memory(host: HostFacts) -> tuple[int, MemoryCause]:
     """Host memory and the cause name to report when it binds.
 
-    MemTotal as Kata reads it; lowered by a configured cgroup v2 limit (beyond Kata).
+    MemTotal as Kata reads it; lowered by a configured memory cgroup limit (beyond Kata).
     """
     if host.cgroup_memory_limit is not None and host.cgroup_memory_limit < host.memory:
         return host.cgroup_memory_limit, "host_cgroup"
