@@ -17,6 +17,7 @@ from kata_mem.model import (
     ARCHES,
     DIMM_PREFIX,
     Clamp,
+    CgroupLevel,
     Container,
     Guards,
     HostCgroup,
@@ -288,7 +289,7 @@ def sized(
     """
     model = cfg.settings.sizing
     notes: list[str] = []
-    overhead, origin = pod_overhead(cfg, request)
+    overhead, _ = pod_overhead(cfg, request)
     if model == "pod-overhead" and overhead is None:
         notes.append(
             "sizing pod-overhead: no pod overhead known (Pod spec.overhead.memory, the "
@@ -301,7 +302,6 @@ def sized(
     elif model == "pod-overhead":
         assert overhead is not None
         wanted = overhead + work_mem
-        notes.append(f"sizing pod-overhead: pod overhead {fmt_bytes(overhead)} from {origin}")
     else:
         wanted = work_mem if work_mem > 0 else cfg.default_memory
     return max(wanted, boot_memory(cfg, host)), notes
@@ -314,7 +314,9 @@ def vmm_overhead(cfg: SizingConfig, guest_total: int) -> int:
     return s.vmm_overhead + per_gib_ceil(s.vmm_overhead_per_gib, guest_total)
 
 
-def cgroup_room(cfg: SizingConfig, cgroup: HostCgroup, current: int) -> Optional[tuple[int, str]]:
+def cgroup_room(
+    cfg: SizingConfig, cgroup: HostCgroup, current: int
+) -> Optional[tuple[int, CgroupLevel]]:
     """The largest guest total the cgroup's limits allow, and the limit that binds
     (``None`` without a limit).
 
@@ -324,14 +326,14 @@ def cgroup_room(cfg: SizingConfig, cgroup: HostCgroup, current: int) -> Optional
     than the overhead model (a virtiofsd, other pods under a parent), wins.
     """
     s = cfg.settings
-    best: Optional[tuple[int, str]] = None
+    best: Optional[tuple[int, CgroupLevel]] = None
     for level in cgroup.levels:
         usable = level.limit - s.host_cgroup_margin
         by_model = (usable - s.vmm_overhead) * GiB // (GiB + s.vmm_overhead_per_gib)
         other = max((level.usage or 0) - current, 0)
-        room = max(min(by_model, usable - other), 0)
+        room = align_down(max(min(by_model, usable - other), 0), MiB)
         if best is None or room < best[0]:
-            best = (room, level.path)
+            best = (room, level)
     return best
 
 
@@ -444,7 +446,7 @@ def _plan_memory(
         if found_room is not None and vm.total > found_room[0]:
             warnings.append(
                 f"the VM ({fmt_bytes(vm.total)}) is already more than its host cgroup "
-                f"{found_room[1]} allows with the VMM overhead ({fmt_bytes(found_room[0])}): the host may "
+                f"{found_room[1].path} allows with the VMM overhead ({fmt_bytes(found_room[0])}): the host may "
                 "OOM-kill the VMM when the guest uses its memory; shrink it or raise the limit"
             )
     overhead, overhead_origin = pod_overhead(cfg, request)
@@ -482,13 +484,13 @@ def _guard_rooms(
     cgroup = guards.cgroup
     found = None if cgroup is None else cgroup_room(cfg, cgroup, vm.total)
     if found is not None:
-        room, where = found
+        room, level = found
         s = cfg.settings
 
         def cgroup_text(limit: int) -> str:
             return (
                 f"grow to {fmt_bytes(target)} clamped to {fmt_bytes(limit)} by the host cgroup "
-                f"{where}: guest + VMM overhead ({fmt_bytes(s.vmm_overhead)} + "
+                f"{level.path} (limit {fmt_bytes(level.limit)}): guest + VMM overhead ({fmt_bytes(s.vmm_overhead)} + "
                 f"{fmt_bytes(s.vmm_overhead_per_gib)}/GiB, or what is charged beyond the guest, "
                 f"whichever is more) + margin {fmt_bytes(s.host_cgroup_margin)} must fit its limit"
             )

@@ -133,6 +133,14 @@ def node_json(node: Optional[NodeView]) -> Optional[dict[str, Any]]:
     }
 
 
+#: What ``requested`` is in each sizing model (README, "Sizing models").
+_REQUESTED = {
+    "kata": "base + container limits",
+    "pod-overhead": "pod overhead + container limits",
+    "pod-limit": "container limits",
+}
+
+
 def _row(label: str, value: str, note: str = "") -> str:
     return f"  {label:<22}{value:>12}  {note}".rstrip()
 
@@ -154,7 +162,7 @@ def plan_text(plan: Plan, cfg: SizingConfig, title: str = "") -> str:
     lines += [
         "memory (MiB)",
         _row("base (default_memory)", str(to_mib_ceil(m.base))),
-        _row("requested", str(to_mib_ceil(m.requested)), "base + container limits"),
+        _row("requested", str(to_mib_ceil(m.requested)), _REQUESTED[m.sizing]),
         _row("max", str(to_mib_floor(m.max)), max_note),
         _row(
             "target",
