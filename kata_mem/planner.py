@@ -16,8 +16,8 @@ from kata_mem.errors import InputError
 from kata_mem.model import (
     ARCHES,
     DIMM_PREFIX,
-    Clamp,
     CgroupLevel,
+    Clamp,
     Container,
     Guards,
     HostCgroup,
