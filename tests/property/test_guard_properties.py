@@ -9,7 +9,15 @@ import dataclasses
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kata_mem.model import CgroupLevel, Container, Guards, HostCgroup, HostFacts, SizingConfig, Workload
+from kata_mem.model import (
+    CgroupLevel,
+    Container,
+    Guards,
+    HostCgroup,
+    HostFacts,
+    SizingConfig,
+    Workload,
+)
 from kata_mem.planner import assumed_vm, block_size, max_memory, plan, vmm_overhead
 from kata_mem.units import MiB, align_down
 from tests.strategies import configs, hosts, workloads

@@ -18,7 +18,7 @@ from kata_mem.guards import HARD_LIMIT, HostSide, node_budget, read_cgroup
 from kata_mem.journal import Record, SandboxState, commitment, node_admission
 from kata_mem.model import CgroupLevel, HostFacts, Settings, VmState
 from kata_mem.units import GiB, MiB
-from tests.conftest import REPO, HOST
+from tests.conftest import HOST, REPO
 
 
 def _cgroup(path: Path, files: dict[str, str]) -> Path:
