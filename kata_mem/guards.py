@@ -47,8 +47,8 @@ def read_cgroup(vm: VmState, given: Optional[str], origin: str) -> tuple[Optiona
         elif vm.vmm_pid is not None:
             found = cgroup_of_pid(vm.vmm_pid)
     except CgroupUnreadable as exc:
-        if given:
-            raise InputError(str(exc)) from exc  # it names the origin and the directory
+        if given:  # the message names ``origin`` and ``given`` already
+            raise InputError(exc.message) from exc
         return None, f"host cgroup guard off: {exc}; growth is not checked against the host side"
     if found is not None and vm.vmm_hard_limit is not None:
         hard = CgroupLevel(HARD_LIMIT, vm.vmm_hard_limit, found.usage)

@@ -49,6 +49,11 @@ assert tuple(ARCH_MAX_VCPUS) == ARCHES
 PPC64_MEMORY_BLOCK = 256 * MiB
 
 _ClampFn = Callable[[MemoryCause, int, str], None]
+#: What a guard's bound is called when the alignment stops below it.
+GUARD_NAMES: dict[MemoryCause, str] = {
+    "host_cgroup": "the host cgroup's room",
+    "node_budget": "the node budget's room",
+}
 
 
 def workload(containers: tuple[Container, ...]) -> tuple[int, Fraction]:
@@ -331,6 +336,7 @@ def cgroup_room(
         usable = level.limit - s.host_cgroup_margin
         by_model = (usable - s.vmm_overhead) * GiB // (GiB + s.vmm_overhead_per_gib)
         other = max((level.usage or 0) - current, 0)
+        # Whole MiB (every block is): readable clamps, and no plan changes.
         room = align_down(max(min(by_model, usable - other), 0), MiB)
         if best is None or room < best[0]:
             best = (room, level)
@@ -386,13 +392,14 @@ def _plan_memory(
         target = ceiling
     # The host-side guards bound growth only: a VM is never shrunk for them here
     # (a shrink has its own safety rules), and what it has stays.
-    upper = ceiling
+    upper, upper_what = ceiling, "the maximum"
     if mech != "static" and target > vm.total:
         for cause, room, detail in _guard_rooms(cfg, vm, guards, target):
             if target > room:
                 limit = max(room, vm.total)
                 clamp(cause, limit, detail(limit))
                 target = upper = limit
+                upper_what = GUARD_NAMES[cause]
 
     # Round the hotplugged amount up to whole blocks, unless that crosses the max.
     want = target - base
@@ -404,7 +411,7 @@ def _plan_memory(
                 "alignment",
                 base + aligned,
                 f"rounded down to {fmt_bytes(base + aligned)}: the next {fmt_bytes(block)} "
-                f"block would cross the maximum {fmt_bytes(upper)}",
+                f"block would cross {upper_what} {fmt_bytes(upper)}",
             )
     target = base + aligned
     aligned_target = target
@@ -499,7 +506,7 @@ def _guard_rooms(
     node = guards.node
     if node is not None and node.budget is not None:
         budget = node.budget
-        room = max(budget - node.committed_others, 0)
+        room = align_down(max(budget - node.committed_others, 0), MiB)
 
         def node_text(limit: int) -> str:
             return (

@@ -8,9 +8,13 @@ from typing import Any, Callable
 import pytest
 
 from kata_mem.model import (
+    CgroupLevel,
     Container,
+    Guards,
+    HostCgroup,
     HostFacts,
     MemoryDevice,
+    NodeView,
     SandboxSizing,
     SizingConfig,
     VmState,
@@ -18,6 +22,7 @@ from kata_mem.model import (
 )
 from kata_mem.planner import assumed_vm, plan
 from kata_mem.quantity import parse_quantity, quantity_bytes
+from kata_mem.render import plan_json
 from kata_mem.request import cpuset_size
 from kata_mem.units import MiB
 from tests.conftest import case_table
@@ -50,12 +55,63 @@ def build_workload(case: dict[str, Any]) -> Workload:
         for i, c in enumerate(case.get("containers", []))
     )
     sizing = case.get("sizing")
+    overhead = case.get("overhead_mib")
     return Workload(
         containers,
         None
         if sizing is None
         else SandboxSizing(quantity_bytes(sizing["memory"]), parse_quantity(sizing["cpu"])),
+        None if overhead is None else overhead * MiB,
+        "" if overhead is None else case.get("overhead_from", "pod.yaml: spec.overhead.memory"),
     )
+
+
+def _mib(spec: dict[str, Any], key: str) -> int | None:
+    value = spec.get(key)
+    return None if value is None else value * MiB
+
+
+def build_guards(case: dict[str, Any]) -> Guards | None:
+    """``cgroup``: the VMM's cgroup, its limited levels innermost first; ``node``: the
+    node's total as the admission sees it. Neither: no guards (``plan(..., None)``)."""
+    if "cgroup" not in case and "node" not in case:
+        return None
+    cgroup = None
+    if "cgroup" in case:
+        cg = case["cgroup"]
+        levels = tuple(
+            CgroupLevel(lvl["path"], lvl["limit_mib"] * MiB, _mib(lvl, "usage_mib"))
+            for lvl in cg.get("levels", [])
+        )
+        cgroup = HostCgroup(
+            cg.get("path", "/sys/fs/cgroup/kubepods.slice/pod1"),
+            cg.get("version", 2),
+            _mib(cg, "usage_mib"),
+            levels,
+            origin="case",
+        )
+    node = None
+    if "node" in case:
+        n = case["node"]
+        node = NodeView(
+            host=n["host_mib"] * MiB,
+            reserved=n.get("reserved_mib", 0) * MiB,
+            budget=_mib(n, "budget_mib"),
+            committed_others=n.get("committed_others_mib", 0) * MiB,
+            available=_mib(n, "available_mib"),
+        )
+    return Guards(cgroup=cgroup, node=node)
+
+
+def _subset(got: Any, want: Any, where: str) -> None:
+    """Every key ``want`` names has that value in ``got`` (nested objects alike)."""
+    if isinstance(want, dict):
+        assert isinstance(got, dict), where
+        for key, value in want.items():
+            assert key in got, f"{where}.{key}"
+            _subset(got[key], value, f"{where}.{key}")
+    else:
+        assert got == want, where
 
 
 def build_vm(spec: dict[str, Any]) -> VmState:
@@ -84,14 +140,17 @@ def test_every_case_says_why() -> None:
 
 @pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])
 def test_plan_case(case: dict[str, Any], make_config: Callable[..., SizingConfig]) -> None:
-    cfg = make_config(**case.get("config", {}))
+    config = dict(case.get("config", {}))
+    if "settings" in case:  # the [kata_mem] table, read by the real loader
+        config["kata_mem"] = {**config.get("kata_mem", {}), **case["settings"]}
+    cfg = make_config(**config)
     host = build_host(case["host"])
     if "vm" in case:
         vm = build_vm(case["vm"])
     else:
         current = case.get("current_mib")
         vm = assumed_vm(cfg, host, None if current is None else current * MiB)
-    result = plan(cfg, host, build_workload(case), vm)
+    result = plan(cfg, host, build_workload(case), vm, build_guards(case))
     m, expect = result.memory, case["expect"]
     got = {
         "host_mib": m.host // MiB,
@@ -122,5 +181,9 @@ def test_plan_case(case: dict[str, Any], make_config: Callable[..., SizingConfig
                 assert got_v[vkey] == vwant, f"vcpus.{vkey}"
         elif key == "warning":
             assert any(want in w for w in result.warnings), result.warnings
+        elif key == "no_warning":
+            assert not any(want in w for w in result.warnings), result.warnings
+        elif key == "plan_json":
+            _subset(plan_json(result, cfg)["memory"], want, "memory")
         else:
             assert got[key] == want, key

@@ -1,0 +1,236 @@
+"""The host side at its edge: the guard's cgroup (given, or from the VMM's pid, with
+libvirt's hard limit), the node's budget, and the node-wide admission over real state
+directories, its lock held against a second real process."""
+
+from __future__ import annotations
+
+import select
+import subprocess
+import sys
+import time
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+
+from kata_mem.errors import InputError
+from kata_mem.guards import HARD_LIMIT, HostSide, node_budget, read_cgroup
+from kata_mem.journal import Record, SandboxState, commitment, node_admission
+from kata_mem.model import CgroupLevel, HostFacts, Settings, VmState
+from kata_mem.units import GiB, MiB
+from tests.conftest import HOST, REPO
+
+
+def _cgroup(path: Path, files: dict[str, str]) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (path / name).write_text(text)
+    return path
+
+
+@pytest.fixture
+def pod(tmp_path: Path) -> Path:
+    """A v2 tree: a root without memory.max, kubepods at 8 GiB, the pod at 900 MiB, and
+    QEMU's own cgroup (max) under the pod."""
+    root = _cgroup(tmp_path / "cg", {"cgroup.controllers": "memory\n"})
+    _cgroup(root / "kubepods", {"memory.max": f"{8 * GiB}\n", "memory.current": f"{GiB}\n"})
+    _cgroup(
+        root / "kubepods/pod1",
+        {"memory.max": f"{900 * MiB}\n", "memory.current": f"{600 * MiB}\n"},
+    )
+    return _cgroup(
+        root / "kubepods/pod1/qemu", {"memory.max": "max\n", "memory.current": f"{590 * MiB}\n"}
+    )
+
+
+VM = VmState(base=512 * MiB)
+
+
+def test_given_v2_directory_is_read_with_every_limit(pod: Path) -> None:
+    cg, warning = read_cgroup(VM, str(pod), "--host-cgroup")
+    assert warning == ""
+    assert cg is not None
+    assert (cg.path, cg.version, cg.usage, cg.origin) == (str(pod), 2, 590 * MiB, "--host-cgroup")
+    assert cg.levels == (
+        CgroupLevel(str(pod.parent), 900 * MiB, 600 * MiB),
+        CgroupLevel(str(pod.parent.parent), 8 * GiB, GiB),
+    )
+
+
+def test_given_directory_missing_is_an_input_error_naming_the_flag(tmp_path: Path) -> None:
+    missing = tmp_path / "gone"
+    with pytest.raises(InputError) as err:
+        read_cgroup(VM, str(missing), "--host-cgroup")
+    # Named once, as given: the flag, the path, what is wrong and what was expected.
+    assert err.value.message.startswith(f"--host-cgroup {missing}: does not exist; expected a ")
+    assert err.value.message.count("--host-cgroup") == 1
+
+
+def test_given_directory_unreadable_limit_is_an_input_error(pod: Path) -> None:
+    # A limit "file" that cannot be read (here: a directory; root reads any mode).
+    (pod.parent / "memory.max").unlink()
+    (pod.parent / "memory.max").mkdir()
+    with pytest.raises(InputError) as err:
+        read_cgroup(VM, str(pod), "request host.cgroup")
+    text = err.value.message
+    assert text.startswith(f"request host.cgroup {pod}: ") and text.count("host.cgroup") == 1
+    assert "memory.max" in text and "cannot be skipped" in text
+
+
+def test_given_directory_without_memory_files_is_an_input_error(tmp_path: Path) -> None:
+    with pytest.raises(InputError) as err:
+        read_cgroup(VM, str(tmp_path), "--host-cgroup")
+    assert "has neither memory.max" in err.value.message
+
+
+def test_vanished_vmm_pid_is_a_warning_and_no_guard() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    cg, warning = read_cgroup(VmState(base=512 * MiB, vmm_pid=child.pid), None, "--host-cgroup")
+    assert cg is None
+    assert warning.startswith("host cgroup guard off: ")
+    assert f"pid {child.pid}" in warning and "growth is not checked" in warning
+
+
+def test_no_pid_and_nothing_given_is_no_guard_and_no_warning() -> None:
+    assert read_cgroup(VM, None, "--host-cgroup") == (None, "")
+
+
+def test_libvirt_hard_limit_is_one_more_level_and_binds_when_smaller(pod: Path) -> None:
+    vm = VmState(base=512 * MiB, vmm_hard_limit=700 * MiB)
+    cg, warning = read_cgroup(vm, str(pod), "--host-cgroup")
+    assert warning == "" and cg is not None
+    assert cg.levels[0] == CgroupLevel(HARD_LIMIT, 700 * MiB, 590 * MiB)
+    assert len(cg.levels) == 3 and cg.limit == 700 * MiB
+
+
+def test_libvirt_hard_limit_without_a_cgroup_is_a_warning() -> None:
+    vm = VmState(base=512 * MiB, vmm_hard_limit=700 * MiB)
+    cg, warning = read_cgroup(vm, None, "--host-cgroup")
+    assert cg is None and HARD_LIMIT in warning and "not checked" in warning
+
+
+@pytest.mark.parametrize(
+    ("host_mib", "reserved_mib", "overcommit", "budget"),
+    [
+        (16384, 0, None, None),  # report only
+        (16384, 0, Fraction(1), 16384 * MiB),
+        (16384, 1024, Fraction(3, 2), 23040 * MiB),  # (16384 - 1024) * 1.5
+        (16384, 1024, Fraction(11, 10), 16896 * MiB),  # 15360 * 1.1, exact
+        (1000, 0, Fraction(1, 3), 1000 * MiB // 3),  # floored to bytes
+        (1024, 2048, Fraction(2), 0),  # reserved above the host: nothing, never negative
+    ],
+)
+def test_node_budget_arithmetic(
+    host_mib: int, reserved_mib: int, overcommit: Fraction | None, budget: int | None
+) -> None:
+    settings = Settings(node_reserved=reserved_mib * MiB, node_overcommit=overcommit)
+    host = HostFacts(memory=host_mib * MiB, cpus=4, arch="amd64")
+    assert node_budget(settings, host) == budget
+
+
+def _journal(state_dir: Path, sandbox: str, observed: int | None, target: int | None) -> None:
+    """A sandbox's journal as the executor leaves it (its own lock held while it writes)."""
+    state = SandboxState(state_dir, sandbox)
+    with state.locked(5) as got:
+        assert got
+        state.save(Record(sandbox, observed_mib=observed, target_mib=target))
+
+
+def test_commitment_is_the_target_while_a_grow_is_in_flight() -> None:
+    assert commitment(Record("a", observed_mib=2048, target_mib=4096)) == 4096 * MiB
+    assert commitment(Record("a", observed_mib=3072)) == 3072 * MiB
+    # A shrink in flight has no target journaled; what it holds is what was observed.
+    assert commitment(Record("a", observed_mib=3072, target_mib=None)) == 3072 * MiB
+    assert commitment(Record("a")) == 0
+
+
+def test_node_admission_sums_the_other_sandboxes(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    _journal(state, "a", 2048, 4096)  # growing: its target counts
+    _journal(state, "b", 3072, None)  # idle: what was observed counts
+    (state / "not-ours").mkdir()  # no marker: not a sandbox, not counted
+    with node_admission(state) as committed:
+        assert committed("a") == 3072 * MiB
+        assert committed("b") == 4096 * MiB
+        assert committed("new") == 7168 * MiB
+
+
+def test_node_admission_on_a_state_dir_not_made_yet_has_no_commitments(tmp_path: Path) -> None:
+    with node_admission(tmp_path / "absent") as committed:
+        assert committed("a") == 0
+    assert not (tmp_path / "absent").exists()
+
+
+def test_host_side_read_gives_the_node_view(pod: Path) -> None:
+    cfg_settings = Settings(node_reserved=1024 * MiB, node_overcommit=Fraction(1))
+    from kata_mem.config import load_config
+    from tests.conftest import write_config
+
+    cfg = load_config(
+        write_config(
+            pod.parent.parent.parent.parent / "c.toml",
+            kata_mem={"node_reserved_mib": 1024, "node_overcommit": 1.0},
+        )
+    )
+    assert cfg.settings.node_reserved == cfg_settings.node_reserved
+    guards = HostSide(cfg, HOST, str(pod)).read(VM, lambda: 5 * GiB)
+    assert guards.node is not None and guards.cgroup is not None
+    assert (guards.node.host, guards.node.reserved, guards.node.budget) == (
+        HOST.memory,
+        1024 * MiB,
+        HOST.memory - 1024 * MiB,
+    )
+    assert guards.node.committed_others == 5 * GiB
+    assert guards.node.available is None or guards.node.available > 0
+    # Without the node's total (a preview): no node view at all.
+    assert HostSide(cfg, HOST, str(pod)).read(VM).node is None
+
+
+HOLD = """
+import sys
+from kata_mem.journal import node_admission
+with node_admission(sys.argv[1]) as committed:
+    print("held", committed("x"), flush=True)
+    sys.stdin.readline()
+print("released", flush=True)
+"""
+
+
+def test_the_node_lock_excludes_a_second_process(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    _journal(state, "a", 1024, None)
+
+    def start() -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [sys.executable, "-c", HOLD, str(state)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+        )
+
+    first = start()
+    second = None
+    try:
+        assert first.stdout is not None and first.stdin is not None
+        assert first.stdout.readline().split() == ["held", str(1024 * MiB)]
+        second = start()
+        assert second.stdout is not None and second.stdin is not None
+        time.sleep(1.0)  # time enough to start and reach the lock
+        assert second.poll() is None
+        # Still waiting for the lock: it has printed nothing, so a read would block.
+        assert select.select([second.stdout], [], [], 0)[0] == []
+        first.stdin.write("\n")
+        first.stdin.flush()
+        assert first.stdout.readline().strip() == "released"
+        assert second.stdout.readline().split() == ["held", str(1024 * MiB)]
+        second.stdin.write("\n")
+        second.stdin.flush()
+        assert second.wait(10) == 0 and first.wait(10) == 0
+    finally:
+        for proc in (first, second):
+            if proc is not None:
+                if proc.poll() is None:
+                    proc.kill()
+                proc.communicate()  # waits, and closes its pipes
