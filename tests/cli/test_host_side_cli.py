@@ -84,7 +84,7 @@ def test_preview_missing_host_cgroup_exits_4_naming_it(
     missing = tmp_path / "no-such-cgroup"
     r = run_cli("preview", "--config", str(cfg), *HOST_ARGS, "--host-cgroup", str(missing))
     assert r.code == 4, r.err
-    assert f"--host-cgroup {missing}: does not exist" in r.err
+    assert f"--host-cgroup {str(missing)!r}: does not exist" in r.err
     assert r.err.count("--host-cgroup") == 1, r.err
 
 
@@ -93,7 +93,7 @@ def test_preview_host_cgroup_that_is_no_cgroup_exits_4(
 ) -> None:
     r = run_cli("preview", "--config", str(cfg), *HOST_ARGS, "--host-cgroup", str(tmp_path))
     assert r.code == 4, r.err
-    assert f"--host-cgroup {tmp_path}: has neither memory.max (cgroup v2)" in r.err
+    assert f"--host-cgroup {str(tmp_path)!r}: has neither memory.max (cgroup v2)" in r.err
 
 
 def test_shim_host_cgroup_is_the_same_guard(cfg: Path, pod_cgroup: Path) -> None:
@@ -120,7 +120,7 @@ def test_shim_host_cgroup_missing_is_an_input_error(cfg: Path, tmp_path: Path) -
     assert r.returncode == 4, r.stderr
     doc = json.loads(r.stdout)
     jsonschema.validate(doc, RESPONSE_SCHEMA)
-    assert f"request host.cgroup {missing}: does not exist" in json.dumps(doc)
+    assert f"request host.cgroup {str(missing)!r}: does not exist" in json.dumps(doc)
 
 
 def test_pod_overhead_from_the_pod_manifest(run_cli: Run, tmp_path: Path) -> None:

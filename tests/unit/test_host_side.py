@@ -62,7 +62,7 @@ def test_given_directory_missing_is_an_input_error_naming_the_flag(tmp_path: Pat
     with pytest.raises(InputError) as err:
         read_cgroup(VM, str(missing), "--host-cgroup")
     # Named once, as given: the flag, the path, what is wrong and what was expected.
-    assert err.value.message.startswith(f"--host-cgroup {missing}: does not exist; expected a ")
+    assert err.value.message.startswith(f"--host-cgroup {str(missing)!r}: does not exist; expected a ")
     assert err.value.message.count("--host-cgroup") == 1
 
 
@@ -73,7 +73,7 @@ def test_given_directory_unreadable_limit_is_an_input_error(pod: Path) -> None:
     with pytest.raises(InputError) as err:
         read_cgroup(VM, str(pod), "request host.cgroup")
     text = err.value.message
-    assert text.startswith(f"request host.cgroup {pod}: ") and text.count("host.cgroup") == 1
+    assert text.startswith(f"request host.cgroup {str(pod)!r}: ") and text.count("host.cgroup") == 1
     assert "memory.max" in text and "cannot be skipped" in text
 
 
