@@ -62,7 +62,9 @@ def test_given_directory_missing_is_an_input_error_naming_the_flag(tmp_path: Pat
     with pytest.raises(InputError) as err:
         read_cgroup(VM, str(missing), "--host-cgroup")
     # Named once, as given: the flag, the path, what is wrong and what was expected.
-    assert err.value.message.startswith(f"--host-cgroup {str(missing)!r}: does not exist; expected a ")
+    assert err.value.message.startswith(
+        f"--host-cgroup {str(missing)!r}: does not exist; expected a "
+    )
     assert err.value.message.count("--host-cgroup") == 1
 
 
