@@ -476,6 +476,8 @@ def status(
         return
     if endpoint is None:
         raise click.UsageError("status needs --qmp SOCKET or --libvirt URI --domain NAME")
+    if host_memory is not None:
+        raise click.UsageError("status --host-memory goes with --all (the node's totals)")
     directory = state_dir
     if directory is None:
         directory = (
