@@ -232,8 +232,10 @@ def memory_cgroup(limit_mib: Optional[int]) -> Iterator[Optional[Path]]:
     path.mkdir()
     try:
         (path / "memory.limit_in_bytes").write_text(str(limit_mib << 20))
-        # QEMU's charge moves with it (v1 keeps it in the old cgroup otherwise).
-        (path / "memory.move_charge_at_immigrate").write_text("3")
+        # QEMU's charge moves with it where the kernel can (v1 keeps it in the old cgroup
+        # otherwise: usage then counts only what QEMU touches from now on).
+        with contextlib.suppress(OSError):
+            (path / "memory.move_charge_at_immigrate").write_text("3")
         yield path
     finally:
         for _ in range(50):  # QEMU may take a moment to leave it
