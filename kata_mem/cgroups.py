@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Optional
 
@@ -155,6 +156,11 @@ def cgroup_of_pid(pid: int, *, proc: str = "/proc", mountinfo: Optional[str] = N
             f"{prefix}: {cgroup_file} has no memory line ('N:memory:/path' for cgroup v1 or "
             "'0::/path' for cgroup v2)"
         )
+    if mountinfo is None and proc == "/proc":
+        usual = _usual_directory(pid, v1_path, v2_path)
+        if usual is not None:
+            version = 1 if v1_path is not None else 2
+            return _walk(usual, version, f"{prefix} (memory cgroup {usual})", prefix)
     if mountinfo is None:
         try:
             mountinfo = _read(f"{proc}/self/mountinfo", _MOUNTINFO_CAP, "mountinfo")
@@ -215,6 +221,31 @@ def cgroup_of_pid(pid: int, *, proc: str = "/proc", mountinfo: Optional[str] = N
     return _walk(directory, version, f"{prefix} (memory cgroup {directory})", prefix)
 
 
+#: Where the memory hierarchy is mounted on nearly every host (systemd's layout).
+USUAL_MOUNT = {1: "/sys/fs/cgroup/memory", 2: "/sys/fs/cgroup"}
+
+
+def _usual_directory(pid: int, v1_path: Optional[str], v2_path: Optional[str]) -> Optional[str]:
+    """The process's memory cgroup directory under :data:`USUAL_MOUNT`, when that
+    directory has the limit file and its ``cgroup.procs`` lists ``pid`` (which proves
+    it is the process's cgroup in its memory hierarchy); else ``None`` and the caller
+    reads mountinfo. Why: the kernel takes ~12 ms to write the mountinfo of a node with
+    5000 mounts, 6% of an ``apply``; these reads take well under a millisecond."""
+    version, path = (1, v1_path) if v1_path is not None else (2, v2_path)
+    if path is None or ".." in path.split("/"):
+        return None
+    directory = os.path.join(USUAL_MOUNT[version], path.strip("/")).rstrip("/")
+    if version == 2 and directory == USUAL_MOUNT[2]:
+        return None  # the v2 root: its own case below
+    if _version(directory) != version:
+        return None
+    try:
+        procs = _read(os.path.join(directory, "cgroup.procs"), _CGROUP_LIST_CAP, "cgroup.procs")
+    except CgroupUnreadable:
+        return None
+    return directory if str(pid) in procs.split() else None
+
+
 @dataclass(frozen=True)
 class Mount:
     """A cgroup mount from mountinfo: its root in the hierarchy, where it is mounted,
@@ -231,7 +262,7 @@ def parse_mountinfo(text: str) -> tuple[Mount, ...]:
     ``ID PARENT MAJ:MIN ROOT POINT OPTS [OPTIONAL...] - FSTYPE SOURCE SUPEROPTS``,
     with ``\\040``-style escapes in ROOT and POINT. Malformed lines are skipped."""
     mounts = []
-    for line in text.splitlines():
+    for line in _cgroup_lines(text):
         fields = line.split()
         if "-" not in fields[6:]:
             continue
@@ -248,6 +279,21 @@ def parse_mountinfo(text: str) -> tuple[Mount, ...]:
             )
         )
     return tuple(mounts)
+
+
+def _cgroup_lines(text: str) -> Iterator[str]:
+    """The lines of a mountinfo text that may be cgroup mounts: those holding
+    `` - cgroup`` (the separator and the filesystem type; the kernel escapes spaces in
+    ROOT and POINT, so `` - `` is nothing else). Busy nodes have thousands of container
+    mounts and a handful of cgroup ones: found with ``str.find``, the rest is never split
+    (5000 mounts: 0.8 ms instead of 16 ms, on a 2-core test machine)."""
+    pos = text.find(" - cgroup")
+    while pos != -1:
+        start = text.rfind("\n", 0, pos) + 1
+        end = text.find("\n", pos)
+        end = len(text) if end == -1 else end
+        yield from (line for line in text[start:end].splitlines() if " - cgroup" in line)
+        pos = text.find(" - cgroup", end)
 
 
 _EXAMPLE = (
