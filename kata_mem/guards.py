@@ -84,11 +84,13 @@ class HostSide:
         cgroup, warning = read_cgroup(vm, self.given_cgroup, self.given_origin)
         node = None
         if committed_others is not None:
+            budget = node_budget(self.cfg.settings, self.host)
             node = NodeView(
                 host=self.host.memory,
                 reserved=self.cfg.settings.node_reserved,
-                budget=node_budget(self.cfg.settings, self.host),
-                committed_others=committed_others(),
+                budget=budget,
+                # Read (a few files per sandbox) only when a budget needs them.
+                committed_others=None if budget is None else committed_others(),
                 available=mem_available(),
             )
         return Guards(cgroup=cgroup, cgroup_warning=warning, node=node)

@@ -213,12 +213,13 @@ class HostCgroup:
 @dataclass(frozen=True)
 class NodeView:
     """The node's memory as the budget sees it: the sandboxes' commitments besides
-    this one (each its largest of observed and target), and the budget if set."""
+    this one (each its largest of observed and target; ``None`` when there is no
+    budget to hold them against, so they were not read), and the budget if set."""
 
     host: int
     reserved: int
     budget: Optional[int]
-    committed_others: int
+    committed_others: Optional[int]
     available: Optional[int] = None
 
 

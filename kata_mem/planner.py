@@ -506,12 +506,13 @@ def _guard_rooms(
     node = guards.node
     if node is not None and node.budget is not None:
         budget = node.budget
-        room = align_down(max(budget - node.committed_others, 0), MiB)
+        others = node.committed_others or 0
+        room = align_down(max(budget - others, 0), MiB)
 
         def node_text(limit: int) -> str:
             return (
                 f"grow to {fmt_bytes(target)} clamped to {fmt_bytes(limit)} by the node budget "
-                f"{fmt_bytes(budget)}: the other sandboxes hold {fmt_bytes(node.committed_others)}"
+                f"{fmt_bytes(budget)}: the other sandboxes hold {fmt_bytes(others)}"
             )
 
         rooms.append(("node_budget", room, node_text))

@@ -128,7 +128,9 @@ def node_json(node: Optional[NodeView]) -> Optional[dict[str, Any]]:
         "host_mib": to_mib_floor(node.host),
         "reserved_mib": to_mib_floor(node.reserved),
         "budget_mib": _mib_or_none(node.budget),
-        "committed_others_mib": to_mib_ceil(node.committed_others),
+        "committed_others_mib": (
+            None if node.committed_others is None else to_mib_ceil(node.committed_others)
+        ),
         "available_mib": _mib_or_none(node.available),
     }
 
@@ -207,7 +209,7 @@ def plan_text(plan: Plan, cfg: SizingConfig, title: str = "") -> str:
     if m.node is not None and m.node.budget is not None:
         lines.append(
             f"node: budget {to_mib_floor(m.node.budget)} MiB, other sandboxes "
-            f"{to_mib_ceil(m.node.committed_others)} MiB"
+            f"{to_mib_ceil(m.node.committed_others or 0)} MiB"
         )
     vc = f", clamped by {', '.join(c.cause for c in v.clamps)}" if v.clamps else ""
     lines.append(
