@@ -145,14 +145,14 @@ def activated(env: Mapping[str, str]) -> Optional[socket.socket]:
 
     :raises ConfigError: the passed descriptor is not a listening unix stream socket.
     """
-    if env.get("LISTEN_PID") != str(os.getpid()) or not env.get("LISTEN_FDS"):
+    count = env.get("LISTEN_FDS")
+    if env.get("LISTEN_PID") != str(os.getpid()) or not count:
         return None
     for name in ("LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"):
         os.environ.pop(name, None)  # not for the processes this one starts
-    if env["LISTEN_FDS"] != "1":
+    if count != "1":
         raise ConfigError(
-            f"LISTEN_FDS={env['LISTEN_FDS']}: expected one socket (kata-mem.socket has one "
-            "ListenStream)"
+            f"LISTEN_FDS={count}: expected one socket (kata-mem.socket has one ListenStream)"
         )
     try:
         sock = socket.socket(fileno=SD_LISTEN_FDS_START)
@@ -344,8 +344,7 @@ class Service:
             group = "" if self.group is None else f" or members of group {self.group}"
             response: web.StreamResponse = _error(
                 InputError(
-                    f"peer {who}: not allowed; kata-mem serve answers root{group} "
-                    "(see its --group)"
+                    f"peer {who}: not allowed; kata-mem serve answers root{group} (see its --group)"
                 ),
                 403,
             )
@@ -445,7 +444,9 @@ class Service:
             return f"sandbox {sandbox}: unknown (kata-mem has no state for it in {self.state_dir})"
         if not state.request_path.is_file():
             return f"sandbox {sandbox}: no resize recorded, so its VM is not known"
-        saved = read_capped(state.request_path, cap=STATE_CAP, what="saved request", error=ConfigError)
+        saved = read_capped(
+            state.request_path, cap=STATE_CAP, what="saved request", error=ConfigError
+        )
         endpoint = SandboxRequest.from_json(saved).endpoint
         return endpoint or f"sandbox {sandbox}: its saved request names no VM"
 
@@ -470,6 +471,8 @@ async def _serve(service: Service, sock: socket.socket, where: str) -> None:
         handle_signals=False,
         access_log=None,
         keepalive_timeout=service.idle_timeout,
+        # A refused body (413, 408) is read and dropped for at most this long, then cut.
+        lingering_time=service.idle_timeout,
         shutdown_timeout=SHUTDOWN_TIMEOUT_S,
     )
     await runner.setup()

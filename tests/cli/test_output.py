@@ -286,7 +286,10 @@ def test_config_cgroup_is_named_with_its_file(run_cli: Run, tmp_path: Path) -> N
     cfg = write_config(tmp_path / "c.toml", kata_mem={"host_memory_cgroup": str(tmp_path)})
     r = run_cli("preview", "--config", str(cfg), *HOST_ARGS)
     assert r.code == 3, r.err
-    assert f"{cfg}: [kata_mem] host_memory_cgroup {str(tmp_path)!r}: has neither memory.max (cgroup v2) nor memory.limit_in_bytes" in r.err
+    assert (
+        f"{cfg}: [kata_mem] host_memory_cgroup {str(tmp_path)!r}: has neither memory.max (cgroup v2) nor memory.limit_in_bytes"
+        in r.err
+    )
 
 
 def test_shim_names_its_request_fields_not_cli_flags(tmp_path: Path) -> None:

@@ -22,7 +22,7 @@ MiB = 1 << 20
 
 #: The shim corpus: the requests tests/cli/test_shim.py sends (its README example, the
 #: memory-boom pod, and every refused request), as raw bodies.
-_BAD = next(m for m in test_shim.test_bad_requests_get_an_error_response.pytestmark)
+_BAD = test_shim.test_bad_requests_get_an_error_response.__dict__["pytestmark"][0]
 CORPUS: list[bytes] = [
     json.dumps(request()).encode(),
     json.dumps(
@@ -252,6 +252,11 @@ def test_the_shim_path_imports_no_service_libraries() -> None:
         "print('LOADED', sorted(m for m in sys.modules if m.split('.')[0] in heavy or m in heavy), code)\n"
     )
     r = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, timeout=60, check=False
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+        check=False,
     )
     assert r.stdout.strip().splitlines()[-1] == "LOADED [] 0", r.stdout + r.stderr

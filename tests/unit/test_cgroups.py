@@ -110,7 +110,10 @@ def test_a_relative_directory_walks_up_the_same(v2: Path, monkeypatch: pytest.Mo
 @pytest.mark.parametrize(
     ("setup", "message"),
     [
-        (lambda d: d / "gone", r"--host-cgroup '.*/gone': does not exist; expected a memory cgroup"),
+        (
+            lambda d: d / "gone",
+            r"--host-cgroup '.*/gone': does not exist; expected a memory cgroup",
+        ),
         (lambda d: d.parent.parent.parent.parent, r"has neither memory.max \(cgroup v2\) nor"),
         (lambda d: d / "memory.max", r"memory.max': is not a directory"),
     ],
