@@ -110,11 +110,11 @@ def group_id(name: Optional[str]) -> Optional[int]:
 
     try:
         return grp.getgrnam(name).gr_gid
-    except KeyError:
+    except KeyError as exc:
         raise ConfigError(
             f"--group {name!r}: no such group; expected the group whose members may use "
             "the socket (create it, e.g. groupadd --system kata-mem)"
-        ) from None
+        ) from exc
 
 
 # --- the listening socket -------------------------------------------------------------
@@ -199,11 +199,11 @@ def bind(path: str, group: Optional[int]) -> Listener:
     try:
         try:
             fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        except BlockingIOError as exc:
             raise ConfigError(
                 f"{where}: another kata-mem serve is running on it (it holds {path}.lock); "
                 "stop it first, or give another --socket"
-            ) from None
+            ) from exc
         with contextlib.suppress(FileNotFoundError):
             info = os.lstat(path)
             if not stat.S_ISSOCK(info.st_mode):
@@ -341,7 +341,7 @@ class Service:
         peer = peer_of(sock) if sock is not None else None
         if peer is None or not peer_allowed(peer, self.group):
             who = "unknown" if peer is None else f"uid {peer.uid} gid {peer.gid} pid {peer.pid}"
-            group = "" if self.group is None else f" or members of group {self.group}"
+            group = "" if self.group is None else f" or members of its --group (gid {self.group})"
             response: web.StreamResponse = _error(
                 InputError(
                     f"peer {who}: not allowed; kata-mem serve answers root{group} (see its --group)"
@@ -425,11 +425,11 @@ class Service:
                 doc = await asyncio.wait_for(
                     self._run(lambda: self._status(found, sandbox)), STATUS_TIMEOUT_S
                 )
-            except asyncio.TimeoutError:
+            except asyncio.TimeoutError as exc:
                 raise BackendUnavailable(
                     f"sandbox {sandbox}: {found.describe()} did not answer within "
                     f"{STATUS_TIMEOUT_S:g} s (a resize may be holding its monitor); try again"
-                ) from None
+                ) from exc
         except KataMemError as exc:
             return _error(exc)
         return _json(doc, 200)
