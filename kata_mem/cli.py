@@ -539,6 +539,59 @@ def reconcile(config_path: Optional[str], state_dir: Optional[str], as_json: boo
     return exit_code(visits)
 
 
+@cli.command("serve")
+@global_options
+@click.option(
+    "--socket",
+    "socket_path",
+    type=FileName(),
+    metavar="PATH",
+    help="The unix socket to listen on (default /run/kata-mem/kata-mem.sock); ignored "
+    "when systemd passes one (socket activation).",
+)
+@click.option(
+    "--group",
+    type=Text(),
+    metavar="NAME",
+    help="The group that may use the socket besides root (socket mode 0660).",
+)
+@click.option(
+    "--state-dir",
+    type=FileName(directory=True),
+    metavar="DIR",
+    help="Per-sandbox locks and journals (default: [kata_mem] state_dir); requests use it "
+    "whatever their configuration says.",
+)
+@click.option(
+    "--config",
+    "config_path",
+    type=FileName(),
+    metavar="FILE",
+    help="Kata configuration (for state_dir and the node's settings).",
+)
+@click.option(
+    "--idle-timeout",
+    type=click.FloatRange(min=0.1, max=3600),
+    default=10.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="Close a connection idle this long, or whose request body does not arrive in it.",
+)
+def serve_node(
+    socket_path: Optional[str],
+    group: Optional[str],
+    state_dir: Optional[str],
+    config_path: Optional[str],
+    idle_timeout: float,
+) -> int:
+    """Answer shims over HTTP on a unix socket until SIGTERM (see the README): POST
+    /v1/shim, GET /v1/node, /v1/sandboxes/ID, /metrics, /healthz."""
+    from kata_mem.service import run_service
+
+    settings = _config(config_path)[0].settings if config_path else Settings()
+    return run_service(socket_path, group, state_dir or settings.state_dir, settings, idle_timeout)
+
+
 @cli.command()
 @global_options
 def shim() -> None:

@@ -12,7 +12,8 @@ hand (no validator import on the hot path) with errors that name the field.
 from __future__ import annotations
 
 import json
-from typing import IO, TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import IO, TYPE_CHECKING, Any, Callable, Optional
 
 from kata_mem.errors import KataMemError
 from kata_mem.logs import describe, emit_error
@@ -39,15 +40,15 @@ def response_json(response: Response) -> dict[str, Any]:
     }
 
 
-def handle(raw: bytes, env: dict[str, str]) -> Response:
-    """Parse and serve one raw request.
+def handle(raw: bytes, env: Mapping[str, str], *, state_dir: Optional[str] = None) -> Response:
+    """Parse and serve one raw request (``state_dir``: ``kata-mem serve --state-dir``).
 
     :raises KataMemError: for every documented failure (the caller turns it into
         an error response and the exit code).
     """
     from kata_mem.apply import serve
 
-    return serve(SandboxRequest.from_json(raw), env)
+    return serve(SandboxRequest.from_json(raw), env, state_dir=state_dir)
 
 
 def _error_response(exc: KataMemError) -> dict[str, Any]:
@@ -61,20 +62,21 @@ def _error_line(exc: KataMemError) -> None:
     emit_error(exc, logger="kata_mem.shim", prefix="kata-mem shim")
 
 
-def run_shim(stdin: IO[bytes], stdout: IO[str], env: dict[str, str]) -> int:
-    """Read one request, write one response; return the exit code.
+def answer(
+    read: Callable[[], bytes], env: Mapping[str, str], *, state_dir: Optional[str] = None
+) -> tuple[dict[str, Any], int]:
+    """One request, as ``read`` gives it, answered: the response document and the exit
+    code. What ``kata-mem shim`` prints and ``kata-mem serve`` sends for ``POST /v1/shim``.
 
-    Every failure, a bug included, is answered with an error document: a shim
-    reads stdout as JSON, never a traceback (``KATA_MEM_DEBUG=1`` re-raises bugs).
+    Every failure, a bug included, is answered with an error document (and one line
+    on stderr): a shim reads JSON, never a traceback (``KATA_MEM_DEBUG=1`` re-raises bugs).
     """
     try:
-        raw = stdin.read(MAX_REQUEST_BYTES + 1)
-        served = handle(raw, env)
-        response, code = response_json(served), served.exit_code
+        served = handle(read(), env, state_dir=state_dir)
+        return response_json(served), served.exit_code
     except KataMemError as exc:
-        response = _error_response(exc)
-        code = exc.exit_code
         _error_line(exc)
+        return _error_response(exc), exc.exit_code
     except Exception as exc:  # a bug: still one JSON response and one stderr line
         if env.get("KATA_MEM_DEBUG"):
             raise
@@ -82,9 +84,13 @@ def run_shim(stdin: IO[bytes], stdout: IO[str], env: dict[str, str]) -> int:
             f"internal error: {describe(exc)} (a bug in kata-mem; set KATA_MEM_DEBUG=1 for the "
             "traceback)"
         )
-        response = _error_response(bug)
-        code = bug.exit_code
         _error_line(bug)
+        return _error_response(bug), bug.exit_code
+
+
+def run_shim(stdin: IO[bytes], stdout: IO[str], env: dict[str, str]) -> int:
+    """Read one request, write one response (:func:`answer`); return the exit code."""
+    response, code = answer(lambda: stdin.read(MAX_REQUEST_BYTES + 1), env)
     stdout.write(json.dumps(response) + "\n")
     stdout.flush()
     return code

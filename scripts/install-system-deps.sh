@@ -25,7 +25,8 @@ for arg in "$@"; do
     esac
 done
 
-packages=(qemu-system-x86 qemu-utils busybox-static cpio)
+# curl: the service tests drive kata-mem serve with curl --unix-socket.
+packages=(qemu-system-x86 qemu-utils busybox-static cpio curl)
 if [[ $want_libvirt -eq 1 ]]; then
     packages+=(libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients)
     # libvirt-python has no wheels on PyPI: the `libvirt` extra compiles against
@@ -66,7 +67,7 @@ else
 fi
 
 # Sanity checks on the binaries the test harness needs.
-for cmd in qemu-system-x86_64 cpio; do
+for cmd in qemu-system-x86_64 cpio curl setpriv; do
     command -v "$cmd" >/dev/null || { log "$cmd not found after install"; exit 1; }
 done
 [[ -x /bin/busybox ]] || { log "/bin/busybox (busybox-static) not found after install"; exit 1; }

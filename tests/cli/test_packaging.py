@@ -152,7 +152,7 @@ def test_every_exit_code_is_in_the_readme() -> None:
 
 
 def test_a_bug_in_the_shim_is_still_a_json_document(monkeypatch: pytest.MonkeyPatch) -> None:
-    def broken(raw: bytes, env: dict[str, str]) -> dict[str, Any]:
+    def broken(raw: bytes, env: dict[str, str], **_: Any) -> dict[str, Any]:
         raise ZeroDivisionError("a bug")
 
     monkeypatch.setattr("kata_mem.shim.handle", broken)

@@ -42,7 +42,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     # What runs a request: serve, the executor and its parts, reconcile.
     "orchestration": ("guards", "executor", "repair", "usage", "apply", "reconcile"),
     # What users and runtimes call.
-    "interfaces": ("render", "shim", "cli", "main", "__main__", "__init__"),
+    "interfaces": ("render", "shim", "metrics", "service", "cli", "main", "__main__", "__init__"),
 }
 RANK = {module: rank for rank, modules in enumerate(LAYERS.values()) for module in modules}
 LAYER = {module: layer for layer, modules in LAYERS.items() for module in modules}

@@ -1,0 +1,517 @@
+"""``kata-mem serve``: the node service, HTTP/1.1 on a unix socket (aiohttp).
+
+One resident process answers every runtime shim of the node, so a container event
+costs a request on an open socket instead of a Python start-up. What it answers is
+what the one-shot commands print: ``POST /v1/shim`` runs :func:`kata_mem.shim.answer`
+(the body ``kata-mem shim`` prints, byte for byte), ``GET /v1/node`` is ``status --all
+--json``, ``GET /v1/sandboxes/{id}`` is ``status --json``.
+
+:func:`~kata_mem.apply.serve` is synchronous and may wait seconds for a guest, so it
+runs in a thread pool; an asyncio lock per sandbox keeps one sandbox's requests in
+order (the journal's flock still orders them against CLI calls), and different
+sandboxes run side by side. The event loop itself only reads bodies, checks the
+peer and writes answers, so a slow guest delays no other sandbox.
+
+Who may ask: the peer's credentials (``SO_PEERCRED``) are checked on every request,
+root or a member of ``--group``; the socket is created 0660, the group's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import pwd
+import resource
+import signal
+import socket
+import stat
+import struct
+import time
+from collections.abc import AsyncIterator, Awaitable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, TypeVar
+
+from aiohttp import web
+
+from kata_mem import render
+from kata_mem.errors import BackendUnavailable, ConfigError, InputError, KataMemError
+from kata_mem.logs import describe, get_logger
+from kata_mem.metrics import CONTENT_TYPE, Metrics
+from kata_mem.model import Settings, check_sandbox_id
+from kata_mem.request import MAX_REQUEST_BYTES, HostOverrides, SandboxRequest
+from kata_mem.shim import answer
+
+log = get_logger("kata_mem.service")
+T = TypeVar("T")
+
+DEFAULT_SOCKET = "/run/kata-mem/kata-mem.sock"
+#: systemd passes activated sockets from this descriptor on (sd_listen_fds(3)).
+SD_LISTEN_FDS_START = 3
+#: An idle connection (none sent, or between requests) and a body that does not
+#: arrive are cut after this long (``--idle-timeout``).
+IDLE_TIMEOUT_S = 10.0
+#: ``GET /v1/sandboxes/{id}`` asks the VM; this bounds how long it may take.
+STATUS_TIMEOUT_S = 10.0
+#: On SIGTERM, how long requests in flight may still take (a resize is several steps of
+#: at most ``step_timeout_s`` each); the unit's TimeoutStopSec is longer.
+SHUTDOWN_TIMEOUT_S = 120.0
+#: Threads for requests: each may wait for a guest, so more than the CPUs.
+WORKERS = 64
+#: Where HTTP statuses come from: the one-shot shim's exit code (README, "Exit codes").
+_STATUS = {0: 200, 1: 500, 2: 400, 3: 400, 4: 400, 6: 503, 7: 503, 8: 503, 9: 503}
+
+
+def http_status(exit_code: int) -> int:
+    """The HTTP status of an answer whose one-shot exit code is ``exit_code``."""
+    return _STATUS.get(exit_code, 500)
+
+
+@dataclass(frozen=True)
+class Peer:
+    pid: int
+    uid: int
+    gid: int
+
+
+def peer_of(sock: socket.socket) -> Peer:
+    """Who is at the other end of a connected unix socket (``SO_PEERCRED``)."""
+    fmt = "3i"
+    pid, uid, gid = struct.unpack(
+        fmt, sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize(fmt))
+    )
+    return Peer(pid, uid, gid)
+
+
+def peer_allowed(peer: Peer, group: Optional[int]) -> bool:
+    """Root, or a process of ``group`` (its gid, or a supplementary group of its user)."""
+    if peer.uid == 0:
+        return True
+    if group is None:
+        return False
+    if peer.gid == group:
+        return True
+    try:
+        user = pwd.getpwuid(peer.uid)
+    except KeyError:
+        return False
+    return group in os.getgrouplist(user.pw_name, user.pw_gid)
+
+
+def group_id(name: Optional[str]) -> Optional[int]:
+    """:raises ConfigError: no such group."""
+    if name is None:
+        return None
+    import grp
+
+    try:
+        return grp.getgrnam(name).gr_gid
+    except KeyError as exc:
+        raise ConfigError(
+            f"--group {name!r}: no such group; expected the group whose members may use "
+            "the socket (create it, e.g. groupadd --system kata-mem)"
+        ) from exc
+
+
+# --- the listening socket -------------------------------------------------------------
+
+
+@dataclass
+class Listener:
+    """The socket the service listens on, and what to undo when it stops."""
+
+    sock: socket.socket
+    path: Optional[str] = None  # bound here (not passed by systemd): removed at the end
+    inode: Optional[tuple[int, int]] = None
+    lock_fd: Optional[int] = None
+
+    def close(self) -> None:
+        self.sock.close()
+        if self.path is not None:
+            with contextlib.suppress(OSError):
+                info = os.lstat(self.path)
+                if (info.st_dev, info.st_ino) == self.inode:  # not a successor's socket
+                    os.unlink(self.path)
+        if self.lock_fd is not None:
+            os.close(self.lock_fd)
+
+
+def activated(env: Mapping[str, str]) -> Optional[socket.socket]:
+    """The socket systemd passed (``LISTEN_FDS``/``LISTEN_PID``), if any.
+
+    :raises ConfigError: the passed descriptor is not a listening unix stream socket.
+    """
+    count = env.get("LISTEN_FDS")
+    if env.get("LISTEN_PID") != str(os.getpid()) or not count:
+        return None
+    for name in ("LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"):
+        os.environ.pop(name, None)  # not for the processes this one starts
+    if count != "1":
+        raise ConfigError(
+            f"LISTEN_FDS={count}: expected one socket (kata-mem.socket has one ListenStream)"
+        )
+    try:
+        sock = socket.socket(fileno=SD_LISTEN_FDS_START)
+    except OSError as exc:
+        raise ConfigError(f"LISTEN_FDS=1: descriptor 3 is not a socket ({describe(exc)})") from exc
+    if sock.family != socket.AF_UNIX or sock.type != socket.SOCK_STREAM:
+        raise ConfigError(
+            "LISTEN_FDS=1: descriptor 3 is not a unix stream socket; expected "
+            "ListenStream=/run/kata-mem/kata-mem.sock in kata-mem.socket"
+        )
+    sock.set_inheritable(False)
+    return sock
+
+
+def _live(path: str) -> bool:
+    """Whether something accepts connections on the unix socket at ``path``."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(1.0)
+        try:
+            probe.connect(path)
+        except (ConnectionRefusedError, FileNotFoundError):
+            return False
+        except OSError as exc:
+            # EAGAIN: a full backlog, so someone is listening.
+            return exc.errno in (errno.EAGAIN, errno.EACCES) or isinstance(exc, TimeoutError)
+    return True
+
+
+def bind(path: str, group: Optional[int]) -> Listener:
+    """Listen on ``path``: 0660, owned by this process's user and ``group``.
+
+    A socket file nobody listens on (left by a crash) is replaced; a live one is not.
+
+    :raises ConfigError: another instance listens there, the path is not a socket, or
+        it cannot be created.
+    """
+    where = f"--socket {path}"
+    parent = os.path.dirname(os.path.abspath(path))
+    try:
+        os.makedirs(parent, mode=0o755, exist_ok=True)
+        lock_fd = os.open(f"{path}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        raise ConfigError(f"{where}: cannot create it ({exc.strerror or exc})") from exc
+    try:
+        try:
+            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as exc:
+            raise ConfigError(
+                f"{where}: another kata-mem serve is running on it (it holds {path}.lock); "
+                "stop it first, or give another --socket"
+            ) from exc
+        with contextlib.suppress(FileNotFoundError):
+            info = os.lstat(path)
+            if not stat.S_ISSOCK(info.st_mode):
+                raise ConfigError(
+                    f"{where}: exists and is not a socket; nothing was changed (remove it, or "
+                    "give another --socket)"
+                )
+            if _live(path):
+                raise ConfigError(
+                    f"{where}: something is already listening on it (a kata-mem.socket unit, "
+                    "or another service); nothing was changed"
+                )
+            os.unlink(path)  # stale: its process is gone
+            log.warning("%s: replaced a stale socket (nobody was listening)", path)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = os.umask(0o177)  # never reachable by others, not even between bind and chmod
+        try:
+            sock.bind(path)
+        except OSError as exc:
+            sock.close()
+            raise ConfigError(f"{where}: cannot listen there ({exc.strerror or exc})") from exc
+        finally:
+            os.umask(old)
+        try:
+            if group is not None:
+                os.chown(path, -1, group)
+            os.chmod(path, 0o660)
+        except OSError as exc:
+            sock.close()
+            os.unlink(path)
+            raise ConfigError(
+                f"{where}: cannot give it mode 0660 and the group ({exc.strerror or exc})"
+            ) from exc
+        info = os.lstat(path)
+        return Listener(sock, path, (info.st_dev, info.st_ino), lock_fd)
+    except BaseException:
+        os.close(lock_fd)
+        raise
+
+
+def _raise_open_files() -> None:
+    """Room for many idle connections: the soft limit of open files up to the hard one."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = hard if hard != resource.RLIM_INFINITY else 65536
+    if soft != resource.RLIM_INFINITY and soft < want:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (min(want, 65536), hard))
+
+
+# --- the application --------------------------------------------------------------------
+
+
+def _json(doc: dict[str, Any], status: int, exit_code: Optional[int] = None) -> web.Response:
+    # As `kata-mem shim` prints it: one line of JSON.
+    resp = web.Response(
+        body=(json.dumps(doc) + "\n").encode(), status=status, content_type="application/json"
+    )
+    if exit_code is not None:
+        resp.headers["X-Kata-Mem-Exit-Code"] = str(exit_code)
+    return resp
+
+
+def _error(exc: KataMemError, status: Optional[int] = None) -> web.Response:
+    return _json(
+        render.error_json(exc), status or http_status(exc.exit_code), exit_code=exc.exit_code
+    )
+
+
+def _sandbox_of(body: bytes) -> Optional[str]:
+    """The request's ``sandbox_id`` if it has one (for the lock; :func:`answer` checks it)."""
+    try:
+        doc = json.loads(body)
+    except (ValueError, RecursionError):
+        return None
+    sandbox = doc.get("sandbox_id") if isinstance(doc, dict) else None
+    return sandbox if isinstance(sandbox, str) else None
+
+
+class Service:
+    """The handlers and what they share: the thread pool, the sandbox locks, the metrics."""
+
+    def __init__(
+        self,
+        state_dir: str,
+        settings: Settings,
+        group: Optional[int],
+        env: Mapping[str, str],
+        idle_timeout: float = IDLE_TIMEOUT_S,
+    ) -> None:
+        self.state_dir = state_dir
+        self.settings = settings
+        self.group = group
+        self.env = dict(env)
+        self.idle_timeout = idle_timeout
+        self.pool = ThreadPoolExecutor(WORKERS, thread_name_prefix="kata-mem-serve")
+        self.metrics = Metrics(state_dir)
+        # sandbox id -> its lock and how many requests hold or wait for it
+        self._locks: dict[str, tuple[asyncio.Lock, list[int]]] = {}
+
+    def app(self) -> web.Application:
+        app = web.Application(middlewares=[self._guard], client_max_size=MAX_REQUEST_BYTES)
+        app.router.add_post("/v1/shim", self.shim, name="shim")
+        app.router.add_get("/v1/node", self.node, name="node")
+        app.router.add_get("/v1/sandboxes/{id}", self.sandbox, name="sandbox")
+        app.router.add_get("/metrics", self.metrics_text, name="metrics")
+        app.router.add_get("/healthz", self.healthz, name="healthz")
+        return app
+
+    async def _run(self, fn: Callable[[], T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self.pool, fn)
+
+    @contextlib.asynccontextmanager
+    async def _serialized(self, sandbox: Optional[str]) -> AsyncIterator[None]:
+        if sandbox is None:
+            yield
+            return
+        lock, users = self._locks.setdefault(sandbox, (asyncio.Lock(), [0]))
+        users[0] += 1
+        try:
+            async with lock:
+                yield
+        finally:
+            users[0] -= 1
+            if not users[0]:
+                del self._locks[sandbox]
+
+    @web.middleware
+    async def _guard(
+        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        start = time.perf_counter()
+        route = request.match_info.route.name or "other"
+        transport = request.transport
+        sock = transport.get_extra_info("socket") if transport is not None else None
+        peer = peer_of(sock) if sock is not None else None
+        if peer is None or not peer_allowed(peer, self.group):
+            who = "unknown" if peer is None else f"uid {peer.uid} gid {peer.gid} pid {peer.pid}"
+            group = "" if self.group is None else f" or members of its --group (gid {self.group})"
+            response: web.StreamResponse = _error(
+                InputError(
+                    f"peer {who}: not allowed; kata-mem serve answers root{group} (see its --group)"
+                ),
+                403,
+            )
+        else:
+            try:
+                response = await handler(request)
+            except web.HTTPException as exc:  # the router's 404 and 405, as documents
+                response = _error(
+                    InputError(
+                        f"{request.method} {request.path}: {exc.reason}; expected POST /v1/shim, "
+                        "GET /v1/node, GET /v1/sandboxes/ID, GET /metrics or GET /healthz"
+                    ),
+                    exc.status,
+                )
+        self.metrics.latency.labels(route).observe(time.perf_counter() - start)
+        return response
+
+    async def _body(self, request: web.Request) -> Optional[bytes]:
+        """The body, or None when it is larger than a request may be."""
+        if (request.content_length or 0) > MAX_REQUEST_BYTES:
+            return None
+        chunks: list[bytes] = []
+        size = 0
+        while chunk := await request.content.read(1 << 16):
+            size += len(chunk)
+            if size > MAX_REQUEST_BYTES:
+                return None
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    async def shim(self, request: web.Request) -> web.StreamResponse:
+        try:
+            body = await asyncio.wait_for(self._body(request), self.idle_timeout)
+        except asyncio.TimeoutError:
+            resp = _error(
+                InputError(
+                    f"request body: not received within {self.idle_timeout:g} s; send the "
+                    "whole request at once"
+                ),
+                408,
+            )
+            resp.force_close()
+            return resp
+        if body is None:
+            # The shim's own answer to a request that large (exit code 4), as 413.
+            doc, code = answer(lambda: bytes(MAX_REQUEST_BYTES + 1), self.env)
+            resp = _json(doc, 413, code)
+            resp.force_close()  # the rest of the body is not read
+            return resp
+        async with self._serialized(_sandbox_of(body)):
+            doc, code = await self._run(
+                lambda: answer(lambda: body, self.env, state_dir=self.state_dir)
+            )
+        self.metrics.count_response(doc)
+        return _json(doc, http_status(code), code)
+
+    async def node(self, request: web.Request) -> web.StreamResponse:
+        from kata_mem.apply import node_status, probe
+
+        def read() -> dict[str, Any]:
+            return render.node_status_json(
+                node_status(self.settings, probe(HostOverrides()), self.state_dir)
+            )
+
+        try:
+            return _json(await self._run(read), 200)
+        except KataMemError as exc:
+            return _error(exc)
+
+    async def sandbox(self, request: web.Request) -> web.StreamResponse:
+        sandbox = request.match_info["id"]
+        try:
+            check_sandbox_id(sandbox)
+            found = await self._run(lambda: self._saved_endpoint(sandbox))
+            if isinstance(found, str):
+                return _error(InputError(found), 404)
+            try:
+                doc = await asyncio.wait_for(
+                    self._run(lambda: self._status(found, sandbox)), STATUS_TIMEOUT_S
+                )
+            except asyncio.TimeoutError as exc:
+                raise BackendUnavailable(
+                    f"sandbox {sandbox}: {found.describe()} did not answer within "
+                    f"{STATUS_TIMEOUT_S:g} s (a resize may be holding its monitor); try again"
+                ) from exc
+        except KataMemError as exc:
+            return _error(exc)
+        return _json(doc, 200)
+
+    def _saved_endpoint(self, sandbox: str) -> Any:
+        """The sandbox's endpoint from its saved request, or why there is none."""
+        from kata_mem.files import STATE_CAP, read_capped
+        from kata_mem.journal import SandboxState
+
+        state = SandboxState(self.state_dir, sandbox)
+        if not state.owned():
+            return f"sandbox {sandbox}: unknown (kata-mem has no state for it in {self.state_dir})"
+        if not state.request_path.is_file():
+            return f"sandbox {sandbox}: no resize recorded, so its VM is not known"
+        saved = read_capped(
+            state.request_path, cap=STATE_CAP, what="saved request", error=ConfigError
+        )
+        endpoint = SandboxRequest.from_json(saved).endpoint
+        return endpoint or f"sandbox {sandbox}: its saved request names no VM"
+
+    def _status(self, endpoint: Any, sandbox: str) -> dict[str, Any]:
+        from kata_mem.apply import read_status
+
+        return render.status_json(*read_status(endpoint, sandbox, self.state_dir))
+
+    async def metrics_text(self, request: web.Request) -> web.StreamResponse:
+        body = await self._run(self.metrics.text)
+        resp = web.Response(body=body)
+        resp.headers["Content-Type"] = CONTENT_TYPE
+        return resp
+
+    async def healthz(self, request: web.Request) -> web.StreamResponse:
+        return _json({"status": "ok"}, 200)
+
+
+async def _serve(service: Service, sock: socket.socket, where: str) -> None:
+    runner = web.AppRunner(
+        service.app(),
+        handle_signals=False,
+        access_log=None,
+        keepalive_timeout=service.idle_timeout,
+        # A refused body (413, 408) is read and dropped for at most this long, then cut.
+        lingering_time=service.idle_timeout,
+        shutdown_timeout=SHUTDOWN_TIMEOUT_S,
+    )
+    await runner.setup()
+    site = web.SockSite(runner, sock, backlog=1024)
+    await site.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    log.info("listening on %s (state dir %s)", where, service.state_dir)
+    await stop.wait()
+    log.info("stopping: no new connections; waiting for requests in flight")
+    # Closes the listening socket, then waits for the handlers still running.
+    await runner.cleanup()
+
+
+def run_service(
+    socket_path: Optional[str],
+    group: Optional[str],
+    state_dir: str,
+    settings: Settings,
+    idle_timeout: float = IDLE_TIMEOUT_S,
+) -> int:
+    """``kata-mem serve``: listen until SIGTERM, then finish what is in flight; 0.
+
+    :raises ConfigError: the socket cannot be had (in use, not a socket, no such group).
+    """
+    gid = group_id(group)
+    _raise_open_files()
+    passed = activated(os.environ)
+    listener = Listener(passed) if passed is not None else bind(socket_path or DEFAULT_SOCKET, gid)
+    where = "the socket systemd passed" if passed is not None else str(listener.path)
+    service = Service(state_dir, settings, gid, os.environ, idle_timeout)
+    try:
+        asyncio.run(_serve(service, listener.sock, where))
+    finally:
+        # A handler cut off by the shutdown timeout leaves its thread running: the
+        # journal it writes is finished before the process goes.
+        service.pool.shutdown(wait=True)
+        listener.close()
+    log.info("stopped")
+    return 0

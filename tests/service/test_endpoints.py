@@ -1,0 +1,262 @@
+"""Every endpoint of ``kata-mem serve``, through curl and a Python client, against the
+shim's JSON Schemas; the shim corpus answered identically by ``kata-mem shim``."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from tests.cli import test_shim
+from tests.cli.test_shim import RESPONSE_SCHEMA, request
+from tests.conftest import REPO, kata_mem_process, write_config
+from tests.service.conftest import Service, curl_answer
+from tests.support.fake_qmp import FakeQemu, FakeQmpServer
+
+MiB = 1 << 20
+
+#: The shim corpus: the requests tests/cli/test_shim.py sends (its README example, the
+#: memory-boom pod, and every refused request), as raw bodies.
+_BAD = test_shim.test_bad_requests_get_an_error_response.__dict__["pytestmark"][0]
+CORPUS: list[bytes] = [
+    json.dumps(request()).encode(),
+    json.dumps(
+        request(
+            containers=[{"id": "boom", "memory_limit_bytes": 1000 * 2**30}],
+            host={"memory_bytes": 31753 * 2**20, "cpus": 8},
+        )
+    ).encode(),
+    *(case[0] for case in _BAD.args[1]),
+]
+EXPECTED_STATUS = {0: 200, 3: 400, 4: 400, 6: 503, 7: 503, 8: 503}
+ERROR_SCHEMA = {
+    "type": "object",
+    "required": ["schema", "error"],
+    "properties": {
+        "schema": {"const": "kata-mem/error/v1"},
+        "error": {
+            "type": "object",
+            "required": ["kind", "message", "exit_code"],
+            "properties": {"exit_code": {"type": "integer"}},
+        },
+    },
+}
+
+
+@pytest.mark.parametrize("raw", CORPUS, ids=lambda raw: raw[:60].decode(errors="replace"))
+def test_the_shim_corpus_is_answered_as_the_one_shot_shim_answers_it(
+    service: Service, raw: bytes
+) -> None:
+    one_shot = kata_mem_process("shim", input=raw.decode(), timeout=60)
+    if len(raw) > 1 << 20:
+        status, body = curl_answer(service.curl("/v1/shim", data=raw))
+        assert status == 413
+    else:
+        answer = service.post(raw)
+        status, body = answer.status, answer.body
+        assert answer.headers["x-kata-mem-exit-code"] == str(one_shot.returncode)
+        assert status == EXPECTED_STATUS[one_shot.returncode]
+    assert body.decode() == one_shot.stdout
+    jsonschema.validate(json.loads(body), RESPONSE_SCHEMA)
+
+
+def test_curl_posts_a_request_and_gets_the_plan(service: Service) -> None:
+    status, body = curl_answer(service.curl("/v1/shim", data=json.dumps(request()).encode()))
+    doc = json.loads(body)
+    jsonschema.validate(doc, RESPONSE_SCHEMA)
+    assert (status, doc["plan"]["memory"]["target_mib"]) == (200, 2304)
+
+
+def test_a_vm_that_is_gone_is_503_with_the_shims_exit_code(
+    service: Service, tmp_path: Path
+) -> None:
+    req = request(apply=True, backend={"type": "qmp", "socket": str(tmp_path / "gone.sock")})
+    answer = service.post(req)
+    doc = answer.json()
+    jsonschema.validate(doc, RESPONSE_SCHEMA)
+    assert (answer.status, doc["error"]["exit_code"], doc["error"]["kind"]) == (
+        503,
+        6,
+        "backend-unavailable",
+    )
+
+
+def _guest_config(tmp_path: Path) -> Path:
+    return write_config(
+        tmp_path / "configuration.toml",
+        {"default_memory": 512, "default_maxmemory": 4096, "memory_slots": 4},
+        kata_mem={"step_timeout_s": 5},
+    )
+
+
+def test_apply_then_sandbox_status_node_and_metrics(service: Service, tmp_path: Path) -> None:
+    cfg = _guest_config(tmp_path)
+    with FakeQmpServer(tmp_path / "qmp.sock", FakeQemu()) as qmp:
+        req = request(
+            sandbox_id="sb-applied",
+            config=str(cfg),
+            apply=True,
+            backend={"type": "qmp", "socket": str(qmp.path)},
+            host={"memory_bytes": 16 << 30, "cpus": 4},
+        )
+        answer = service.post(req)
+        doc = answer.json()
+        jsonschema.validate(doc, RESPONSE_SCHEMA)
+        assert (answer.status, doc["outcome"]["status"]) == (200, "Resized"), doc
+        assert doc["outcome"]["observed_mib"] == 768
+
+        # The service's state dir has the journal, whatever the configuration says.
+        assert (service.state / "sb-applied" / "journal.json").is_file()
+
+        status, body = curl_answer(service.curl("/v1/sandboxes/sb-applied"))
+        st = json.loads(body)
+        assert (status, st["schema"], st["base_mib"], st["plugged_mib"]) == (
+            200,
+            "kata-mem/status/v1",
+            512,
+            256,
+        )
+        assert st["journal"]["observed_mib"] == 768
+
+    node = service.request("GET", "/v1/node")
+    rows = {row["sandbox"]: row for row in node.json()["sandboxes"]}
+    assert node.status == 200 and node.json()["schema"] == "kata-mem/node/v1"
+    assert rows["sb-applied"]["current_mib"] == 768
+
+    metrics = service.request("GET", "/metrics")
+    assert metrics.headers["content-type"].startswith("text/plain")
+    samples = _samples(metrics.body)
+    assert samples['kata_mem_sandbox_current_bytes{sandbox="sb-applied"}'] == 768 * MiB
+    assert samples['kata_mem_sandbox_target_bytes{sandbox="sb-applied"}'] == 768 * MiB
+    assert samples['kata_mem_outcomes_total{reason="",status="Resized"}'] >= 1
+    assert samples['kata_mem_backend_errors_total{kind="backend-unavailable"}'] >= 1
+    assert samples['kata_mem_request_seconds_count{endpoint="shim"}'] >= 2
+    assert samples["kata_mem_deferred_shrinks"] == 0
+
+    # The VM is gone now: its status is a 503 with the error document.
+    gone = service.request("GET", "/v1/sandboxes/sb-applied")
+    assert (gone.status, gone.json()["error"]["exit_code"]) == (503, 6)
+
+
+def test_clamps_are_counted_by_cause(service: Service) -> None:
+    req = request(
+        containers=[{"id": "boom", "memory_limit_bytes": 1000 * 2**30}],
+        host={"memory_bytes": 31753 * 2**20, "cpus": 8},
+    )
+    before = _counter(service, 'kata_mem_clamps_total{cause="host_memtotal"}')
+    assert service.post(req).status == 200
+    assert _counter(service, 'kata_mem_clamps_total{cause="host_memtotal"}') == before + 1
+
+
+def _samples(text: bytes) -> dict[str, float]:
+    return {
+        name: float(value)
+        for name, _, value in (
+            line.rpartition(" ") for line in text.decode().splitlines() if not line.startswith("#")
+        )
+    }
+
+
+def _counter(service: Service, name: str) -> float:
+    return _samples(service.request("GET", "/metrics").body).get(name, 0.0)
+
+
+@pytest.mark.parametrize(
+    ("path", "status"),
+    [("/v1/sandboxes/no-such-sandbox", 404), ("/v1/sandboxes/-bad", 400), ("/v2/shim", 404)],
+)
+def test_sandbox_lookups_and_unknown_paths_are_error_documents(
+    service: Service, path: str, status: int
+) -> None:
+    got, body = curl_answer(service.curl(path))
+    doc = json.loads(body)
+    jsonschema.validate(doc, ERROR_SCHEMA)
+    assert got == status
+    assert doc["error"]["exit_code"] == 4
+
+
+def test_wrong_method_is_405_with_a_document(service: Service) -> None:
+    answer = service.request("GET", "/v1/shim")
+    assert answer.status == 405
+    jsonschema.validate(answer.json(), ERROR_SCHEMA)
+
+
+def test_healthz(service: Service) -> None:
+    assert curl_answer(service.curl("/healthz")) == (200, b'{"status": "ok"}\n')
+
+
+def _oversized() -> bytes:
+    return b" " * (1 << 20) + b"{}"
+
+
+def test_an_oversized_body_is_413_with_the_shims_error(service: Service) -> None:
+    status, body = curl_answer(service.curl("/v1/shim", data=_oversized()))
+    doc = json.loads(body)
+    jsonschema.validate(doc, RESPONSE_SCHEMA)
+    assert (status, doc["error"]["exit_code"]) == (413, 4)
+    assert "larger than 1048576 bytes" in doc["error"]["message"]
+
+
+def test_an_oversized_chunked_body_is_413(service: Service) -> None:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(10)
+        sock.connect(str(service.socket))
+        sock.sendall(b"POST /v1/shim HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
+        chunk = b"x" * 65536
+        try:
+            for _ in range(20):
+                sock.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # refused before the end, as it should be
+        reply = _read_all(sock)
+    assert reply.startswith(b"HTTP/1.1 413"), reply[:200]
+    assert b"larger than 1048576 bytes" in reply
+
+
+def _read_all(sock: socket.socket) -> bytes:
+    data = b""
+    try:
+        while chunk := sock.recv(65536):
+            data += chunk
+    except (ConnectionResetError, TimeoutError):
+        pass
+    return data
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [b"GARBAGE\r\n\r\n", b"POST /v1/shim HTTP/1.1\r\nContent-Length: x\r\n\r\n", b"\x00\xff" * 8],
+)
+def test_malformed_http_is_400(service: Service, raw: bytes) -> None:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(10)
+        sock.connect(str(service.socket))
+        sock.sendall(raw + b"\r\n\r\n")
+        reply = _read_all(sock)
+    assert reply.split(b" ", 2)[:2] in ([b"HTTP/1.0", b"400"], [b"HTTP/1.1", b"400"]), reply[:200]
+    assert service.request("GET", "/healthz").status == 200
+
+
+def test_the_shim_path_imports_no_service_libraries() -> None:
+    probe = (
+        "import sys, io\n"
+        "from kata_mem.main import main\n"
+        f"sys.stdin = io.TextIOWrapper(io.BytesIO({json.dumps(request()).encode()!r}))\n"
+        "code = main(['shim'])\n"
+        "heavy = ('click', 'aiohttp', 'prometheus_client', 'kata_mem.service', 'kata_mem.metrics')\n"
+        "print('LOADED', sorted(m for m in sys.modules if m.split('.')[0] in heavy or m in heavy), code)\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+        check=False,
+    )
+    assert r.stdout.strip().splitlines()[-1] == "LOADED [] 0", r.stdout + r.stderr

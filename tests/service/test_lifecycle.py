@@ -1,0 +1,285 @@
+"""``kata-mem serve`` as a process: concurrency, SIGTERM, stale and live sockets,
+socket activation, peer credentials, idle and slow clients."""
+
+from __future__ import annotations
+
+import grp
+import json
+import os
+import resource
+import signal
+import socket
+import stat
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.cli.test_shim import request
+from tests.conftest import REPO, write_config
+from tests.service.conftest import Answer, curl_answer, serve_argv, start
+from tests.support.fake_qmp import FakeQemu, FakeQmpServer
+
+#: How long the slow guest takes to answer one query.
+SLOW_S = 2.0
+
+
+class SlowQemu(FakeQemu):
+    """A VM whose monitor answers ``query-memory-devices`` only after SLOW_S."""
+
+    def handle(self, cmd: str, args: dict[str, Any]) -> Any:
+        if cmd == "query-memory-devices":
+            time.sleep(SLOW_S)
+        return super().handle(cmd, args)
+
+
+def _apply_request(tmp_path: Path, sandbox: str, qmp: Path) -> dict[str, Any]:
+    cfg = write_config(
+        tmp_path / "configuration.toml",
+        {"default_memory": 512, "default_maxmemory": 4096, "memory_slots": 4},
+        kata_mem={"step_timeout_s": 5},
+    )
+    return request(
+        sandbox_id=sandbox,
+        config=str(cfg),
+        apply=True,
+        backend={"type": "qmp", "socket": str(qmp)},
+        host={"memory_bytes": 16 << 30, "cpus": 4},
+    )
+
+
+def _in_thread(fn: Any) -> tuple[threading.Thread, dict[str, Any]]:
+    out: dict[str, Any] = {}
+
+    def run() -> None:
+        out["answer"] = fn()
+        out["at"] = time.monotonic()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, out
+
+
+def test_a_slow_guest_delays_only_its_own_sandbox(tmp_path: Path) -> None:
+    svc = start(tmp_path)
+    try:
+        with FakeQmpServer(tmp_path / "qmp.sock", SlowQemu()) as qmp:
+            slow, slow_out = _in_thread(
+                lambda: svc.post(_apply_request(tmp_path, "slow", qmp.path))
+            )
+            time.sleep(0.5)  # the slow apply is waiting for its guest now
+            same, same_out = _in_thread(lambda: svc.post(request(sandbox_id="slow")))
+            t0 = time.monotonic()
+            other = svc.post(request(sandbox_id="fast"))
+            fast_s = time.monotonic() - t0
+            slow.join(30)
+            same.join(30)
+        assert other.status == 200 and fast_s < SLOW_S / 2, fast_s
+        slow_answer: Answer = slow_out["answer"]
+        assert slow_answer.status == 200, slow_answer.body
+        assert slow_answer.json()["outcome"]["status"] == "Resized"
+        # The same sandbox's next request waited for the first one.
+        assert same_out["answer"].status == 200
+        assert same_out["at"] >= slow_out["at"]
+    finally:
+        assert svc.stop() == 0, svc.stderr()
+
+
+def test_sigterm_finishes_the_request_in_flight_then_exits_0(tmp_path: Path) -> None:
+    svc = start(tmp_path)
+    with FakeQmpServer(tmp_path / "qmp.sock", SlowQemu()) as qmp:
+        slow, out = _in_thread(lambda: svc.post(_apply_request(tmp_path, "slow", qmp.path)))
+        time.sleep(0.5)
+        svc.proc.send_signal(signal.SIGTERM)
+        time.sleep(0.3)
+        with pytest.raises(OSError):  # no new connections
+            svc.request("GET", "/healthz", timeout=2)
+        slow.join(30)
+        code = svc.proc.wait(30)
+    assert code == 0, svc.stderr()
+    answer: Answer = out["answer"]
+    assert answer.status == 200 and answer.json()["outcome"]["status"] == "Resized"
+    journal = json.loads((svc.state / "slow" / "journal.json").read_text())
+    assert (journal["state"], journal["observed_mib"]) == ("idle", 768)
+    assert not svc.socket.exists()
+
+
+def test_a_stale_socket_is_replaced(tmp_path: Path) -> None:
+    sock_path = tmp_path / "kata-mem.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as dead:
+        dead.bind(str(sock_path))  # bound, never listening: what a crash leaves
+    svc = start(tmp_path)
+    try:
+        assert svc.request("GET", "/healthz").status == 200
+        assert "replaced a stale socket" in svc.stderr()
+    finally:
+        assert svc.stop() == 0
+
+
+def test_a_second_instance_refuses_to_start(tmp_path: Path) -> None:
+    first = start(tmp_path)
+    try:
+        second = start(tmp_path, wait=False)
+        assert second.proc.wait(30) == 3
+        assert "another kata-mem serve is running on it" in second.stderr()
+        assert first.request("GET", "/healthz").status == 200
+    finally:
+        assert first.stop() == 0
+
+
+def test_a_socket_someone_else_listens_on_is_left_alone(tmp_path: Path) -> None:
+    sock_path = tmp_path / "kata-mem.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as other:
+        other.bind(str(sock_path))
+        other.listen(1)
+        svc = start(tmp_path, wait=False)
+        assert svc.proc.wait(30) == 3
+    assert "something is already listening on it" in svc.stderr()
+
+
+def test_a_path_that_is_not_a_socket_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "kata-mem.sock").write_text("mine")
+    svc = start(tmp_path, wait=False)
+    assert svc.proc.wait(30) == 3
+    assert "exists and is not a socket" in svc.stderr()
+    assert (tmp_path / "kata-mem.sock").read_text() == "mine"
+
+
+LAUNCHER = """
+import os, socket, sys
+path, argv = sys.argv[1], sys.argv[2:]
+sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+sock.bind(path)
+sock.listen(16)
+if sock.fileno() != 3:
+    os.dup2(sock.fileno(), 3)
+os.set_inheritable(3, True)  # as systemd passes it
+os.environ.update(LISTEN_FDS="1", LISTEN_PID=str(os.getpid()))
+os.execv(argv[0], argv)
+"""
+
+
+def test_socket_activation_serves_the_passed_socket(tmp_path: Path) -> None:
+    sock_path = tmp_path / "activated.sock"
+    argv = [
+        sys.executable,
+        "-c",
+        LAUNCHER,
+        str(sock_path),
+        *serve_argv("--state-dir", str(tmp_path / "state")),
+    ]
+    svc = start(tmp_path, sock=sock_path, argv=argv)
+    try:
+        status, body = curl_answer(svc.curl("/v1/shim", data=json.dumps(request()).encode()))
+        assert status == 200 and json.loads(body)["plan"]["memory"]["target_mib"] == 2304
+        assert not (tmp_path / "kata-mem.sock.lock").exists()
+    finally:
+        assert svc.stop() == 0, svc.stderr()
+    assert sock_path.exists()  # systemd's socket: not removed by the service
+
+
+def test_the_socket_is_0660_and_the_groups(world_dir: Path) -> None:
+    svc = start(world_dir, "--group", "users")
+    try:
+        info = os.stat(svc.socket)
+        assert stat.S_IMODE(info.st_mode) == 0o660
+        assert (info.st_uid, info.st_gid) == (0, grp.getgrnam("users").gr_gid)
+    finally:
+        assert svc.stop() == 0
+
+
+NOBODY = ("setpriv", "--reuid=65534", "--regid=65534")
+
+
+def test_a_peer_outside_the_group_gets_403(world_dir: Path) -> None:
+    users = grp.getgrnam("users").gr_gid
+    svc = start(world_dir, "--group", "users")
+    try:
+        # nobody holding the socket's group for the file system, but not a member of it in
+        # the user database: the kernel lets it connect, the service refuses it.
+        as_nobody = (*NOBODY, f"--groups={users}")
+        status, body = curl_answer(svc.curl("/v1/node", user=as_nobody))
+        doc = json.loads(body)
+        assert (status, doc["error"]["exit_code"]) == (403, 4)
+        assert "uid 65534" in doc["error"]["message"]
+        status, body = curl_answer(svc.curl("/v1/shim", user=as_nobody, data=b"{}"))
+        assert status == 403
+        assert curl_answer(svc.curl("/healthz"))[0] == 200  # root
+    finally:
+        assert svc.stop() == 0
+
+
+def test_a_member_of_the_group_is_served(world_dir: Path) -> None:
+    svc = start(world_dir, "--group", "nogroup")
+    try:
+        data = json.dumps(request()).encode()
+        status, body = curl_answer(
+            svc.curl("/v1/shim", user=(*NOBODY, "--clear-groups"), data=data)
+        )
+        assert status == 200, body
+    finally:
+        assert svc.stop() == 0
+
+
+def test_an_unknown_group_is_refused(tmp_path: Path) -> None:
+    svc = start(tmp_path, "--group", "no-such-group-kata", wait=False)
+    assert svc.proc.wait(30) == 3
+    assert "--group 'no-such-group-kata': no such group" in svc.stderr()
+
+
+def test_a_thousand_idle_connections_do_not_stop_service(tmp_path: Path) -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4096), hard))
+    svc = start(tmp_path)
+    idle: list[socket.socket] = []
+    try:
+        for _ in range(1000):
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            idle.append(sock)
+            sock.connect(str(svc.socket))
+        idle[-1].sendall(b"POST /v1/shim HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+        t0 = time.monotonic()
+        assert svc.post(request(sandbox_id="busy-node")).status == 200
+        assert svc.request("GET", "/healthz").status == 200
+        assert time.monotonic() - t0 < 2
+    finally:
+        for sock in idle:
+            sock.close()
+        assert svc.stop() == 0, svc.stderr()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_idle_and_slow_clients_time_out(tmp_path: Path) -> None:
+    svc = start(tmp_path, "--idle-timeout", "0.5")
+    try:
+        with (
+            socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as idle,
+            socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as slow,
+        ):
+            idle.settimeout(5)
+            slow.settimeout(5)
+            idle.connect(str(svc.socket))
+            slow.connect(str(svc.socket))
+            slow.sendall(b"POST /v1/shim HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+            t0 = time.monotonic()
+            assert idle.recv(100) == b""  # closed by the service
+            reply = b""
+            while chunk := slow.recv(65536):
+                reply += chunk
+            assert time.monotonic() - t0 < 4
+        assert reply.startswith(b"HTTP/1.1 408"), reply[:100]
+        assert b"not received within 0.5 s" in reply
+    finally:
+        assert svc.stop() == 0
+
+
+def test_serve_help_names_the_endpoints() -> None:
+    import subprocess
+
+    r = subprocess.run(
+        [*serve_argv("--help")], capture_output=True, text=True, cwd=REPO, timeout=60, check=False
+    )
+    assert r.returncode == 0 and "/v1/shim" in r.stdout
