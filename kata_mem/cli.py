@@ -577,19 +577,36 @@ def reconcile(config_path: Optional[str], state_dir: Optional[str], as_json: boo
     metavar="SECONDS",
     help="Close a connection idle this long, or whose request body does not arrive in it.",
 )
+@click.option(
+    "--reconcile-interval",
+    type=click.FloatRange(min=0.1, max=3600),
+    default=5.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="How often to retry deferred shrinks that are due, settle pending unplugs and "
+    "forget sandboxes whose VM is gone.",
+)
 def serve_node(
     socket_path: Optional[str],
     group: Optional[str],
     state_dir: Optional[str],
     config_path: Optional[str],
     idle_timeout: float,
+    reconcile_interval: float,
 ) -> int:
     """Answer shims over HTTP on a unix socket until SIGTERM (see the README): POST
     /v1/shim, GET /v1/node, /v1/sandboxes/ID, /metrics, /healthz."""
     from kata_mem.service import run_service
 
     settings = _config(config_path)[0].settings if config_path else Settings()
-    return run_service(socket_path, group, state_dir or settings.state_dir, settings, idle_timeout)
+    return run_service(
+        socket_path,
+        group,
+        state_dir or settings.state_dir,
+        settings,
+        idle_timeout,
+        reconcile_interval,
+    )
 
 
 @cli.command()

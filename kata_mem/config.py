@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Mapping
 from dataclasses import fields
 from fractions import Fraction
@@ -192,13 +193,55 @@ def _in_range(
         )
 
 
+#: (file identity, the drop-in directory's, each file read's) -> what they gave; for
+#: ``kata-mem serve``, which would otherwise parse the TOML on every request.
+_Signature = tuple[tuple[int, ...], ...]
+_LOADED: dict[str, tuple[_Signature, SizingConfig]] = {}
+_LOADED_MAX = 64
+_SETTLED_NS = 1_000_000_000
+
+
+def _identity(path: str | Path) -> tuple[int, ...]:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return ()
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _signature(path: Path, files: tuple[str, ...]) -> _Signature:
+    # The directory changes when a drop-in is added, removed or renamed; a file, when
+    # it is written (ctime too, so an edit that keeps size and mtime still counts).
+    return (_identity(path.parent / "config.d"), *(_identity(f) for f in files))
+
+
 def load_config(path: Path) -> SizingConfig:
     """Load the sizing configuration from ``path`` and its drop-ins.
+
+    The result is reused while the files it was read from, and the drop-in directory,
+    are unchanged (same inode, size, mtime and ctime); errors are never reused.
 
     :raises ConfigError: for a missing or unreadable file, invalid TOML, no or
         several ``[hypervisor.NAME]`` sections, or a sizing key of the wrong
         type or range; the message names the file and key.
     """
+    key = str(path)
+    cached = _LOADED.get(key)
+    if cached is not None and cached[0] == _signature(path, cached[1].files):
+        return cached[1]
+    started = time.time_ns()
+    cfg = _load_config(path)
+    signature = _signature(path, cfg.files)
+    # A file changed while (or just before) it was read may not be what was read: not
+    # kept until it has been still for a while (file times lag the clock by a tick).
+    if all(ident and ident[-1] < started - _SETTLED_NS for ident in signature[1:]):
+        if len(_LOADED) >= _LOADED_MAX:
+            _LOADED.clear()
+        _LOADED[key] = (signature, cfg)
+    return cfg
+
+
+def _load_config(path: Path) -> SizingConfig:
     data, origins, files = load_raw(path)
     first = str(path)
     hypervisors = data.get("hypervisor", {})

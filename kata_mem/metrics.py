@@ -10,7 +10,7 @@ response documents it sent. One registry of its own, never the global one.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any, Optional
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -18,6 +18,9 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
 
 from kata_mem.units import MiB
+
+if TYPE_CHECKING:
+    from kata_mem.model import Outcome
 
 #: Backend error kinds (``error.kind`` of an error document); an outcome whose reason
 #: is ``BackendError`` counts as ``backend`` too.
@@ -101,6 +104,19 @@ class Metrics:
             buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1, 5, 20, 60),
             registry=self.registry,
         )
+
+        self.visits = Counter(
+            "kata_mem_reconcile_visits",
+            "Sandboxes the reconcile loop visited, by what it did (idle: nothing was due).",
+            ["action"],
+            registry=self.registry,
+        )
+
+    def count_visit(self, action: str, outcome: Optional[Outcome]) -> None:
+        """Count one visit of the reconcile loop, and the outcome of a request it re-ran."""
+        self.visits.labels(action).inc()
+        if outcome is not None:
+            self.outcomes.labels(outcome.status, outcome.reason).inc()
 
     def count_response(self, doc: dict[str, Any]) -> None:
         """Count what one shim response document says."""

@@ -26,7 +26,7 @@ from typing import Callable, Optional
 from kata_mem.apply import serve
 from kata_mem.errors import BackendUnavailable, ConfigError, KataMemError
 from kata_mem.files import STATE_CAP, read_capped
-from kata_mem.journal import SandboxState, list_state_dir
+from kata_mem.journal import Record, SandboxState, list_state_dir
 from kata_mem.model import Outcome
 from kata_mem.request import Endpoint, SandboxRequest
 
@@ -37,7 +37,7 @@ class Visit:
     retried request, the exit code of a failure."""
 
     sandbox: str
-    action: str  # retried | waiting | cleaned | skipped | failed
+    action: str  # retried | waiting | cleaned | skipped | failed | idle (nothing due)
     detail: str
     outcome: Optional[Outcome] = None
     warnings: tuple[str, ...] = ()
@@ -82,7 +82,24 @@ def vm_gone(endpoint: Endpoint) -> Optional[str]:
     return None
 
 
-def _visit(state: SandboxState, env: dict[str, str], clock: Callable[[], float]) -> Visit:
+def _due(record: Record, now: float) -> bool:
+    """Whether the journal asks for a call: a step a crash cut short, an unplug the
+    guest may have finished, a deferred shrink whose retry time has come."""
+    deferred = record.deferred
+    return (
+        record.state == "running"
+        or bool(record.pending_unplug)
+        or (deferred is not None and deferred.retry_at <= now)
+    )
+
+
+def _visit(
+    state: SandboxState,
+    env: dict[str, str],
+    clock: Callable[[], float],
+    state_dir: str,
+    due_only: bool,
+) -> Visit:
     sandbox = state.sandbox
 
     def forget(why: str) -> Visit:
@@ -107,6 +124,8 @@ def _visit(state: SandboxState, env: dict[str, str], clock: Callable[[], float])
         if gone:
             return forget(f"the VM is gone ({gone})")
     record = state.load()
+    if due_only and not _due(record, clock()):
+        return Visit(sandbox, "idle", "nothing due")
     deferred = record.deferred
     if deferred is not None and deferred.retry_at > clock() and not record.pending_unplug:
         return Visit(
@@ -115,7 +134,7 @@ def _visit(state: SandboxState, env: dict[str, str], clock: Callable[[], float])
             f"deferred ({deferred.reason}), retry in {deferred.retry_at - clock():.0f} s",
         )
     try:
-        response = serve(saved, env)
+        response = serve(saved, env, state_dir=state_dir)
     except BackendUnavailable as exc:
         if exc.gone:
             return forget(f"the VM is gone ({exc.message})")
@@ -129,6 +148,33 @@ def _visit(state: SandboxState, env: dict[str, str], clock: Callable[[], float])
     return Visit(sandbox, "retried", detail, outcome, response.warnings)
 
 
+def visit(
+    state_dir: str,
+    sandbox: str,
+    env: dict[str, str],
+    clock: Callable[[], float] = time.time,
+    *,
+    due_only: bool = False,
+) -> Visit:
+    """One sandbox's part of a pass; never raises for its trouble.
+
+    ``due_only`` (the service's loop, every few seconds): a sandbox whose VM is there
+    and whose journal asks for nothing (see :func:`_due`) is left alone, action
+    ``idle``, instead of having its last request re-run.
+    """
+    try:
+        return _visit(SandboxState(state_dir, sandbox), env, clock, state_dir, due_only)
+    except KataMemError as exc:
+        return Visit(sandbox, "failed", exc.message, exit_code=exc.exit_code)
+    except Exception as exc:  # a bug, or worse: still only this sandbox's
+        return Visit(
+            sandbox,
+            "failed",
+            f"internal error: {type(exc).__name__}: {exc}",
+            exit_code=KataMemError.exit_code,
+        )
+
+
 def reconcile_all(
     state_dir: str, env: dict[str, str], clock: Callable[[], float] = time.time
 ) -> list[Visit]:
@@ -137,21 +183,7 @@ def reconcile_all(
     :raises ConfigError: the state directory is not a directory, or is not kata-mem's.
     """
     listing = list_state_dir(state_dir)
-    visits = []
-    for sandbox in listing.sandboxes:
-        try:
-            visits.append(_visit(SandboxState(state_dir, sandbox), env, clock))
-        except KataMemError as exc:
-            visits.append(Visit(sandbox, "failed", exc.message, exit_code=exc.exit_code))
-        except Exception as exc:  # a bug, or worse: still only this sandbox's
-            visits.append(
-                Visit(
-                    sandbox,
-                    "failed",
-                    f"internal error: {type(exc).__name__}: {exc}",
-                    exit_code=KataMemError.exit_code,
-                )
-            )
+    visits = [visit(state_dir, sandbox, env, clock) for sandbox in listing.sandboxes]
     for name in listing.foreign:
         shown = name.encode("utf-8", "backslashreplace").decode()
         visits.append(Visit(shown, "skipped", "not created by kata-mem"))
@@ -163,4 +195,4 @@ def exit_code(visits: list[Visit]) -> int:
     return next((v.exit_code or 1 for v in visits if v.action == "failed"), 0)
 
 
-__all__ = ["Visit", "exit_code", "reconcile_all", "vm_gone"]
+__all__ = ["Visit", "exit_code", "reconcile_all", "visit", "vm_gone"]

@@ -12,6 +12,11 @@ order (the journal's flock still orders them against CLI calls), and different
 sandboxes run side by side. The event loop itself only reads bodies, checks the
 peer and writes answers, so a slow guest delays no other sandbox.
 
+A loop of its own (every ``--reconcile-interval``) does what the ``kata-mem reconcile``
+timer did, for the sandboxes whose journal asks for it: a deferred shrink whose retry
+time has come, a DIMM unplug still pending, a step a crash cut short, a VM that is
+gone. Each visit takes the sandbox's lock and a pool thread, as a request does.
+
 Who may ask: the peer's credentials (``SO_PEERCRED``) are checked on every request,
 root or a member of ``--group``; the socket is created 0660, the group's.
 """
@@ -23,6 +28,7 @@ import contextlib
 import errno
 import fcntl
 import json
+import logging
 import os
 import pwd
 import resource
@@ -62,6 +68,10 @@ STATUS_TIMEOUT_S = 10.0
 SHUTDOWN_TIMEOUT_S = 120.0
 #: Threads for requests: each may wait for a guest, so more than the CPUs.
 WORKERS = 64
+#: Seconds between two passes of the reconcile loop (``--reconcile-interval``).
+RECONCILE_INTERVAL_S = 5.0
+#: Sandboxes the loop visits at once; the rest of the pool stays for requests.
+RECONCILE_WORKERS = 8
 #: Where HTTP statuses come from: the one-shot shim's exit code (README, "Exit codes").
 _STATUS = {0: 200, 1: 500, 2: 400, 3: 400, 4: 400, 6: 503, 7: 503, 8: 503, 9: 503}
 
@@ -292,8 +302,10 @@ class Service:
         group: Optional[int],
         env: Mapping[str, str],
         idle_timeout: float = IDLE_TIMEOUT_S,
+        reconcile_interval: float = RECONCILE_INTERVAL_S,
     ) -> None:
         self.state_dir = state_dir
+        self.reconcile_interval = reconcile_interval
         self.settings = settings
         self.group = group
         self.env = dict(env)
@@ -302,6 +314,8 @@ class Service:
         self.metrics = Metrics(state_dir)
         # sandbox id -> its lock and how many requests hold or wait for it
         self._locks: dict[str, tuple[asyncio.Lock, list[int]]] = {}
+        # sandboxes whose balloon was told to report statistics (by this process)
+        self._stats_on: set[str] = set()
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[self._guard], client_max_size=MAX_REQUEST_BYTES)
@@ -394,10 +408,13 @@ class Service:
             resp = _json(doc, 413, code)
             resp.force_close()  # the rest of the body is not read
             return resp
-        async with self._serialized(_sandbox_of(body)):
+        sandbox = _sandbox_of(body)
+        async with self._serialized(sandbox):
             doc, code = await self._run(
                 lambda: answer(lambda: body, self.env, state_dir=self.state_dir)
             )
+            if sandbox is not None and code == 0 and sandbox not in self._stats_on:
+                await self._run(lambda: self._enable_stats(body))
         self.metrics.count_response(doc)
         return _json(doc, http_status(code), code)
 
@@ -433,6 +450,86 @@ class Service:
         except KataMemError as exc:
             return _error(exc)
         return _json(doc, 200)
+
+    def _enable_stats(self, body: bytes) -> None:
+        """Have the VM's balloon report statistics from the sandbox's first request on,
+        so that its first shrink has the guest's usage to go by (an apply does this as
+        it connects; a plan-only request that names the VM gets one connection for it).
+        A VM that cannot be reached yet is tried again on the next request."""
+        from kata_mem.backends import open_backend
+        from kata_mem.config import find_config, load_config
+
+        request = SandboxRequest.from_json(body)  # answered with 0: it parses
+        if request.event == "delete":
+            self._stats_on.discard(request.sandbox)
+            return
+        if request.endpoint is None:
+            return
+        if not request.apply:
+            try:
+                cfg = load_config(find_config(request.config, self.env)[0])
+                open_backend(request.endpoint, stats_interval=cfg.settings.stats_interval_s).close()
+            except KataMemError as exc:
+                log.warning(
+                    "sandbox %s: balloon statistics not enabled yet: %s",
+                    request.sandbox,
+                    exc.message,
+                )
+                return
+        self._stats_on.add(request.sandbox)
+
+    # --- the reconcile loop ------------------------------------------------------------
+
+    async def reconcile_loop(self, stop: asyncio.Event) -> None:
+        """A pass every ``reconcile_interval`` seconds until ``stop``; a pass under way
+        is finished (its visits are steps in flight), never cut."""
+        while not stop.is_set():
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(stop.wait(), self.reconcile_interval)
+            if stop.is_set():
+                return
+            try:
+                await self.reconcile_pass()
+            except Exception as exc:  # a bug: logged, and the next pass tries again
+                log.error("reconcile pass failed: %s", describe(exc))
+
+    async def reconcile_pass(self) -> None:
+        """Visit each sandbox of the state directory whose journal asks for it.
+
+        A sandbox a request holds is left to that request (it reconciles first as
+        well) and visited on a later pass.
+        """
+        from kata_mem.journal import list_state_dir
+
+        try:
+            names = await self._run(lambda: list_state_dir(self.state_dir).sandboxes)
+        except KataMemError as exc:
+            log.warning("reconcile: %s", exc.message)
+            return
+        room = asyncio.Semaphore(RECONCILE_WORKERS)
+
+        async def one(sandbox: str) -> None:
+            async with room:
+                if sandbox in self._locks:
+                    return
+                async with self._serialized(sandbox):
+                    await self._visit(sandbox)
+
+        await asyncio.gather(*(one(name) for name in names))
+
+    async def _visit(self, sandbox: str) -> None:
+        from kata_mem.reconcile import visit
+
+        done = await self._run(lambda: visit(self.state_dir, sandbox, self.env, due_only=True))
+        self.metrics.count_visit(done.action, done.outcome)
+        if done.action == "idle":
+            return
+        if done.action == "cleaned":
+            self._stats_on.discard(sandbox)
+        level = logging.WARNING if done.action == "failed" else logging.INFO
+        log.log(level, "reconcile: sandbox %s: %s: %s", sandbox, done.action, done.detail)
+        for warning in done.warnings:
+            log.warning("reconcile: sandbox %s: %s", sandbox, warning)
 
     def _saved_endpoint(self, sandbox: str) -> Any:
         """The sandbox's endpoint from its saved request, or why there is none."""
@@ -482,11 +579,18 @@ async def _serve(service: Service, sock: socket.socket, where: str) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    log.info("listening on %s (state dir %s)", where, service.state_dir)
+    log.info(
+        "listening on %s (state dir %s, reconcile every %g s)",
+        where,
+        service.state_dir,
+        service.reconcile_interval,
+    )
+    loop_task = asyncio.create_task(service.reconcile_loop(stop))
     await stop.wait()
-    log.info("stopping: no new connections; waiting for requests in flight")
-    # Closes the listening socket, then waits for the handlers still running.
-    await runner.cleanup()
+    log.info("stopping: no new connections; waiting for requests and visits in flight")
+    # Closes the listening socket, then waits for the handlers still running; the loop
+    # finishes the visits it started.
+    await asyncio.gather(runner.cleanup(), loop_task)
 
 
 def run_service(
@@ -495,6 +599,7 @@ def run_service(
     state_dir: str,
     settings: Settings,
     idle_timeout: float = IDLE_TIMEOUT_S,
+    reconcile_interval: float = RECONCILE_INTERVAL_S,
 ) -> int:
     """``kata-mem serve``: listen until SIGTERM, then finish what is in flight; 0.
 
@@ -505,7 +610,7 @@ def run_service(
     passed = activated(os.environ)
     listener = Listener(passed) if passed is not None else bind(socket_path or DEFAULT_SOCKET, gid)
     where = "the socket systemd passed" if passed is not None else str(listener.path)
-    service = Service(state_dir, settings, gid, os.environ, idle_timeout)
+    service = Service(state_dir, settings, gid, os.environ, idle_timeout, reconcile_interval)
     try:
         asyncio.run(_serve(service, listener.sock, where))
     finally:

@@ -409,10 +409,10 @@ def test_reconcile_reports_each_sandboxs_trouble_and_goes_on(
     from kata_mem.apply import serve as real_serve
     from kata_mem.request import SandboxRequest
 
-    def serve(request: SandboxRequest, env: dict[str, str]) -> Response:
+    def serve(request: SandboxRequest, env: dict[str, str], **kwargs: Any) -> Response:
         if request.sandbox == "c-bug":
             raise ZeroDivisionError("a bug")
-        return real_serve(request, env)
+        return real_serve(request, env, **kwargs)
 
     monkeypatch.setattr("kata_mem.reconcile.serve", serve)
     r = run_cli("reconcile", "--state-dir", str(state))

@@ -1,0 +1,108 @@
+"""The service's own reconcile loop and balloon statistics from a sandbox's first
+request, against the fake QEMU monitor (the real guests: test_service_guest.py)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from tests.cli.test_shim import request
+from tests.conftest import write_config
+from tests.service.conftest import start
+from tests.support.fake_qmp import FakeQemu, FakeQmpServer
+
+MiB = 1 << 20
+
+
+def _config(tmp_path: Path) -> Path:
+    return write_config(
+        tmp_path / "configuration.toml",
+        {"default_memory": 512, "default_maxmemory": 4096, "memory_slots": 4},
+        kata_mem={"step_timeout_s": 2},
+    )
+
+
+def _req(tmp_path: Path, qmp: Path, **fields: Any) -> dict[str, Any]:
+    return request(
+        sandbox_id="sb",
+        config=str(_config(tmp_path)),
+        backend={"type": "qmp", "socket": str(qmp)},
+        host={"memory_bytes": 16 << 30, "cpus": 4},
+        **fields,
+    )
+
+
+def _until(what: Callable[[], bool], timeout: float = 10) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if what():
+            return True
+        time.sleep(0.05)
+    return what()
+
+
+def test_a_plan_only_create_turns_on_balloon_statistics(tmp_path: Path) -> None:
+    fake = FakeQemu(balloon=True, stats_interval=0)
+    svc = start(tmp_path)
+    try:
+        with FakeQmpServer(tmp_path / "qmp.sock", fake) as qmp:
+            got = svc.post(_req(tmp_path, qmp.path, event="create"))
+            assert got.status == 200, got.body
+            assert got.json()["outcome"] is None  # planned only
+            assert fake.stats_interval == 1
+            # Once per sandbox: the next plan-only request does not connect again.
+            seen = len(fake.commands)
+            assert svc.post(_req(tmp_path, qmp.path)).status == 200
+            assert len(fake.commands) == seen
+    finally:
+        assert svc.stop() == 0, svc.stderr()
+
+
+def test_the_loop_forgets_a_sandbox_whose_vm_is_gone(tmp_path: Path) -> None:
+    svc = start(tmp_path, "--reconcile-interval", "0.2")
+    try:
+        with FakeQmpServer(tmp_path / "qmp.sock", FakeQemu()) as qmp:
+            got = svc.post(_req(tmp_path, qmp.path, apply=True))
+            assert (got.status, got.json()["outcome"]["status"]) == (200, "Resized"), got.body
+            time.sleep(0.5)  # passes go by: the VM is there, nothing is due
+            assert (svc.state / "sb").is_dir()
+        # The VM is gone (its monitor socket with it); no request comes.
+        assert _until(lambda: not (svc.state / "sb").exists()), svc.stderr()
+        assert "sb: cleaned: the VM is gone" in svc.stderr()
+    finally:
+        assert svc.stop() == 0, svc.stderr()
+
+
+def test_the_loop_retries_a_deferred_shrink_when_it_is_due(tmp_path: Path) -> None:
+    fake = FakeQemu(balloon=True, guest_used=700 * MiB)
+    svc = start(tmp_path, "--reconcile-interval", "0.2")
+    try:
+        with FakeQmpServer(tmp_path / "qmp.sock", fake) as qmp:
+            big = [{"id": "c1", "state": "running", "memory_limit_bytes": 512 * MiB}]
+            got = svc.post(_req(tmp_path, qmp.path, apply=True, containers=big))
+            assert got.json()["outcome"]["observed_mib"] == 1024, got.body
+            shrink = _req(tmp_path, qmp.path, apply=True, allow_shrink=True, containers=[])
+            out = svc.post(shrink).json()["outcome"]
+            assert (out["status"], out["reason"]) == ("Deferred", "UsageAboveTarget"), out
+            journal = svc.state / "sb" / "journal.json"
+            doc = json.loads(journal.read_text())
+            assert doc["deferred"]["retry_at"] > time.time() + 20  # the 30 s backoff
+            time.sleep(0.6)
+            assert json.loads(journal.read_text())["observed_mib"] == 1024  # not due: left
+            fake.guest_used = 64 * MiB
+            # The backoff has passed (the clock moved on, as far as the journal says).
+            doc["deferred"]["retry_at"] = time.time() - 1
+            tmp = journal.with_suffix(".tmp")
+            tmp.write_text(json.dumps(doc))
+            tmp.rename(journal)
+            assert _until(lambda: json.loads(journal.read_text())["observed_mib"] == 512), (
+                svc.stderr()
+            )
+            assert json.loads(journal.read_text())["deferred"] is None
+            metrics = svc.request("GET", "/metrics").body.decode()
+            assert 'kata_mem_reconcile_visits_total{action="retried"} 1.0' in metrics
+            assert 'kata_mem_outcomes_total{reason="",status="Resized"}' in metrics
+    finally:
+        assert svc.stop() == 0, svc.stderr()
