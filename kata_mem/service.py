@@ -282,14 +282,32 @@ def _error(exc: KataMemError, status: Optional[int] = None) -> web.Response:
     )
 
 
-def _sandbox_of(body: bytes) -> Optional[str]:
-    """The request's ``sandbox_id`` if it has one (for the lock; :func:`answer` checks it)."""
+@dataclass(frozen=True)
+class _Glance:
+    """What the service needs to know of a request before :func:`answer` checks it:
+    the sandbox (for the lock), whether it names a VM, and whether it only plans
+    (no VM, no state: a few small file reads, answered on the event loop)."""
+
+    sandbox: Optional[str] = None
+    names_vm: bool = False
+    plan_only: bool = False
+    deletes: bool = False
+
+
+def _glance(body: bytes) -> _Glance:
     try:
         doc = json.loads(body)
     except (ValueError, RecursionError):
-        return None
-    sandbox = doc.get("sandbox_id") if isinstance(doc, dict) else None
-    return sandbox if isinstance(sandbox, str) else None
+        return _Glance()
+    if not isinstance(doc, dict):
+        return _Glance()
+    sandbox = doc.get("sandbox_id")
+    return _Glance(
+        sandbox if isinstance(sandbox, str) else None,
+        doc.get("backend") is not None,
+        doc.get("apply") is not True and doc.get("event") in ("create", "update", None),
+        doc.get("event") == "delete",
+    )
 
 
 class Service:
@@ -408,12 +426,24 @@ class Service:
             resp = _json(doc, 413, code)
             resp.force_close()  # the rest of the body is not read
             return resp
-        sandbox = _sandbox_of(body)
+        glance = _glance(body)
+        sandbox = glance.sandbox
         async with self._serialized(sandbox):
-            doc, code = await self._run(
-                lambda: answer(lambda: body, self.env, state_dir=self.state_dir)
-            )
-            if sandbox is not None and code == 0 and sandbox not in self._stats_on:
+            if glance.plan_only:
+                # Waits for no VM, no lock and no guest; a thread hop would be most of its cost.
+                doc, code = answer(lambda: body, self.env, state_dir=self.state_dir)
+            else:
+                doc, code = await self._run(
+                    lambda: answer(lambda: body, self.env, state_dir=self.state_dir)
+                )
+            if glance.deletes:
+                self._stats_on.discard(sandbox or "")
+            elif (
+                sandbox is not None
+                and code == 0
+                and glance.names_vm
+                and sandbox not in self._stats_on
+            ):
                 await self._run(lambda: self._enable_stats(body))
         self.metrics.count_response(doc)
         return _json(doc, http_status(code), code)
