@@ -201,11 +201,27 @@ def bind(path: str, group: Optional[int]) -> Listener:
     """
     where = f"--socket {path}"
     parent = os.path.dirname(os.path.abspath(path))
+    lock = f"{path}.lock"
+    if not os.path.isdir(parent):
+        if path != DEFAULT_SOCKET:
+            # A mistyped --socket must not leave directories behind.
+            raise ConfigError(
+                f"{where}: its directory {parent} does not exist; nothing was created "
+                "(create it, or give another --socket)"
+            )
+        try:
+            os.mkdir(parent, 0o755)
+        except FileExistsError:
+            pass
+        except OSError as exc:
+            raise ConfigError(f"{where}: cannot create {parent} ({exc.strerror or exc})") from exc
+    # The lock file is what marks a socket path as kata-mem's: a socket file found there
+    # with no lock beside it was left by something else, and is not replaced.
+    ours = os.path.lexists(lock)
     try:
-        os.makedirs(parent, mode=0o755, exist_ok=True)
-        lock_fd = os.open(f"{path}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        lock_fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     except OSError as exc:
-        raise ConfigError(f"{where}: cannot create it ({exc.strerror or exc})") from exc
+        raise ConfigError(f"{where}: cannot create {lock} ({exc.strerror or exc})") from exc
     try:
         try:
             fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -226,7 +242,12 @@ def bind(path: str, group: Optional[int]) -> Listener:
                     f"{where}: something is already listening on it (a kata-mem.socket unit, "
                     "or another service); nothing was changed"
                 )
-            os.unlink(path)  # stale: its process is gone
+            if not ours:
+                raise ConfigError(
+                    f"{where}: a socket nobody listens on, but not one kata-mem serve made (no "
+                    f"{lock} beside it); nothing was changed (remove it, or give another --socket)"
+                )
+            os.unlink(path)  # stale: a previous kata-mem serve's, its process gone
             log.warning("%s: replaced a stale socket (nobody was listening)", path)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         old = os.umask(0o177)  # never reachable by others, not even between bind and chmod

@@ -10,6 +10,7 @@ import resource
 import signal
 import socket
 import stat
+import subprocess
 import sys
 import threading
 import time
@@ -108,15 +109,37 @@ def test_sigterm_finishes_the_request_in_flight_then_exits_0(tmp_path: Path) -> 
 
 
 def test_a_stale_socket_is_replaced(tmp_path: Path) -> None:
-    sock_path = tmp_path / "kata-mem.sock"
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as dead:
-        dead.bind(str(sock_path))  # bound, never listening: what a crash leaves
+    first = start(tmp_path)
+    first.proc.kill()  # what a crash leaves: the socket file, and the lock beside it
+    first.proc.wait(30)
+    assert stat.S_ISSOCK(os.lstat(tmp_path / "kata-mem.sock").st_mode)
     svc = start(tmp_path)
     try:
         assert svc.request("GET", "/healthz").status == 200
         assert "replaced a stale socket" in svc.stderr()
     finally:
         assert svc.stop() == 0
+
+
+def test_a_dead_socket_kata_mem_did_not_make_is_left_alone(tmp_path: Path) -> None:
+    sock_path = tmp_path / "kata-mem.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as dead:
+        dead.bind(str(sock_path))  # someone else's, never listening, no kata-mem lock
+    before = os.lstat(sock_path)
+    svc = start(tmp_path, wait=False)
+    assert svc.proc.wait(30) == 3
+    assert "not one kata-mem serve made" in svc.stderr()
+    after = os.lstat(sock_path)
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+
+
+def test_a_mistyped_socket_directory_is_not_created(tmp_path: Path) -> None:
+    missing = tmp_path / "no" / "such" / "dir" / "kata-mem.sock"
+    argv = serve_argv("--socket", str(missing), "--state-dir", str(tmp_path / "state"))
+    proc = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert proc.returncode == 3, proc.stderr
+    assert "does not exist; nothing was created" in proc.stderr
+    assert not (tmp_path / "no").exists()
 
 
 def test_a_second_instance_refuses_to_start(tmp_path: Path) -> None:
