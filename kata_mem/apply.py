@@ -399,6 +399,9 @@ class NodeStatus:
     committed: int
     sandboxes: tuple[SandboxSummary, ...]
     skipped: tuple[str, ...] = ()
+    state_dir: str = ""
+    #: False when the state directory does not exist (yet, or its path is mistyped).
+    found: bool = True
 
 
 def node_status(settings: Settings, host: HostFacts, state_dir: str) -> NodeStatus:
@@ -452,4 +455,6 @@ def node_status(settings: Settings, host: HostFacts, state_dir: str) -> NodeStat
         committed=committed,
         sandboxes=tuple(rows),
         skipped=tuple(listing.foreign),
+        state_dir=state_dir,
+        found=os.path.lexists(state_dir),
     )

@@ -507,6 +507,8 @@ def node_status_json(node: NodeStatus) -> dict[str, Any]:
     """``status --all --json`` (schema ``kata-mem/node/v1``)."""
     return {
         "schema": NODE_SCHEMA,
+        "state_dir": node.state_dir,
+        "state_dir_exists": node.found,
         "host_mib": to_mib_floor(node.host),
         "reserved_mib": to_mib_floor(node.reserved),
         "budget_mib": _mib_or_none(node.budget),
@@ -540,4 +542,9 @@ def node_status_text(node: NodeStatus) -> str:
         state = f"{s.state}/{s.reason}" if s.reason else s.state
         lines.append(f"  {s.sandbox:<24} {current:>7} -> {target:>7} MiB  {state:<22} {where}")
     lines += [f"  skipped: {name}: not created by kata-mem" for name in node.skipped]
+    if not node.found:
+        lines.append(
+            f"  state dir {node.state_dir} does not exist: no sandbox has been applied with it "
+            "(or the path is mistyped)"
+        )
     return "\n".join(lines)

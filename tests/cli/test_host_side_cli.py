@@ -256,7 +256,10 @@ def test_status_all_report_only_and_empty(run_cli: Run, tmp_path: Path) -> None:
         [],
         [],
     )
+    assert doc["state_dir_exists"] is False  # said, so that a mistyped path is noticed
     assert not (tmp_path / "none").exists()
+    text = run_cli("status", "--all", "--state-dir", str(tmp_path / "none"), "--host-memory", "8Gi")
+    assert "does not exist: no sandbox has been applied with it" in text.out
 
 
 def test_status_all_with_a_backend_is_a_usage_error(run_cli: Run, tmp_path: Path) -> None:
