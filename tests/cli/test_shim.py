@@ -146,14 +146,17 @@ def test_delete_forgets_the_sandbox(tmp_path: Path) -> None:
     assert not state.dir.exists()
 
 
-def test_the_shim_path_imports_no_click_and_no_backend() -> None:
+def test_the_shim_path_imports_no_click_no_backend_and_no_service() -> None:
     probe = (
         "import sys, io\n"
         "from kata_mem.main import main\n"
         f"sys.stdin = io.TextIOWrapper(io.BytesIO({json.dumps(request()).encode()!r}))\n"
         "code = main(['shim'])\n"
-        "heavy = ('click', 'qemu', 'libvirt', 'yaml', 'asyncio', 'psutil')\n"
-        "print('LOADED', sorted({m.split('.')[0] for m in sys.modules if m.split('.')[0] in heavy}), code)\n"
+        "heavy = ('click', 'qemu', 'libvirt', 'yaml', 'asyncio', 'psutil', 'aiohttp',"
+        " 'prometheus_client')\n"
+        "ours = ('kata_mem.service', 'kata_mem.metrics')\n"
+        "print('LOADED', sorted({m.split('.')[0] for m in sys.modules if m.split('.')[0] in heavy}"
+        " | {m for m in sys.modules if m in ours}), code)\n"
     )
     r = subprocess.run(
         [sys.executable, "-c", probe],
