@@ -105,9 +105,16 @@ class CliResult:
 
 
 def guest_config(
-    tmp_path: Path, *, virtio: bool, maxmem: int = 4096, slots: int = 8, timeout: int = 20
+    tmp_path: Path,
+    *,
+    virtio: bool,
+    maxmem: int = 4096,
+    slots: int = 8,
+    timeout: int = 20,
+    **kata_mem: Any,
 ) -> Path:
-    """The configuration of the tests' guest: 512 MiB at boot, state under ``tmp_path``."""
+    """The configuration of the tests' guest: 512 MiB at boot, state under ``tmp_path``;
+    ``kata_mem`` adds ``[kata_mem]`` settings."""
     return write_config(
         tmp_path / "configuration.toml",
         {
@@ -116,7 +123,7 @@ def guest_config(
             "memory_slots": slots,
             "enable_virtio_mem": virtio,
         },
-        kata_mem={"state_dir": str(tmp_path / "state"), "step_timeout_s": timeout},
+        kata_mem={"state_dir": str(tmp_path / "state"), "step_timeout_s": timeout, **kata_mem},
     )
 
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from kata_mem.journal import STATE_MARKER
-from tests.conftest import kata_mem_process, write_config
+from tests.conftest import guest_config, kata_mem_process
 from tests.support.guestvm import GuestError, GuestSpec, GuestVM
 from tests.support.memcg import CgroupGuestVM, CgroupUnavailable, MemoryCgroup
 from tests.support.qmp_min import QMPClient
@@ -49,21 +49,7 @@ def config(tmp_path: Path, **kata_mem: Any) -> Path:
     what QEMU uses beyond guest RAM (the overhead measurement recommends 128 on TCG;
     the default 64 is for KVM).
     """
-    return write_config(
-        tmp_path / "configuration.toml",
-        {
-            "default_memory": 512,
-            "default_maxmemory": 4096,
-            "memory_slots": 8,
-            "enable_virtio_mem": True,
-        },
-        kata_mem={
-            "state_dir": str(tmp_path / "state"),
-            "step_timeout_s": 20,
-            "vmm_overhead_mib": 128,
-            **kata_mem,
-        },
-    )
+    return guest_config(tmp_path, virtio=True, **{"vmm_overhead_mib": 128, **kata_mem})
 
 
 def apply(
