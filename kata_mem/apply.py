@@ -318,6 +318,7 @@ def apply_request(
     directory = state_dir or cfg.settings.state_dir
     if dry_run:
         state_dir_state(directory)  # what apply would say about it; read only
+        SandboxState(directory, sandbox).owned()  # and of a sandbox directory others could write
         virtual = VirtualTime()
         fake = _dry_run_backend(cfg, host, endpoint)
         fake.clock, fake.sleep = virtual.clock, virtual.sleep
@@ -367,13 +368,15 @@ def read_status(
     from kata_mem.usage import fresh_usage
 
     state_dir_state(state_dir)  # refuse a state dir that is not kata-mem's before connecting
+    SandboxState(state_dir, sandbox).owned()  # and a sandbox directory others could write
     backend = open_backend(endpoint)
     try:
         vm, usage = backend.observe(), fresh_usage(backend, 1)
     finally:
         backend.close()
     state = SandboxState(state_dir, sandbox)
-    record = state.load().to_json() if state.owned() and state.path.is_file() else None
+    owned = state.owned()  # raises, as the state directory does, for what others could write
+    record = state.load(read_only=True).to_json() if owned and state.path.is_file() else None
     return vm, usage, record
 
 
@@ -407,27 +410,28 @@ class NodeStatus:
 def node_status(settings: Settings, host: HostFacts, state_dir: str) -> NodeStatus:
     """What ``status --all`` shows: read from the state directory, which is left as it is.
 
-    :raises ConfigError: the state directory is not kata-mem's.
+    :raises ConfigError: the state directory is not kata-mem's, or it or a sandbox
+        directory in it could have been written by another user (named, with its
+        owner and mode: a listing that leaves it out would hide it).
     """
     from kata_mem.errors import KataMemError
-    from kata_mem.files import STATE_CAP, read_capped
     from kata_mem.guards import node_budget
     from kata_mem.journal import SandboxState, commitment, list_state_dir
     from kata_mem.units import MiB
 
     listing = list_state_dir(state_dir)
+    if listing.refused:
+        raise ConfigError("; ".join(why for _name, why in listing.refused))
     rows: list[SandboxSummary] = []
     committed = 0
     for name in listing.sandboxes:
         state = SandboxState(state_dir, name)
-        record = state.load()
+        record = state.load(read_only=True)
         committed += commitment(record)
         endpoint = None
         try:
-            if state.request_path.is_file():
-                saved = read_capped(
-                    state.request_path, cap=STATE_CAP, what="saved request", error=ConfigError
-                )
+            saved = state.read_request()
+            if saved is not None:
                 endpoint = SandboxRequest.from_json(saved).endpoint
         except KataMemError:
             pass  # an unreadable saved request leaves the backend unknown; reconcile reports it
