@@ -571,6 +571,9 @@ def _root_lock(root: Path, shared: bool = False) -> Iterator[None]:
             f"nothing was changed. {_WHAT_TO_DO}"
         ) from exc
     try:
+        info = os.fstat(fd)
+        if _others_could_write(info):  # replaced since state_dir_state read it
+            raise _refusal(root, root / STATE_MARKER, info)
         fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
         yield
     finally:

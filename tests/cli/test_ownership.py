@@ -344,6 +344,38 @@ def test_a_symlink_nobody_owns_on_the_way_is_refused(
     assert r.code == 0, r
 
 
+def test_the_way_is_walked_as_the_kernel_resolves_it(
+    shared: Path, nobody_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Relative paths, ``..`` after a symlink, symlink chains and loops: each directory
+    the kernel would pass through is the one checked."""
+    real = tmp_path / "real" / "state"
+    ensure_state_dir(real)
+    monkeypatch.chdir(tmp_path)
+    assert state_dir_state("real/state") == "ours"
+    assert state_dir_state("real/../real/./state") == "ours"
+    # Root's own symlink, but it leads through nobody's directory.
+    (nobody_dir / "state").mkdir()  # root's, inside nobody's: nobody can rename it away
+    (shared / "via").symlink_to(nobody_dir / "state")
+    with pytest.raises(ConfigError, match=re.escape(f"{nobody_dir} is {OWNER}, mode 0755")):
+        state_dir_state(shared / "via")
+    # ``..`` is taken from where the symlink led, as the kernel takes it: here, nobody's dir.
+    (shared / "up").symlink_to(nobody_dir / "state")
+    with pytest.raises(ConfigError, match=re.escape(f"{nobody_dir} is {OWNER}")):
+        state_dir_state(shared / "up" / ".." / "state")
+    # A chain of root's symlinks to root's directory is fine; a loop is said to be one.
+    (shared / "a").symlink_to("b")
+    (shared / "b").symlink_to(real)
+    assert state_dir_state(shared / "a") == "ours"
+    (shared / "loop1").symlink_to("loop2")
+    (shared / "loop2").symlink_to("loop1")
+    with pytest.raises(
+        ConfigError, match=re.escape("cannot use it (Too many levels of symbolic links")
+    ):
+        state_dir_state(shared / "loop1")
+    assert state_dir_state(shared / "nothing" / "here") == "absent"
+
+
 def test_directories_kata_mem_creates_have_their_modes_whatever_the_umask(
     run_cli: Run, qemu: QEMU, tmp_path: Path
 ) -> None:
