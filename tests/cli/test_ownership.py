@@ -620,3 +620,13 @@ def test_the_local_libvirt_uris_are_accepted(run_cli: Run, tmp_path: Path) -> No
 
     for uri in LIBVIRT_URIS:
         assert Endpoint("libvirt", uri, "d").target == uri
+
+
+def test_the_shipped_schema_allows_the_same_libvirt_uris() -> None:
+    from importlib.resources import files
+
+    from kata_mem.request import LIBVIRT_URIS
+
+    schema = json.loads(files("kata_mem").joinpath("schemas/shim-request.v1.json").read_text())
+    libvirt = schema["properties"]["backend"]["oneOf"][2]["properties"]
+    assert tuple(libvirt["uri"]["enum"]) == LIBVIRT_URIS
