@@ -193,7 +193,8 @@ def forget(sandbox: str, state_dir: str) -> tuple[str, ...]:
     """Remove the sandbox's state (the shim's ``delete``); the warnings say what was
     kept, and why.
 
-    :raises ConfigError: the state directory is not kata-mem's (nothing is changed).
+    :raises ConfigError: the state directory is not kata-mem's, or it or the sandbox's
+        directory could have been written by another user (nothing is changed).
     """
     from kata_mem.journal import LOCK_WAIT_S, SandboxState, state_dir_state
 
@@ -361,21 +362,23 @@ def read_status(
     """What the hypervisor reports, the guest's usage, and the sandbox's journal (if any).
 
     :raises BackendUnavailable: the VM's hypervisor cannot be reached.
-    :raises ConfigError: the state directory is not kata-mem's (nothing is created).
+    :raises ConfigError: the state directory is not kata-mem's, or it or the sandbox's
+        directory could have been written by another user (nothing is created).
     """
     from kata_mem.backends import open_backend
     from kata_mem.journal import SandboxState, state_dir_state
     from kata_mem.usage import fresh_usage
 
-    state_dir_state(state_dir)  # refuse a state dir that is not kata-mem's before connecting
-    SandboxState(state_dir, sandbox).owned()  # and a sandbox directory others could write
+    # Refuse, before connecting, a state dir that is not kata-mem's, and one or a sandbox
+    # directory that another user could have written.
+    state_dir_state(state_dir)
+    state = SandboxState(state_dir, sandbox)
+    owned = state.owned()
     backend = open_backend(endpoint)
     try:
         vm, usage = backend.observe(), fresh_usage(backend, 1)
     finally:
         backend.close()
-    state = SandboxState(state_dir, sandbox)
-    owned = state.owned()  # raises, as the state directory does, for what others could write
     record = state.load(read_only=True).to_json() if owned and state.path.is_file() else None
     return vm, usage, record
 

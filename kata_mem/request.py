@@ -284,8 +284,8 @@ class Endpoint:
         if self.kind == "libvirt" and self.target not in LIBVIRT_URIS:
             raise InputError(
                 f"libvirt URI {json.dumps(self.target)[:200]}: not a local connection; expected "
-                f"one of {', '.join(LIBVIRT_URIS)} (kata-mem runs as root and opens no remote "
-                "transport, command or query parameter)"
+                f"one of {', '.join(LIBVIRT_URIS)} (kata-mem runs as root: no remote transport, "
+                "no command, no query parameters)"
             )
 
     def describe(self) -> str:
