@@ -193,7 +193,8 @@ def forget(sandbox: str, state_dir: str) -> tuple[str, ...]:
     """Remove the sandbox's state (the shim's ``delete``); the warnings say what was
     kept, and why.
 
-    :raises ConfigError: the state directory is not kata-mem's (nothing is changed).
+    :raises ConfigError: the state directory is not kata-mem's, or it or the sandbox's
+        directory could have been written by another user (nothing is changed).
     """
     from kata_mem.journal import LOCK_WAIT_S, SandboxState, state_dir_state
 
@@ -318,6 +319,7 @@ def apply_request(
     directory = state_dir or cfg.settings.state_dir
     if dry_run:
         state_dir_state(directory)  # what apply would say about it; read only
+        SandboxState(directory, sandbox).owned()  # and of a sandbox directory others could write
         virtual = VirtualTime()
         fake = _dry_run_backend(cfg, host, endpoint)
         fake.clock, fake.sleep = virtual.clock, virtual.sleep
@@ -360,20 +362,24 @@ def read_status(
     """What the hypervisor reports, the guest's usage, and the sandbox's journal (if any).
 
     :raises BackendUnavailable: the VM's hypervisor cannot be reached.
-    :raises ConfigError: the state directory is not kata-mem's (nothing is created).
+    :raises ConfigError: the state directory is not kata-mem's, or it or the sandbox's
+        directory could have been written by another user (nothing is created).
     """
     from kata_mem.backends import open_backend
     from kata_mem.journal import SandboxState, state_dir_state
     from kata_mem.usage import fresh_usage
 
-    state_dir_state(state_dir)  # refuse a state dir that is not kata-mem's before connecting
+    # Refuse, before connecting, a state dir that is not kata-mem's, and one or a sandbox
+    # directory that another user could have written.
+    state_dir_state(state_dir)
+    state = SandboxState(state_dir, sandbox)
+    owned = state.owned()
     backend = open_backend(endpoint)
     try:
         vm, usage = backend.observe(), fresh_usage(backend, 1)
     finally:
         backend.close()
-    state = SandboxState(state_dir, sandbox)
-    record = state.load().to_json() if state.owned() and state.path.is_file() else None
+    record = state.load(read_only=True).to_json() if owned and state.path.is_file() else None
     return vm, usage, record
 
 
@@ -407,27 +413,28 @@ class NodeStatus:
 def node_status(settings: Settings, host: HostFacts, state_dir: str) -> NodeStatus:
     """What ``status --all`` shows: read from the state directory, which is left as it is.
 
-    :raises ConfigError: the state directory is not kata-mem's.
+    :raises ConfigError: the state directory is not kata-mem's, or it or a sandbox
+        directory in it could have been written by another user (named, with its
+        owner and mode: a listing that leaves it out would hide it).
     """
     from kata_mem.errors import KataMemError
-    from kata_mem.files import STATE_CAP, read_capped
     from kata_mem.guards import node_budget
     from kata_mem.journal import SandboxState, commitment, list_state_dir
     from kata_mem.units import MiB
 
     listing = list_state_dir(state_dir)
+    if listing.refused:
+        raise ConfigError("; ".join(why for _name, why in listing.refused))
     rows: list[SandboxSummary] = []
     committed = 0
     for name in listing.sandboxes:
         state = SandboxState(state_dir, name)
-        record = state.load()
+        record = state.load(read_only=True)
         committed += commitment(record)
         endpoint = None
         try:
-            if state.request_path.is_file():
-                saved = read_capped(
-                    state.request_path, cap=STATE_CAP, what="saved request", error=ConfigError
-                )
+            saved = state.read_request()
+            if saved is not None:
                 endpoint = SandboxRequest.from_json(saved).endpoint
         except KataMemError:
             pass  # an unreadable saved request leaves the backend unknown; reconcile reports it

@@ -52,6 +52,20 @@ def read_capped(path: Union[str, Path], *, cap: int, what: str, error: type[Kata
             raise error(f"{path}: is a socket, expected {_a(what)} file") from exc
         raise error(f"{path}: cannot read the {what}: {exc.strerror or exc}") from exc
     try:
+        return read_open(fd, path, cap=cap, what=what, error=error)
+    finally:
+        os.close(fd)
+
+
+def read_open(
+    fd: int, path: Union[str, Path], *, cap: int, what: str, error: type[KataMemError]
+) -> bytes:
+    """:func:`read_capped` on a descriptor the caller opened (and checked, and closes);
+    ``path`` names it in errors.
+
+    :raises error: as :func:`read_capped`.
+    """
+    try:
         info = os.fstat(fd)
         kind = stat.S_IFMT(info.st_mode)
         if kind != stat.S_IFREG:
@@ -74,8 +88,6 @@ def read_capped(path: Union[str, Path], *, cap: int, what: str, error: type[Kata
         data = b"".join(chunks)
     except OSError as exc:
         raise error(f"{path}: cannot read the {what}: {exc.strerror or exc}") from exc
-    finally:
-        os.close(fd)
     if len(data) > cap:
         raise error(f"{path}: larger than the {_fmt_cap(cap)} {_a(what)} may have")
     return data
@@ -124,4 +136,5 @@ __all__ = [
     "not_regular",
     "read_capped",
     "read_capped_text",
+    "read_open",
 ]

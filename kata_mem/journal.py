@@ -15,6 +15,16 @@ those only the files named above. Anything else is left alone and reported. A
 state directory that is not a directory, or is not empty and has no marker, is a
 configuration error: kata-mem cannot tell its own state from someone else's.
 
+It runs as root, so it also trusts only what no other user could have written
+(as sshd's ``StrictModes`` and sudo treat their files): the state directory, a
+sandbox directory, a marker, journal, saved request or lock is used only when the
+calling uid owns it and neither group nor others may write it, checked on the
+opened descriptor (``O_NOFOLLOW``, ``fstat``) rather than by path; every directory
+above the state directory, and every symlink on the way to it, belongs to root or
+the caller and is not writable by others (unless sticky, as ``/tmp``), so that no
+one else can swap the directory between a check and a use. Anything else is a
+configuration error naming the path, its owner and its mode, and nothing is written.
+
 The record is written atomically (temp file, fsync, rename, fsync of the
 directory) *before* every hypervisor command and again with the observed result
 after it. It is a hint for recovery, never the truth about what is plugged: the
@@ -31,6 +41,7 @@ import fcntl
 import json
 import math
 import os
+import pwd
 import re
 import stat
 import time
@@ -40,7 +51,7 @@ from pathlib import Path
 from typing import Any, Literal, Optional, get_args
 
 from kata_mem.errors import ConfigError, KataMemError
-from kata_mem.files import STATE_CAP, read_capped
+from kata_mem.files import STATE_CAP, read_open
 from kata_mem.model import SANDBOX_ID, Step, StepAction, check_sandbox_id
 from kata_mem.units import MiB
 
@@ -247,22 +258,140 @@ class Record:
         )
 
 
+# -- who could have written it: the trust rule ------------------------------------------------
+
+#: How a state file is opened to be read: never through a symlink, never blocking on a FIFO.
+_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+#: How a temporary file is made: a new file, never one that was there (a link to another file).
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _who(uid: int) -> str:
+    try:
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except KeyError:
+        return f"uid {uid}"
+
+
+def _others_could_write(info: os.stat_result) -> bool:
+    """Whether a user other than the caller could have written it: another owner, or
+    write permission for group or others (a symlink's own mode means nothing)."""
+    return info.st_uid != os.geteuid() or (
+        not stat.S_ISLNK(info.st_mode) and info.st_mode & 0o022 != 0
+    )
+
+
+def _refusal(root: Path, path: Path, info: os.stat_result) -> ConfigError:
+    return ConfigError(
+        f"state_dir {root}: {path} is owned by {_who(info.st_uid)}, mode "
+        f"{stat.S_IMODE(info.st_mode):04o}; kata-mem, running as {_who(os.geteuid())}, uses "
+        "only state that it owns and that no group or other user can write, so nothing was "
+        "read or changed. Remove it, or chown it and chmod go-w if it is kata-mem's"
+    )
+
+
+def _why(exc: OSError) -> str:
+    if exc.errno == errno.ELOOP:
+        return "is a symlink, expected a regular file"
+    if exc.errno == errno.ENXIO:
+        return "is a socket, expected a regular file"
+    return exc.strerror or str(exc)
+
+
+def _check_way(root: Path) -> None:
+    """Refuse a state directory that another user could swap for another between a
+    check and a use: every directory above it must be owned by root or the caller and
+    not writable by group or others, unless sticky (in ``/tmp`` others cannot rename
+    or remove what is not theirs); every symlink on the way must be root's or the
+    caller's. The state directory itself is checked by the caller, with the stricter
+    rule. A component that does not exist ends the walk: kata-mem creates the rest.
+
+    :raises ConfigError: naming the directory or symlink, its owner and its mode.
+    """
+    trusted = (0, os.geteuid())
+    start = str(root) if root.is_absolute() else os.path.join(os.getcwd(), root)
+    todo = [n for n in reversed(start.split("/")) if n not in ("", ".")]
+    here, hops = "/", 0
+    info = os.lstat(here)
+    while True:
+        if info.st_uid not in trusted or (info.st_mode & 0o022 and not info.st_mode & stat.S_ISVTX):
+            raise ConfigError(
+                f"state_dir {root}: {here} is owned by {_who(info.st_uid)}, mode "
+                f"{stat.S_IMODE(info.st_mode):04o}; another user could replace the state "
+                "directory through it, so nothing was read or changed. Every directory above "
+                f"the state directory must be owned by root or {_who(os.geteuid())} and not "
+                "writable by group or others (unless sticky, as /tmp is)"
+            )
+        while True:
+            if not todo:
+                return
+            name = todo.pop()
+            if name == "..":
+                here = os.path.dirname(here)  # ``here`` has no symlinks: this is the real parent
+                continue
+            step = os.path.join(here, name)
+            try:
+                info = os.lstat(step)
+            except OSError:
+                return  # not there (yet), or not reachable: the open that follows says which
+            if not stat.S_ISLNK(info.st_mode):
+                break
+            if info.st_uid not in trusted:
+                raise ConfigError(
+                    f"state_dir {root}: {step} is a symlink owned by {_who(info.st_uid)}; "
+                    "another user could point it elsewhere, so nothing was read or changed. "
+                    f"Symlinks on the way to the state directory must be root's or "
+                    f"{_who(os.geteuid())}'s"
+                )
+            hops += 1
+            try:
+                target = os.readlink(step)
+            except OSError:
+                return
+            if hops > 40:
+                return  # a loop: the open that follows says so
+            if target.startswith("/"):
+                here = "/"
+            todo += [n for n in reversed(target.split("/")) if n not in ("", ".")]
+        if not todo or not stat.S_ISDIR(info.st_mode):
+            return  # the state directory itself, or not a directory: the caller says
+        here = step
+
+
 # -- what kata-mem created: the markers ------------------------------------------------------
 
 
 def _marker(
-    path: Path, schema: str, sandbox: Optional[str] = None
+    dir_fd: int,
+    where: Path,
+    name: str,
+    schema: str,
+    root: Path,
+    sandbox: Optional[str] = None,
 ) -> Literal["ok", "missing", "bad"]:
-    """Whether ``path`` is a marker kata-mem wrote (a regular file with ``schema``)."""
+    """Whether ``name`` in the directory open as ``dir_fd`` (``where``) is a marker
+    kata-mem wrote: a regular file, the caller's and writable by no one else, with ``schema``.
+
+    :raises ConfigError: the marker could have been written by another user.
+    """
     try:
-        if not stat.S_ISREG(os.lstat(path).st_mode):
-            return "bad"
-        doc = json.loads(read_capped(path, cap=4096, what="marker", error=ConfigError))
+        fd = os.open(name, _READ, dir_fd=dir_fd)
     except FileNotFoundError:
-        return "missing"
-    except (OSError, KataMemError, ValueError, RecursionError):
-        # Removed between the two looks (a concurrent delete) is not the same as damaged.
-        return "bad" if os.path.lexists(path) else "missing"
+        return "missing"  # removed since the directory was listed
+    except OSError:
+        return "bad"  # a symlink, or unreadable
+    try:
+        info = os.fstat(fd)
+        if _others_could_write(info):
+            raise _refusal(root, where / name, info)
+        try:
+            doc = json.loads(
+                read_open(fd, where / name, cap=4096, what="marker", error=ConfigError)
+            )
+        except (KataMemError, ValueError, RecursionError):
+            return "bad"
+    finally:
+        os.close(fd)
     if not isinstance(doc, dict) or doc.get("schema") != schema:
         return "bad"
     return "ok" if sandbox is None or doc.get("sandbox") == sandbox else "bad"
@@ -287,7 +416,11 @@ def _atomic_write(
     """
     tmp = directory / f".{path.name.lstrip('.')}.{os.getpid()}.tmp"
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        try:
+            fd = os.open(tmp, _CREATE, 0o600)
+        except FileExistsError:
+            tmp.unlink()  # left by a crashed call that had this pid: kata-mem's own name
+            fd = os.open(tmp, _CREATE, 0o600)
         try:
             os.write(fd, data)
             os.fsync(fd)
@@ -316,12 +449,14 @@ def _atomic_write(
 def state_dir_state(state_dir: str | Path) -> DirState:
     """Whether the state directory is absent, empty, or kata-mem's. Reads only.
 
-    :raises ConfigError: it is not a directory, or it has content and no marker.
+    :raises ConfigError: it is not a directory, it has content and no marker, or it
+        (its marker, a directory above it) could have been written by another user.
     """
     root = Path(state_dir)
     for _ in range(3):
+        _check_way(root)
         try:
-            info = os.stat(root)
+            fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except FileNotFoundError as exc:
             if os.path.lexists(root):
                 raise ConfigError(
@@ -329,55 +464,89 @@ def state_dir_state(state_dir: str | Path) -> DirState:
                 ) from exc
             return "absent"
         except OSError as exc:
+            if exc.errno == errno.ENOTDIR and os.path.exists(root):
+                raise ConfigError(
+                    f"state_dir {root}: is not a directory; kata-mem cannot write the sandbox "
+                    f"state there, and nothing was changed. {_WHAT_TO_DO}"
+                ) from exc
             raise ConfigError(
                 f"state_dir {root}: cannot use it ({exc.strerror or exc}); nothing was changed. "
                 f"{_WHAT_TO_DO}"
             ) from exc
-        if not stat.S_ISDIR(info.st_mode):
-            raise ConfigError(
-                f"state_dir {root}: is not a directory; kata-mem cannot write the sandbox state "
-                f"there, and nothing was changed. {_WHAT_TO_DO}"
-            )
-        names = _listdir(root, root)
-        if STATE_MARKER in names:
-            # The marker appears by an atomic link and is never removed: once listed, it is whole.
-            mark = _marker(root / STATE_MARKER, STATE_DIR_SCHEMA)
-            if mark == "ok":
-                return "ours"
-            if mark == "missing":
-                continue  # removed while we looked (by hand): look again
-        elif not [n for n in names if not _TEMP.fullmatch(n)]:
-            return "empty"
-        raise ConfigError(
-            f"state_dir {root}: is a directory that kata-mem did not create (it has no valid "
-            f"{STATE_MARKER} marker) and it is not empty; nothing in it was read or changed. "
-            f"{_WHAT_TO_DO}"
-        )
+        try:
+            found = _root_state(root, fd)
+        finally:
+            os.close(fd)
+        if found is not None:
+            return found
     raise ConfigError(f"state_dir {root}: changed while kata-mem looked at it; try again")
+
+
+def _root_state(root: Path, fd: int) -> Optional[DirState]:
+    """:func:`state_dir_state` of the directory open as ``fd``; None: look again."""
+    info = os.fstat(fd)
+    if _others_could_write(info):
+        raise _refusal(root, root, info)
+    try:
+        names = os.listdir(fd)
+    except OSError as exc:
+        raise ConfigError(
+            f"state_dir {root}: cannot read it ({exc.strerror or exc}); nothing was changed"
+        ) from exc
+    if STATE_MARKER in names:
+        # The marker appears by an atomic link and is never removed: once listed, it is whole.
+        mark = _marker(fd, root, STATE_MARKER, STATE_DIR_SCHEMA, root)
+        if mark == "ok":
+            return "ours"
+        if mark == "missing":
+            return None  # removed while we looked (by hand): look again
+    elif not [n for n in names if not _TEMP.fullmatch(n)]:
+        return "empty"
+    raise ConfigError(
+        f"state_dir {root}: is a directory that kata-mem did not create (it has no valid "
+        f"{STATE_MARKER} marker) and it is not empty; nothing in it was read or changed. "
+        f"{_WHAT_TO_DO}"
+    )
+
+
+def _make_dirs(root: Path) -> None:
+    """Make the state directory (0700) and the parents it lacks (0755), with those
+    modes whatever the umask: a parent others could write would let them swap it.
+
+    :raises FileExistsError: one appeared meanwhile (look again: it may not be ours).
+    """
+    missing = []
+    here = Path(os.path.abspath(root))
+    while not os.path.lexists(here):
+        missing.append(here)
+        here = here.parent
+    for directory in reversed(missing):
+        mode = 0o700 if directory == missing[0] else 0o755
+        os.mkdir(directory, mode)
+        os.chmod(directory, mode)  # just made, ours: the umask must not widen or narrow it
 
 
 def ensure_state_dir(state_dir: str | Path) -> None:
     """Create the state directory (or adopt an empty one) and mark it as kata-mem's.
 
-    :raises ConfigError: it is not a directory, is someone else's, or cannot be written.
+    :raises ConfigError: as :func:`state_dir_state`, or it cannot be written.
     """
     root = Path(state_dir)
-    for _ in range(3):
+    for _ in range(4):
         found = state_dir_state(root)
         if found == "ours":
             return
         if found == "absent":
             try:
-                root.mkdir(mode=0o700, parents=True)
+                _make_dirs(root)
             except FileExistsError:
-                continue  # another call made it first: look again
+                pass  # another call (or user) made one first: look again
             except OSError as exc:
                 raise ConfigError(
                     f"state_dir {root}: cannot create it ({exc.strerror or exc}); nothing was "
                     f"changed. {_WHAT_TO_DO}"
                 ) from exc
-            with contextlib.suppress(OSError):
-                os.chmod(root, 0o700)  # ours, just made: the umask must not widen or narrow it
+            continue  # and check what was made before writing in it
         doc = {
             "schema": STATE_DIR_SCHEMA,
             "note": "kata-mem state; only subdirectories with a .kata-mem-sandbox marker are kata-mem's",
@@ -402,6 +571,9 @@ def _root_lock(root: Path, shared: bool = False) -> Iterator[None]:
             f"nothing was changed. {_WHAT_TO_DO}"
         ) from exc
     try:
+        info = os.fstat(fd)
+        if _others_could_write(info):  # replaced since state_dir_state read it
+            raise _refusal(root, root / STATE_MARKER, info)
         fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
         yield
     finally:
@@ -414,7 +586,7 @@ def node_admission(state_dir: str | Path) -> Iterator[Callable[[str], int]]:
     commitments (the function it yields: bytes held by all but the named one), decide,
     record this one's, so that two grows at the same moment cannot both take the last
     free MiB. Held for a few file reads and one write; a state directory that is not
-    kata-mem's yet has no commitments.
+    kata-mem's yet has no commitments, nor has a sandbox directory it refuses to read.
     """
     root = Path(state_dir)
     if state_dir_state(root) != "ours":
@@ -422,7 +594,7 @@ def node_admission(state_dir: str | Path) -> Iterator[Callable[[str], int]]:
         return
     with _root_lock(root):  # also keeps sandbox directories from coming and going
         yield lambda but: sum(
-            commitment(SandboxState(root, name).load())
+            commitment(SandboxState(root, name).load(read_only=True))
             for name in _sandboxes(root).sandboxes
             if name != but
         )
@@ -436,9 +608,11 @@ def commitment(record: Record) -> int:
 
 @dataclass(frozen=True)
 class Listing:
-    """The entries of a state directory: sandboxes kata-mem created, and everything else."""
+    """The entries of a state directory: sandboxes kata-mem created, those that carry
+    its marker but that another user could have written (name, why), and everything else."""
 
     sandboxes: list[str]
+    refused: list[tuple[str, str]]
     foreign: list[str]
 
 
@@ -449,24 +623,31 @@ def list_state_dir(state_dir: str | Path) -> Listing:
     """
     root = Path(state_dir)
     if state_dir_state(root) != "ours":
-        return Listing([], [])
+        return Listing([], [], [])
     with _root_lock(root, shared=True):  # no sandbox directory half made or half removed
         return _sandboxes(root)
 
 
 def _sandboxes(root: Path) -> Listing:
-    ours, foreign = [], []
+    ours, refused, foreign = [], [], []
     for name in sorted(_listdir(root, root)):
         if name == STATE_MARKER or _TEMP.fullmatch(name):
             continue
-        if SANDBOX_ID.fullmatch(name) and SandboxState(root, name).owned():
-            ours.append(name)
-        else:
-            foreign.append(name)
-    return Listing(ours, foreign)
+        if SANDBOX_ID.fullmatch(name):
+            try:
+                if SandboxState(root, name).owned():
+                    ours.append(name)
+                    continue
+            except ConfigError as exc:
+                refused.append((name, exc.message))
+                continue
+        foreign.append(name)
+    return Listing(ours, refused, foreign)
 
 
 # -- one sandbox ------------------------------------------------------------------------------
+
+SandboxDir = Literal["absent", "empty", "ours", "foreign", "changed", "refused"]
 
 
 class SandboxState:
@@ -478,32 +659,74 @@ class SandboxState:
         self.dir = self.root / sandbox
         self.path = self.dir / "journal.json"
         self.warnings: list[str] = []
+        #: Why the sandbox directory may not be used (another user could have written it).
+        self.refusal = ""
 
-    def _dir_state(self) -> Literal["absent", "empty", "ours", "foreign", "changed"]:
+    def _dir_state(self) -> SandboxDir:
+        """What the sandbox directory is. ``refused``: it carries kata-mem's marker, but
+        it, the marker or one of kata-mem's files in it could have been written by
+        another user; an empty directory others can write is ``foreign``. Either way
+        :attr:`refusal` says why."""
+        self.refusal = ""
         try:
-            info = os.lstat(self.dir)
+            # A symlink is not followed: kata-mem makes real directories.
+            fd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except FileNotFoundError:
             return "absent"
         except OSError:
             return "foreign"
-        if not stat.S_ISDIR(info.st_mode):  # a symlink too: kata-mem makes real directories
-            return "foreign"
         try:
-            names = os.listdir(self.dir)
-        except FileNotFoundError:
-            return "changed"
+            found = self._look(fd)
+            # Moved away while we looked (a concurrent removal): look again.
+            return found if _same_file(fd, self.dir) else "changed"
+        finally:
+            os.close(fd)
+
+    def _look(self, fd: int) -> SandboxDir:
+        info = os.fstat(fd)
+        try:
+            names = os.listdir(fd)
         except OSError:
             return "foreign"
-        if SANDBOX_MARKER in names:
-            mark = _marker(self.dir / SANDBOX_MARKER, SANDBOX_DIR_SCHEMA, self.sandbox)
-            if mark == "missing":
-                return "changed"  # a concurrent delete: look again
-            return "ours" if mark == "ok" else "foreign"
-        return "foreign" if [n for n in names if not _TEMP.fullmatch(n)] else "empty"
+        if SANDBOX_MARKER not in names:
+            if [n for n in names if not _TEMP.fullmatch(n)]:
+                return "foreign"
+            if _others_could_write(info):
+                self.refusal = _refusal(self.root, self.dir, info).message
+                return "foreign"
+            return "empty"
+        if _others_could_write(info):
+            self.refusal = _refusal(self.root, self.dir, info).message
+            return "refused"
+        try:
+            mark = _marker(
+                fd, self.dir, SANDBOX_MARKER, SANDBOX_DIR_SCHEMA, self.root, self.sandbox
+            )
+        except ConfigError as exc:
+            self.refusal = exc.message
+            return "refused"
+        if mark != "ok":
+            return "changed" if mark == "missing" else "foreign"
+        for name in sorted(set(names).intersection(_OWN_FILES)):
+            try:
+                entry = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            if _others_could_write(entry):
+                self.refusal = _refusal(self.root, self.dir / name, entry).message
+                return "refused"
+        return "ours"
 
     def owned(self) -> bool:
-        """Whether the sandbox directory exists and kata-mem created it. Reads only."""
-        return self._dir_state() == "ours"
+        """Whether the sandbox directory exists and kata-mem created it. Reads only.
+
+        :raises ConfigError: it carries kata-mem's marker, but another user could have
+            written it, its marker or one of its files.
+        """
+        found = self._dir_state()
+        if found == "refused":
+            raise ConfigError(self.refusal)
+        return found == "ours"
 
     def _ensure_dir(self) -> None:
         """Make the sandbox directory (or adopt an empty one, left by a crash), marked as
@@ -514,6 +737,8 @@ class SandboxState:
         found = self._dir_state()
         if found == "ours":
             return
+        if self.refusal:
+            raise ConfigError(self.refusal)
         if found not in {"absent", "empty"}:
             raise ConfigError(
                 f"state_dir {self.root}: {self.dir} exists but kata-mem did not create it "
@@ -537,14 +762,44 @@ class SandboxState:
         """Fail before anything is changed when the sandbox directory is not writable."""
         probe = self.dir / f".probe.{os.getpid()}.tmp"
         try:
-            fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-            os.close(fd)
+            with contextlib.suppress(FileNotFoundError):
+                probe.unlink()  # left by a crashed call that had this pid
+            os.close(os.open(probe, _CREATE, 0o600))
             probe.unlink()
         except OSError as exc:
             raise ConfigError(
                 f"state_dir {self.root}: cannot write the sandbox state ({exc.strerror or exc}); "
                 f"nothing was changed. {_WHAT_TO_DO}"
             ) from exc
+
+    def _open_lock(self) -> int:
+        """The sandbox's lock file, opened (made when missing).
+
+        :raises ConfigError: it cannot be made, is not a regular file, or another user
+            could have written it.
+        """
+        lock = self.dir / "lock"
+        try:
+            fd = os.open(
+                lock,
+                os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                0o600,
+            )
+        except OSError as exc:
+            raise ConfigError(
+                f"state_dir {self.root}: cannot write the sandbox state "
+                f"({exc.strerror or exc}); nothing was changed. {_WHAT_TO_DO}"
+            ) from exc
+        info = os.fstat(fd)
+        if _others_could_write(info) or not stat.S_ISREG(info.st_mode):
+            os.close(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise ConfigError(
+                    f"state_dir {self.root}: {lock} is not a regular file, so kata-mem did not "
+                    "make it; nothing was changed. Move it away"
+                )
+            raise _refusal(self.root, lock, info)
+        return fd
 
     @contextlib.contextmanager
     def locked(self, wait_s: float) -> Iterator[bool]:
@@ -562,17 +817,7 @@ class SandboxState:
             ensure_state_dir(self.root)
             with _root_lock(self.root):
                 self._ensure_dir()
-                try:
-                    fd = os.open(
-                        self.dir / "lock",
-                        os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
-                        0o600,
-                    )
-                except OSError as exc:
-                    raise ConfigError(
-                        f"state_dir {self.root}: cannot write the sandbox state "
-                        f"({exc.strerror or exc}); nothing was changed. {_WHAT_TO_DO}"
-                    ) from exc
+                fd = self._open_lock()
             try:
                 got = _flock(fd, deadline)
                 # Removed (and maybe made anew) while we waited: the lock is the file at the path.
@@ -592,26 +837,39 @@ class SandboxState:
             fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
 
-    def load(self) -> Record:
-        """The record, or a fresh one (with a warning) when it is missing or unreadable."""
+    def load(self, *, read_only: bool = False) -> Record:
+        """The record, or a fresh one (with a warning) when it is missing or unreadable.
+        ``read_only``: the caller shows it and rebuilds nothing (``status``), and its
+        warning says so.
+
+        :raises ConfigError: another user could have written it (it is not read).
+        """
+        then = (
+            "shown as unknown; the next apply rebuilds it from the hypervisor"
+            if read_only
+            else "rebuilt from the hypervisor"
+        )
         try:
-            os.lstat(self.path)
+            fd = os.open(self.path, _READ)
         except FileNotFoundError:
             return Record(self.sandbox)
-        except OSError:
-            pass  # read_capped says why
+        except OSError as exc:
+            self._warn(f"journal {self.path} cannot be read ({_why(exc)}); {then}")
+            return Record(self.sandbox)
         try:
-            doc = json.loads(
-                read_capped(self.path, cap=STATE_CAP, what="journal", error=ConfigError)
-            )
-            return Record.from_json(self.sandbox, doc)
-        except KataMemError as exc:
-            self._warn(f"journal unreadable ({exc.message}); rebuilt from the hypervisor")
-        except (ValueError, TypeError, RecursionError) as exc:
-            why = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
-            self._warn(
-                f"journal {self.path} is corrupt or truncated ({why}); rebuilt from the hypervisor"
-            )
+            info = os.fstat(fd)
+            if _others_could_write(info):
+                raise _refusal(self.root, self.path, info)
+            try:
+                raw = read_open(fd, self.path, cap=STATE_CAP, what="journal", error=ConfigError)
+                return Record.from_json(self.sandbox, json.loads(raw))
+            except KataMemError as exc:
+                self._warn(f"journal unreadable ({exc.message}); {then}")
+            except (ValueError, TypeError, RecursionError) as exc:
+                why = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+                self._warn(f"journal {self.path} is corrupt or truncated ({why}); {then}")
+        finally:
+            os.close(fd)
         return Record(self.sandbox)
 
     def save(self, record: Record) -> None:
@@ -629,6 +887,30 @@ class SandboxState:
         """The last request applied to this sandbox (a shim request), for ``kata-mem reconcile``."""
         return self.dir / "request.json"
 
+    def read_request(self) -> Optional[bytes]:
+        """The last request's bytes, or None when there is none. Reads only.
+
+        :raises ConfigError: it cannot be read, is not a regular file, is too large, or
+            another user could have written it (it is not read).
+        """
+        try:
+            fd = os.open(self.request_path, _READ)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise ConfigError(
+                f"{self.request_path}: cannot read the saved request: {_why(exc)}"
+            ) from exc
+        try:
+            info = os.fstat(fd)
+            if _others_could_write(info):
+                raise _refusal(self.root, self.request_path, info)
+            return read_open(
+                fd, self.request_path, cap=STATE_CAP, what="saved request", error=ConfigError
+            )
+        finally:
+            os.close(fd)
+
     def save_request(self, doc: dict[str, Any]) -> None:
         """Write the last request atomically. Call it with the lock held.
 
@@ -641,10 +923,15 @@ class SandboxState:
 
         Only a directory kata-mem created is touched; when the lock is not had within
         ``wait_s`` nothing is changed ("busy").
+
+        :raises ConfigError: it carries kata-mem's marker, but another user could have
+            written it (nothing is changed).
         """
         found = self._dir_state()
         if found == "absent":
             return "absent"
+        if found == "refused":
+            raise ConfigError(self.refusal)
         if found != "ours":
             return "not-ours"
         with self.locked(wait_s) as got:
@@ -669,8 +956,8 @@ class SandboxState:
         others = names - removable - {SANDBOX_MARKER}
         if others:
             self._warn(
-                f"{self.dir}: kept, because it holds entries kata-mem did not create: "
-                + ", ".join(sorted(others)[:5])
+                f"kata-mem's files were removed, but the directory {self.dir} was kept because "
+                "it holds entries kata-mem did not create: " + ", ".join(sorted(others)[:5])
             )
             return
         away = self.root / f".removing.{self.sandbox}.{os.getpid()}.tmp"

@@ -24,8 +24,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from kata_mem.apply import serve
-from kata_mem.errors import BackendUnavailable, ConfigError, KataMemError
-from kata_mem.files import STATE_CAP, read_capped
+from kata_mem.errors import BackendUnavailable, ConfigError, InputError, KataMemError
 from kata_mem.journal import Record, SandboxState, list_state_dir
 from kata_mem.model import Outcome
 from kata_mem.request import Endpoint, SandboxRequest
@@ -105,15 +104,23 @@ def _visit(
     def forget(why: str) -> Visit:
         if state.remove(0.0) == "busy":
             return Visit(sandbox, "waiting", f"{why}; another call holds its lock, left for now")
-        kept = "".join(f"; {w}" for w in state.warnings)
-        return Visit(sandbox, "cleaned", f"{why}; its state was removed{kept}")
+        # clear() says what it kept, and why; else everything went.
+        done = "; ".join(state.warnings) or "its state was removed"
+        return Visit(sandbox, "cleaned", f"{why}; {done}")
 
-    if not os.path.lexists(state.request_path):
+    if not state.owned():  # listed a moment ago; raises when another user could have written it
+        return Visit(sandbox, "skipped", "not created by kata-mem")
+    raw = state.read_request()
+    if raw is None:
         if state.path.is_file():
             return Visit(sandbox, "skipped", "no saved request (applied with --force only)")
         return forget("no journal and no request: nothing was ever applied")
-    raw = read_capped(state.request_path, cap=STATE_CAP, what="saved request", error=ConfigError)
-    saved = SandboxRequest.from_json(raw)
+    try:
+        saved = SandboxRequest.from_json(raw)
+    except InputError as exc:
+        # Input from disk like any other: refused (a libvirt URI that is not local, too)
+        # before anything it names is opened.
+        raise InputError(f"{state.request_path}: {exc.message}") from exc
     if saved.sandbox != sandbox:
         raise ConfigError(
             f"{state.request_path}: is for sandbox {saved.sandbox!r}, not {sandbox!r}; "
@@ -180,10 +187,15 @@ def reconcile_all(
 ) -> list[Visit]:
     """Visit every sandbox once; never raises for one sandbox's trouble.
 
-    :raises ConfigError: the state directory is not a directory, or is not kata-mem's.
+    :raises ConfigError: the state directory is not a directory, is not kata-mem's, or
+        could have been written by another user. A sandbox directory that another user
+        could have written is that sandbox's failure (exit 3), and is not read.
     """
     listing = list_state_dir(state_dir)
     visits = [visit(state_dir, sandbox, env, clock) for sandbox in listing.sandboxes]
+    visits += [
+        Visit(name, "failed", why, exit_code=ConfigError.exit_code) for name, why in listing.refused
+    ]
     for name in listing.foreign:
         shown = name.encode("utf-8", "backslashreplace").decode()
         visits.append(Visit(shown, "skipped", "not created by kata-mem"))

@@ -251,13 +251,42 @@ def sizing_annotations(sizing: SandboxSizing) -> dict[str, str]:
 # --- The parts of a request --------------------------------------------------------
 
 
+#: The libvirt URIs kata-mem opens: local connections only, whatever wrote the URI (the
+#: command line, a shim request, a saved request on disk). libvirt's other transports
+#: reach another host (``ssh``, ``tcp``, ``tls``, ``libssh``) or run a command
+#: (``ext``, ``?command=``); query parameters pick a command, a socket or a daemon
+#: (``?socket=``, ``?netcat=``, ``?no_verify=``, ``embed?root=``), and a ``test:///FILE``
+#: URI makes libvirt read that file as root (https://libvirt.org/uri.html and
+#: https://libvirt.org/remote.html: transports and extra parameters).
+LIBVIRT_URIS = (
+    "qemu:///system",
+    "qemu:///session",
+    "qemu+unix:///system",
+    "qemu+unix:///session",
+    "test:///default",
+)
+
+
 @dataclass(frozen=True)
 class Endpoint:
-    """Where a VM's hypervisor listens: a QMP socket, or a libvirt URI and domain."""
+    """Where a VM's hypervisor listens: a QMP socket, or a libvirt URI and domain.
+
+    :raises InputError: (on construction) a libvirt URI that is not one of
+        :data:`LIBVIRT_URIS`; every interface builds its endpoint here, so every one
+        is checked the same way.
+    """
 
     kind: Literal["qmp", "libvirt"]
     target: str
     domain: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind == "libvirt" and self.target not in LIBVIRT_URIS:
+            raise InputError(
+                f"libvirt URI {json.dumps(self.target)[:200]}: not a local connection; expected "
+                f"one of {', '.join(LIBVIRT_URIS)} (kata-mem runs as root: no remote transport, "
+                "no command, no query parameters)"
+            )
 
     def describe(self) -> str:
         return (
@@ -276,7 +305,8 @@ class Endpoint:
     def from_json(cls, doc: dict[str, Any], at: str = "backend") -> Endpoint:
         """Read a request's ``backend`` object.
 
-        :raises InputError: an unknown type, a missing or empty field, or an unknown field.
+        :raises InputError: an unknown type, a missing or empty field, an unknown field,
+            or a libvirt URI that is not local.
         """
         kind = doc.get("type")
         if kind == "qmp":
@@ -285,7 +315,11 @@ class Endpoint:
         if kind == "libvirt":
             _REQUEST.only(doc, ("type", "uri", "domain"), at)
             uri = _REQUEST.required_string(doc, "uri", at)
-            return cls("libvirt", uri, _REQUEST.required_string(doc, "domain", at))
+            domain = _REQUEST.required_string(doc, "domain", at)
+            try:
+                return cls("libvirt", uri, domain)
+            except InputError as exc:
+                raise InputError(f"{_REQUEST.name(path(at, 'uri'))}: {exc.message}") from exc
         raise _REQUEST.fail(path(at, "type"), '"qmp" or "libvirt"', kind)
 
 

@@ -18,6 +18,7 @@ from kata_mem.model import (
 )
 from kata_mem.request import (
     EVENTS,
+    LIBVIRT_URIS,
     MIN_HOST_MEMORY,
     ROLES,
     STATES,
@@ -115,7 +116,7 @@ def sandbox_requests(draw: st.DrawFn) -> SandboxRequest:
     endpoint = draw(
         st.none()
         | st.builds(Endpoint, st.just("qmp"), request_text)
-        | st.builds(Endpoint, st.just("libvirt"), request_text, request_text)
+        | st.builds(Endpoint, st.just("libvirt"), st.sampled_from(LIBVIRT_URIS), request_text)
     )
     event = draw(st.sampled_from(EVENTS))
     page = 1 << draw(st.integers(min_value=16, max_value=34))

@@ -465,6 +465,47 @@ def test_reconcile_forgets_a_gone_vm_without_loading_its_configuration(
     assert sorted(p.name for p in state.iterdir()) == [STATE_MARKER]
 
 
+def test_reconcile_says_what_it_removed_and_what_it_kept(run_cli: Run, tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    cfg = config_for(tmp_path, state)
+    sock = tmp_path / "qmp.sock"
+    with FakeQmpServer(sock, FakeQemu()):
+        assert apply(run_cli, cfg, sock, state, "sb", "--limit", "256Mi").code == 0
+    (state / "sb" / "notes.txt").write_text("mine\n")  # someone's, in kata-mem's directory
+    r = run_cli("reconcile", "--state-dir", str(state))
+    assert r.code == 0, r
+    assert r.out.startswith("sb: cleaned: the VM is gone (QMP socket"), r
+    assert r.out.rstrip().endswith(
+        f"; kata-mem's files were removed, but the directory {state / 'sb'} was kept because "
+        "it holds entries kata-mem did not create: notes.txt"
+    ), r
+    assert sorted(p.name for p in (state / "sb").iterdir()) == [
+        ".kata-mem-sandbox",
+        "lock",
+        "notes.txt",
+    ]
+
+
+def test_status_all_says_a_corrupt_journal_is_shown_as_unknown(
+    run_cli: Run, qemu: tuple[FakeQemu, FakeQmpServer], tmp_path: Path
+) -> None:
+    """A listing asks no VM: it says what it shows, and what will rebuild the journal."""
+    _fake, server = qemu
+    state = tmp_path / "state"
+    cfg = config_for(tmp_path, state)
+    assert apply(run_cli, cfg, server.path, state, "sb", "--limit", "256Mi").code == 0
+    (state / "sb" / "journal.json").write_text("{")
+    before = snapshot(state)
+    r = run_cli("status", "--all", "--state-dir", str(state), "--json")
+    assert r.code == 0 and json.loads(r.out)["sandboxes"][0]["state"] == "unknown", r
+    assert (
+        f"journal {state / 'sb' / 'journal.json'} is corrupt or truncated (" in r.err
+        and "; shown as unknown; the next apply rebuilds it from the hypervisor" in r.err
+        and "rebuilt" not in r.err
+    ), r.err
+    assert snapshot(state) == before
+
+
 def test_reconcile_forgets_a_libvirt_domain_that_no_longer_exists(
     run_cli: Run, qemu: tuple[FakeQemu, FakeQmpServer], tmp_path: Path
 ) -> None:
@@ -515,7 +556,8 @@ def test_damaged_journal_is_rebuilt(
     assert apply(run_cli, cfg, server.path, state, "sb", "--limit", "256Mi").code == 0
     (state / "sb" / "journal.json").write_bytes(damage)
     r = run_cli("status", "--qmp", str(server.path), "--sandbox", "sb", "--state-dir", str(state))
-    assert r.code == 0 and "rebuilt from the hypervisor" in r.err, r
+    # status only reads: it says what it shows, and what rebuilds the journal.
+    assert r.code == 0 and "shown as unknown; the next apply rebuilds it" in r.err, r
     r = apply(run_cli, cfg, server.path, state, "sb", "--limit", "256Mi", "--json")
     doc = json.loads(r.out)
     assert (r.code, doc["status"]) == (0, "NoChange"), r

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from kata_mem.config import load_config
 from kata_mem.errors import ConfigError, InputError, KataMemError
-from kata_mem.request import SandboxRequest
+from kata_mem.request import LIBVIRT_URIS, SandboxRequest
 from kata_mem.shim import run_shim
 from kata_mem.sources import pod_containers, read_oci, read_pod
 from tests.conftest import KATA_CONFIGS, PODS, REPO
@@ -273,7 +273,10 @@ noisy_requests = st.fixed_dictionaries(
                 {"type": st.sampled_from(["qmp", "libvirt", "xen"])},
                 optional={
                     "socket": st.text(max_size=4),
-                    "uri": st.text(max_size=4),
+                    "uri": st.one_of(
+                        st.text(max_size=4),
+                        st.sampled_from([*LIBVIRT_URIS, "qemu+ext:///system?command=/bin/true"]),
+                    ),
                     "domain": st.text(max_size=4),
                 },
             ),
