@@ -395,11 +395,13 @@ def _plan_memory(
     upper, upper_what = ceiling, "the maximum"
     if mech != "static" and target > vm.total:
         for cause, room, detail in _guard_rooms(cfg, vm, guards, target):
+            bound = max(room, vm.total)
             if target > room:
-                limit = max(room, vm.total)
-                clamp(cause, limit, detail(limit))
-                target = upper = limit
-                upper_what = GUARD_NAMES[cause]
+                clamp(cause, bound, detail(bound))
+                target = bound
+            # A target within the room still rounds up to whole blocks: not past the room.
+            if bound < upper:
+                upper, upper_what = bound, GUARD_NAMES[cause]
 
     # Round the hotplugged amount up to whole blocks, unless that crosses the max.
     want = target - base
