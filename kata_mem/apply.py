@@ -149,7 +149,14 @@ def probe(
 
 def sandbox_host(cfg: SizingConfig, overrides: HostOverrides) -> HostFacts:
     """The host as a sandbox of ``cfg`` sees it: :func:`probe` with ``[kata_mem]
-    host_memory_cgroup``, whose errors name the file that set it."""
+    host_memory_cgroup``, whose errors name the file that set it.
+
+    A given host memory (``--host-memory``, ``host.memory_bytes``) replaces the memory
+    probe, that cgroup's cap included: a plan made for another host reproduces
+    anywhere, whatever cgroups this one has. The other overrides leave the cap alone.
+    """
+    if overrides.memory is not None:
+        return probe(overrides)
     source = dict(cfg.sources).get("kata_mem.host_memory_cgroup", "")
     origin = source.partition(" = ")[0] if ": [kata_mem]" in source else ""
     return probe(

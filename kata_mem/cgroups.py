@@ -206,7 +206,7 @@ def cgroup_of_pid(pid: int, *, proc: str = "/proc", mountinfo: Optional[str] = N
         return HostCgroup(
             path=directory,
             version=2,
-            usage=_usage(os.path.join(directory, FILES[2][1])),
+            usage=_usage(os.path.join(directory, FILES[2][1]))[0],
             origin=prefix,
         )
     if not os.path.isdir(directory):
@@ -334,7 +334,8 @@ def _version(directory: str) -> Optional[int]:
 
 def _walk(start: str, version: int, prefix: str, origin: str) -> HostCgroup:
     limit_name, usage_name = FILES[version]
-    usage = _usage(os.path.join(start, usage_name))
+    usage, problem = _usage(os.path.join(start, usage_name))
+    unread = [problem] if problem else []
     levels = []
     directory = start
     while True:
@@ -349,15 +350,11 @@ def _walk(start: str, version: int, prefix: str, origin: str) -> HostCgroup:
         except ValueError as exc:
             raise CgroupUnreadable(f"{prefix}: {limit_file} holds {exc}") from exc
         if limit is not None:
-            levels.append(
-                CgroupLevel(
-                    path=directory,
-                    limit=limit,
-                    usage=usage
-                    if directory == start
-                    else _usage(os.path.join(directory, usage_name)),
-                )
-            )
+            level_usage = usage
+            if directory != start:
+                level_usage, problem = _usage(os.path.join(directory, usage_name))
+                unread += [problem] if problem else []
+            levels.append(CgroupLevel(path=directory, limit=limit, usage=level_usage))
         parent = os.path.dirname(directory)
         if parent == directory or not os.path.lexists(os.path.join(parent, limit_name)):
             break
@@ -368,15 +365,20 @@ def _walk(start: str, version: int, prefix: str, origin: str) -> HostCgroup:
         usage=usage,
         levels=tuple(levels),
         origin=origin,
+        unread_usage=tuple(unread),
     )
 
 
-def _usage(path: str) -> Optional[int]:
+def _usage(path: str) -> tuple[Optional[int], str]:
+    """A usage file's bytes, or ``None`` and why not: unknown, which the guard can do
+    without (it then counts the VMM overhead model alone), but says so."""
     try:
         text = _read(path, _VALUE_CAP, "cgroup usage").strip()
-    except CgroupUnreadable:
-        return None
-    return int(text) if _DIGITS.fullmatch(text) else None
+    except CgroupUnreadable as exc:
+        return None, exc.message
+    if _DIGITS.fullmatch(text):
+        return int(text), ""
+    return None, f"{path} holds {text[:40]!r}, not a number of bytes"
 
 
 def _read(path: str, cap: int, what: str) -> str:

@@ -16,16 +16,19 @@ from pathlib import Path
 from typing import Any, Callable, Optional, TypeVar
 
 import click
+from click.shell_completion import CompletionItem
 
 from kata_mem import config as config_mod
 from kata_mem import logs, render
 from kata_mem.apply import preview as plan_preview
 from kata_mem.apply import probe, sandbox_host, serve
 from kata_mem.errors import InputError, KataMemError
+from kata_mem.host import machine_arch
 from kata_mem.model import Settings, SizingConfig
 from kata_mem.planner import current_problem
 from kata_mem.quantity import quantity_bytes
 from kata_mem.request import (
+    GO_ARCH,
     MIN_HOST_MEMORY,
     Endpoint,
     HostOverrides,
@@ -33,6 +36,7 @@ from kata_mem.request import (
     check_hugepages,
     normalize_arch,
 )
+from kata_mem.shim import closed_stdout, stdout_closed
 from kata_mem.sources import build_workload
 from kata_mem.units import to_mib_floor
 
@@ -55,22 +59,49 @@ def _utf8(value: str, param: Optional[click.Parameter], expected: str) -> str:
     return value
 
 
+def _given(
+    kind: click.ParamType[Any], value: Any, param: Optional[click.Parameter], ctx: Any
+) -> None:
+    """Refuse an empty value: it would silently mean the default (``--socket ""``
+    binding the default socket), which is not what was written."""
+    if value in ("", b""):
+        kind.fail("an empty value; give one, or leave the option out for the default", param, ctx)
+
+
 class Text(click.types.StringParamType):
-    """A string that must be UTF-8."""
+    """A non-empty string that must be UTF-8; ``expected`` says what it is, for errors."""
+
+    def __init__(self, expected: str = "text") -> None:
+        self.expected = expected
 
     def convert(self, value: Any, param: Optional[click.Parameter], ctx: Any) -> str:
-        return _utf8(super().convert(value, param, ctx), param, "text")
+        _given(self, value, param, ctx)
+        return _utf8(super().convert(value, param, ctx), param, self.expected)
+
+
+class ArchName(Text):
+    """An architecture name (checked by :func:`normalize_arch`, exit 4); the shell
+    completes the names kata-mem knows."""
+
+    def __init__(self) -> None:
+        super().__init__("an architecture name")
+
+    def shell_complete(
+        self, ctx: click.Context, param: click.Parameter, incomplete: str
+    ) -> list[CompletionItem]:
+        return [CompletionItem(name) for name in GO_ARCH if name.startswith(incomplete)]
 
 
 class FileName(click.Path):
-    """A file or directory name: the shell completes it, kata-mem checks it (click's own
-    checks are off, so that the errors and exit codes stay kata-mem's)."""
+    """A non-empty file or directory name: the shell completes it, kata-mem checks it
+    (click's own checks are off, so that the errors and exit codes stay kata-mem's)."""
 
     def __init__(self, *, directory: bool = False, utf8: bool = True, path_type: Any = None):
         super().__init__(exists=False, file_okay=not directory, path_type=path_type)
         self.utf8 = utf8
 
     def convert(self, value: Any, param: Optional[click.Parameter], ctx: Any) -> Any:
+        _given(self, value, param, ctx)
         return self.coerce_path_result(_utf8(value, param, "a path") if self.utf8 else value)
 
 
@@ -81,18 +112,25 @@ def _emit(data: dict[str, Any]) -> None:
 def host_options(fn: F) -> F:
     fn = click.option(
         "--host-hugepages",
+        type=Text("COUNTxSIZE"),
         metavar="COUNTxSIZE",
         help="Override the hugepage pool, e.g. 512x2Mi (used with enable_hugepages).",
     )(fn)
     fn = click.option(
         "--host-arch",
+        type=ArchName(),
         metavar="ARCH",
         help="Override the architecture: x86_64/amd64, aarch64/arm64, ppc64le, s390x, riscv64.",
     )(fn)
     fn = click.option(
         "--host-cpus", type=click.IntRange(min=1), metavar="N", help="Override the host CPU count."
     )(fn)
-    fn = click.option("--host-memory", metavar="QTY", help="Override host MemTotal, e.g. 32Gi.")(fn)
+    fn = click.option(
+        "--host-memory",
+        type=Text("a quantity"),
+        metavar="QTY",
+        help="Override host MemTotal, e.g. 32Gi (floored to MiB, as MemTotal is).",
+    )(fn)
     return fn
 
 
@@ -108,8 +146,7 @@ def _host(
         raise InputError(
             f"--host-memory {host_memory!r}: expected at least {to_mib_floor(MIN_HOST_MEMORY)}Mi"
         )
-    if host_arch is not None:
-        host_arch = normalize_arch(host_arch, "--host-arch")
+    arch = None if host_arch is None else normalize_arch(host_arch, "--host-arch")
     pool = None
     if host_hugepages is not None:
         count, sep, size = host_hugepages.partition("x")
@@ -122,8 +159,9 @@ def _host(
             int(count),
             quantity_bytes(size, f"--host-hugepages {host_hugepages!r}: SIZE"),
             f"--host-hugepages {host_hugepages!r}",
+            arch or machine_arch(),
         )
-    return HostOverrides(memory, host_cpus, host_arch, pool)
+    return HostOverrides(memory, host_cpus, arch, pool)
 
 
 def _find_config(path: Optional[str]) -> tuple[Path, str]:
@@ -174,7 +212,20 @@ def global_options(fn: F) -> F:
     return fn
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _BrokenPipe(Exception):
+    """A BrokenPipeError out of a command, kept from click, which would answer it with a
+    quiet exit 1 wherever it came from (``BaseCommand.main`` catches every EPIPE)."""
+
+
+class _Group(click.Group):
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError as exc:
+            raise _BrokenPipe() from exc
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @global_options
 @click.version_option(package_name="kata-mem")
 def cli() -> None:
@@ -208,12 +259,14 @@ def request_options(fn: F) -> F:
         ),
         click.option(
             "--limit",
+            type=Text("a quantity"),
             multiple=True,
             metavar="QTY",
             help="A container memory limit, e.g. 512Mi (repeatable).",
         ),
         click.option(
             "--cpu",
+            type=Text("a quantity"),
             multiple=True,
             metavar="QTY",
             help="A container CPU limit, e.g. 500m (repeatable).",
@@ -235,7 +288,10 @@ def request_options(fn: F) -> F:
 @global_options
 @request_options
 @click.option(
-    "--current", metavar="QTY", help="Guest memory now (boot + plugged); default: boot memory."
+    "--current",
+    type=Text("a quantity"),
+    metavar="QTY",
+    help="Guest memory now (boot + plugged); default: boot memory.",
 )
 @click.option(
     "--allow-shrink",
@@ -265,7 +321,7 @@ def preview(
     would do with the same flags. Changes nothing."""
     cfg, _ = _config(config_path)
     host = sandbox_host(cfg, _host(host_memory, host_cpus, host_arch, host_hugepages))
-    workload = build_workload(pod, oci, limit, cpu)
+    workload = build_workload(pod, oci, limit, cpu, host.arch)
     current_bytes = None
     if current is not None:
         current_bytes = quantity_bytes(current, "--current")
@@ -296,11 +352,6 @@ def _endpoint(
 
 def _sandbox_id(sandbox: Optional[str], endpoint: Optional[Endpoint]) -> str:
     """The given id, else one derived from the endpoint (stable across calls)."""
-    if sandbox == "":
-        raise InputError(
-            "--sandbox '': expected a non-empty sandbox id (or no --sandbox, to derive one "
-            "from the socket or domain)"
-        )
     if sandbox is not None:
         return sandbox
     if endpoint is None:
@@ -401,7 +452,8 @@ def apply(
     overrides = replace(
         _host(host_memory, host_cpus, host_arch, host_hugepages), cgroup=host_cgroup
     )
-    workload = build_workload(pod, oci, limit, cpu)
+    # The host's architecture, as serve() will probe it: it says which hugepage sizes exist.
+    workload = build_workload(pod, oci, limit, cpu, overrides.arch or machine_arch())
     if force:
         log.warning("--force skips every shrink safety check; for tests and benchmarks only")
     request = SandboxRequest(
@@ -451,7 +503,12 @@ def apply(
     help="Every sandbox in the state directory and the node's totals, from the journals "
     "(schema kata-mem/node/v1 with --json).",
 )
-@click.option("--host-memory", metavar="QTY", help="Override host MemTotal (with --all).")
+@click.option(
+    "--host-memory",
+    type=Text("a quantity"),
+    metavar="QTY",
+    help="Override host MemTotal (with --all).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (schema kata-mem/status/v1).")
 def status(
     qmp: Optional[str],
@@ -611,11 +668,17 @@ def serve_node(
 
 @cli.command()
 @global_options
-def shim() -> None:
+@click.option(
+    "--print-schema",
+    type=click.Choice(("request", "response")),  # kata_mem.main.SHIM_SCHEMAS
+    help="Print that JSON Schema on stdout and exit.",
+)
+def shim(print_schema: Optional[str]) -> None:
     """Read one JSON request on stdin, write one JSON response on stdout (see the README).
 
-    Dispatched before click is imported; this entry only documents it in --help."""
-    raise click.UsageError("kata-mem shim takes no options; pipe a request into it")
+    Dispatched before click is imported (kata_mem.main); this entry documents it in
+    --help and completes its options."""
+    raise click.UsageError("kata-mem shim is run before click; call it through kata_mem.main")
 
 
 @cli.command()
@@ -623,7 +686,7 @@ def shim() -> None:
 @host_options
 @click.option(
     "--cgroup",
-    default="",
+    type=FileName(directory=True),
     metavar="DIR",
     help="A memory cgroup directory (v1 or v2) whose limit lowers host memory.",
 )
@@ -633,11 +696,13 @@ def host(
     host_cpus: Optional[int],
     host_arch: Optional[str],
     host_hugepages: Optional[str],
-    cgroup: str,
+    cgroup: Optional[str],
     as_json: bool,
 ) -> None:
     """Show the host facts kata-mem sizes against."""
-    facts = probe(_host(host_memory, host_cpus, host_arch, host_hugepages), cgroup, "--cgroup")
+    facts = probe(
+        _host(host_memory, host_cpus, host_arch, host_hugepages), cgroup or "", "--cgroup"
+    )
     if as_json:
         _emit(render.host_json(facts))
     else:
@@ -664,6 +729,9 @@ def config_check(file: Optional[str], as_json: bool) -> None:
 
 
 def _report(exc: KataMemError, as_json: bool) -> int:
+    # A path that is not UTF-8 (an argument, a config.d entry) is carried as lone
+    # surrogates, which would print as '\udcff': show the bytes as typed, \xff.
+    exc.message = exc.message.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
     logs.emit_error(exc)
     if as_json:
         _emit(render.error_json(exc))
@@ -671,8 +739,26 @@ def _report(exc: KataMemError, as_json: bool) -> int:
 
 
 def run_cli(argv: Optional[list[str]] = None) -> int:
-    """Run the CLI; return the process exit code (never raises for bad input)."""
+    """Run the CLI; return the process exit code (never raises for bad input).
+
+    A closed stdout (``kata-mem preview ... | head -1``) exits quietly with
+    :data:`~kata_mem.shim.CLOSED_STDOUT`, as the shim does.
+    """
     args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return _run(args)
+    except (BrokenPipeError, _BrokenPipe) as exc:  # a command's, or an error document's
+        cause = exc.__cause__ if isinstance(exc, _BrokenPipe) else exc
+        assert isinstance(cause, BrokenPipeError)
+        return closed_stdout() if stdout_closed() else _internal_error(cause)
+    except SystemExit as exc:
+        # kata-mem --help: click has already muted the broken pipe into exit 1.
+        if exc.code == 1 and stdout_closed():
+            return closed_stdout()
+        raise
+
+
+def _run(args: list[str]) -> int:
     as_json = "--json" in args
     # Until click has parsed the options (and for its own usage errors), report in
     # the format the command line asks for.
@@ -697,15 +783,21 @@ def run_cli(argv: Optional[list[str]] = None) -> int:
         else:
             exc.show()
         return exc.exit_code
+    except _BrokenPipe:
+        raise
     except Exception as exc:  # a bug: say so briefly, with the traceback only on request
-        if os.environ.get("KATA_MEM_DEBUG"):
-            raise
-        logs.emit(
-            "error",
-            f"internal error: {logs.describe(exc)} (a bug in kata-mem; set "
-            "KATA_MEM_DEBUG=1 for the traceback)",
-            kind="internal",
-            exit_code=1,
-        )
-        return 1
+        return _internal_error(exc)
     return rv if isinstance(rv, int) else 0
+
+
+def _internal_error(exc: Exception) -> int:
+    if os.environ.get("KATA_MEM_DEBUG"):
+        raise exc
+    logs.emit(
+        "error",
+        f"internal error: {logs.describe(exc)} (a bug in kata-mem; set "
+        "KATA_MEM_DEBUG=1 for the traceback)",
+        kind="internal",
+        exit_code=1,
+    )
+    return 1

@@ -241,18 +241,33 @@ def load_config(path: Path) -> SizingConfig:
     return cfg
 
 
+def _table_file(origins: Origins, name: str, first: str) -> str:
+    """The files that set keys of ``[hypervisor.NAME]``, first the one that added it."""
+    files = dict.fromkeys(f for key, f in origins.items() if key[:2] == ("hypervisor", name))
+    return ", ".join(files) or first
+
+
 def _load_config(path: Path) -> SizingConfig:
     data, origins, files = load_raw(path)
     first = str(path)
     hypervisors = data.get("hypervisor", {})
     if not isinstance(hypervisors, dict) or not hypervisors:
+        where = origins.get(("hypervisor",), first)  # a drop-in may have set it to a value
         raise ConfigError(
-            f"{first}: no [hypervisor.NAME] section (expected one, e.g. [hypervisor.qemu])"
+            f"{where}: no [hypervisor.NAME] section (expected one, e.g. [hypervisor.qemu])"
         )
     tables = {k: v for k, v in hypervisors.items() if isinstance(v, dict)}
     if len(tables) != 1:
-        names = ", ".join(f"[hypervisor.{n}]" for n in sorted(tables)) or "none"
-        raise ConfigError(f"{first}: expected exactly one [hypervisor.NAME] section, found {names}")
+        read, names = first, ", ".join(f"[hypervisor.{n}]" for n in sorted(tables))
+        if len(files) > 1:
+            # Each named with its files: often a drop-in added one, not the main file.
+            read = f"{first} with its drop-ins"
+            names = ", ".join(
+                f"[hypervisor.{n}] (in {_table_file(origins, n, first)})" for n in sorted(tables)
+            )
+        raise ConfigError(
+            f"{read}: expected exactly one [hypervisor.NAME] section, found {names or 'none'}"
+        )
     name, table = next(iter(tables.items()))
     hv = _Reader(table, ("hypervisor", name), origins, first)
 
@@ -317,6 +332,10 @@ def _load_config(path: Path) -> SizingConfig:
     )
 
 
+def _absolute_path(v: Any) -> bool:
+    return is_str(v) and v.startswith("/") and "\0" not in v
+
+
 def _power_of_two_mib(v: Any) -> bool:
     return is_int(v) and v >= 1 and v & (v - 1) == 0
 
@@ -356,13 +375,20 @@ SETTINGS_KEYS: dict[str, tuple[str, int, Callable[[Any], bool], str]] = {
         "an integer >= 1 (seconds)",
     ),
     "allow_shrink": ("allow_shrink", 1, is_bool, "true or false"),
-    "state_dir": ("state_dir", 1, lambda v: is_str(v) and v.startswith("/"), "an absolute path"),
-    "host_memory_cgroup": ("host_memory_cgroup", 1, is_str, 'a memory cgroup directory or ""'),
+    # Absolute: reconcile, serve and the shim run from other directories than the one a
+    # relative path was written for. No NUL: no path the kernel takes has one.
+    "state_dir": ("state_dir", 1, _absolute_path, "an absolute path without NUL"),
+    "host_memory_cgroup": (
+        "host_memory_cgroup",
+        1,
+        lambda v: v == "" or _absolute_path(v),
+        'an absolute path without NUL (a memory cgroup directory), or "" for none',
+    ),
     "hugepages_path": (
         "hugepages_path",
         1,
-        lambda v: is_str(v) and v.startswith("/"),
-        "an absolute path (a hugetlbfs mount)",
+        _absolute_path,
+        "an absolute path without NUL (a hugetlbfs mount)",
     ),
     "sizing": (
         "sizing",

@@ -72,6 +72,48 @@ def toml_value(value: Any) -> str:
     return f"a {type(value).__name__}"
 
 
+class KeyOnce:
+    """A ``json`` ``object_pairs_hook`` that keeps every key of an object once: decoders
+    disagree on which of two values counts (Python's and Go's keep the last, others the
+    first), so an object with a key given twice is refused, naming its path
+    (:meth:`check`, after the decode: the hook cannot know where it is)."""
+
+    def __init__(self) -> None:
+        self._twice: dict[int, str] = {}
+
+    def __call__(self, pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        obj = dict(pairs)
+        if len(obj) < len(pairs):
+            seen: set[str] = set()
+            for key, _ in pairs:
+                if key in seen:
+                    self._twice[id(obj)] = key
+                    break
+                seen.add(key)
+        return obj
+
+    def check(self, doc: Any, where: str) -> None:
+        """:raises InputError: for the first object of ``doc``, in document order, with a
+        key given twice; ``where`` names the document."""
+        if not self._twice:
+            return
+        # Depth-first in document order, without recursion (the decoder has bounded the
+        # depth, but the walk may start deeper in the stack than it did).
+        todo: list[tuple[str, Any]] = [("", doc)]
+        while todo:
+            at, value = todo.pop()
+            if isinstance(value, dict):
+                if id(value) in self._twice:
+                    key = self._twice[id(value)]
+                    raise InputError(
+                        f"{where} {path(at, key)}: the key {json.dumps(key)} is given more "
+                        "than once in one object; expected each key once"
+                    )
+                todo.extend(reversed([(path(at, k), v) for k, v in value.items()]))
+            elif isinstance(value, list):
+                todo.extend(reversed([(path(at, i), v) for i, v in enumerate(value)]))
+
+
 @dataclass(frozen=True)
 class Fields:
     """Typed reads from one document. ``where`` names the document in errors

@@ -27,6 +27,7 @@ from kata_mem.model import (
     SizingConfig,
     VmState,
 )
+from kata_mem.units import MiB, align_down, fmt_bytes
 
 #: The limit libvirt's ``<memtune><hard_limit>`` sets, named as a cgroup level.
 HARD_LIMIT = "libvirt <memtune><hard_limit>"
@@ -55,18 +56,25 @@ def read_cgroup(vm: VmState, given: Optional[str], origin: str) -> tuple[Optiona
         found = replace(found, levels=(hard, *found.levels))
     elif found is None and vm.vmm_hard_limit is not None:
         return None, (
-            f"{HARD_LIMIT} is {vm.vmm_hard_limit} bytes but QEMU's cgroup was not found; "
+            f"{HARD_LIMIT} is {fmt_bytes(vm.vmm_hard_limit)} but QEMU's cgroup was not found; "
             "growth is not checked against it"
+        )
+    if found is not None and found.unread_usage:
+        return found, (
+            f"host cgroup usage unknown: {'; '.join(found.unread_usage)}; the guard counts "
+            "only the VMM overhead model there, not what else is charged"
         )
     return found, ""
 
 
 def node_budget(settings: Settings, host: HostFacts) -> Optional[int]:
-    """``(host - node_reserved) * node_overcommit``, floored to bytes; ``None``
-    when ``node_overcommit`` is not set (the node's total is then reported only)."""
+    """``(host - node_reserved) * node_overcommit``, floored to whole MiB (as every size
+    a plan sets is); ``None`` when ``node_overcommit`` is not set (the node's total is
+    then reported only)."""
     if settings.node_overcommit is None:
         return None
-    return max(int((host.memory - settings.node_reserved) * settings.node_overcommit), 0)
+    budget = int((host.memory - settings.node_reserved) * settings.node_overcommit)
+    return max(align_down(budget, MiB), 0)
 
 
 @dataclass(frozen=True)

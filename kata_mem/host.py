@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Optional
 
 from kata_mem.errors import ConfigError, InputError
-from kata_mem.model import HostFacts
+from kata_mem.model import Arch, HostFacts
 from kata_mem.request import check_hugepages, normalize_arch
 from kata_mem.units import KiB, MiB, align_down
 
@@ -37,9 +37,10 @@ def mem_available(proc: Path = Path("/proc")) -> Optional[int]:
 
 def read_cgroup_memory_limit(
     cgroup_dir: str, origin: str = "[kata_mem] host_memory_cgroup"
-) -> Optional[int]:
+) -> tuple[Optional[int], str]:
     """The effective memory limit of a cgroup directory, v1 or v2 (the smallest along
-    its ancestors up to the mount root); ``None`` when unlimited.
+    its ancestors up to the mount root; ``None`` when unlimited), and where it was read:
+    the limit file of the level that binds.
 
     ``origin`` names where the directory came from (the configuration key, or a
     command-line flag such as ``--cgroup``), so that the error points at what the
@@ -48,12 +49,27 @@ def read_cgroup_memory_limit(
     :raises ConfigError: (``InputError`` for a flag) when the directory is not a
         memory cgroup, or a limit on the way up cannot be read or parsed.
     """
-    from kata_mem.cgroups import CgroupUnreadable, cgroup_of_dir
+    from kata_mem.cgroups import FILES, CgroupUnreadable, cgroup_of_dir
 
     try:
-        return cgroup_of_dir(cgroup_dir, origin).limit
+        cgroup = cgroup_of_dir(cgroup_dir, origin)
     except CgroupUnreadable as exc:
         raise (InputError if origin.startswith("--") else ConfigError)(str(exc)) from exc
+    limit_file = FILES[cgroup.version][0]
+    where = f"cgroup v{cgroup.version} {limit_file} from {cgroup.path} up to the root"
+    if cgroup.limit is None:
+        return None, f"{where}: no limit"
+    binding = min(cgroup.levels, key=lambda level: level.limit)
+    return cgroup.limit, f"{where}: {binding.path}/{limit_file}, floored to MiB"
+
+
+def machine_arch() -> Arch:
+    """This machine's architecture, as its Go name.
+
+    :raises InputError: an architecture Kata does not support.
+    """
+    machine = os.uname().machine
+    return normalize_arch(machine, "this machine's architecture (uname -m; pass --host-arch)")
 
 
 def probe_host(
@@ -68,11 +84,14 @@ def probe_host(
 ) -> HostFacts:
     """Host facts, each from its override when given, else from the machine.
 
-    ``arch`` may be a ``uname -m`` or Go name; ``hugepages`` is (count, page size
-    in bytes), checked by :func:`check_hugepages`.
+    Memory is whole MiB, probed or given (MemTotal, an override, a cgroup limit: each
+    floored), so that every size a plan derives from it is whole MiB too. ``arch`` may
+    be a ``uname -m`` or Go name; ``hugepages`` is (count, page size in bytes), a
+    hugepage size of the architecture (:func:`check_hugepages`).
 
     :raises ConfigError: when ``cgroup_dir`` is set but is not a usable memory cgroup directory.
-    :raises InputError: an unknown architecture (given, or this machine's).
+    :raises InputError: an unknown architecture (given, or this machine's), or a
+        hugepage size the architecture does not have.
     """
     sources: list[tuple[str, str]] = []
     info = _meminfo(proc)
@@ -83,7 +102,9 @@ def probe_host(
         memory = align_down(int(psutil.virtual_memory().total), MiB)
         sources.append(("memory", "psutil (MemTotal), floored to MiB"))
     else:
-        sources.append(("memory", "override"))
+        floored = align_down(memory, MiB)
+        sources.append(("memory", "override" if floored == memory else "override, floored to MiB"))
+        memory = floored
     if cpus is None:
         import psutil
 
@@ -92,11 +113,8 @@ def probe_host(
     else:
         sources.append(("cpus", "override"))
     if arch is None:
-        machine = os.uname().machine
-        go_arch = normalize_arch(
-            machine, "this machine's architecture (uname -m; pass --host-arch)"
-        )
-        sources.append(("arch", f"uname machine = {machine}"))
+        go_arch = machine_arch()
+        sources.append(("arch", f"uname machine = {os.uname().machine}"))
     else:
         go_arch = normalize_arch(arch, "host arch")
         sources.append(("arch", "override"))
@@ -105,12 +123,15 @@ def probe_host(
         free = info.get("HugePages_Free", 0)
         sources.append(("hugepages", f"{proc}/meminfo"))
     else:
-        pages, page_size = check_hugepages(*hugepages, "host hugepages")
+        pages, page_size = check_hugepages(
+            *hugepages, "host hugepages (--host-hugepages, request host.hugepages)", go_arch
+        )
         free = pages
         sources.append(("hugepages", "override"))
-    limit = read_cgroup_memory_limit(cgroup_dir, cgroup_origin) if cgroup_dir else None
+    limit = None
     if cgroup_dir:
-        sources.append(("cgroup_memory_limit", f"{cgroup_dir}/memory.max"))
+        limit, where = read_cgroup_memory_limit(cgroup_dir, cgroup_origin)
+        sources.append(("cgroup_memory_limit", where))
     return HostFacts(
         memory=memory,
         cpus=cpus,
@@ -118,7 +139,7 @@ def probe_host(
         hugepage_size=page_size,
         hugepages_total=pages,
         hugepages_free=free,
-        cgroup_memory_limit=limit,
+        cgroup_memory_limit=None if limit is None else align_down(limit, MiB),
         cgroup_path=cgroup_dir,
         sources=tuple(sources),
     )

@@ -38,7 +38,18 @@ def _print_schema(args: list[str]) -> int:
         got = " ".join(repr(arg) for arg in given + extra) or "nothing"
         return _shim_usage(f"{option} expects one name, request or response; got {got}")
     with open(os.path.join(SCHEMA_DIR, SHIM_SCHEMAS[given[0]]), encoding="utf-8") as schema:
-        sys.stdout.write(schema.read())
+        return _print(schema.read())
+
+
+def _print(text: str) -> int:
+    """Write ``text`` on stdout, flushed while a closed stdout can still be told apart."""
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        from kata_mem.shim import closed_stdout
+
+        return closed_stdout()
     return 0
 
 
@@ -69,8 +80,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         args = rest
     if args[:1] == ["shim"]:
         if args[1:] in (["--help"], ["-h"]):
-            print(SHIM_HELP)
-            return 0
+            return _print(SHIM_HELP + "\n")
         if args[1:] and args[1].partition("=")[0] == "--print-schema":
             return _print_schema(args[1:])
         if len(args) > 1:

@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 import yaml
 
 from kata_mem.errors import InputError, QuantityError
+from kata_mem.fields import KeyOnce
 from kata_mem.quantity import parse_quantity
 from kata_mem.units import INT64_MAX, INT64_MIN, UINT64_MAX
 
@@ -314,12 +315,39 @@ _MERGE = "tag:yaml.org,2002:merge"
 
 
 class GoYamlLoader(_Loader):
-    """A safe YAML loader whose untagged plain scalars are typed as go-yaml v2 types them."""
+    """A safe YAML loader whose untagged plain scalars are typed as go-yaml v2 types them,
+    and whose mappings refuse a key given twice."""
 
     def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
         if kind is yaml.ScalarNode and implicit[0]:
             return _MERGE if value == "<<" else _PLAIN
         return super().resolve(kind, value, implicit)  # type: ignore[no-untyped-call]
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        # PyYAML keeps the last of two equal keys in silence; Kubernetes refuses them
+        # (sigs.k8s.io/yaml UnmarshalStrict, go-yaml v2: 'key "memory" already set in
+        # map'; kubectl's strict field validation). Keys a merge (<<) brings in may be
+        # overridden, as in go-yaml: only the mapping's own keys are compared. The C
+        # loader builds mappings through this Python constructor too.
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, yaml.Node] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == _MERGE:
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    first = seen.setdefault(key, key_node)
+                except TypeError:  # unhashable: refused below, as PyYAML refuses it
+                    continue
+                if first is not key_node:
+                    shown = json_text(key) if isinstance(key, str) else repr(key)
+                    raise yaml.constructor.ConstructorError(
+                        problem=f"line {key_node.start_mark.line + 1}: the key {shown} is "
+                        "given more than once in one mapping (first on line "
+                        f"{first.start_mark.line + 1}); expected each key once, as Kubernetes "
+                        "does"
+                    )
+        return super().construct_mapping(node, deep)
 
 
 def _plain(loader: GoYamlLoader, node: yaml.Node) -> Any:
@@ -403,9 +431,13 @@ def _not_json(name: str) -> Any:
     raise ValueError(f"{name} is not JSON (Kubernetes' JSON decoder refuses it)")
 
 
-def _load_json(text: str) -> list[Any]:
+def _load_json(text: str, where: str) -> list[Any]:
+    once = KeyOnce()
     decoder = json.JSONDecoder(
-        parse_float=JsonNumber, parse_int=JsonNumber, parse_constant=_not_json
+        parse_float=JsonNumber,
+        parse_int=JsonNumber,
+        parse_constant=_not_json,
+        object_pairs_hook=once,
     )
     if "\\" in text or "\u2028" in text or "\u2029" in text:
         # Only the Python scanner lets a string keep its text; it is slower, so only here.
@@ -417,6 +449,8 @@ def _load_json(text: str) -> list[Any]:
         doc, at = decoder.raw_decode(text, at)
         docs.append(doc)
         at = _after_space(text, at)
+    for i, doc in enumerate(docs):
+        once.check(doc, f"{where}:" if len(docs) == 1 else f"{where}: document {i + 1}:")
     return docs
 
 
@@ -435,7 +469,7 @@ def load_documents(text: str, where: str) -> list[Any]:
     """
     if text.lstrip(GO_SPACE)[:1] in ("{", "["):
         try:
-            return [d for d in _load_json(text) if d is not None]
+            return [d for d in _load_json(text, where) if d is not None]
         except RecursionError as exc:
             raise _nesting(where) from exc
         except ValueError as exc:  # JSONDecodeError, NaN, or an int() too long to convert

@@ -203,6 +203,8 @@ class HostCgroup:
     origin: str = ""
     #: QEMU's charge after the steps ran (``apply`` only).
     usage_after: Optional[int] = None
+    #: The usage files that could not be read (their usage is ``None``), each with why.
+    unread_usage: tuple[str, ...] = ()
 
     @property
     def limit(self) -> Optional[int]:

@@ -133,7 +133,8 @@ def _ceiling(cfg: SizingConfig, host: HostFacts, configured: int) -> tuple[int, 
     else:
         ceiling, cause = configured, "default_maxmemory"
     if cfg.enable_hugepages:
-        pool = host.hugepages_total * host.hugepage_size
+        # Whole MiB, as host memory is (a pool of 64 KiB pages need not be).
+        pool = align_down(host.hugepages_total * host.hugepage_size, MiB)
         if pool < ceiling:
             ceiling, cause = pool, "hugepages"
     return ceiling, cause
@@ -374,7 +375,7 @@ def _plan_memory(
         # the boot size. The Go runtime boots the full size too, but leaves QEMU's
         # maxmem at default_maxmemory + memory_offset + 1024 MiB, so QEMU refuses to
         # start above that. kata-mem follows runtime-rs, never above the host.
-        raised = min(requested, top)
+        raised = min(align_up(requested, MiB), top)  # whole MiB: a static VM's block
         warnings.append(
             f"static_sandbox_resource_mgmt: the maximum is raised from {fmt_bytes(ceiling)} "
             f"({ceiling_cause}) to the boot size {fmt_bytes(raised)}, as runtime-rs does"
@@ -395,11 +396,13 @@ def _plan_memory(
     upper, upper_what = ceiling, "the maximum"
     if mech != "static" and target > vm.total:
         for cause, room, detail in _guard_rooms(cfg, vm, guards, target):
+            bound = max(room, vm.total)
             if target > room:
-                limit = max(room, vm.total)
-                clamp(cause, limit, detail(limit))
-                target = upper = limit
-                upper_what = GUARD_NAMES[cause]
+                clamp(cause, bound, detail(bound))
+                target = bound
+            # A target within the room still rounds up to whole blocks: not past the room.
+            if bound < upper:
+                upper, upper_what = bound, GUARD_NAMES[cause]
 
     # Round the hotplugged amount up to whole blocks, unless that crosses the max.
     want = target - base
@@ -440,6 +443,13 @@ def _plan_memory(
                 warnings.append(
                     "shrink planned: each step runs only after the guest-usage safety check"
                 )
+    node = guards.node
+    if node is not None and node.budget is not None and node.reserved >= node.host:
+        warnings.append(
+            f"node_reserved_mib ({fmt_bytes(node.reserved)}) is not below the host's memory "
+            f"({fmt_bytes(node.host)}): the node budget is 0, so no sandbox can grow; lower "
+            "node_reserved_mib"
+        )
     if guards.node is not None and guards.node.available is not None:
         grow = target - vm.total
         if grow > guards.node.available:

@@ -15,6 +15,7 @@ from kata_mem.model import (
     HostCgroup,
     HostFacts,
     MemoryDevice,
+    MemoryPlan,
     NodeView,
     Outcome,
     Plan,
@@ -143,6 +144,14 @@ _REQUESTED = {
 }
 
 
+def _requested(m: MemoryPlan) -> str:
+    """What ``requested`` is: ``pod-overhead`` without a known overhead is sized as
+    ``kata`` (planner ``sized``, which warns)."""
+    if m.sizing == "pod-overhead" and m.pod_overhead is None:
+        return f"{_REQUESTED['kata']} (no pod overhead known: sized as kata)"
+    return _REQUESTED[m.sizing]
+
+
 def _row(label: str, value: str, note: str = "") -> str:
     return f"  {label:<22}{value:>12}  {note}".rstrip()
 
@@ -164,7 +173,7 @@ def plan_text(plan: Plan, cfg: SizingConfig, title: str = "") -> str:
     lines += [
         "memory (MiB)",
         _row("base (default_memory)", str(to_mib_ceil(m.base))),
-        _row("requested", str(to_mib_ceil(m.requested)), _REQUESTED[m.sizing]),
+        _row("requested", str(to_mib_ceil(m.requested)), _requested(m)),
         _row("max", str(to_mib_floor(m.max)), max_note),
         _row(
             "target",
@@ -200,6 +209,9 @@ def plan_text(plan: Plan, cfg: SizingConfig, title: str = "") -> str:
     cg = m.host_cgroup
     if cg is not None:
         limit = "no limit" if cg.limit is None else f"limit {to_mib_floor(cg.limit)} MiB"
+        binding = min(cg.levels, key=lambda level: level.limit, default=None)
+        if binding is not None and binding.path != cg.path:
+            limit += f" at {binding.path}"  # a parent's: the level that binds
         used = "" if cg.usage is None else f", charged {to_mib_floor(cg.usage)} MiB"
         after = "" if cg.usage_after is None else f" (after: {to_mib_floor(cg.usage_after)} MiB)"
         vmm = "" if m.vmm_overhead is None else f", VMM overhead {to_mib_ceil(m.vmm_overhead)} MiB"
@@ -316,8 +328,17 @@ def config_text(cfg: SizingConfig, chosen_by: str) -> str:
         lines.append(f"  {key:<30} {_text(value):<10} <- {src.get(f'{section}.{base}', '?')}")
     lines.append("kata-mem settings ([kata_mem]):")
     for key, value in d["kata_mem"].items():
-        lines.append(f"  {key:<30} {_text(value):<10} <- {src.get(f'kata_mem.{key}', '?')}")
+        shown = _UNSET.get(key, "unset") if value in (None, "") else _text(value)
+        lines.append(f"  {key:<30} {shown:<10} <- {src.get(f'kata_mem.{key}', '?')}")
     return "\n".join(lines)
+
+
+#: What a setting left out (or "") means, for config check's text (README, the table).
+_UNSET = {
+    "host_memory_cgroup": '"" (none: host memory is MemTotal alone)',
+    "pod_overhead_mib": "unset (only the Pod or its annotation gives a pod overhead)",
+    "node_overcommit": "unset (the node's total is reported, never enforced)",
+}
 
 
 def _text(value: object) -> str:

@@ -98,9 +98,23 @@ GO_ARCH: dict[str, Arch] = {
 }
 assert set(GO_ARCH.values()) == set(ARCHES)
 
-#: Smallest and largest hugepage sizes a Linux architecture offers (64 KiB on
-#: arm64/ppc64le up to 16 GiB on ppc64); a pool is count x size.
-_HUGEPAGE_SIZES = (64 * KiB, 16 * GiB)
+#: The hugepage sizes Linux offers on each architecture, as the kernel accepts them
+#: (``arch_hugetlb_valid_size``): x86_64 PMD and PUD, 2 MiB and 1 GiB
+#: (arch/x86/mm/hugetlbpage.c); arm64 with 4 KiB base pages, contiguous PTE, PMD,
+#: contiguous PMD and PUD, 64 KiB, 2 MiB, 32 MiB and 1 GiB (the table of
+#: Documentation/arch/arm64/hugetlbpage.rst; 16 KiB and 64 KiB base-page kernels
+#: offer other sizes, which kata-mem does not assume); ppc64le 16 MiB and 16 GiB with
+#: the hash MMU, 2 MiB and 1 GiB with radix (arch/powerpc/mm/hugetlbpage.c); s390x
+#: 1 MiB and 2 GiB, EDAT1 and EDAT2 (arch/s390/mm/hugetlbpage.c); riscv64 2 MiB and
+#: 1 GiB, and 64 KiB with Svnapot (arch/riscv/mm/hugetlbpage.c).
+HUGEPAGE_SIZES: dict[Arch, tuple[int, ...]] = {
+    "amd64": (2 * MiB, GiB),
+    "arm64": (64 * KiB, 2 * MiB, 32 * MiB, GiB),
+    "ppc64le": (2 * MiB, 16 * MiB, GiB, 16 * GiB),
+    "s390x": (MiB, 2 * GiB),
+    "riscv64": (64 * KiB, 2 * MiB, GiB),
+}
+assert tuple(HUGEPAGE_SIZES) == ARCHES
 
 
 def normalize_arch(name: str, what: str) -> Arch:
@@ -122,21 +136,46 @@ def normalize_arch(name: str, what: str) -> Arch:
     return arch
 
 
-def check_hugepages(count: int, size: int, what: str) -> tuple[int, int]:
-    """A hugepage pool given by hand: ``count`` pages of ``size`` bytes.
+def _size_name(size: int) -> str:
+    from kata_mem.quantity import format_quantity
 
-    :raises InputError: a negative count, or a size that is not a power of two
-        from 64 KiB to 16 GiB.
+    return format_quantity(Fraction(size))
+
+
+def check_hugepage_size(size: int, arch: Arch, what: str) -> int:
+    """``size`` (bytes), when it is a hugepage size of ``arch`` (:data:`HUGEPAGE_SIZES`).
+
+    :raises InputError: naming ``what`` and the sizes the architecture has.
     """
-    low, high = _HUGEPAGE_SIZES
+    sizes = HUGEPAGE_SIZES[arch]
+    if size not in sizes:
+        raise InputError(
+            f"{what}: page size {_size_name(size)} is not a hugepage size of {arch}; expected "
+            + " or ".join(map(_size_name, sizes))
+        )
+    return size
+
+
+def check_hugepages(
+    count: int, size: int, what: str, arch: Optional[Arch] = None
+) -> tuple[int, int]:
+    """A hugepage pool given by hand: ``count`` pages of ``size`` bytes, a hugepage size
+    of ``arch`` (of any architecture while ``arch`` is not known yet).
+
+    :raises InputError: a negative count, or a size that is no hugepage size.
+    """
     if count < 0 or count > (1 << 63) // max(size, 1):
         raise InputError(
             f"{what}: page count {count}: expected 0 or more pages, at most 2^63 bytes"
         )
-    if not low <= size <= high or size & (size - 1):
+    if arch is not None:
+        check_hugepage_size(size, arch, what)
+    elif not any(size in sizes for sizes in HUGEPAGE_SIZES.values()):
+        every = sorted({s for sizes in HUGEPAGE_SIZES.values() for s in sizes})
         raise InputError(
-            f"{what}: page size {size} bytes: expected a power of two from 64Ki to 16Gi "
-            "(e.g. 2Mi or 1Gi, the Hugepagesize of /proc/meminfo)"
+            f"{what}: page size {_size_name(size)} is not a hugepage size of any architecture "
+            f"Kata supports; expected one of {', '.join(map(_size_name, every))} (the "
+            "Hugepagesize of /proc/meminfo)"
         )
     return count, size
 
@@ -333,7 +372,7 @@ class HostOverrides:
 
     memory: Optional[int] = None
     cpus: Optional[int] = None
-    arch: Optional[str] = None
+    arch: Optional[Arch] = None
     hugepages: Optional[tuple[int, int]] = None
     #: The VMM's host memory cgroup directory, instead of finding it from the VMM's pid.
     cgroup: Optional[str] = None
@@ -369,7 +408,8 @@ class HostOverrides:
         cgroup = _REQUEST.string(doc, "cgroup", at)
         if cgroup is not None and not cgroup.startswith("/"):
             raise _REQUEST.fail(path(at, "cgroup"), "an absolute path (a cgroup directory)", cgroup)
-        arch = _REQUEST.string(doc, "arch", at)
+        name = _REQUEST.string(doc, "arch", at)
+        arch = None if name is None else normalize_arch(name, _REQUEST.name(path(at, "arch")))
         pool = None
         pages = _REQUEST.mapping(doc, "hugepages", at)
         if pages is not None:
@@ -379,11 +419,12 @@ class HostOverrides:
                 _REQUEST.required_integer(pages, "count", where, minimum=0),
                 _REQUEST.required_integer(pages, "size_bytes", where, minimum=1),
                 _REQUEST.name(where),
+                arch,  # else the host's, checked when it is probed
             )
         return cls(
             memory=_REQUEST.integer(doc, "memory_bytes", at, minimum=MIN_HOST_MEMORY),
             cpus=_REQUEST.integer(doc, "cpus", at, minimum=1),
-            arch=None if arch is None else normalize_arch(arch, _REQUEST.name(path(at, "arch"))),
+            arch=arch,
             hugepages=pool,
             cgroup=cgroup,
         )
@@ -421,6 +462,24 @@ def _container(item: Any, at: str) -> Container:
             raise _REQUEST.fail(path(at, "cpuset"), 'null or a CPU list such as "0-3,7"', cpuset)
         cpus = cpuset_size(cpuset, _REQUEST.name(path(at, "cpuset")))
     return Container(name, max(limit, 0), hugepages, cpu, role, state, _REQUEST.name(at), cpus)
+
+
+def unique_containers(containers: tuple[Container, ...]) -> tuple[Container, ...]:
+    """``containers``, each once: a container given twice (the same id in a request, the
+    same OCI spec twice on a command line) would count its limit twice, so, as a key
+    given twice is refused, so is an id.
+
+    :raises InputError: naming the id and both places.
+    """
+    first: dict[str, str] = {}
+    for c in containers:
+        if c.name in first:
+            raise InputError(
+                f"{c.origin}: container id {json.dumps(c.name)[:80]} is also that of "
+                f"{first[c.name]}; expected each container once"
+            )
+        first[c.name] = c.origin
+    return containers
 
 
 #: Where a lone surrogate can come from: an escape ``\uD800``-``\uDFFF``, or its UTF-8
@@ -542,7 +601,19 @@ class SandboxRequest:
         if isinstance(data, bytes):
             if len(data) > MAX_REQUEST_BYTES:
                 raise InputError(f"request larger than {MAX_REQUEST_BYTES} bytes")
-            doc = _decode(data)
+            try:
+                doc = _decode(data)
+            except InputError as exc:
+                # json.loads raises a plain ValueError (its syntax errors are
+                # JSONDecodeErrors, text errors UnicodeErrors) for one thing only: an
+                # integer longer than int() converts, whose message is Python's advice
+                # to raise sys.set_int_max_str_digits(). Say what a request may hold.
+                if type(exc.__cause__) is ValueError:
+                    raise InputError(
+                        "request: a number of thousands of digits; expected integers of at "
+                        f"most 64 bits ({INT64_MIN} to {UINT64_MAX})"
+                    ) from exc
+                raise
         else:
             doc = data
         if not isinstance(doc, dict):
@@ -563,7 +634,9 @@ class SandboxRequest:
         items = doc.get("containers", [])
         if not isinstance(items, list):
             raise _REQUEST.fail("containers", "a list", items)
-        containers = tuple(_container(item, path("containers", i)) for i, item in enumerate(items))
+        containers = unique_containers(
+            tuple(_container(item, path("containers", i)) for i, item in enumerate(items))
+        )
         backend = _REQUEST.mapping(doc, "backend")
         endpoint = None if backend is None else Endpoint.from_json(backend)
         apply = _REQUEST.boolean(doc, "apply")

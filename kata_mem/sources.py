@@ -12,20 +12,23 @@ import json
 import math
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from kata_mem.errors import InputError, QuantityError
-from kata_mem.fields import Fields, python_value
+from kata_mem.fields import Fields, KeyOnce, python_value
 from kata_mem.fields import path as field_path
 from kata_mem.files import MANIFEST_CAP, read_capped_text
-from kata_mem.model import Container, Role, SandboxSizing, Workload
+from kata_mem.model import Arch, Container, Role, SandboxSizing, Workload
 from kata_mem.quantity import parse_quantity, quantity_bytes
 from kata_mem.request import (
     ANN_POD_OVERHEAD,
     ANN_SANDBOX_MEMORY,
+    HUGEPAGE_SIZES,
+    check_hugepage_size,
     cpuset_size,
     overhead_annotation,
     sandbox_sizing,
+    unique_containers,
 )
 from kata_mem.units import INT64_MAX
 
@@ -40,18 +43,20 @@ def _read_text(path: Path, what: str) -> str:
 # --- Pod manifests -----------------------------------------------------------------
 
 
-def read_pod(path: Path) -> tuple[Container, ...]:
+def read_pod(path: Path, arch: Arch) -> tuple[Container, ...]:
     """The containers of the one Pod in a manifest (:func:`load_pod`)."""
-    return load_pod(path).containers
+    return load_pod(path, arch).containers
 
 
-def load_pod(path: Path) -> Workload:
+def load_pod(path: Path, arch: Arch) -> Workload:
     """The containers of the one Pod in a YAML or JSON manifest, read as Kubernetes reads
     it (:mod:`kata_mem.manifest`), and its ``spec.overhead.memory`` (the RuntimeClass
-    overhead the admission controller filled in), when set.
+    overhead the admission controller filled in), when set. ``arch`` is the host's: it
+    says which ``hugepages-<size>`` limits exist.
 
-    :raises InputError: unreadable file, invalid YAML/JSON, no Pod, no containers,
-        or a bad resource value (named by its field path).
+    :raises InputError: unreadable file, invalid YAML/JSON, a key given twice, no Pod,
+        no containers, two containers of one name, or a bad resource value (named by
+        its field path).
     """
     from kata_mem.manifest import load_documents
 
@@ -60,7 +65,7 @@ def load_pod(path: Path) -> Workload:
     if len(pods) != 1:
         found = f"{len(pods)} Pods" if pods else "no document with kind: Pod"
         raise InputError(f"{path}: expected one Pod manifest (kind: Pod), found {found}")
-    containers = pod_containers(pods[0], str(path))
+    containers = pod_containers(pods[0], str(path), arch)
     spec = pods[0]["spec"]
     overhead = spec.get("overhead")
     if overhead is None or (isinstance(overhead, dict) and overhead.get("memory") is None):
@@ -71,7 +76,7 @@ def load_pod(path: Path) -> Workload:
     return Workload(containers, overhead=memory, overhead_origin=f"{path}: spec.overhead.memory")
 
 
-def pod_containers(pod: dict[str, Any], where: str) -> tuple[Container, ...]:
+def pod_containers(pod: dict[str, Any], where: str, arch: Arch) -> tuple[Container, ...]:
     spec = pod.get("spec")
     if not isinstance(spec, dict):
         raise InputError(f"{where}: spec: expected a mapping with containers")
@@ -84,6 +89,7 @@ def pod_containers(pod: dict[str, Any], where: str) -> tuple[Container, ...]:
     if not isinstance(inits, list):
         raise InputError(f"{where}: spec.initContainers: expected a list")
     out: list[Container] = []
+    named: dict[str, str] = {}
     for field, items in (("initContainers", inits), ("containers", apps)):
         for i, item in enumerate(items):
             at = f"spec.{field}[{i}]"
@@ -92,11 +98,21 @@ def pod_containers(pod: dict[str, Any], where: str) -> tuple[Container, ...]:
             role: Role = "app"
             if field == "initContainers":
                 role = "sidecar" if item.get("restartPolicy") == "Always" else "init"
-            out.append(_pod_container(item, role, where, at))
+            container = _pod_container(item, role, where, at, arch)
+            if container.name in named:
+                # Kubernetes refuses the Pod (ValidatePodSpec: names are unique across
+                # init and app containers); counting both would size a pod that never runs.
+                raise InputError(
+                    f"{where}: {at}.name: {container.name!r} is also the name of "
+                    f"{named[container.name]}; expected each container name once, as "
+                    "Kubernetes does"
+                )
+            named[container.name] = at
+            out.append(container)
     return tuple(out)
 
 
-def _pod_container(item: dict[str, Any], role: Role, where: str, at: str) -> Container:
+def _pod_container(item: dict[str, Any], role: Role, where: str, at: str, arch: Arch) -> Container:
     name = item.get("name")
     name = name if isinstance(name, str) and name else at
     resources = item.get("resources") or {}
@@ -113,6 +129,7 @@ def _pod_container(item: dict[str, Any], role: Role, where: str, at: str) -> Con
         if key == "memory":
             memory = _yaml_quantity_bytes(value, field)
         elif isinstance(key, str) and key.startswith("hugepages-"):
+            _hugepage_resource(key, field, arch)
             hugepages += _yaml_quantity_bytes(value, field)
         elif key == "cpu":
             cpu = _yaml_quantity(value, field)
@@ -121,6 +138,23 @@ def _pod_container(item: dict[str, Any], role: Role, where: str, at: str) -> Con
                     f"{field}: {_shown(value)} is negative; expected CPUs of 0 or more"
                 )
     return Container(name, memory, hugepages, cpu, role, "running", f"{where}: {at}")
+
+
+def _hugepage_resource(key: str, field: str, arch: Arch) -> None:
+    """A ``hugepages-<size>`` resource names a hugepage size of the host's architecture:
+    Kubernetes reads ``<size>`` as a quantity (``HugePageSizeFromResourceName``) and the
+    node offers only the sizes its kernel has, so any other never schedules."""
+    size = key[len("hugepages-") :]
+    try:
+        value = parse_quantity(size)
+    except QuantityError as exc:
+        raise InputError(
+            f"{field}: {size!r} is not a page size; expected hugepages-<size> with a "
+            f"hugepage size of {arch}, e.g. hugepages-2Mi"
+        ) from exc
+    if value.denominator != 1 or value <= 0:
+        raise InputError(f"{field}: {size!r} is not a page size; expected e.g. hugepages-2Mi")
+    check_hugepage_size(int(value), arch, field)
 
 
 def _yaml_quantity(value: Any, field: str) -> Fraction:
@@ -150,22 +184,51 @@ def _not_json(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+#: Longest integer an OCI spec may hold, in digits: its integers are Go int64s and
+#: uint64s (20 digits); far longer ones would only reach Python's digit limit for int().
+_OCI_DIGITS = 40
+
+
+def _oci_int(path: Path) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        if len(text.lstrip("-").lstrip("0")) > _OCI_DIGITS:
+            raise InputError(
+                f"{path}: an integer of {len(text.lstrip('-'))} digits; expected a 64-bit "
+                "integer, as an OCI spec has"
+            )
+        return int(text)
+
+    return parse
+
+
+def _page_size_name(size: int) -> str:
+    """The name the kernel gives a hugepage size in cgroup files (mm/hugetlb_cgroup.c
+    ``mem_fmt``: ``hugetlb.2MB.limit_in_bytes``), which OCI ``pageSize`` must be, since
+    runc writes that file."""
+    unit, shift = next(u for u in (("GB", 30), ("MB", 20), ("KB", 10)) if size >= 1 << u[1])
+    return f"{size >> shift}{unit}"
+
+
 def read_oci(
-    path: Path,
+    path: Path, arch: Arch
 ) -> tuple[Optional[Container], Optional[SandboxSizing], Optional[int]]:
     """A container (or, for a sandbox spec, the pod sizing and the pod overhead
     annotation) from an OCI ``config.json``.
 
     ``linux.resources.memory.limit`` (bytes; -1 or absent = no limit),
-    ``hugepageLimits[].limit``, CPU ``quota``/``period`` and the cpuset ``cpus``.
-    A sandbox (pause) spec contributes its ``io.kubernetes.cri.sandbox-*``
-    annotations instead.
+    ``hugepageLimits[].limit`` (of a ``pageSize`` the host's architecture ``arch``
+    has), CPU ``quota``/``period`` and the cpuset ``cpus``. A sandbox (pause) spec
+    contributes its ``io.kubernetes.cri.sandbox-*`` annotations instead.
 
-    :raises InputError: invalid JSON or a field of the wrong type, named by path.
+    :raises InputError: invalid JSON, a key given twice, or a field of the wrong type,
+        named by path.
     """
     text = _read_text(path, "OCI spec")
+    once = KeyOnce()
     try:
-        spec = json.loads(text, parse_constant=_not_json)
+        spec = json.loads(
+            text, parse_constant=_not_json, parse_int=_oci_int(path), object_pairs_hook=once
+        )
     except RecursionError as exc:
         raise InputError(
             f"{path}: nested too deeply to read (more than a few hundred levels of arrays and"
@@ -173,6 +236,7 @@ def read_oci(
         ) from exc
     except ValueError as exc:  # JSONDecodeError, NaN, or an integer too long to convert
         raise InputError(f"{path}: invalid JSON: {exc}") from exc
+    once.check(spec, f"{path}:")
     if not isinstance(spec, dict):
         raise InputError(f"{path}: expected an OCI runtime spec (a JSON object)")
     spec_fields = Fields(f"{path}:", show=python_value)
@@ -206,6 +270,13 @@ def read_oci(
         at = f"linux.resources.hugepageLimits[{i}]"
         if not isinstance(page, dict):
             raise spec_fields.fail(at, "an object", page)
+        names = [_page_size_name(size) for size in HUGEPAGE_SIZES[arch]]
+        if page.get("pageSize") not in names:
+            raise spec_fields.fail(
+                field_path(at, "pageSize"),
+                f"a hugepage size of {arch}: " + " or ".join(names),
+                page.get("pageSize"),
+            )
         hugepages += max(integer(page, "limit", at), 0)
     cpu_obj = mapping(resources, "cpu", "linux.resources")
     quota = integer(cpu_obj, "quota", "linux.resources.cpu")
@@ -249,9 +320,14 @@ def cli_containers(limits: tuple[str, ...], cpus: tuple[str, ...]) -> tuple[Cont
 
 
 def build_workload(
-    pod: Optional[Path], oci: tuple[Path, ...], limits: tuple[str, ...], cpus: tuple[str, ...]
+    pod: Optional[Path],
+    oci: tuple[Path, ...],
+    limits: tuple[str, ...],
+    cpus: tuple[str, ...],
+    arch: Arch,
 ) -> Workload:
-    """Everything given on one command line, as one sandbox's workload.
+    """Everything given on one command line, as one sandbox's workload, on a host of
+    architecture ``arch`` (which hugepage sizes exist).
 
     :raises InputError: from any of the readers.
     """
@@ -260,11 +336,11 @@ def build_workload(
     overhead: Optional[int] = None
     origin = ""
     if pod is not None:
-        manifest = load_pod(pod)
+        manifest = load_pod(pod, arch)
         containers += manifest.containers
         overhead, origin = manifest.overhead, manifest.overhead_origin
     for spec in oci:
-        container, spec_sizing, spec_overhead = read_oci(spec)
+        container, spec_sizing, spec_overhead = read_oci(spec, arch)
         if container is not None:
             containers.append(container)
         if spec_overhead is not None and overhead is None:  # the Pod's own field comes first
@@ -276,4 +352,4 @@ def build_workload(
                 )
             sizing = spec_sizing
     containers += cli_containers(limits, cpus)
-    return Workload(tuple(containers), sizing, overhead, origin)
+    return Workload(unique_containers(tuple(containers)), sizing, overhead, origin)

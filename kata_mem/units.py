@@ -58,7 +58,10 @@ def align_up(n: int, block: int) -> int:
 
 
 def fmt_bytes(n: int) -> str:
-    """Human form for messages: exact MiB when whole, else bytes."""
+    """Human form for messages, always in MiB: exact when whole (every size a plan sets
+    is), else to two decimals rounded away from zero, so that a size that is not whole
+    MiB (observed, or given by hand) never reads as a whole one."""
     if n % MiB == 0:
         return f"{to_mib_floor(n)} MiB"
-    return f"{n} B"
+    hundredths = -(-abs(n) * 100 // MiB)
+    return f"{'-' if n < 0 else ''}{hundredths // 100}.{hundredths % 100:02d} MiB"

@@ -18,6 +18,7 @@ from kata_mem.model import (
 )
 from kata_mem.request import (
     EVENTS,
+    HUGEPAGE_SIZES,
     LIBVIRT_URIS,
     MIN_HOST_MEMORY,
     ROLES,
@@ -89,9 +90,10 @@ _int63 = st.integers(min_value=0, max_value=INT64_MAX)
 def sandbox_requests(draw: st.DrawFn) -> SandboxRequest:
     """Requests as :meth:`SandboxRequest.from_json` returns them: every field in its range,
     origins as the reader names them, CRI sizing as the annotations say it."""
+    names = draw(st.lists(request_text, unique=True, max_size=3))  # each container once
     containers = tuple(
         Container(
-            draw(request_text),
+            name,
             draw(_int63),
             draw(_int63),
             Fraction(draw(_int63), draw(st.integers(min_value=1, max_value=INT64_MAX))),
@@ -100,7 +102,7 @@ def sandbox_requests(draw: st.DrawFn) -> SandboxRequest:
             f"request containers[{i}]",
             draw(st.integers(min_value=0, max_value=4096)),
         )
-        for i in range(draw(st.integers(min_value=0, max_value=3)))
+        for i, name in enumerate(names)
     )
     sizing = draw(
         st.none()
@@ -119,12 +121,17 @@ def sandbox_requests(draw: st.DrawFn) -> SandboxRequest:
         | st.builds(Endpoint, st.just("libvirt"), st.sampled_from(LIBVIRT_URIS), request_text)
     )
     event = draw(st.sampled_from(EVENTS))
-    page = 1 << draw(st.integers(min_value=16, max_value=34))
+    arch = draw(st.none() | st.sampled_from(ARCHES))
+    # A hugepage size of the architecture, or of any while it is not given.
+    sizes = (
+        HUGEPAGE_SIZES[arch] if arch else sorted({s for v in HUGEPAGE_SIZES.values() for s in v})
+    )
+    page = draw(st.sampled_from(sizes))
     pool = st.tuples(st.integers(min_value=0, max_value=(1 << 63) // page), st.just(page))
     host = HostOverrides(
         memory=draw(st.none() | st.integers(min_value=MIN_HOST_MEMORY, max_value=INT64_MAX)),
         cpus=draw(st.none() | st.integers(min_value=1, max_value=INT64_MAX)),
-        arch=draw(st.none() | st.sampled_from(ARCHES)),
+        arch=arch,
         hugepages=draw(st.none() | pool),
     )
     return SandboxRequest(

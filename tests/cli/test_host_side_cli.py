@@ -58,9 +58,11 @@ def test_preview_host_cgroup_clamps_with_its_why(run_cli: Run, cfg: Path, pod_cg
     r = run_cli(*args, "--host-cgroup", str(pod_cgroup))
     assert r.code == 0, r.err
     assert "why: host_cgroup: grow to 6144 MiB clamped to 4127 MiB by the host cgroup " in r.out
-    assert f"host cgroup: {pod_cgroup} (v2, --host-cgroup): limit 4256 MiB, charged 590 MiB" in (
-        r.out
-    )
+    # The limit is the pod's, one level up: the line says where it binds.
+    assert (
+        f"host cgroup: {pod_cgroup} (v2, --host-cgroup): limit 4256 MiB at {pod_cgroup.parent}, "
+        "charged 590 MiB"
+    ) in r.out
     r = run_cli(*args, "--host-cgroup", str(pod_cgroup), "--json")
     doc = json.loads(r.out)["memory"]
     assert doc["target_mib"] == 4096 and doc["clamped_by"] == ["host_cgroup", "alignment"]

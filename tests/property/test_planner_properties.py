@@ -7,8 +7,12 @@ import dataclasses
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
+from kata_mem.host import probe_host
 from kata_mem.model import MemoryDevice, SizingConfig, VmState, Workload
 from kata_mem.planner import ACPI_HOTPLUG_FACTOR, max_memory, plan
+from kata_mem.render import plan_json
+from kata_mem.request import MIN_HOST_MEMORY
+from kata_mem.units import MiB
 from tests.strategies import configs, containers, hosts, workloads
 
 
@@ -22,6 +26,21 @@ def test_target_within_base_and_max(cfg: SizingConfig, host: object, req: Worklo
     if m.base <= ceiling and not cfg.static_sandbox_resource_mgmt:
         assert m.target <= ceiling
     assert 1 <= p.vcpus.target <= p.vcpus.max or p.vcpus.max == 0
+
+
+@given(configs(), st.integers(min_value=MIN_HOST_MEMORY, max_value=1 << 45), workloads)
+def test_a_host_given_in_bytes_plans_within_its_max_as_shown(
+    cfg: SizingConfig, memory: int, req: Workload
+) -> None:
+    """--host-memory and host.memory_bytes are floored to MiB as MemTotal is: the plan's
+    sizes are whole MiB, and its target never shows above its max (issue 15: 2000.5Mi
+    gave max 2000, target 2001)."""
+    host = probe_host(memory=memory, cpus=4, arch="amd64", hugepages=(1024, 2 * MiB))
+    assert host.memory == memory - memory % MiB
+    p = plan(cfg, host, req)
+    doc = plan_json(p, cfg)["memory"]
+    assert doc["target_mib"] <= doc["max_mib"] and doc["base_mib"] <= doc["host_mib"]
+    assert all(size % MiB == 0 for size in (p.memory.max, p.memory.base, p.memory.target))
 
 
 @given(configs(), hosts, workloads)

@@ -74,7 +74,7 @@ def test_manifest_errors_keep_the_decoder_error() -> None:
 def test_source_errors_keep_the_parser_error(tmp_path: Path) -> None:
     spec = tmp_path / "config.json"
     spec.write_text("{")
-    assert isinstance(_raises(lambda: read_oci(spec), InputError), json.JSONDecodeError)
+    assert isinstance(_raises(lambda: read_oci(spec, "amd64"), InputError), json.JSONDecodeError)
     assert isinstance(_raises(lambda: quantity_bytes("12x"), QuantityError), QuantityError)
     assert isinstance(_raises(lambda: cli_containers((), ("1.2.3",)), QuantityError), QuantityError)
 

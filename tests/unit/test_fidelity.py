@@ -190,7 +190,7 @@ def test_annotation_warnings_reach_the_plan(tmp_path: Path) -> None:
             }
         )
     )
-    container, sizing, _ = read_oci(spec)
+    container, sizing, _ = read_oci(spec, "amd64")
     assert container is None and sizing is not None
     result = plan(_cfg(), HOST, Workload((), sizing))
     assert any(ANN_SANDBOX_MEMORY in w and "'2Gi'" in w for w in result.warnings)
@@ -222,12 +222,12 @@ def _oci(tmp_path: Path, name: str, cpu: dict[str, Any]) -> Path:
 
 
 def test_read_oci_counts_the_cpuset(tmp_path: Path) -> None:
-    container, _, _ = read_oci(_oci(tmp_path, "a", {"cpus": "0-3,7", "quota": -1}))
+    container, _, _ = read_oci(_oci(tmp_path, "a", {"cpus": "0-3,7", "quota": -1}), "amd64")
     assert container is not None and container.cpuset_cpus == 5
     with pytest.raises(InputError, match=r"linux.resources.cpu.cpus: expected a string, got 7"):
-        read_oci(_oci(tmp_path, "b", {"cpus": 7}))
+        read_oci(_oci(tmp_path, "b", {"cpus": 7}), "amd64")
     with pytest.raises(InputError, match=r"linux.resources.cpu.cpus: '0-3,x'"):
-        read_oci(_oci(tmp_path, "c", {"cpus": "0-3,x"}))
+        read_oci(_oci(tmp_path, "c", {"cpus": "0-3,x"}), "amd64")
 
 
 def test_shim_containers_carry_a_cpuset_and_it_survives_the_saved_request() -> None:

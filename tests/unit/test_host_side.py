@@ -119,7 +119,7 @@ def test_libvirt_hard_limit_without_a_cgroup_is_a_warning() -> None:
         (16384, 0, Fraction(1), 16384 * MiB),
         (16384, 1024, Fraction(3, 2), 23040 * MiB),  # (16384 - 1024) * 1.5
         (16384, 1024, Fraction(11, 10), 16896 * MiB),  # 15360 * 1.1, exact
-        (1000, 0, Fraction(1, 3), 1000 * MiB // 3),  # floored to bytes
+        (1000, 0, Fraction(1, 3), 333 * MiB),  # floored to whole MiB
         (1024, 2048, Fraction(2), 0),  # reserved above the host: nothing, never negative
     ],
 )

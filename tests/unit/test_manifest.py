@@ -25,16 +25,20 @@ there, with the sources the rows follow:
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from fractions import Fraction
 from pathlib import Path
 from typing import Optional
 
 import pytest
+import yaml
 
 from kata_mem.errors import InputError
 from kata_mem.manifest import go_json_float, go_yaml_scalar
 from kata_mem.sources import read_pod
 from kata_mem.units import INT64_MAX
+from tests.conftest import REPO
 
 REFUSED = None
 F = Fraction
@@ -56,7 +60,7 @@ def _json_pod(field: str, value: str) -> str:
 
 def _cpu(path: Path) -> Optional[Fraction]:
     try:
-        (container,) = read_pod(path)
+        (container,) = read_pod(path, "amd64")
     except InputError:
         return REFUSED
     return container.cpu
@@ -162,7 +166,7 @@ def test_json_numbers_mean_what_kubernetes_reads(
 def test_yaml_memory_in_bytes(tmp_path: Path, scalar: str, size: int) -> None:
     path = tmp_path / "pod.yaml"
     path.write_text(_yaml_pod("memory", scalar))
-    (container,) = read_pod(path)
+    (container,) = read_pod(path, "amd64")
     assert container.memory_limit == size
 
 
@@ -176,7 +180,7 @@ def test_refusals_say_why(tmp_path: Path) -> None:
         path = tmp_path / "pod.yaml"
         path.write_text(_yaml_pod("memory", scalar))
         with pytest.raises(InputError, match=needle) as info:
-            read_pod(path)
+            read_pod(path, "amd64")
         assert "spec.containers[0].resources.limits.memory" in str(info.value)
 
 
@@ -206,3 +210,55 @@ def test_go_yaml_scalar_types() -> None:
     assert go_yaml_scalar("0b-101") == -5  # resolve.go's second look at "0b"
     assert go_yaml_scalar(".5_0") == 0.5 and go_yaml_scalar("._5") == "._5"
     assert go_yaml_scalar("<<") == "<<" and go_yaml_scalar("Yes") is True
+
+
+# --- A key given twice, with either YAML loader (issue 15) -----------------------------------
+
+_TWICE = "kind: Pod\nspec:\n  containers:\n  - name: c\n    resources:\n      limits:\n" + (
+    "        memory: 1Gi\n        memory: 2Gi\n"
+)
+
+
+@pytest.mark.parametrize("loader", ["C", "Python"])
+def test_a_key_given_twice_is_refused_by_either_loader(tmp_path: Path, loader: str) -> None:
+    """Before: PyYAML kept the last value (2Gi) in silence. The loader is chosen when
+    kata_mem.manifest is imported, so each runs in its own process; "Python" is PyYAML
+    without libyaml, as on a machine where it was built without it."""
+    if loader == "C" and not yaml.__with_libyaml__:
+        pytest.skip("PyYAML built without libyaml")
+    pod = tmp_path / "pod.yaml"
+    pod.write_text(_TWICE)
+    code = (
+        "import sys, yaml\n"
+        + ("del yaml.CSafeLoader\n" if loader == "Python" else "")
+        + "from kata_mem import manifest\n"
+        "from kata_mem.errors import InputError\n"
+        "from kata_mem.sources import read_pod\n"
+        f"assert (yaml.SafeLoader in manifest.GoYamlLoader.__mro__) == {loader == 'Python'}\n"
+        "try:\n"
+        f"    read_pod(__import__('pathlib').Path({str(pod)!r}), 'amd64')\n"
+        "except InputError as exc:\n"
+        "    print(exc)\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert r.returncode == 0, r.stderr
+    assert (
+        f'{pod}: invalid YAML/JSON: line 8: the key "memory" is given more than once in one '
+        "mapping (first on line 7)"
+    ) in r.stdout, r.stdout
+
+
+def test_keys_a_merge_brings_may_be_overridden(tmp_path: Path) -> None:
+    pod = tmp_path / "pod.yaml"
+    pod.write_text(
+        _yaml_pod("memory", "1Gi").replace("limits:\n", "limits:\n        <<: {memory: 3Gi}\n")
+    )
+    (container,) = read_pod(pod, "amd64")
+    assert container.memory_limit == 1 << 30

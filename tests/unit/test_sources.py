@@ -16,7 +16,7 @@ from tests.conftest import PODS
 
 
 def test_memory_boom_pod() -> None:
-    (c,) = read_pod(PODS / "memory-boom.yaml")
+    (c,) = read_pod(PODS / "memory-boom.yaml", "amd64")
     assert (c.name, c.memory_limit, c.cpu, c.role) == (
         "memory-boom",
         1000 * 2**30,
@@ -26,7 +26,7 @@ def test_memory_boom_pod() -> None:
 
 
 def test_init_and_sidecar_roles() -> None:
-    cs = read_pod(PODS / "init-heavy.yaml")
+    cs = read_pod(PODS / "init-heavy.yaml", "amd64")
     assert [(c.name, c.role) for c in cs] == [
         ("log-shipper", "sidecar"),
         ("warm-cache", "init"),
@@ -38,7 +38,7 @@ def test_init_and_sidecar_roles() -> None:
 
 
 def test_two_containers_pod() -> None:
-    mem, _ = workload(read_pod(PODS / "two-containers.yaml"))
+    mem, _ = workload(read_pod(PODS / "two-containers.yaml", "amd64"))
     assert mem == (1536 + 512) * MiB
 
 
@@ -56,7 +56,7 @@ def test_json_pod_and_hugepages(tmp_path: Path) -> None:
     }
     path = tmp_path / "pod.json"
     path.write_text(json.dumps(pod))
-    (c,) = read_pod(path)
+    (c,) = read_pod(path, "amd64")
     assert (c.memory_limit, c.hugepages_limit) == (2**30, 64 * MiB)
 
 
@@ -96,7 +96,7 @@ def test_bad_pods(tmp_path: Path, text: str, error: type[Exception], message: st
     path = tmp_path / "pod.yaml"
     path.write_text(text)
     with pytest.raises(error, match=message) as info:
-        read_pod(path)
+        read_pod(path, "amd64")
     assert str(path) in str(info.value)
 
 
@@ -112,7 +112,7 @@ def test_oci_container(tmp_path: Path) -> None:
     }
     path = tmp_path / "config.json"
     path.write_text(json.dumps(spec))
-    c, sizing, _ = read_oci(path)
+    c, sizing, _ = read_oci(path, "amd64")
     assert sizing is None and c is not None
     assert (c.memory_limit, c.hugepages_limit, c.cpu) == (512 * MiB, 2 * MiB, Fraction(1, 2))
 
@@ -120,7 +120,7 @@ def test_oci_container(tmp_path: Path) -> None:
 def test_oci_unlimited_is_zero(tmp_path: Path) -> None:
     path = tmp_path / "config.json"
     path.write_text(json.dumps({"linux": {"resources": {"memory": {"limit": -1}}}}))
-    c, _, _ = read_oci(path)
+    c, _, _ = read_oci(path, "amd64")
     assert c is not None and c.memory_limit == 0
 
 
@@ -133,7 +133,7 @@ def test_oci_sandbox_annotations(tmp_path: Path) -> None:
     }
     path = tmp_path / "config.json"
     path.write_text(json.dumps({"annotations": ann}))
-    c, sizing, _ = read_oci(path)
+    c, sizing, _ = read_oci(path, "amd64")
     assert c is None and sizing is not None
     assert (sizing.memory, sizing.cpu) == (4096 * MiB, Fraction(4))
 
@@ -146,7 +146,7 @@ def test_oci_shares_fallback(tmp_path: Path) -> None:
     }
     path = tmp_path / "config.json"
     path.write_text(json.dumps({"annotations": ann}))
-    _, sizing, _ = read_oci(path)
+    _, sizing, _ = read_oci(path, "amd64")
     assert sizing is not None and (sizing.memory, sizing.cpu) == (0, Fraction(2))
 
 
@@ -165,12 +165,12 @@ def test_bad_oci(tmp_path: Path, doc: str, message: str) -> None:
     path = tmp_path / "config.json"
     path.write_text(doc)
     with pytest.raises(InputError, match=message):
-        read_oci(path)
+        read_oci(path, "amd64")
 
 
 def test_cli_values() -> None:
-    req = build_workload(None, (), ("1Gi", "500m"), ("250m",))
+    req = build_workload(None, (), ("1Gi", "500m"), ("250m",), "amd64")
     assert [c.memory_limit for c in req.containers] == [2**30, 1, 0]
     assert req.containers[2].cpu == Fraction(1, 4)
     with pytest.raises(QuantityError, match=r"--limit '1K'"):
-        build_workload(None, (), ("1K",), ())
+        build_workload(None, (), ("1K",), (), "amd64")

@@ -1,0 +1,601 @@
+"""Bad values and wrong results, as a user meets them (issue 15, section 4): host memory
+that is not whole MiB, containers and keys given twice, hugepage sizes no architecture
+has, configuration paths kata-mem cannot use, empty option values, a closed stdout, a
+host override next to a configured cgroup, messages that named the wrong thing, and
+shell completion.
+
+Each test drives the command line or the shim as a user does (in-process through
+``kata_mem.main``, or a real process where a pipe, bytes or stdin matter) and failed on
+the code before issue 15.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Callable
+
+import click
+import pytest
+
+from kata_mem.cli import cli
+from kata_mem.units import GiB, MiB
+from tests.conftest import (
+    HOST_ARGS,
+    REPO,
+    CliResult,
+    kata_mem_process,
+    shim_request_doc,
+    write_config,
+)
+from tests.support.memcg import CgroupUnavailable, MemoryCgroup
+
+Run = Callable[..., CliResult]
+HOST = ("--host-cpus", "4", "--host-arch", "amd64")  # HOST_ARGS without the memory
+
+
+@pytest.fixture
+def cfg(tmp_path: Path) -> Path:
+    return write_config(tmp_path / "c.toml", kata_mem={"state_dir": str(tmp_path / "state")})
+
+
+def _shim(doc: dict[str, Any]) -> tuple[int, dict[str, Any], str]:
+    r = kata_mem_process("shim", input=json.dumps(doc), timeout=60)
+    assert "Traceback" not in r.stderr, r.stderr
+    out: dict[str, Any] = json.loads(r.stdout)
+    return r.returncode, out, r.stderr
+
+
+def _error(r: CliResult, code: int, *needles: str) -> str:
+    assert r.code == code, (r.code, r.out, r.err)
+    assert "Traceback" not in r.err and "internal error" not in r.err, r.err
+    for needle in needles:
+        assert needle in r.err, r.err
+    return r.err
+
+
+# --- 1. Host memory is whole MiB, given or probed; a plan never exceeds its max ------------
+
+
+def test_a_host_memory_of_part_of_a_mib_is_floored_as_memtotal_is(run_cli: Run, cfg: Path) -> None:
+    # Before: host 2000.5 MiB, boot memory min(2048, host) = 2000.5 MiB, shown as max 2000
+    # and target 2001 (rounded up), and the texts in bytes: "2097676288 B".
+    args = ("preview", "--config", str(cfg), "--host-memory", "2000.5Mi", *HOST, "--limit", "1Mi")
+    r = run_cli(*args, "--json")
+    assert r.code == 0, r.err
+    memory = json.loads(r.out)["memory"]
+    assert (memory["host_mib"], memory["max_mib"], memory["base_mib"]) == (2000, 2000, 2000)
+    assert memory["target_mib"] == 2000 <= memory["max_mib"]
+    text = run_cli(*args).out
+    assert "clamped to 2000 MiB by the host's MemTotal" in text
+    assert "a VM boots with at most 2000 MiB" in text
+    assert " B " not in text and " B:" not in text and not text.rstrip().endswith(" B"), text
+
+
+def test_the_shim_floors_host_memory_bytes_too(cfg: Path) -> None:
+    half = 24105 * MiB + MiB // 2
+    doc = shim_request_doc(cfg, containers=[{"id": "c1", "memory_limit_bytes": 100 * GiB}])
+    doc["host"] = {"memory_bytes": half, "cpus": 4}
+    code, out, err = _shim(doc)
+    assert code == 0, err
+    memory = out["plan"]["memory"]
+    assert (memory["host_mib"], memory["max_mib"], memory["target_mib"]) == (24105, 24105, 24064)
+    details = " ".join(c["detail"] for c in memory["clamps"])
+    assert "clamped to 24105 MiB by the host's MemTotal" in details
+    assert "cross the maximum 24105 MiB" in details and " B" not in details
+
+
+# --- 2. Each container once, each key once -------------------------------------------------
+
+
+def test_a_container_id_given_twice_is_refused(cfg: Path) -> None:
+    # Before: [c1, c1] of 256 MiB each planned 2048 + 512 = 2560 instead of 2304.
+    c1 = {"id": "c1", "memory_limit_bytes": 256 * MiB}
+    code, out, _ = _shim(shim_request_doc(cfg, containers=[c1, c1]))
+    assert code == 4 and out["error"]["kind"] == "input"
+    assert (
+        'request containers[1]: container id "c1" is also that of request containers[0]'
+        in (out["error"]["message"])
+    )
+
+
+def test_the_same_oci_spec_twice_on_a_command_line_is_refused(run_cli: Run, tmp_path: Path) -> None:
+    spec = tmp_path / "c1" / "config.json"
+    spec.parent.mkdir()
+    spec.write_text(json.dumps({"linux": {"resources": {"memory": {"limit": 256 * MiB}}}}))
+    r = run_cli("preview", "--config", str(write_config(tmp_path / "c.toml")), *HOST_ARGS,
+                "--oci", str(spec), "--oci", str(spec))  # fmt: skip
+    _error(r, 4, f'{spec}: container id "c1" is also that of {spec}')
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        (
+            "kind: Pod\nspec:\n  containers:\n  - name: a\n    resources:\n      limits:\n"
+            "        memory: 1Gi\n        memory: 2Gi\n",
+            'line 8: the key "memory" is given more than once in one mapping (first on line 7)',
+        ),
+        (
+            "kind: Pod\nkind: Pod\nspec: {containers: [{name: a}]}\n",
+            'line 2: the key "kind" is given more than once in one mapping (first on line 1)',
+        ),
+        (
+            '{"kind": "Pod", "spec": {"containers": [{"name": "a", "resources": {"limits": '
+            '{"memory": "1Gi", "memory": "2Gi"}}}]}}',
+            'spec.containers[0].resources.limits.memory: the key "memory" is given more than once',
+        ),
+    ],
+    ids=["yaml-limits", "yaml-top", "json"],
+)
+def test_a_key_given_twice_in_a_pod_is_refused(
+    run_cli: Run, cfg: Path, tmp_path: Path, text: str, where: str
+) -> None:
+    # Before: the last value was kept in silence (2Gi).
+    pod = tmp_path / "pod.yaml"
+    pod.write_text(text)
+    _error(run_cli("preview", "--config", str(cfg), "--pod", str(pod), *HOST_ARGS), 4, where)
+
+
+def test_a_merge_may_still_be_overridden(run_cli: Run, cfg: Path, tmp_path: Path) -> None:
+    pod = tmp_path / "pod.yaml"
+    pod.write_text(
+        "kind: Pod\nx-limits: &l {memory: 1Gi}\nspec:\n  containers:\n  - name: a\n"
+        "    resources:\n      limits:\n        <<: *l\n        memory: 2Gi\n"
+    )
+    r = run_cli("preview", "--config", str(cfg), "--pod", str(pod), *HOST_ARGS, "--json")
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["memory"]["requested_mib"] == 2048 + 2048
+
+
+def test_a_container_name_given_twice_in_a_pod_is_refused(
+    run_cli: Run, cfg: Path, tmp_path: Path
+) -> None:
+    pod = tmp_path / "pod.yaml"
+    pod.write_text(
+        "kind: Pod\nspec:\n  initContainers:\n  - {name: a, resources: {limits: {memory: 1Gi}}}\n"
+        "  containers:\n  - {name: a, resources: {limits: {memory: 1Gi}}}\n"
+    )
+    _error(
+        run_cli("preview", "--config", str(cfg), "--pod", str(pod), *HOST_ARGS),
+        4,
+        f"{pod}: spec.containers[0].name: 'a' is also the name of spec.initContainers[0]",
+    )
+
+
+def test_a_key_given_twice_in_an_oci_spec_is_refused(
+    run_cli: Run, cfg: Path, tmp_path: Path
+) -> None:
+    spec = tmp_path / "config.json"
+    spec.write_text('{"linux": {"resources": {"memory": {"limit": 1, "limit": 2147483648}}}}')
+    _error(
+        run_cli("preview", "--config", str(cfg), "--oci", str(spec), *HOST_ARGS),
+        4,
+        f'{spec}: linux.resources.memory.limit: the key "limit" is given more than once',
+    )
+
+
+# --- 3. Path-valued settings: absolute, without NUL ----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "expected"),
+    [
+        ("state_dir", "/tmp/a\0b", "expected an absolute path without NUL, got '/tmp/a\\x00b'"),
+        ("state_dir", "state", "expected an absolute path without NUL, got 'state'"),
+        ("host_memory_cgroup", "/sys/fs/cgroup\0x", "expected an absolute path without NUL"),
+        ("host_memory_cgroup", "kubepods", "expected an absolute path without NUL (a memory"),
+        (
+            "hugepages_path",
+            "/dev/huge\0pages",
+            "expected an absolute path without NUL (a hugetlbfs",
+        ),
+    ],
+)
+def test_a_path_setting_kata_mem_cannot_use_is_a_configuration_error(
+    run_cli: Run, tmp_path: Path, key: str, value: str, expected: str
+) -> None:
+    # Before: config check said 0 for a NUL, and apply and status --all failed with
+    # "internal error: ValueError: embedded null byte" (exit 1).
+    toml_value = json.dumps(value)  # a TOML basic string: \u0000 for the NUL
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f"[hypervisor.qemu]\n[kata_mem]\n{key} = {toml_value}\n")
+    where = f"{cfg}: [kata_mem] {key}: {expected}"
+    _error(run_cli("config", "check", str(cfg)), 3, where)
+    _error(run_cli("apply", "--config", str(cfg), "--dry-run", *HOST_ARGS), 3, where)
+    _error(run_cli("status", "--all", "--config", str(cfg)), 3, where)
+
+
+def test_the_empty_host_memory_cgroup_still_means_none(run_cli: Run, tmp_path: Path) -> None:
+    cfg = write_config(tmp_path / "c.toml", kata_mem={"host_memory_cgroup": ""})
+    assert run_cli("config", "check", str(cfg)).code == 0
+
+
+# --- 4. An empty option value is a usage error ---------------------------------------------
+
+
+def _value_options() -> Iterator[tuple[list[str], str]]:
+    """Every option of every command that takes a value, and every argument."""
+
+    def walk(command: click.Command, words: list[str]) -> Iterator[tuple[list[str], str]]:
+        if isinstance(command, click.Group):
+            for name, sub in command.commands.items():
+                yield from walk(sub, [*words, name])
+            return
+        for param in command.params:
+            if isinstance(param, click.Argument):
+                yield words, ""
+            elif not (isinstance(param, click.Option) and (param.is_flag or param.count)):
+                assert isinstance(param, click.Option)
+                yield words, max(param.opts, key=len)
+
+    yield from walk(cli, [])
+
+
+VALUE_OPTIONS = list(_value_options())
+
+
+def test_the_scan_finds_the_options_of_the_issue() -> None:
+    found = {(" ".join(words), opt) for words, opt in VALUE_OPTIONS}
+    for named in [("serve", "--socket"), ("apply", "--state-dir"), ("preview", "--config"),
+                  ("preview", "--host-cgroup"), ("host", "--cgroup"), ("config check", "")]:  # fmt: skip
+        assert named in found
+
+
+@pytest.mark.parametrize(
+    ("words", "option"), VALUE_OPTIONS, ids=[" ".join([*w, o]) for w, o in VALUE_OPTIONS]
+)
+def test_an_empty_value_is_a_usage_error_naming_the_option(
+    run_cli: Run, words: list[str], option: str
+) -> None:
+    # Before: serve --socket "" bound the default socket, --state-dir "", --config "",
+    # --host-cgroup "" and host --cgroup "" meant their defaults.
+    r = run_cli(*words, *([option, ""] if option else [""]))
+    assert r.code == 2, (r.code, r.out, r.err)
+    assert "Traceback" not in r.err
+    # click's words ("Invalid value for '--socket'"), or the shim's own (it runs before click).
+    assert (option or "Invalid value for '[FILE]'") in r.err, r.err
+
+
+# --- 5. A closed stdout ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["shim"],
+        ["shim", "-h"],
+        ["shim", "--print-schema", "request"],
+        ["--help"],
+        ["preview", "--help"],
+        ["preview", "--config", "CFG", *HOST_ARGS],
+        ["preview", "--config", "CFG", *HOST_ARGS, "--json"],
+        ["preview", "--config", "/nonexistent/c.toml", *HOST_ARGS, "--json"],  # an error document
+    ],
+    ids=lambda a: " ".join(a).replace("CFG", "cfg"),
+)
+def test_a_closed_stdout_exits_141_quietly(cfg: Path, args: list[str]) -> None:
+    # Before: the shim printed a BrokenPipeError traceback (exit 1); click's commands
+    # exited 1, which is kata-mem's "internal error".
+    argv = [str(cfg) if a == "CFG" else a for a in args]
+    read, write = os.pipe()
+    os.close(read)  # the reader has gone before the first byte is written
+    try:
+        r = subprocess.run(
+            [sys.executable, "-m", "kata_mem", *argv],
+            input=json.dumps(shim_request_doc(cfg)).encode(),
+            stdout=write,
+            stderr=subprocess.PIPE,
+            cwd=REPO,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        os.close(write)
+    err = r.stderr.decode()
+    assert r.returncode == 141, err
+    assert "Traceback" not in err and "Error" not in err and "Exception" not in err, err
+
+
+def test_a_broken_pipe_elsewhere_is_still_a_bug(
+    run_cli: Run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only a closed stdout is quiet: a BrokenPipeError with stdout open is reported."""
+    import kata_mem.cli as cli_mod
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(cli_mod, "probe", broken)
+    r = run_cli("host")
+    assert r.code == 1 and "internal error: BrokenPipeError" in r.err, r.err
+
+
+# --- 6. Hugepage sizes the architecture has --------------------------------------------
+
+
+def _pod(tmp_path: Path, key: str) -> Path:
+    pod = tmp_path / "pod.yaml"
+    pod.write_text(
+        "kind: Pod\nspec:\n  containers:\n  - name: a\n    resources:\n      limits:\n"
+        f"        memory: 1Gi\n        {key}: 64Mi\n"
+    )
+    return pod
+
+
+@pytest.mark.parametrize(
+    ("key", "arch", "message"),
+    [
+        (
+            "hugepages-3Mi",
+            "amd64",
+            "page size 3Mi is not a hugepage size of amd64; expected 2Mi or 1Gi",
+        ),
+        ("hugepages-64Ki", "x86_64", "page size 64Ki is not a hugepage size of amd64"),
+        ("hugepages-", "amd64", "'' is not a page size; expected hugepages-<size>"),
+        ("hugepages-2Q", "amd64", "'2Q' is not a page size"),
+        (
+            "hugepages-16Mi",
+            "s390x",
+            "page size 16Mi is not a hugepage size of s390x; expected 1Mi or 2Gi",
+        ),
+    ],
+)
+def test_a_pod_hugepage_size_the_architecture_lacks_is_refused(
+    run_cli: Run, cfg: Path, tmp_path: Path, key: str, arch: str, message: str
+) -> None:
+    # Before: any hugepages-* limit counted as hugepage memory.
+    pod = _pod(tmp_path, key)
+    args = ("--host-memory", "16Gi", "--host-cpus", "4", "--host-arch", arch)
+    r = run_cli("preview", "--config", str(cfg), "--pod", str(pod), *args)
+    _error(r, 4, f"{pod}: spec.containers[0].resources.limits.{key}: {message}")
+
+
+@pytest.mark.parametrize(("key", "arch"), [("hugepages-64Ki", "arm64"), ("hugepages-2048Ki", "amd64"),
+                                           ("hugepages-16Gi", "ppc64le"), ("hugepages-1Mi", "s390x")])  # fmt: skip
+def test_a_pod_hugepage_size_of_the_architecture_counts(
+    run_cli: Run, cfg: Path, tmp_path: Path, key: str, arch: str
+) -> None:
+    args = ("--host-memory", "16Gi", "--host-cpus", "4", "--host-arch", arch, "--json")
+    r = run_cli("preview", "--config", str(cfg), "--pod", str(_pod(tmp_path, key)), *args)
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["memory"]["requested_mib"] == 2048 + 1024 + 64
+
+
+def test_the_probed_architecture_decides_too(run_cli: Run, cfg: Path, tmp_path: Path) -> None:
+    if os.uname().machine != "x86_64":
+        pytest.skip("written for an x86_64 host")
+    r = run_cli("preview", "--config", str(cfg), "--pod", str(_pod(tmp_path, "hugepages-32Mi")),
+                "--host-memory", "16Gi", "--host-cpus", "4")  # fmt: skip
+    _error(r, 4, "page size 32Mi is not a hugepage size of amd64")
+
+
+def test_an_oci_page_size_the_architecture_lacks_is_refused(
+    run_cli: Run, cfg: Path, tmp_path: Path
+) -> None:
+    spec = tmp_path / "config.json"
+    pages = [{"pageSize": "2MB", "limit": 2 * MiB}, {"pageSize": "3MB", "limit": 3 * MiB}]
+    spec.write_text(json.dumps({"linux": {"resources": {"hugepageLimits": pages}}}))
+    r = run_cli("preview", "--config", str(cfg), "--oci", str(spec), *HOST_ARGS)
+    _error(r, 4, "linux.resources.hugepageLimits[1].pageSize: expected a hugepage size of amd64: "
+                 "2MB or 1GB, got '3MB'")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("host", "message"),
+    [
+        (
+            {"arch": "amd64"},
+            "request host.hugepages: page size 3Mi is not a hugepage size of amd64",
+        ),
+        (
+            {"arch": "arm64", "size_bytes": 16 * MiB},
+            "page size 16Mi is not a hugepage size of arm64",
+        ),
+        ({}, "request host.hugepages: page size 3Mi is not a hugepage size of any architecture"),
+    ],
+)
+def test_a_shim_hugepage_size_the_architecture_lacks_is_refused(
+    cfg: Path, host: dict[str, Any], message: str
+) -> None:
+    pages = {"count": 512, "size_bytes": host.pop("size_bytes", 3 * MiB)}
+    doc = shim_request_doc(cfg)
+    doc["host"] = {"memory_bytes": 16 * GiB, "cpus": 4, **host, "hugepages": pages}
+    code, out, _ = _shim(doc)
+    assert code == 4 and message in out["error"]["message"], out
+
+
+def test_a_shim_hugepage_size_of_another_architecture_than_this_one_is_refused(cfg: Path) -> None:
+    if os.uname().machine != "x86_64":
+        pytest.skip("written for an x86_64 host")
+    doc = shim_request_doc(cfg)
+    doc["host"] = {
+        "memory_bytes": 16 * GiB,
+        "cpus": 4,
+        "hugepages": {"count": 4, "size_bytes": 16 * MiB},
+    }
+    code, out, _ = _shim(doc)  # 16Mi is ppc64le's: not this machine's
+    assert code == 4 and "page size 16Mi is not a hugepage size of amd64" in out["error"]["message"]
+
+
+# --- 7. A given host memory replaces the probe, the configured cgroup cap included ----------
+
+
+@pytest.fixture
+def capped(tmp_path: Path) -> Path:
+    """A configuration whose [kata_mem] host_memory_cgroup caps host memory at 3 GiB."""
+    cgroup = tmp_path / "cg" / "kubepods"
+    cgroup.mkdir(parents=True)
+    (cgroup / "memory.max").write_text(f"{3 * GiB}\n")
+    (cgroup / "memory.current").write_text("0\n")
+    return write_config(tmp_path / "c.toml", kata_mem={"host_memory_cgroup": str(cgroup)})
+
+
+def test_a_given_host_memory_is_not_capped_by_the_configured_cgroup(
+    run_cli: Run, capped: Path
+) -> None:
+    # Before: clamped to 3072 MiB (host_cgroup) although the host was given as 16 GiB.
+    args = ("preview", "--config", str(capped), "--limit", "8Gi", "--json")
+    r = run_cli(*args, *HOST_ARGS)
+    assert r.code == 0, r.err
+    memory = json.loads(r.out)["memory"]
+    assert (memory["host_mib"], memory["target_mib"], memory["clamped_by"]) == (16384, 10240, [])
+    # Probed memory keeps the cap, whatever else is given.
+    r = run_cli(*args, *HOST)
+    assert r.code == 0 and json.loads(r.out)["memory"]["clamped_by"][:1] == ["host_cgroup"], r.err
+
+
+def test_a_plan_for_a_given_host_reproduces_where_the_cgroup_does_not_exist(
+    run_cli: Run, tmp_path: Path
+) -> None:
+    # Before: "... host_memory_cgroup '/sys/fs/cgroup/elsewhere': does not exist" (exit 3).
+    cfg = write_config(tmp_path / "c.toml", kata_mem={"host_memory_cgroup": str(tmp_path / "gone")})
+    r = run_cli("preview", "--config", str(cfg), "--limit", "1Gi", *HOST_ARGS, "--json")
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["memory"]["target_mib"] == 3072
+    doc = shim_request_doc(cfg)
+    code, out, err = _shim(doc)
+    assert code == 0 and out["plan"]["memory"]["target_mib"] == 3072, err
+
+
+# --- 8. Messages that say what happened, in the user's terms ------------------------------
+
+
+def test_host_cgroup_names_the_limit_that_binds_on_a_real_cgroup(run_cli: Run) -> None:
+    # Before, on a v1 child whose limit is on its parent: "child/memory.max".
+    try:
+        parent = MemoryCgroup.create("kmtest-host")
+    except CgroupUnavailable as exc:
+        pytest.skip(str(exc))
+    with parent:
+        parent.set_limit(900 * MiB)
+        child = parent.path / "child"
+        child.mkdir()
+        try:
+            r = run_cli("host", "--cgroup", str(child), "--json")
+        finally:
+            child.rmdir()
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    limit_file = "memory.limit_in_bytes" if parent.version == 1 else "memory.max"
+    assert doc["cgroup_memory_limit_mib"] == 900
+    source = doc["sources"]["cgroup_memory_limit"]
+    assert f"{parent.path}/{limit_file}" in source and f"{child}/" not in source, source
+    assert f"cgroup v{parent.version} {limit_file} from {child} up to the root" in source
+
+
+def test_a_usage_file_that_is_not_a_number_is_a_warning(
+    run_cli: Run, cfg: Path, tmp_path: Path
+) -> None:
+    # Before: usage_mib null and nothing said why.
+    cgroup = tmp_path / "pod"
+    cgroup.mkdir()
+    (cgroup / "memory.max").write_text(f"{8 * GiB}\n")
+    (cgroup / "memory.current").write_text("lots\n")
+    r = run_cli("preview", "--config", str(cfg), "--limit", "1Gi", *HOST_ARGS,
+                "--host-cgroup", str(cgroup), "--json")  # fmt: skip
+    assert r.code == 0, r.err
+    plan = json.loads(r.out)
+    assert plan["memory"]["host_cgroup"]["usage_mib"] is None
+    assert any(
+        f"host cgroup usage unknown: {cgroup}/memory.current holds 'lots', not a number of bytes"
+        in w
+        for w in plan["warnings"]
+    ), plan["warnings"]
+
+
+def test_config_check_says_what_unset_means(run_cli: Run, cfg: Path) -> None:
+    r = run_cli("config", "check", str(cfg))
+    assert r.code == 0 and "None" not in r.out, r.out
+    assert (
+        "node_overcommit                unset (the node's total is reported, never enforced)"
+        in r.out
+    )
+    assert "pod_overhead_mib               unset (only the Pod or its annotation" in r.out
+    assert 'host_memory_cgroup             "" (none: host memory is MemTotal alone)' in r.out
+
+
+def test_a_shim_integer_of_thousands_of_digits_gets_a_range_message(cfg: Path) -> None:
+    raw = json.dumps(shim_request_doc(cfg)).replace(str(1 << 30), "9" * 5000)
+    r = kata_mem_process("shim", input=raw, timeout=60)
+    message = json.loads(r.stdout)["error"]["message"]
+    assert r.returncode == 4 and "set_int_max_str_digits" not in message + r.stderr, message
+    assert "expected integers of at most 64 bits" in message
+
+
+def test_a_drop_in_that_adds_a_hypervisor_is_named(run_cli: Run, tmp_path: Path) -> None:
+    # Before: "configuration.toml: expected exactly one [hypervisor.NAME] section".
+    cfg = write_config(tmp_path / "configuration.toml")
+    (tmp_path / "config.d").mkdir()
+    dropin = tmp_path / "config.d" / "50-clh.toml"
+    dropin.write_text("[hypervisor.clh]\ndefault_memory = 1024\n")
+    _error(run_cli("config", "check", str(cfg)), 3,
+           f"[hypervisor.clh] (in {dropin}), [hypervisor.qemu] (in {cfg})")  # fmt: skip
+
+
+@pytest.mark.parametrize("option", ["--limit", "--cpu", "--host-memory", "--current", "--pod"])
+def test_a_value_that_is_not_utf8_is_shown_as_typed(cfg: Path, option: str) -> None:
+    # Before: --limit $'\xff' was shown as '\udcff'.
+    given: dict[bytes, bytes] = {
+        b"--host-memory": b"16Gi",
+        option.encode(): b"/tmp/\xff" if option == "--pod" else b"\xff",
+    }
+    args = [b"preview", b"--config", os.fsencode(cfg), *map(os.fsencode, HOST)]
+    args += [part for pair in given.items() for part in pair]
+    r = subprocess.run(
+        [sys.executable, b"-m", b"kata_mem", *args],
+        capture_output=True,
+        cwd=REPO,
+        timeout=60,
+        check=False,
+    )
+    err = r.stderr.decode()
+    assert r.returncode == 4 and "udcff" not in err, err
+    assert "\\xff" in err
+    if option != "--pod":
+        assert f"{option} b'\\xff': not valid UTF-8" in err, err
+
+
+def test_pod_overhead_sizing_without_an_overhead_says_it_sized_as_kata(
+    run_cli: Run, tmp_path: Path
+) -> None:
+    cfg = write_config(tmp_path / "c.toml", kata_mem={"sizing": "pod-overhead"})
+    r = run_cli("preview", "--config", str(cfg), "--limit", "1Gi", *HOST_ARGS)
+    assert r.code == 0, r.err
+    (row,) = [line for line in r.out.splitlines() if line.lstrip().startswith("requested")]
+    assert "pod overhead + container limits" not in row, row
+    assert "base + container limits (no pod overhead known: sized as kata)" in row
+
+
+# --- 9. Completion -----------------------------------------------------------------------
+
+
+def _complete(*words: str) -> list[str]:
+    r = kata_mem_process(
+        env={
+            "_KATA_MEM_COMPLETE": "bash_complete",
+            "COMP_WORDS": " ".join(("kata-mem", *words)),
+            "COMP_CWORD": str(len(words)),
+        },
+        timeout=60,
+    )
+    assert r.returncode == 0, r.stderr
+    return r.stdout.splitlines()
+
+
+def test_shim_options_and_their_choices_complete() -> None:
+    from kata_mem.main import SHIM_SCHEMAS
+
+    assert "plain,--print-schema" in _complete("shim", "--")
+    assert _complete("shim", "--print-schema", "") == [f"plain,{n}" for n in SHIM_SCHEMAS]
+
+
+def test_host_arch_completes_the_architecture_names() -> None:
+    from kata_mem.request import GO_ARCH
+
+    assert _complete("preview", "--host-arch", "") == [f"plain,{n}" for n in GO_ARCH]
+    assert _complete("host", "--host-arch", "a") == ["plain,amd64", "plain,aarch64", "plain,arm64"]
