@@ -130,6 +130,12 @@ def group_id(name: Optional[str]) -> Optional[int]:
 # --- the listening socket -------------------------------------------------------------
 
 
+#: A unix socket's path fits ``sun_path`` (108 bytes) with its terminating NUL
+#: (unix(7)): Linux binds 108 bytes without one, but clients (curl, Go's net.Dial) refuse it.
+MAX_SOCKET_PATH = 107
+LOCK_SCHEMA = "kata-mem/serve-lock/v1"
+
+
 @dataclass
 class Listener:
     """The socket the service listens on, and what to undo when it stops."""
@@ -147,7 +153,7 @@ class Listener:
                 if (info.st_dev, info.st_ino) == self.inode:  # not a successor's socket
                     os.unlink(self.path)
         if self.lock_fd is not None:
-            os.close(self.lock_fd)
+            _drop_lock(self.lock_fd, f"{self.path}.lock")
 
 
 def activated(env: Mapping[str, str]) -> Optional[socket.socket]:
@@ -191,17 +197,190 @@ def _live(path: str) -> bool:
     return True
 
 
+def _who(uid: int) -> str:
+    try:
+        return f"uid {uid} ({pwd.getpwuid(uid).pw_name})"
+    except KeyError:
+        return f"uid {uid}"
+
+
+def _foreign(info: os.stat_result, sticky_ok: bool) -> str:
+    """Why another user could have written (or could replace entries of) the file or
+    directory ``info`` describes, or "" when only root and this process's user could."""
+    if info.st_uid not in (0, os.geteuid()):
+        return f"owned by {_who(info.st_uid)}, not by root or this user"
+    if stat.S_ISLNK(info.st_mode):
+        return ""  # a symlink's own mode means nothing; its owner and directory are checked
+    who = " and ".join(w for bit, w in ((0o020, "group"), (0o002, "others")) if info.st_mode & bit)
+    if who and not (sticky_ok and info.st_mode & stat.S_ISVTX):
+        mode = stat.S_IMODE(info.st_mode)
+        return f"writable by {who} (mode {mode:04o})" + (
+            " without the sticky bit" if sticky_ok else ""
+        )
+    return ""
+
+
+def _check_socket_dirs(parent: str, where: str) -> None:
+    """The socket's directory and every one above it (as written and resolved, symlinks
+    included) belong to root or this user and no one else may write them, unless sticky
+    as ``/tmp`` is (then no one may remove or rename another user's entries): otherwise
+    another user could swap the socket or its lock between these checks and their use
+    (the walk of OpenSSH's ``safe_path``, auth.c, which sshd's StrictModes uses).
+
+    :raises ConfigError: naming the directory, its owner or mode.
+    """
+    seen: set[str] = set()
+    for start in (os.path.abspath(parent), os.path.realpath(parent)):
+        here = start
+        while here not in seen:
+            seen.add(here)
+            try:
+                info = os.lstat(here)
+            except OSError as exc:
+                raise ConfigError(
+                    f"{where}: cannot check {here} ({exc.strerror or exc}); nothing was changed"
+                ) from exc
+            why = _foreign(info, sticky_ok=True)
+            if why:
+                raise ConfigError(
+                    f"{where}: {here}: {why}: another user could replace the socket or its "
+                    "lock there; nothing was changed (use a directory only root can write, "
+                    "such as /run/kata-mem)"
+                )
+            here = os.path.dirname(here)
+
+
+def _lock_names(fd: int) -> Optional[tuple[int, int, int]]:
+    """The socket (device, inode, ctime) a lock says its serve made, if it says one."""
+    try:
+        doc = json.loads(os.pread(fd, 4096, 0))
+        made = doc["socket"]
+        names = (made["dev"], made["ino"], made["ctime_ns"])
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+    if doc.get("schema") != LOCK_SCHEMA or not all(type(n) is int for n in names):
+        return None
+    return names
+
+
+def _write_lock(fd: int, info: os.stat_result) -> None:
+    """Record in the held lock this process and the socket it made: what lets the next
+    serve, after a crash, prove that the dead socket there is kata-mem's own."""
+    doc = {
+        "schema": LOCK_SCHEMA,
+        "pid": os.getpid(),
+        "socket": {"dev": info.st_dev, "ino": info.st_ino, "ctime_ns": info.st_ctime_ns},
+    }
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, (json.dumps(doc) + "\n").encode(), 0)
+    os.fsync(fd)
+
+
+def _same_file(fd: int, path: str) -> bool:
+    with contextlib.suppress(OSError):
+        a, b = os.fstat(fd), os.lstat(path)
+        return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+    return False
+
+
+def _drop_lock(fd: int, lock: str) -> None:
+    """Remove the lock this process holds (and made, or adopted from a dead serve)."""
+    if _same_file(fd, lock):
+        with contextlib.suppress(OSError):
+            os.unlink(lock)
+    os.close(fd)
+
+
+def _open_lock(lock: str, where: str) -> Optional[int]:
+    """The existing lock beside the socket, opened and held, when it is kata-mem's: a
+    regular file of this user's that no one else may write (checked on the descriptor,
+    never by path). None when there is none.
+
+    :raises ConfigError: it is someone else's, or another serve holds it.
+    """
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:  # ELOOP: a symlink; EISDIR; ENXIO: a socket
+        raise ConfigError(
+            f"{where}: {lock} is not a lock kata-mem serve made ({exc.strerror or exc}); "
+            "nothing was changed (remove it, or give another --socket)"
+        ) from exc
+    try:
+        info = os.fstat(fd)
+        why = "not a regular file" if not stat.S_ISREG(info.st_mode) else _foreign(info, False)
+        if not why and info.st_nlink != 1:
+            why = f"{info.st_nlink} links to one file"
+        if info.st_uid != os.geteuid() and not why:
+            why = f"owned by {_who(info.st_uid)}, not by this user"
+        if why:
+            raise ConfigError(
+                f"{where}: {lock} is {why}: not a lock kata-mem serve made; nothing was "
+                "changed (remove it, or give another --socket)"
+            )
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as exc:
+            raise ConfigError(
+                f"{where}: another kata-mem serve is running on it (it holds {lock}); "
+                "stop it first, or give another --socket"
+            ) from exc
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _clear_path(path: str, where: str, lock: str, names: Optional[tuple[int, int, int]]) -> None:
+    """Make room for the socket: nothing there, or a dead socket the held lock names
+    (``names``), which is removed. Anything else is left as it is.
+
+    :raises ConfigError: something else is at ``path``.
+    """
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(info.st_mode):
+        raise ConfigError(
+            f"{where}: exists and is not a socket; nothing was changed (remove it, or give "
+            "another --socket)"
+        )
+    if _live(path):
+        raise ConfigError(
+            f"{where}: something is already listening on it (a kata-mem.socket unit, or "
+            "another service); nothing was changed"
+        )
+    if names is None or names != (info.st_dev, info.st_ino, info.st_ctime_ns):
+        beside = f"no {lock} beside it" if names is None else f"{lock} does not name it"
+        raise ConfigError(
+            f"{where}: a socket nobody listens on, but not one kata-mem serve made ({beside}); "
+            "nothing was changed (remove it, or give another --socket)"
+        )
+    os.unlink(path)  # stale: a previous kata-mem serve's, its process gone
+    log.warning("%s: replaced a stale socket (nobody was listening)", path)
+
+
 def bind(path: str, group: Optional[int]) -> Listener:
     """Listen on ``path``: 0660, owned by this process's user and ``group``.
 
-    A socket file nobody listens on (left by a crash) is replaced; a live one is not.
+    A socket file nobody listens on (left by a crash) is replaced when the lock beside
+    it proves it kata-mem's; nothing else is. A refusal changes nothing on disk: the
+    lock is made only once every check has passed.
 
-    :raises ConfigError: another instance listens there, the path is not a socket, or
-        it cannot be created.
+    :raises ConfigError: another instance listens there, the path is not a socket, is too
+        long, lies where another user could write, or cannot be created.
     """
     where = f"--socket {path}"
+    size = len(os.fsencode(path))
+    if size > MAX_SOCKET_PATH:
+        raise ConfigError(
+            f"{where}: {size} bytes; a unix socket path is at most {MAX_SOCKET_PATH} bytes "
+            "(unix(7)); nothing was changed (give a shorter path)"
+        )
     parent = os.path.dirname(os.path.abspath(path))
-    lock = f"{path}.lock"
+    made = False
     if not os.path.isdir(parent):
         if path != DEFAULT_SOCKET:
             # A mistyped --socket must not leave directories behind.
@@ -211,44 +390,54 @@ def bind(path: str, group: Optional[int]) -> Listener:
             )
         try:
             os.mkdir(parent, 0o755)
+            made = True
+            os.chmod(parent, 0o755)  # the shims' group must reach the socket, whatever the umask
         except FileExistsError:
             pass
         except OSError as exc:
             raise ConfigError(f"{where}: cannot create {parent} ({exc.strerror or exc})") from exc
-    # The lock file is what marks a socket path as kata-mem's: a socket file found there
-    # with no lock beside it was left by something else, and is not replaced.
-    ours = os.path.lexists(lock)
     try:
-        lock_fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    except OSError as exc:
-        raise ConfigError(f"{where}: cannot create {lock} ({exc.strerror or exc})") from exc
+        _check_socket_dirs(parent, where)
+        for _ in range(3):
+            listener = _bind_once(path, group, where)
+            if listener is not None:
+                return listener
+        raise ConfigError(f"{where}: {path}.lock changed while serve looked at it; try again")
+    except BaseException:
+        if made:
+            with contextlib.suppress(OSError):
+                os.rmdir(parent)
+        raise
+
+
+def _bind_once(path: str, group: Optional[int], where: str) -> Optional[Listener]:
+    """:func:`bind`, or None when the lock came or went meanwhile (look again)."""
+    lock = f"{path}.lock"
+    lock_fd = _open_lock(lock, where)
+    made_lock = lock_fd is None
     try:
-        try:
-            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError as exc:
-            raise ConfigError(
-                f"{where}: another kata-mem serve is running on it (it holds {path}.lock); "
-                "stop it first, or give another --socket"
-            ) from exc
-        with contextlib.suppress(FileNotFoundError):
-            info = os.lstat(path)
-            if not stat.S_ISSOCK(info.st_mode):
-                raise ConfigError(
-                    f"{where}: exists and is not a socket; nothing was changed (remove it, or "
-                    "give another --socket)"
+        if lock_fd is not None and not _same_file(lock_fd, lock):
+            os.close(lock_fd)  # removed by the serve that was stopping as we opened it
+            return None
+        _clear_path(path, where, lock, None if lock_fd is None else _lock_names(lock_fd))
+        if lock_fd is None:
+            try:
+                lock_fd = os.open(
+                    lock, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
                 )
-            if _live(path):
+            except FileExistsError:
+                return None
+            except OSError as exc:
+                raise ConfigError(f"{where}: cannot create {lock} ({exc.strerror or exc})") from exc
+            try:
+                fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError as exc:
+                os.close(lock_fd)  # another serve opened it first: its lock now
+                lock_fd, made_lock = None, False
                 raise ConfigError(
-                    f"{where}: something is already listening on it (a kata-mem.socket unit, "
-                    "or another service); nothing was changed"
-                )
-            if not ours:
-                raise ConfigError(
-                    f"{where}: a socket nobody listens on, but not one kata-mem serve made (no "
-                    f"{lock} beside it); nothing was changed (remove it, or give another --socket)"
-                )
-            os.unlink(path)  # stale: a previous kata-mem serve's, its process gone
-            log.warning("%s: replaced a stale socket (nobody was listening)", path)
+                    f"{where}: another kata-mem serve is starting on it (it holds {lock}); "
+                    "stop it first, or give another --socket"
+                ) from exc
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         old = os.umask(0o177)  # never reachable by others, not even between bind and chmod
         try:
@@ -262,16 +451,22 @@ def bind(path: str, group: Optional[int]) -> Listener:
             if group is not None:
                 os.chown(path, -1, group)
             os.chmod(path, 0o660)
+            info = os.lstat(path)
+            _write_lock(lock_fd, info)
         except OSError as exc:
             sock.close()
             os.unlink(path)
             raise ConfigError(
-                f"{where}: cannot give it mode 0660 and the group ({exc.strerror or exc})"
+                f"{where}: cannot give it mode 0660 and the group, or record it in {lock} "
+                f"({exc.strerror or exc})"
             ) from exc
-        info = os.lstat(path)
         return Listener(sock, path, (info.st_dev, info.st_ino), lock_fd)
     except BaseException:
-        os.close(lock_fd)
+        if lock_fd is not None:
+            if made_lock:
+                _drop_lock(lock_fd, lock)  # made by this call: a refusal leaves nothing
+            else:
+                os.close(lock_fd)
         raise
 
 
