@@ -40,9 +40,10 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, TypeVar
+from typing import Any, Callable, Optional, TypeVar, cast
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from kata_mem import render
 from kata_mem.errors import BackendUnavailable, ConfigError, InputError, KataMemError
@@ -492,10 +493,78 @@ def _json(doc: dict[str, Any], status: int, exit_code: Optional[int] = None) -> 
     return resp
 
 
-def _error(exc: KataMemError, status: Optional[int] = None) -> web.Response:
-    return _json(
-        render.error_json(exc), status or http_status(exc.exit_code), exit_code=exc.exit_code
-    )
+def _peer_text(peer: Optional[Peer]) -> str:
+    return "an unknown peer" if peer is None else f"uid {peer.uid} gid {peer.gid} pid {peer.pid}"
+
+
+def _peer_of_transport(transport: Optional[asyncio.BaseTransport]) -> Optional[Peer]:
+    sock = transport.get_extra_info("socket") if transport is not None else None
+    try:
+        return peer_of(sock) if sock is not None else None
+    except OSError:  # gone already
+        return None
+
+
+def _parse_error(exc: Optional[BaseException], message: Optional[str] = None) -> str:
+    """What aiohttp's parser said, on one line: its messages span lines and point at
+    the byte with a line of carets; a payload error wraps the parser's."""
+    if isinstance(exc, web.RequestPayloadError) and exc.__cause__ is not None:
+        exc = exc.__cause__
+    text = message or getattr(exc, "message", None) or str(exc or "")
+    return " ".join(w for w in str(text).split() if w.strip("^~")) or "malformed"
+
+
+class _Protocol(web.RequestHandler):
+    """aiohttp's connection handler, answering what aiohttp refuses before any handler
+    runs (a request line, header or chunk it cannot parse) and a handler's bug as the
+    handlers answer: a ``kata-mem/error/v1`` document and one log line. aiohttp's own
+    answer is plain text, logged at ERROR with a traceback
+    (``aiohttp.web_protocol.RequestHandler.handle_error``, "Error handling request")."""
+
+    def __init__(self, service: Service, manager: web.Server, **options: Any) -> None:
+        super().__init__(manager, **options)
+        self.service = service
+        self.peer: Optional[Peer] = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # SO_PEERCRED is the peer as it connected: read once, for every request it sends.
+        self.peer = _peer_of_transport(transport)
+        super().connection_made(transport)
+
+    def handle_error(
+        self,
+        request: web.BaseRequest,
+        status: int = 500,
+        exc: Optional[BaseException] = None,
+        message: Optional[str] = None,
+    ) -> web.StreamResponse:
+        if request.writer.output_size > 0:  # as aiohttp: an answer is under way, cut it
+            raise ConnectionError("a response was being sent when the request failed")
+        peer = self.peer
+        if self.transport is None or isinstance(exc, ConnectionError):
+            log.warning(
+                "a request from %s: the connection closed before it was answered (%s)",
+                _peer_text(peer),
+                describe(exc) if exc else status,
+            )
+            return web.Response(status=status)  # no one is left to read it
+        if peer is None or not peer_allowed(peer, self.service.group):
+            return self.service.forbidden(peer, "a request")
+        if status >= 500:
+            error = KataMemError(
+                f"internal error answering the request ({describe(exc) if exc else status}); "
+                "a bug in kata-mem"
+            )
+            resp = self.service.refuse(error, status, peer, "a request", cause=exc)
+        else:
+            text = _parse_error(exc, message)
+            error = InputError(
+                f"HTTP request: {text}; expected HTTP/1.1 with POST /v1/shim, "
+                "GET /v1/node, GET /v1/sandboxes/ID, GET /metrics or GET /healthz"
+            )
+            resp = self.service.refuse(error, status, peer, "a request")
+        resp.force_close()
+        return resp
 
 
 @dataclass(frozen=True)
@@ -550,6 +619,8 @@ class Service:
         self._locks: dict[str, tuple[asyncio.Lock, list[int]]] = {}
         # sandboxes whose balloon was told to report statistics (by this process)
         self._stats_on: set[str] = set()
+        # why the last reconcile pass could not read the state directory
+        self._unusable: Optional[str] = None
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[self._guard], client_max_size=MAX_REQUEST_BYTES)
@@ -559,6 +630,44 @@ class Service:
         app.router.add_get("/metrics", self.metrics_text, name="metrics")
         app.router.add_get("/healthz", self.healthz, name="healthz")
         return app
+
+    def reply(
+        self, doc: dict[str, Any], status: int, exit_code: Optional[int] = None
+    ) -> web.Response:
+        """Every JSON document the service sends goes out here, and is counted here."""
+        self.metrics.count_response(doc)
+        return _json(doc, status, exit_code)
+
+    def refuse(
+        self,
+        exc: KataMemError,
+        status: int,
+        peer: Optional[Peer],
+        what: str,
+        cause: Optional[BaseException] = None,
+    ) -> web.Response:
+        """A request refused by the service itself (:func:`answer` logs its own): the
+        error document, and one log line (with the traceback of a bug, ``cause``)."""
+        level = logging.ERROR if status >= 500 else logging.WARNING
+        log.log(
+            level, "%s from %s: %d: %s", what, _peer_text(peer), status, exc.message, exc_info=cause
+        )
+        return self.reply(render.error_json(exc), status, exc.exit_code)
+
+    def forbidden(self, peer: Optional[Peer], what: str) -> web.Response:
+        """403 for a peer that may not ask; the connection is closed, its body unread."""
+        group = "" if self.group is None else f" or members of its --group (gid {self.group})"
+        resp = self.refuse(
+            InputError(
+                f"peer {_peer_text(peer)}: not allowed; kata-mem serve answers root{group} "
+                "(see its --group)"
+            ),
+            403,
+            peer,
+            what,
+        )
+        resp.force_close()
+        return resp
 
     async def _run(self, fn: Callable[[], T]) -> T:
         return await asyncio.get_running_loop().run_in_executor(self.pool, fn)
@@ -584,28 +693,24 @@ class Service:
     ) -> web.StreamResponse:
         start = time.perf_counter()
         route = request.match_info.route.name or "other"
-        transport = request.transport
-        sock = transport.get_extra_info("socket") if transport is not None else None
-        peer = peer_of(sock) if sock is not None else None
+        what = f"{request.method} {request.path}"
+        peer = cast(_Protocol, request.protocol).peer
+        # The peer first: nothing of a refused peer's request is read or decoded.
         if peer is None or not peer_allowed(peer, self.group):
-            who = "unknown" if peer is None else f"uid {peer.uid} gid {peer.gid} pid {peer.pid}"
-            group = "" if self.group is None else f" or members of its --group (gid {self.group})"
-            response: web.StreamResponse = _error(
-                InputError(
-                    f"peer {who}: not allowed; kata-mem serve answers root{group} (see its --group)"
-                ),
-                403,
-            )
+            response: web.StreamResponse = self.forbidden(peer, what)
         else:
+            request["peer"] = peer
             try:
                 response = await handler(request)
             except web.HTTPException as exc:  # the router's 404 and 405, as documents
-                response = _error(
+                response = self.refuse(
                     InputError(
-                        f"{request.method} {request.path}: {exc.reason}; expected POST /v1/shim, "
-                        "GET /v1/node, GET /v1/sandboxes/ID, GET /metrics or GET /healthz"
+                        f"{what}: {exc.reason}; expected POST /v1/shim, GET /v1/node, "
+                        "GET /v1/sandboxes/ID, GET /metrics or GET /healthz"
                     ),
                     exc.status,
+                    peer,
+                    what,
                 )
         self.metrics.latency.labels(route).observe(time.perf_counter() - start)
         return response
@@ -624,22 +729,54 @@ class Service:
         return b"".join(chunks)
 
     async def shim(self, request: web.Request) -> web.StreamResponse:
+        peer, what = request.get("peer"), f"{request.method} {request.path}"
+        coding = request.headers.get("Content-Encoding", "").strip()
+        if coding.lower() not in ("", "identity"):
+            # A request is a small document on a local socket: nothing to gain from
+            # compression, and no decoder to feed what a client chose. 415 with the
+            # codings accepted, as RFC 9110 (sections 15.5.16 and 12.5.3) asks.
+            resp = self.refuse(
+                InputError(
+                    f"request body: Content-Encoding {coding!r}: not accepted; send the body "
+                    "as it is (no Content-Encoding, or identity)"
+                ),
+                415,
+                peer,
+                what,
+            )
+            resp.headers["Accept-Encoding"] = "identity"
+            resp.force_close()  # the body is not read
+            return resp
         try:
             body = await asyncio.wait_for(self._body(request), self.idle_timeout)
         except asyncio.TimeoutError:
-            resp = _error(
+            resp = self.refuse(
                 InputError(
                     f"request body: not received within {self.idle_timeout:g} s; send the "
                     "whole request at once"
                 ),
                 408,
+                peer,
+                what,
             )
             resp.force_close()
+            return resp
+        except (web.RequestPayloadError, HttpProcessingError) as exc:  # a chunk it cannot parse
+            resp = self.refuse(
+                InputError(f"request body: {_parse_error(exc)}; expected an HTTP/1.1 body"),
+                400,
+                peer,
+                what,
+            )
+            resp.force_close()  # what follows it is not a request
+            # Nothing more of it is read: aiohttp would linger to drain it, meet the
+            # same error again and log it with a traceback (web_protocol's start()).
+            request.content.feed_eof()
             return resp
         if body is None:
             # The shim's own answer to a request that large (exit code 4), as 413.
             doc, code = answer(lambda: bytes(MAX_REQUEST_BYTES + 1), self.env)
-            resp = _json(doc, 413, code)
+            resp = self.reply(doc, 413, code)
             resp.force_close()  # the rest of the body is not read
             return resp
         glance = _glance(body)
@@ -661,8 +798,7 @@ class Service:
                 and sandbox not in self._stats_on
             ):
                 await self._run(lambda: self._enable_stats(body))
-        self.metrics.count_response(doc)
-        return _json(doc, http_status(code), code)
+        return self.reply(doc, http_status(code), code)
 
     async def node(self, request: web.Request) -> web.StreamResponse:
         from kata_mem.apply import node_status, probe
@@ -673,9 +809,9 @@ class Service:
             )
 
         try:
-            return _json(await self._run(read), 200)
+            return self.reply(await self._run(read), 200)
         except KataMemError as exc:
-            return _error(exc)
+            return self._failed(request, exc)
 
     async def sandbox(self, request: web.Request) -> web.StreamResponse:
         sandbox = request.match_info["id"]
@@ -683,7 +819,7 @@ class Service:
             check_sandbox_id(sandbox)
             found = await self._run(lambda: self._saved_endpoint(sandbox))
             if isinstance(found, str):
-                return _error(InputError(found), 404)
+                return self._failed(request, InputError(found), 404)
             try:
                 doc = await asyncio.wait_for(
                     self._run(lambda: self._status(found, sandbox)), STATUS_TIMEOUT_S
@@ -694,8 +830,18 @@ class Service:
                     f"{STATUS_TIMEOUT_S:g} s (a resize may be holding its monitor); try again"
                 ) from exc
         except KataMemError as exc:
-            return _error(exc)
-        return _json(doc, 200)
+            return self._failed(request, exc)
+        return self.reply(doc, 200)
+
+    def _failed(
+        self, request: web.Request, exc: KataMemError, status: Optional[int] = None
+    ) -> web.Response:
+        return self.refuse(
+            exc,
+            status or http_status(exc.exit_code),
+            request.get("peer"),
+            f"{request.method} {request.path}",
+        )
 
     def _enable_stats(self, body: bytes) -> None:
         """Have the VM's balloon report statistics from the sandbox's first request on,
@@ -750,8 +896,11 @@ class Service:
         try:
             names = await self._run(lambda: list_state_dir(self.state_dir).sandboxes)
         except KataMemError as exc:
-            log.warning("reconcile: %s", exc.message)
+            if exc.message != self._unusable:  # said once, not every pass (/healthz says it too)
+                log.warning("reconcile: %s", exc.message)
+            self._unusable = exc.message
             return
+        self._unusable = None
         room = asyncio.Semaphore(RECONCILE_WORKERS)
 
         async def one(sandbox: str) -> None:
@@ -805,24 +954,38 @@ class Service:
         return resp
 
     async def healthz(self, request: web.Request) -> web.StreamResponse:
-        return _json({"status": "ok"}, 200)
+        """ok while the state directory can be used: kata-mem's, empty, or not made yet
+        (the first apply makes it); checked each time (a stat and a listing)."""
+        from kata_mem.journal import state_dir_state
+
+        try:
+            await self._run(lambda: state_dir_state(self.state_dir))
+        except KataMemError as exc:
+            # Not logged: probes ask every few seconds, and the answer says why.
+            return self.reply(render.error_json(exc), 503, exc.exit_code)
+        return self.reply({"status": "ok"}, 200)
 
 
 async def _serve(service: Service, sock: socket.socket, where: str) -> None:
-    runner = web.AppRunner(
-        service.app(),
-        handle_signals=False,
-        access_log=None,
-        keepalive_timeout=service.idle_timeout,
-        # A refused body (413, 408) is read and dropped for at most this long, then cut.
-        lingering_time=service.idle_timeout,
-        shutdown_timeout=SHUTDOWN_TIMEOUT_S,
-    )
+    runner = web.AppRunner(service.app(), handle_signals=False, shutdown_timeout=SHUTDOWN_TIMEOUT_S)
     await runner.setup()
-    site = web.SockSite(runner, sock, backlog=1024)
-    await site.start()
-    stop = asyncio.Event()
+    server = runner.server
+    assert server is not None  # set up
     loop = asyncio.get_running_loop()
+    options: dict[str, Any] = {
+        "loop": loop,
+        "access_log": None,
+        "keepalive_timeout": service.idle_timeout,
+        # A refused body (413, 408) is read and dropped for at most this long, then cut.
+        "lingering_time": service.idle_timeout,
+        # Bodies are taken as sent (a Content-Encoding is refused): aiohttp would
+        # otherwise inflate them as they arrive, for any peer, before the peer check.
+        "auto_decompress": False,
+    }
+    listening = await loop.create_server(
+        lambda: _Protocol(service, server, **options), sock=sock, backlog=1024
+    )
+    stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     log.info(
@@ -834,9 +997,28 @@ async def _serve(service: Service, sock: socket.socket, where: str) -> None:
     loop_task = asyncio.create_task(service.reconcile_loop(stop))
     await stop.wait()
     log.info("stopping: no new connections; waiting for requests and visits in flight")
-    # Closes the listening socket, then waits for the handlers still running; the loop
-    # finishes the visits it started.
+    listening.close()
+    # Waits for the handlers still running; the loop finishes the visits it started.
     await asyncio.gather(runner.cleanup(), loop_task)
+
+
+def _check_not_in_state_dir(path: str, state_dir: str) -> None:
+    """A socket in the state directory must have the name kata-mem keeps there: any
+    other entry would make the directory someone else's to the next apply.
+
+    :raises ConfigError: it has another name.
+    """
+    from kata_mem.journal import SERVICE_ENTRIES
+
+    with contextlib.suppress(OSError):  # no state directory yet: nothing to share
+        parent = os.path.dirname(os.path.abspath(path))
+        if os.path.basename(path) != SERVICE_ENTRIES[0] and os.path.samefile(parent, state_dir):
+            raise ConfigError(
+                f"--socket {path}: lies in the state directory {state_dir}, where a socket "
+                f"must be named {SERVICE_ENTRIES[0]} (kata-mem keeps nothing else there "
+                "besides its sandboxes); nothing was changed (rename it, or give another "
+                "directory)"
+            )
 
 
 def run_service(
@@ -849,12 +1031,21 @@ def run_service(
 ) -> int:
     """``kata-mem serve``: listen until SIGTERM, then finish what is in flight; 0.
 
-    :raises ConfigError: the socket cannot be had (in use, not a socket, no such group).
+    :raises ConfigError: the socket cannot be had (in use, not a socket, no such group),
+        or the state directory is not kata-mem's.
     """
+    from kata_mem.journal import state_dir_state
+
     gid = group_id(group)
+    state_dir_state(state_dir)  # kata-mem's, empty or absent; checked before anything is made
     _raise_open_files()
     passed = activated(os.environ)
-    listener = Listener(passed) if passed is not None else bind(socket_path or DEFAULT_SOCKET, gid)
+    if passed is None:
+        path = socket_path or DEFAULT_SOCKET
+        _check_not_in_state_dir(path, state_dir)
+        listener = bind(path, gid)
+    else:
+        listener = Listener(passed)
     where = "the socket systemd passed" if passed is not None else str(listener.path)
     service = Service(state_dir, settings, gid, os.environ, idle_timeout, reconcile_interval)
     try:
