@@ -40,6 +40,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Optional, TypeVar, cast
 
 from aiohttp import web
@@ -927,20 +928,25 @@ class Service:
             log.warning("reconcile: sandbox %s: %s", sandbox, warning)
 
     def _saved_endpoint(self, sandbox: str) -> Any:
-        """The sandbox's endpoint from its saved request, or why there is none."""
-        from kata_mem.files import STATE_CAP, read_capped
+        """The sandbox's endpoint from its saved request, or why there is none.
+
+        :raises ConfigError: the saved request is not one kata-mem wrote for it.
+        """
         from kata_mem.journal import SandboxState
 
         state = SandboxState(self.state_dir, sandbox)
         if not state.owned():
             return f"sandbox {sandbox}: unknown (kata-mem has no state for it in {self.state_dir})"
-        if not state.request_path.is_file():
+        saved = _read_own(state.request_path, "saved request")
+        if saved is None:
             return f"sandbox {sandbox}: no resize recorded, so its VM is not known"
-        saved = read_capped(
-            state.request_path, cap=STATE_CAP, what="saved request", error=ConfigError
-        )
-        endpoint = SandboxRequest.from_json(saved).endpoint
-        return endpoint or f"sandbox {sandbox}: its saved request names no VM"
+        request = SandboxRequest.from_json(saved)
+        if request.sandbox != sandbox:
+            raise ConfigError(
+                f"{state.request_path}: is for sandbox {request.sandbox!r}, not {sandbox!r}; "
+                "its VM was not asked"
+            )
+        return request.endpoint or f"sandbox {sandbox}: its saved request names no VM"
 
     def _status(self, endpoint: Any, sandbox: str) -> dict[str, Any]:
         from kata_mem.apply import read_status
@@ -1000,6 +1006,37 @@ async def _serve(service: Service, sock: socket.socket, where: str) -> None:
     listening.close()
     # Waits for the handlers still running; the loop finishes the visits it started.
     await asyncio.gather(runner.cleanup(), loop_task)
+
+
+def _read_own(path: Path, what: str) -> Optional[bytes]:
+    """A file of the state directory that only kata-mem can have written: a regular
+    file of this user's that no one else may write, checked on the opened descriptor
+    (not a symlink, no race with a rename); None when there is none. What it names
+    (a VM's socket or URI) is then asked as root.
+
+    :raises ConfigError: it is someone else's, not a regular file, or too large.
+    """
+    from kata_mem.files import STATE_CAP
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:  # ELOOP: a symlink
+        raise ConfigError(
+            f"{path}: cannot use the {what} ({exc.strerror or exc}); it was not read"
+        ) from exc
+    with open(fd, "rb") as f:
+        info = os.fstat(fd)
+        why = _foreign(info, False) if stat.S_ISREG(info.st_mode) else "not a regular file"
+        if not why and info.st_uid != os.geteuid():
+            why = f"owned by {_who(info.st_uid)}, not by this user"
+        if why:
+            raise ConfigError(f"{path}: {why}: not a {what} kata-mem wrote; it was not read")
+        data = f.read(STATE_CAP + 1)
+    if len(data) > STATE_CAP:
+        raise ConfigError(f"{path}: larger than a {what} may be ({STATE_CAP} bytes)")
+    return data
 
 
 def _check_not_in_state_dir(path: str, state_dir: str) -> None:

@@ -4,7 +4,9 @@ it can, and the default layout (the socket inside the state directory) working."
 
 from __future__ import annotations
 
+import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -121,3 +123,47 @@ def test_another_socket_name_in_the_state_dir_is_refused(tmp_path: Path) -> None
     assert proc.returncode == 3, proc.stderr
     assert "kata-mem.sock" in proc.stderr
     assert os.listdir(state) == []
+
+
+@pytest.mark.parametrize(
+    "planted", ["owned by nobody", "group-writable", "for another sandbox", "a symlink"]
+)
+def test_a_saved_request_kata_mem_did_not_write_is_never_followed(
+    tmp_path: Path, planted: str
+) -> None:
+    """GET /v1/sandboxes/ID connects to the VM its saved request names: only a request
+    of this user's, that no one else may write, for that sandbox."""
+    svc = start(tmp_path)
+    try:
+        with FakeQmpServer(tmp_path / "qmp.sock", FakeQemu()) as qmp:
+            req = _apply_request(tmp_path, qmp.path)
+            assert svc.post(req).status == 200
+        saved = svc.state / "sb-here" / "request.json"
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as lure:
+            lure.bind(str(tmp_path / "lure.sock"))
+            lure.listen(4)  # a connection would wait in its backlog
+            doc = {**req, "backend": {"type": "qmp", "socket": str(tmp_path / "lure.sock")}}
+            if planted == "for another sandbox":
+                doc["sandbox_id"] = "sb-other"
+            if planted == "a symlink":
+                (tmp_path / "elsewhere.json").write_text(json.dumps(doc))
+                saved.unlink()
+                saved.symlink_to(tmp_path / "elsewhere.json")
+            else:
+                saved.write_text(json.dumps(doc))
+            if planted == "owned by nobody":
+                os.chown(saved, 65534, 65534)
+            if planted == "group-writable":
+                saved.chmod(0o620)
+            got = svc.request("GET", "/v1/sandboxes/sb-here")
+            lure.setblocking(False)
+            try:
+                lure.accept()[0].close()
+                followed = True
+            except BlockingIOError:
+                followed = False
+        assert not followed, "the service connected to the socket the planted request names"
+        assert (got.status, got.json()["error"]["exit_code"]) == (400, 3), got.body
+        assert str(saved) in got.json()["error"]["message"]
+    finally:
+        assert svc.stop() == 0, svc.stderr()
