@@ -699,6 +699,7 @@ class Service:
         # The peer first: nothing of a refused peer's request is read or decoded.
         if peer is None or not peer_allowed(peer, self.group):
             response: web.StreamResponse = self.forbidden(peer, what)
+            request.content.feed_eof()  # not even drained: closed once the 403 is sent
         else:
             request["peer"] = peer
             try:

@@ -9,6 +9,8 @@ import json
 import os
 import re
 import socket
+import subprocess
+import sys
 import time
 import zlib
 from collections.abc import Iterator
@@ -245,3 +247,31 @@ def test_a_chunk_that_cannot_be_parsed_after_the_headers_is_400(tmp_path: Path) 
     finally:
         assert svc.stop() == 0, svc.stderr()
     assert "Traceback" not in svc.stderr()
+
+
+PARTIAL = """
+import socket, sys, time
+sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+sock.settimeout(30)
+sock.connect(sys.argv[1])
+sock.sendall(b"POST /v1/shim HTTP/1.1\\r\\nHost: x\\r\\nContent-Length: 100000\\r\\n\\r\\n{")
+t0, reply = time.monotonic(), b""
+while chunk := sock.recv(65536):
+    reply += chunk
+print(round(time.monotonic() - t0, 1), reply.split(b" ", 2)[1].decode())
+"""
+
+
+def test_a_peer_not_allowed_is_not_drained(grouped: Service) -> None:
+    """The 403 goes out and the connection closes at once: the service reads no more of
+    a refused peer's body (aiohttp would otherwise linger, reading it, --idle-timeout)."""
+    r = subprocess.run(
+        [*NOBODY, sys.executable, "-c", PARTIAL, str(grouped.socket)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert r.returncode == 0, r.stderr
+    seconds, status = r.stdout.split()
+    assert status == "403" and float(seconds) < 2, r.stdout
