@@ -17,8 +17,9 @@ timer did, for the sandboxes whose journal asks for it: a deferred shrink whose 
 time has come, a DIMM unplug still pending, a step a crash cut short, a VM that is
 gone. Each visit takes the sandbox's lock and a pool thread, as a request does.
 
-Who may ask: the peer's credentials (``SO_PEERCRED``) are checked on every request,
-root or a member of ``--group``; the socket is created 0660, the group's.
+Who may ask: the peer's credentials (``SO_PEERCRED``) are checked on every request
+before any of its body is read, root or a member of ``--group``; the socket is created
+0660, the group's. Every refusal is a ``kata-mem/error/v1`` document and one log line.
 """
 
 from __future__ import annotations
