@@ -71,6 +71,11 @@ _TEMP = re.compile(
     r"\.(?:journal\.json|request\.json|kata-mem-state|kata-mem-sandbox|probe"
     r"|removing\.[A-Za-z0-9][A-Za-z0-9_.-]*)\.\d+\.tmp"
 )
+#: What ``kata-mem serve`` keeps at the root of the state directory when it listens
+#: there, as it does by default (``/run/kata-mem/kata-mem.sock`` in ``/run/kata-mem``):
+#: its socket (made by it or by systemd's kata-mem.socket) and the socket's lock.
+#: kata-mem's own entries, neither sandboxes nor someone else's.
+SERVICE_ENTRIES = ("kata-mem.sock", "kata-mem.sock.lock")
 _WHAT_TO_DO = (
     "Set [kata_mem] state_dir or --state-dir to a directory kata-mem created, "
     "an empty directory, or a path that does not exist yet"
@@ -500,7 +505,7 @@ def _root_state(root: Path, fd: int) -> Optional[DirState]:
             return "ours"
         if mark == "missing":
             return None  # removed while we looked (by hand): look again
-    elif not [n for n in names if not _TEMP.fullmatch(n)]:
+    elif not [n for n in names if not (_TEMP.fullmatch(n) or n in SERVICE_ENTRIES)]:
         return "empty"
     raise ConfigError(
         f"state_dir {root}: is a directory that kata-mem did not create (it has no valid "
@@ -631,7 +636,7 @@ def list_state_dir(state_dir: str | Path) -> Listing:
 def _sandboxes(root: Path) -> Listing:
     ours, refused, foreign = [], [], []
     for name in sorted(_listdir(root, root)):
-        if name == STATE_MARKER or _TEMP.fullmatch(name):
+        if name == STATE_MARKER or name in SERVICE_ENTRIES or _TEMP.fullmatch(name):
             continue
         if SANDBOX_ID.fullmatch(name):
             try:

@@ -482,10 +482,9 @@ def unique_containers(containers: tuple[Container, ...]) -> tuple[Container, ...
     return containers
 
 
-#: Where a lone surrogate can come from: an escape ``\uD800``-``\uDFFF``, or its UTF-8
-#: form, which ``json.loads`` decodes with ``surrogatepass``. A cheap filter: a match
-#: only means the decoded document is checked.
-_MAYBE_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]")
+#: Where a lone surrogate can come from once the text is strict UTF-8: an escape
+#: ``\uD800``-``\uDFFF``. A cheap filter: a match only means the decoded document is checked.
+_MAYBE_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 def _decode(raw: bytes) -> Any:
@@ -494,8 +493,28 @@ def _decode(raw: bytes) -> Any:
     twice could mean ``update`` to the shim and ``delete`` to kata-mem), and text that
     is not UTF-8 (lone surrogates such as ``"\\udcff"``), which no path or id can be.
 
-    :raises InputError: naming the key or value and its path.
+    The bytes are decoded as strict UTF-8 first: ``json.loads`` given bytes would
+    guess UTF-16 or UTF-32 and skip a byte-order mark, and a JSON text exchanged between
+    systems is UTF-8 without one (RFC 8259, section 8.1).
+
+    :raises InputError: naming the byte, key or value and its path.
     """
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(
+            f"request: byte 0x{raw[exc.start]:02x} at offset {exc.start} is not UTF-8; "
+            "expected UTF-8 JSON"
+        ) from exc
+    if text.startswith("\ufeff"):
+        raise InputError(
+            "request: starts with a byte-order mark (U+FEFF); expected UTF-8 JSON without one"
+        )
+    if "\x00" in text:
+        raise InputError(
+            f"request: a NUL byte at offset {raw.index(0)} (UTF-16 or UTF-32 text?); "
+            "expected UTF-8 JSON"
+        )
     duplicates: dict[int, str] = {}
 
     def pairs_hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -510,10 +529,10 @@ def _decode(raw: bytes) -> Any:
         return obj
 
     try:
-        doc = json.loads(raw, object_pairs_hook=pairs_hook)
+        doc = json.loads(text, object_pairs_hook=pairs_hook)
     except (ValueError, RecursionError) as exc:
         raise InputError(f"request is not JSON: {exc}") from exc
-    if not duplicates and not _MAYBE_SURROGATE.search(raw):
+    if not duplicates and not _MAYBE_SURROGATE.search(text):
         return doc  # the usual case: nothing to find, no walk
     # Depth-first in document order, without recursion (json.loads has already
     # bounded the depth, but the walk may start deeper in the stack than it did).

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import jsonschema
@@ -12,7 +14,7 @@ import pytest
 
 from tests.cli import test_shim
 from tests.cli.test_shim import RESPONSE_SCHEMA, request
-from tests.conftest import kata_mem_process, write_config
+from tests.conftest import REPO, kata_mem_process, write_config
 from tests.service.conftest import Service, curl_answer
 from tests.support.fake_qmp import FakeQemu, FakeQmpServer
 
@@ -264,3 +266,35 @@ def test_malformed_http_is_400(service: Service, raw: bytes) -> None:
         reply = _read_all(sock)
     assert reply.split(b" ", 2)[:2] in ([b"HTTP/1.0", b"400"], [b"HTTP/1.1", b"400"]), reply[:200]
     assert service.request("GET", "/healthz").status == 200
+
+
+_UTF8 = json.dumps(request()).encode()
+
+
+@pytest.mark.parametrize(
+    ("raw", "why"),
+    [
+        (json.dumps(request()).encode("utf-16"), "byte 0xff at offset 0"),
+        (json.dumps(request()).encode("utf-16-le"), "NUL"),
+        (json.dumps(request()).encode("utf-32"), "byte 0xff at offset 0"),
+        (b"\xef\xbb\xbf" + _UTF8, "byte-order mark"),
+        (_UTF8.replace(b"sb-1", b"sb-\xe9"), "byte 0xe9 at offset"),
+    ],
+    ids=["utf-16", "utf-16-le without a BOM", "utf-32", "utf-8 with a BOM", "latin-1"],
+)
+def test_a_request_that_is_not_utf8_is_refused_by_the_shim_and_the_service(
+    service: Service, raw: bytes, why: str
+) -> None:
+    one_shot = subprocess.run(
+        [sys.executable, "-m", "kata_mem", "shim"],
+        input=raw,
+        capture_output=True,
+        cwd=REPO,
+        timeout=60,
+        check=False,
+    )
+    doc = json.loads(one_shot.stdout)
+    assert (one_shot.returncode, doc["error"]["kind"]) == (4, "input"), doc
+    assert why in doc["error"]["message"] and "expected UTF-8" in doc["error"]["message"]
+    answer = service.post(raw)
+    assert (answer.status, answer.body) == (400, one_shot.stdout)

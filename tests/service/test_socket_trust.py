@@ -1,0 +1,214 @@
+"""What ``kata-mem serve`` may create, replace and remove at its socket path: a refusal
+changes nothing on disk; a dead socket is replaced only when the lock beside it proves
+it kata-mem's; a directory another user could write is refused. Real processes, real
+files, and uid ``nobody`` for another user's."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import stat
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Optional
+
+import pytest
+
+from tests.conftest import REPO
+from tests.service.conftest import serve_argv, start
+
+NOBODY = 65534
+
+LISTENER = """
+import socket, sys
+sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+sock.bind(sys.argv[1])
+sock.listen(8)
+print("ready", flush=True)
+sys.stdin.read()  # until the test closes our stdin; the socket file stays behind
+"""
+
+
+def _listing(where: Path) -> dict[str, tuple[int, int, int]]:
+    """Each entry's inode, mode and mtime, and the directory's own."""
+    entries = {".": os.lstat(where)}
+    entries.update(
+        {p.name: os.lstat(p) for p in where.iterdir() if not p.name.startswith("serve-")}
+    )
+    return {name: (i.st_ino, i.st_mode, i.st_mtime_ns) for name, i in entries.items()}
+
+
+def _refused(where: Path, sock: Path, state: Optional[Path] = None) -> str:
+    """``serve`` exits 3 and the directory is exactly as it was; its stderr."""
+    before = _listing(where)
+    argv = serve_argv("--socket", str(sock), "--state-dir", str(state or where / "state"))
+    proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=20, check=False)
+    assert proc.returncode == 3, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert _listing(where) == before, proc.stderr
+    return proc.stderr
+
+
+@pytest.fixture
+def foreign_listener(tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
+    """Another program listening on tmp_path/kata-mem.sock."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", LISTENER, str(tmp_path / "kata-mem.sock")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+    with proc:  # closes its pipes
+        yield proc
+        proc.kill()
+
+
+def test_a_foreign_listener_is_refused_and_its_socket_survives_the_next_serve(
+    tmp_path: Path, foreign_listener: subprocess.Popen[str]
+) -> None:
+    sock = tmp_path / "kata-mem.sock"
+    assert "something is already listening on it" in _refused(tmp_path, sock)
+    assert foreign_listener.stdin is not None
+    foreign_listener.stdin.close()
+    assert foreign_listener.wait(30) == 0
+    before = os.lstat(sock)  # dead now, and not kata-mem's
+    err = _refused(tmp_path, sock)
+    assert "not one kata-mem serve made" in err
+    after = os.lstat(sock)
+    assert (after.st_ino, after.st_ctime_ns) == (before.st_ino, before.st_ctime_ns)
+
+
+@pytest.mark.parametrize("kind", ["file", "directory"])
+def test_a_path_that_is_not_a_socket_is_refused_and_nothing_is_made(
+    tmp_path: Path, kind: str
+) -> None:
+    sock = tmp_path / "kata-mem.sock"
+    if kind == "file":
+        sock.write_text("mine")
+    else:
+        sock.mkdir()
+    assert "exists and is not a socket" in _refused(tmp_path, sock)
+
+
+def test_a_path_too_long_for_a_unix_socket_is_refused_and_nothing_is_made(tmp_path: Path) -> None:
+    sock = tmp_path / ("s" * (108 - len(str(tmp_path)) - 1))
+    assert len(str(sock)) == 108
+    err = _refused(tmp_path, sock)
+    assert "108 bytes" in err and "at most 107" in err
+    # 107 bytes is fine.
+    svc = start(tmp_path, sock=tmp_path / ("s" * (107 - len(str(tmp_path)) - 1)))
+    assert svc.stop() == 0, svc.stderr()
+
+
+def _dead_socket(path: Path) -> os.stat_result:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as dead:
+        dead.bind(str(path))  # bound, never listening, closed: what a crashed server leaves
+    return os.lstat(path)
+
+
+def _lock_naming(info: os.stat_result) -> str:
+    """What a kata-mem serve writes in its lock: its pid and the socket it made."""
+    doc = {
+        "schema": "kata-mem/serve-lock/v1",
+        "pid": 1,
+        "socket": {"dev": info.st_dev, "ino": info.st_ino, "ctime_ns": info.st_ctime_ns},
+    }
+    return json.dumps(doc) + "\n"
+
+
+@pytest.mark.parametrize(
+    "lock",
+    [
+        "owned by nobody",
+        "group-writable",
+        "empty (as kata-mem 0.x left it)",
+        "names another socket",
+        "a symlink to a real lock",
+    ],
+)
+def test_a_lock_that_does_not_prove_the_dead_socket_is_not_trusted(
+    tmp_path: Path, lock: str
+) -> None:
+    sock = tmp_path / "kata-mem.sock"
+    info = _dead_socket(sock)
+    path = tmp_path / "kata-mem.sock.lock"
+    if lock == "a symlink to a real lock":
+        real = tmp_path / "elsewhere.lock"
+        real.write_text(_lock_naming(info))
+        real.chmod(0o600)
+        path.symlink_to(real)
+    else:
+        path.write_text("" if lock.startswith("empty") else _lock_naming(info))
+        path.chmod(0o620 if lock == "group-writable" else 0o600)
+    if lock == "owned by nobody":
+        os.chown(path, NOBODY, NOBODY)
+    if lock == "names another socket":
+        other = _dead_socket(tmp_path / "other.sock")
+        path.write_text(_lock_naming(other))
+    err = _refused(tmp_path, sock)
+    assert "nothing was changed" in err
+    assert stat.S_ISSOCK(os.lstat(sock).st_mode)
+
+
+def test_a_crashed_serve_leaves_a_lock_that_proves_its_socket(tmp_path: Path) -> None:
+    first = start(tmp_path)
+    first.proc.kill()
+    first.proc.wait(30)
+    lock = json.loads((tmp_path / "kata-mem.sock.lock").read_text())
+    info = os.lstat(tmp_path / "kata-mem.sock")
+    assert lock["pid"] == first.proc.pid
+    assert lock["socket"] == {"dev": info.st_dev, "ino": info.st_ino, "ctime_ns": info.st_ctime_ns}
+    svc = start(tmp_path)
+    try:
+        assert "replaced a stale socket" in svc.stderr()
+    finally:
+        assert svc.stop() == 0, svc.stderr()
+
+
+def test_a_clean_stop_leaves_the_directory_as_it_was(tmp_path: Path) -> None:
+    before = _listing(tmp_path)
+    svc = start(tmp_path)
+    assert (tmp_path / "kata-mem.sock.lock").exists()
+    assert svc.stop() == 0, svc.stderr()
+    assert _listing(tmp_path).keys() == before.keys()
+
+
+@pytest.mark.parametrize(
+    ("mode", "owner", "why"),
+    [
+        (0o777, 0, "writable by group and others (mode 0777) without the sticky bit"),
+        (0o775, 0, "writable by group (mode 0775) without the sticky bit"),
+        (0o755, NOBODY, "owned by uid 65534 (nobody)"),
+    ],
+)
+def test_a_socket_directory_another_user_could_write_is_refused(
+    tmp_path: Path, mode: int, owner: int, why: str
+) -> None:
+    where = tmp_path / "sockets"
+    where.mkdir()
+    os.chown(where, owner, owner)
+    where.chmod(mode)
+    err = _refused(where, where / "kata-mem.sock", tmp_path / "state")
+    assert f"{where}: {why}" in err, err
+    assert not (tmp_path / "state").exists()
+
+
+def test_a_directory_above_the_socket_another_user_could_write_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "open").mkdir()
+    (tmp_path / "open").chmod(0o777)
+    where = tmp_path / "open" / "sockets"
+    where.mkdir(mode=0o755)
+    err = _refused(where, where / "kata-mem.sock", tmp_path / "state")
+    assert f"{tmp_path / 'open'}: writable by group and others (mode 0777)" in err, err
+
+
+def test_a_sticky_shared_directory_is_accepted(tmp_path: Path) -> None:
+    where = tmp_path / "shared"
+    where.mkdir()
+    where.chmod(0o1777)  # as /tmp: no one may remove or rename another user's entries
+    svc = start(where, "--state-dir", str(tmp_path / "state"))
+    assert svc.stop() == 0, svc.stderr()
