@@ -101,8 +101,10 @@ def test_the_loop_retries_a_deferred_shrink_when_it_is_due(tmp_path: Path) -> No
                 svc.stderr()
             )
             assert json.loads(journal.read_text())["deferred"] is None
+            # The visit is counted after its journal is written: wait for the count.
+            retried = 'kata_mem_reconcile_visits_total{action="retried"} 1.0'
+            assert _until(lambda: retried in svc.request("GET", "/metrics").body.decode())
             metrics = svc.request("GET", "/metrics").body.decode()
-            assert 'kata_mem_reconcile_visits_total{action="retried"} 1.0' in metrics
             assert 'kata_mem_outcomes_total{reason="",status="Resized"}' in metrics
     finally:
         assert svc.stop() == 0, svc.stderr()

@@ -265,6 +265,9 @@ def test_sigkill_during_a_step_is_recovered_on_restart(
     # one was never answered, so its shim asks again.
     svc = start(tmp_path, "--reconcile-interval", "0.5", env=_env())
     try:
+        # The repair leaves the journal idle before the loop re-runs the request: wait
+        # for the re-run itself, then read what it recorded.
+        assert _until(lambda: "retried: Resized" in svc.stderr(), 60, 0.2), svc.stderr()
         assert _until(lambda: _journal(svc, "sb").get("state") == "idle", 60, 0.2), svc.stderr()
         journal = _journal(svc, "sb")
         assert journal["observed_mib"] == 512 + _virtio_mem_mib(vm), journal
