@@ -1,12 +1,14 @@
 """Grow, deferred shrink and repair on the real guest, over QMP with virtio-mem and with
-pc-dimm, and a grow and shrink through ``kata-mem serve``: the module that
-``scripts/test`` runs again on every further Python that ``requires-python`` admits
-(the whole suite runs on one), so it is kept short: one guest serves the module, and
-each test starts from the boot size, which the one before leaves.
+pc-dimm, a grow and shrink through ``kata-mem serve``, and a deeply nested manifest: the
+module that ``scripts/test`` runs again on further Pythons that ``requires-python``
+admits (the whole suite runs on one), so it is kept short: one guest serves the module,
+and each guest test starts from the boot size, which the one before leaves.
 
-What differs between Pythons is asyncio: the QMP backend runs qemu.qmp on a private
-event loop (in a worker thread, in the service), and on 3.9 a client or event listener
-made outside that loop crashed every apply that waits for a QMP event (issue 15)."""
+What differs between Pythons is asyncio, and the releases of the C extensions pip
+installs for each (issue 15). The QMP backend runs qemu.qmp on a private event loop (in
+a worker thread, in the service): on 3.9 a client or event listener made outside that
+loop crashed every apply that waits for a QMP event. PyYAML 6.0.3, the newest for 3.9,
+bundles a libyaml without a nesting limit: a deep manifest was a segmentation fault."""
 
 from __future__ import annotations
 
@@ -19,13 +21,19 @@ from typing import Any, Callable
 
 import pytest
 
-from tests.conftest import HOST_ARGS, CliResult, apply_qmp, guest_config, kata_mem_process
+from tests.conftest import (
+    HOST_ARGS,
+    REPO,
+    CliResult,
+    apply_qmp,
+    guest_config,
+    kata_mem_process,
+)
 from tests.integration.conftest import guest_dir  # noqa: F401 (the session fixture)
 from tests.service.conftest import Service, start
 from tests.support.guestvm import GuestSpec, GuestVM
 from tests.support.qmp_min import QMPClient
 
-pytestmark = pytest.mark.guest
 Run = Callable[..., CliResult]
 MiB, KiB_PER_MiB = 1 << 20, 1024
 
@@ -116,6 +124,7 @@ def _grow_then_defer(run_cli: Run, cfg: Path, vm: GuestVM, grow_mib: int, hold_m
     return base_kb
 
 
+@pytest.mark.guest
 def test_virtio_mem_grow_deferred_shrink_and_repair(
     vm: GuestVM, run_cli: Run, tmp_path: Path
 ) -> None:
@@ -134,6 +143,7 @@ def test_virtio_mem_grow_deferred_shrink_and_repair(
     assert vm.wait_mem(lambda m: m.total_kb <= base_kb, timeout=15).total_kb == base_kb
 
 
+@pytest.mark.guest
 def test_dimm_grow_deferred_shrink_and_repair(vm: GuestVM, run_cli: Run, tmp_path: Path) -> None:
     cfg = guest_config(tmp_path, virtio=False)
     base_kb = _grow_then_defer(run_cli, cfg, vm, 256, 400)
@@ -172,6 +182,7 @@ def _shim(svc: Service, cfg: Path, vm: GuestVM, limit_mib: int) -> dict[str, Any
     return doc
 
 
+@pytest.mark.guest
 def test_the_service_grows_and_shrinks_a_guest(vm: GuestVM, tmp_path: Path) -> None:
     # The service runs each backend call in a worker thread, which has no event loop of
     # its own: on 3.9 the QMP client could not even be made there.
@@ -188,3 +199,17 @@ def test_the_service_grows_and_shrinks_a_guest(vm: GuestVM, tmp_path: Path) -> N
         assert _virtio_mem(vm) == (0, 0)
     finally:
         assert svc.stop() == 0, svc.stderr()
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["kind: Pod\nspec:\n  containers: " + "[" * 100_000 + "\n", "- " * 100_000 + "x\n"],
+    ids=["flow", "block"],
+)
+def test_a_deeply_nested_manifest_is_refused(tmp_path: Path, text: str) -> None:
+    pod = tmp_path / "pod.yaml"
+    pod.write_text(text)
+    cfg = REPO / "configs" / "configuration-qemu.toml"
+    r = kata_mem_process("preview", "--config", str(cfg), "--pod", str(pod), *HOST_ARGS)
+    assert (r.returncode, r.stdout) == (4, ""), r.stderr
+    assert f"{pod}: nested too deeply to read" in r.stderr
