@@ -53,6 +53,16 @@ if TYPE_CHECKING:
     _Loader = yaml.SafeLoader
 else:  # the C loader is 5-10x faster; PyYAML without libyaml has only the Python one
     _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+#: libyaml refuses nesting deeper than this by itself only from 0.2.6 on (yaml/libyaml PR
+#: 287). Before, PyYAML's C composer recurses on the C stack until a deep manifest kills
+#: kata-mem with SIGSEGV: PyYAML 6.0.3, the newest for Python 3.9, bundles libyaml 0.2.5,
+#: and distributions' libyaml packages are 0.2.5. Its parser streams events without
+#: recursing, so with such a libyaml they are counted first (the Python loader stops at
+#: Python's recursion limit by itself).
+_MAX_NESTING = 1000
+_COUNT_NESTING = _Loader is not yaml.SafeLoader and getattr(
+    getattr(yaml, "_yaml", None), "get_version", lambda: (0, 0, 0)
+)() < (0, 2, 6)
 
 #: Go's ``unicode.IsSpace``, which ``strings.TrimSpace`` (``Quantity.UnmarshalJSON``) trims.
 GO_SPACE = "\t\n\v\f\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
@@ -461,6 +471,17 @@ def _nesting(where: str) -> InputError:
     )
 
 
+def _refuse_deep_nesting(text: str, where: str) -> None:
+    depth = 0
+    for event in yaml.parse(text, Loader=GoYamlLoader):
+        if isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
+            depth += 1
+            if depth > _MAX_NESTING:
+                raise _nesting(where)
+        elif isinstance(event, (yaml.SequenceEndEvent, yaml.MappingEndEvent)):
+            depth -= 1
+
+
 def load_documents(text: str, where: str) -> list[Any]:
     """The documents of a manifest: JSON when its first non-blank character is ``{`` or
     ``[``, else YAML (``---``-separated documents); null documents are dropped.
@@ -475,6 +496,8 @@ def load_documents(text: str, where: str) -> list[Any]:
         except ValueError as exc:  # JSONDecodeError, NaN, or an int() too long to convert
             raise InputError(f"{where}: invalid JSON: {exc}") from exc
     try:
+        if _COUNT_NESTING:
+            _refuse_deep_nesting(text, where)
         return [d for d in yaml.load_all(text, Loader=GoYamlLoader) if d is not None]
     except RecursionError as exc:  # the Python loader; libyaml stops at 1000 levels by itself
         raise _nesting(where) from exc

@@ -151,9 +151,20 @@ def peer_pid(sock: socket.socket) -> Optional[int]:
     return pid if pid > 0 else None
 
 
-async def _open(client: QMPClient, path: str) -> Optional[int]:
-    """Connect ``client`` over a socket of our own, so that its peer (QEMU) can be asked
-    for its pid; the pid is returned."""
+async def _open(path: str) -> tuple[QMPClient, EventListener, Optional[int]]:
+    """A client connected over a socket of our own, so that its peer (QEMU) can be asked
+    for its pid; with its event listener, and the pid.
+
+    The client and the listener are made here, on the loop that runs them: on Python 3.9
+    an ``asyncio.Queue`` (both hold one) takes ``asyncio.get_event_loop()`` when it is
+    created (CPython 3.9 Lib/asyncio/queues.py, ``Queue.__init__``), which outside a
+    running loop is another loop than ours, or an error in a thread that has none (the
+    service's workers). 3.10 binds it to the running loop at first use instead
+    (Lib/asyncio/mixins.py, ``_LoopBoundMixin``: python/cpython#23420, bpo-42392).
+    """
+    client = QMPClient("kata-mem")
+    events = EventListener()
+    client.register_listener(events)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.setblocking(False)
@@ -163,7 +174,7 @@ async def _open(client: QMPClient, path: str) -> Optional[int]:
     except BaseException:
         sock.close()
         raise
-    return pid
+    return client, events, pid
 
 
 #: Typed reads of QEMU's replies: a reply of the wrong shape is a protocol error.
@@ -179,6 +190,7 @@ class QmpBackend:
         self,
         path: str,
         client: QMPClient,
+        events: EventListener,
         loop: asyncio.AbstractEventLoop,
         hugepages_path: Optional[str] = None,
         vmm_pid: Optional[int] = None,
@@ -186,10 +198,9 @@ class QmpBackend:
         self.path = path
         self.vmm_pid = vmm_pid
         self._client = client
+        self._events = events
         self._loop = loop
         self._hugepages_path = hugepages_path
-        self._events = EventListener()
-        client.register_listener(self._events)
         self._seen: list[dict[str, Any]] = []
         self._balloon: Optional[str] = None
         self._machine: Optional[tuple[int, int, Optional[int]]] = None
@@ -208,10 +219,9 @@ class QmpBackend:
         check_socket(path)
         for attempt in range(CONNECT_ATTEMPTS):
             loop = asyncio.new_event_loop()
-            client = QMPClient("kata-mem")
             try:
-                pid = loop.run_until_complete(
-                    asyncio.wait_for(_open(client, path), CONNECT_TIMEOUT_S)
+                client, events, pid = loop.run_until_complete(
+                    asyncio.wait_for(_open(path), CONNECT_TIMEOUT_S)
                 )
                 break
             except asyncio.TimeoutError as exc:  # an OSError too: caught first
@@ -239,7 +249,7 @@ class QmpBackend:
                 raise BackendUnavailable(
                     f"QMP socket {path}: no QMP session: {describe(exc)}"
                 ) from exc
-        backend = cls(path, client, loop, hugepages_path, pid)
+        backend = cls(path, client, events, loop, hugepages_path, pid)
         try:
             backend._set_stats_interval(stats_interval)
         except BaseException:
