@@ -89,9 +89,13 @@ def _read_toml(path: Path) -> dict[str, Any]:
             f"{path}: invalid TOML: arrays or inline tables nested too deeply to read (more"
             " than a few hundred levels); a Kata configuration is a few levels deep"
         ) from exc
-    except ValueError as exc:  # int() refuses integers of more than 4300 digits
-        reason = str(exc).split(";")[0]
-        raise ConfigError(f"{path}: invalid TOML: {reason} (Kata reads 64-bit integers)") from exc
+    except ValueError as exc:
+        # int() refuses integers of more than 4300 digits (CVE-2020-10735), in words that
+        # differ between Pythons and point at an interpreter setting: say it in our own.
+        raise ConfigError(
+            f"{path}: invalid TOML: an integer of more than 4300 digits; Kata reads 64-bit "
+            "integers (at most 19 digits)"
+        ) from exc
 
 
 def _merge(
