@@ -527,11 +527,29 @@ class _Protocol(web.RequestHandler):
         super().__init__(manager, **options)
         self.service = service
         self.peer: Optional[Peer] = None
+        self._first_request: Optional[asyncio.TimerHandle] = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # SO_PEERCRED is the peer as it connected: read once, for every request it sends.
         self.peer = _peer_of_transport(transport)
         super().connection_made(transport)
+        # aiohttp's keep-alive timer starts after a response, and before 3.14 nothing
+        # closed a connection that never sent a byte: that is cut here, on every version.
+        self._first_request = asyncio.get_running_loop().call_later(
+            self.service.idle_timeout, transport.close
+        )
+
+    def data_received(self, data: bytes) -> None:
+        if self._first_request is not None:
+            self._first_request.cancel()
+            self._first_request = None
+        super().data_received(data)
+
+    def connection_lost(self, exc: Optional[BaseException]) -> None:
+        if self._first_request is not None:
+            self._first_request.cancel()
+            self._first_request = None
+        super().connection_lost(exc)
 
     def handle_error(
         self,
