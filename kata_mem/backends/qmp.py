@@ -103,6 +103,17 @@ def check_socket(path: str) -> None:
         raise BackendUnavailable(f"QMP socket {path}: is a {kind}, not a unix socket")
 
 
+def _exited(pid: int) -> bool:
+    """Whether process ``pid`` is gone (or a zombie: it has exited, not yet reaped)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat_line = f.read(4096)
+    except OSError:
+        return True
+    # The state follows the command name, which is in parentheses and may hold any byte.
+    return stat_line.rpartition(b")")[2].split()[:1] in ([b"Z"], [b"X"])
+
+
 def _printable(raw: bytes, limit: int = 40) -> str:
     """The start of what a peer sent, as text a terminal shows safely."""
     text = "".join(chr(b) if 32 <= b < 127 else "." for b in raw[:limit])
@@ -216,6 +227,14 @@ class QmpBackend:
                 break
             except asyncio.TimeoutError as exc:  # an OSError too: caught first
                 loop.close()
+                if client.greeting is not None:
+                    raise BackendUnavailable(
+                        f"QMP socket {path}: it sent a QMP greeting, then did not answer the "
+                        f"capabilities negotiation (qmp_capabilities) within "
+                        f"{CONNECT_TIMEOUT_S:g} s: the monitor is hung, or this is not QEMU "
+                        "itself but something that only looks like its monitor; retry later, or "
+                        "check what listens on it"
+                    ) from exc
                 raise BackendUnavailable(
                     f"QMP socket {path}: no QMP greeting within {CONNECT_TIMEOUT_S:g} s: another "
                     "client may hold the monitor (QEMU serves one at a time), or this is not a "
@@ -266,10 +285,22 @@ class QmpBackend:
                 "Timeout",
             ) from exc
         except (ExecInterruptedError, QMPError, OSError, EOFError) as exc:
+            # qemu.qmp's own words ("StateError: QMPClient is disconnecting. Call
+            # disconnect() ...") are about its state machine, not about the VM: debug only.
+            log.debug("QMP socket %s: %s: %s", self.path, what, describe(exc))
             raise BackendUnavailable(
-                f"QMP socket {self.path}: connection lost during {what} ({describe(exc)}): the "
-                "VM may have exited; the next call reconciles what was done"
+                f"QMP socket {self.path}: the VM went away during {what}: {self._gone_text()}; "
+                "the next call reconciles what was done"
             ) from exc
+
+    def _gone_text(self) -> str:
+        """What became of QEMU, when the connection ended under a command."""
+        pid = self.vmm_pid
+        if pid is None:
+            return "QEMU closed its monitor connection (it exited, was killed, or is shutting down)"
+        if _exited(pid):
+            return f"QEMU (pid {pid}) has exited"
+        return f"QEMU (pid {pid}) closed its monitor connection (it may be shutting down)"
 
     def _execute(self, cmd: str, args: Optional[dict[str, object]] = None) -> object:
         self.round_trips += 1
