@@ -323,6 +323,12 @@ def apply_request(
         fake.clock, fake.sleep = virtual.clock, virtual.sleep
         with tempfile.TemporaryDirectory(prefix="kata-mem-dry-run-") as tmp:
             state = SandboxState(tmp, sandbox)
+            real = SandboxState(directory, sandbox)
+            if endpoint is not None and real.owned() and real.path.is_file():
+                # The copy of the VM needs the journal's record of what kata-mem created
+                # there: without it no DIMM is provably kata-mem's to unplug.
+                with state.locked(0):
+                    state.save(real.load())
             return run_locked(
                 state,
                 lambda: fake,
@@ -357,13 +363,15 @@ def apply_request(
 def read_status(
     endpoint: Endpoint, sandbox: str, state_dir: str
 ) -> tuple[VmState, Optional[GuestUsage], Optional[dict[str, Any]]]:
-    """What the hypervisor reports, the guest's usage, and the sandbox's journal (if any).
+    """What the hypervisor reports, with the devices the sandbox's journal proves are
+    kata-mem's marked, the guest's usage, and the journal (if any).
 
     :raises BackendUnavailable: the VM's hypervisor cannot be reached.
     :raises ConfigError: the state directory is not kata-mem's (nothing is created).
     """
     from kata_mem.backends import open_backend
     from kata_mem.journal import SandboxState, state_dir_state
+    from kata_mem.reports import owned_view
     from kata_mem.usage import fresh_usage
 
     state_dir_state(state_dir)  # refuse a state dir that is not kata-mem's before connecting
@@ -373,8 +381,9 @@ def read_status(
     finally:
         backend.close()
     state = SandboxState(state_dir, sandbox)
-    record = state.load().to_json() if state.owned() and state.path.is_file() else None
-    return vm, usage, record
+    record = state.load() if state.owned() and state.path.is_file() else None
+    vm = owned_view(vm, record.owned if record is not None else ())
+    return vm, usage, None if record is None else record.to_json()
 
 
 @dataclass(frozen=True)

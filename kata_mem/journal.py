@@ -41,7 +41,13 @@ from typing import Any, Literal, Optional, get_args
 
 from kata_mem.errors import ConfigError, KataMemError
 from kata_mem.files import STATE_CAP, read_capped
-from kata_mem.model import SANDBOX_ID, Step, StepAction, check_sandbox_id
+from kata_mem.model import (
+    SANDBOX_ID,
+    OwnedDevice,
+    Step,
+    StepAction,
+    check_sandbox_id,
+)
 from kata_mem.units import MiB
 
 JOURNAL_SCHEMA = "kata-mem/journal/v1"
@@ -157,6 +163,7 @@ def _step_json(step: Step) -> dict[str, Any]:
         "size": step.size,
         "delta": step.delta,
         "total_after": step.total_after,
+        "memdev": step.memdev,
     }
 
 
@@ -165,24 +172,64 @@ def _step_from_json(doc: Any) -> Step:
         isinstance(doc, dict)
         and doc.get("action") in _ACTIONS
         and isinstance(doc.get("device"), str)
+        and isinstance(doc.get("memdev", ""), str)
         and all(_int_field(doc.get(k)) for k in ("size", "delta"))
         and _int_field(doc.get("total_after", 0)),
         "step is not a step",
     )
-    # Journals written before total_after was kept have none; only the action and
-    # device of a step in flight are used to repair it.
-    return Step(doc["action"], doc["device"], doc["size"], doc["delta"], doc.get("total_after", 0))
+    # Journals written before total_after and memdev were kept have neither; only the
+    # action and device of a step in flight are used to repair it.
+    return Step(
+        doc["action"],
+        doc["device"],
+        doc["size"],
+        doc["delta"],
+        doc.get("total_after", 0),
+        doc.get("memdev", ""),
+    )
+
+
+def _owned_json(dev: OwnedDevice) -> dict[str, Any]:
+    return {
+        "id": dev.id,
+        "kind": dev.kind,
+        "memdev": dev.memdev,
+        "size": dev.size,
+        "confirmed": dev.confirmed,
+    }
+
+
+def _owned_from_json(doc: Any) -> list[OwnedDevice]:
+    _check(isinstance(doc, list), "owned is not a list of devices")
+    owned = []
+    for entry in doc:
+        _check(
+            isinstance(entry, dict)
+            and isinstance(entry.get("id"), str)
+            and entry.get("kind") == "dimm"
+            and isinstance(entry.get("memdev"), str)
+            and _int_field(entry.get("size"))
+            and isinstance(entry.get("confirmed"), bool),
+            "owned is not a list of devices (id, kind dimm, memdev, size, confirmed)",
+        )
+        owned.append(
+            OwnedDevice(entry["id"], entry["memdev"], entry["size"], "dimm", entry["confirmed"])
+        )
+    return owned
 
 
 @dataclass
 class Record:
-    """The intent record: the step in flight and its ``phase``, unplugs the guest has
-    not finished, the last observed size, a deferred shrink, the last outcome."""
+    """The intent record: the step in flight and its ``phase``, the devices kata-mem
+    created, unplugs the guest has not finished, the last observed size, a deferred
+    shrink, the last outcome."""
 
     sandbox: str
     state: RecordState = "idle"
     step: Optional[Step] = None
     phase: Phase = ""
+    #: The devices kata-mem created and has not removed yet: the proof that they are its own.
+    owned: list[OwnedDevice] = field(default_factory=list)
     pending_unplug: list[str] = field(default_factory=list)
     observed_mib: Optional[int] = None
     #: The target of a grow admitted against the node's budget and not finished yet.
@@ -190,6 +237,9 @@ class Record:
     deferred: Optional[Deferral] = None
     last_outcome: Optional[LastOutcome] = None
     updated_at: float = 0.0
+    #: Read from a journal of a kata-mem that did not record the devices it created (no
+    #: ``owned``): none of the VM's devices can be proven kata-mem's. Not written back.
+    legacy: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -198,6 +248,7 @@ class Record:
             "state": self.state,
             "step": None if self.step is None else _step_json(self.step),
             "phase": self.phase,
+            "owned": [_owned_json(o) for o in self.owned],
             "pending_unplug": sorted(set(self.pending_unplug)),
             "observed_mib": self.observed_mib,
             "target_mib": self.target_mib,
@@ -223,6 +274,8 @@ class Record:
         )
         step = doc.get("step")
         step = None if step is None else _step_from_json(step)
+        legacy = "owned" not in doc
+        owned = [] if legacy else _owned_from_json(doc["owned"])
         observed = doc.get("observed_mib")
         _check(observed is None or _int_field(observed), "observed_mib is not an integer")
         target = doc.get("target_mib")
@@ -238,12 +291,14 @@ class Record:
             state=state,
             step=step,
             phase=phase,
+            owned=owned,
             pending_unplug=list(pending),
             observed_mib=observed,
             target_mib=target,
             deferred=deferred,
             last_outcome=last,
             updated_at=float(updated),
+            legacy=legacy,
         )
 
 

@@ -39,7 +39,7 @@ except ImportError as exc:  # a dependency of kata-mem: missing only from a brok
         "install it with: pip install 'qemu.qmp>=0.0.3' (or reinstall kata-mem)"
     ) from exc
 from kata_mem.logs import describe, get_logger
-from kata_mem.model import DIMM_PREFIX, MEMDEV_PREFIX, GuestUsage, MemoryDevice, Step, VmState
+from kata_mem.model import GuestUsage, MemoryDevice, Step, VmState
 from kata_mem.reports import StepProgress, UsageField, balloon_usage, resize_progress, vm_state
 
 log = get_logger(__name__)
@@ -63,11 +63,6 @@ _STATS: dict[UsageField, str] = {
 #: ACPI _OST: 0 = success, 0x84 = ejection in progress; anything else on an eject is a refusal.
 _OST_EJECT_OK = (0x0, 0x84)
 _OST_INSERT, _OST_EJECT = 0x1, 0x3
-
-
-def memdev_for(device_id: str) -> str:
-    """The backend object id that goes with a kata-mem DIMM id (``kmdimm3`` -> ``kmmem3``)."""
-    return MEMDEV_PREFIX + device_id[len(DIMM_PREFIX) :]
 
 
 def check_socket(path: str) -> None:
@@ -398,13 +393,27 @@ class QmpBackend:
                 self._machine = (_REPLY.required_integer(summary, "base-memory", at), 0, None)
         return self._machine
 
-    def _objects(self) -> list[str]:
-        objects = self._execute("qom-list", {"path": "/objects"})
-        return (
-            [str(o.get("name")) for o in objects if isinstance(o, dict)]
-            if isinstance(objects, list)
-            else []
-        )
+    def _children(self, path: str) -> list[str]:
+        """The names of the QOM children of ``path`` (``/objects``: every object's id;
+        ``/machine/peripheral``: every device's id), not its properties."""
+        listed = self._execute("qom-list", {"path": path})
+        return [
+            str(o.get("name"))
+            for o in (listed if isinstance(listed, list) else [])
+            if isinstance(o, dict) and str(o.get("type", "")).startswith("child<")
+        ]
+
+    def _memory_backends(self) -> dict[str, int]:
+        """Every memory backend object with an id, and its size."""
+        raw = self._execute("query-memdev")
+        if not isinstance(raw, list):
+            raise BackendError("unexpected QMP reply: query-memdev is not a list", "ProtocolError")
+        backends = {}
+        for i, item in enumerate(raw):
+            entry = _REPLY.object(item, f"query-memdev[{i}]")
+            if isinstance(entry.get("id"), str):
+                backends[entry["id"]] = _REPLY.required_integer(entry, "size", f"query-memdev[{i}]")
+        return backends
 
     def observe(self) -> VmState:
         base, slots, maxmem = self._machine_memory()
@@ -415,7 +424,8 @@ class QmpBackend:
             slots=slots,
             devices=devices,
             unmanaged=others,
-            backend_objects=self._objects(),
+            memory_backends=self._memory_backends(),
+            other_ids=self._children("/objects") + self._children("/machine/peripheral"),
         )
         return dataclasses.replace(state, vmm_pid=self.vmm_pid)
 
@@ -424,7 +434,7 @@ class QmpBackend:
         self._events.clear()
         self._seen.clear()
         if step.action == "plug_dimm":
-            memdev = memdev_for(step.device)
+            memdev = step.memdev
             props: dict[str, object] = {
                 "qom-type": "memory-backend-ram",
                 "id": memdev,
@@ -488,7 +498,7 @@ class QmpBackend:
         if step.action == "unplug_dimm":
             deleted = self._event("DEVICE_DELETED", step.device) is not None
             if deleted or (query and all(d.id != step.device for d in self._query_devices()[0])):
-                self._delete_after_unplug(step.device)
+                self._delete_after_unplug(step.memdev)
                 return StepProgress("done")
             if self._event("DEVICE_UNPLUG_GUEST_ERROR", step.device) is not None:
                 return StepProgress("rejected", "DEVICE_UNPLUG_GUEST_ERROR")
@@ -499,15 +509,15 @@ class QmpBackend:
                 )
             return StepProgress("pending", "waiting for DEVICE_DELETED")
         if step.action == "delete_memdev":
-            if step.device in self._objects():
+            if step.device in self._children("/objects"):
                 return StepProgress("pending", f"{step.device} is still in /objects")
             return StepProgress("done")
         return resize_progress(
             step, next((d for d in self._query_devices()[0] if d.id == step.device), None)
         )
 
-    def _delete_after_unplug(self, device: str) -> None:
-        memdev = memdev_for(device)
+    def _delete_after_unplug(self, memdev: str) -> None:
+        """Delete the unplugged DIMM's backend object: the one kata-mem recorded creating."""
         try:
             self._execute("object-del", {"id": memdev})
         except BackendError as exc:
