@@ -199,6 +199,7 @@ class QmpBackend:
         self._seen: list[dict[str, Any]] = []
         self._balloon: Optional[str] = None
         self._machine: Optional[tuple[int, int, Optional[int]]] = None
+        self._listed: dict[str, list[tuple[str, str]]] = {}
         self.round_trips = 0
 
     @classmethod
@@ -393,15 +394,21 @@ class QmpBackend:
                 self._machine = (_REPLY.required_integer(summary, "base-memory", at), 0, None)
         return self._machine
 
-    def _children(self, path: str) -> list[str]:
-        """The names of the QOM children of ``path`` (``/objects``: every object's id;
-        ``/machine/peripheral``: every device's id), not its properties."""
-        listed = self._execute("qom-list", {"path": path})
-        return [
-            str(o.get("name"))
-            for o in (listed if isinstance(listed, list) else [])
-            if isinstance(o, dict) and str(o.get("type", "")).startswith("child<")
-        ]
+    def _children(self, path: str) -> list[tuple[str, str]]:
+        """The QOM children of ``path``, with their types (``/objects``: every object;
+        ``/machine/peripheral``: every device with an id), not its properties.
+
+        Listed once per connection: they serve to find the balloon and to give new ids
+        that collide with nothing, which kata-mem picks once per call, from its first
+        observation. What is plugged is read afresh on every observation."""
+        if path not in self._listed:
+            listed = self._execute("qom-list", {"path": path})
+            self._listed[path] = [
+                (str(o.get("name")), str(o.get("type")))
+                for o in (listed if isinstance(listed, list) else [])
+                if isinstance(o, dict) and str(o.get("type", "")).startswith("child<")
+            ]
+        return self._listed[path]
 
     def _memory_backends(self) -> dict[str, int]:
         """Every memory backend object with an id, and its size."""
@@ -425,7 +432,9 @@ class QmpBackend:
             devices=devices,
             unmanaged=others,
             memory_backends=self._memory_backends(),
-            other_ids=self._children("/objects") + self._children("/machine/peripheral"),
+            other_ids=[
+                n for n, _ in self._children("/objects") + self._children("/machine/peripheral")
+            ],
         )
         return dataclasses.replace(state, vmm_pid=self.vmm_pid)
 
@@ -509,7 +518,7 @@ class QmpBackend:
                 )
             return StepProgress("pending", "waiting for DEVICE_DELETED")
         if step.action == "delete_memdev":
-            if step.device in self._children("/objects"):
+            if step.device in self._memory_backends():
                 return StepProgress("pending", f"{step.device} is still in /objects")
             return StepProgress("done")
         return resize_progress(
@@ -556,10 +565,9 @@ class QmpBackend:
     def _balloon_path(self) -> Optional[str]:
         if self._balloon is None:
             for container in ("/machine/peripheral", "/machine/peripheral-anon"):
-                children = self._execute("qom-list", {"path": container})
-                for child in children if isinstance(children, list) else []:
-                    if isinstance(child, dict) and "virtio-balloon" in str(child.get("type", "")):
-                        self._balloon = f"{container}/{child.get('name')}"
+                for name, kind in self._children(container):
+                    if "virtio-balloon" in kind:
+                        self._balloon = f"{container}/{name}"
                         return self._balloon
             self._balloon = ""
         return self._balloon or None
