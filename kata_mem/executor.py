@@ -306,7 +306,8 @@ class Executor:
         if step.action == "plug_dimm":
             # Recorded before the command: after a crash between object-add and device_add
             # this entry is what proves that the backend object is kata-mem's to delete.
-            record.owned.append(OwnedDevice(step.device, step.memdev, step.size))
+            mine = OwnedDevice(step.device, step.memdev, step.size)
+            record.owned = [o for o in record.owned if o.id != step.device] + [mine]
         self._write(record, step, "intent")
         _crashpoint("before-command")
         try:

@@ -14,7 +14,7 @@ import pytest
 from kata_mem.backends.fake import FakeBackend, FakeGuest, VirtualTime
 from kata_mem.errors import BackendError
 from kata_mem.executor import Options, run_locked
-from kata_mem.journal import SandboxState
+from kata_mem.journal import Record, SandboxState
 from kata_mem.model import (
     BackendObject,
     Container,
@@ -62,9 +62,12 @@ def run(tmp_path: Path) -> Callable[..., Any]:
         t = VirtualTime()
         backend.clock, backend.sleep = t.clock, t.sleep
         state = SandboxState(tmp_path / "state", "sb")
-        return run_locked(
+        result = run_locked(
             state, lambda: backend, cfg, HOST, req, Options(**options), t.clock, t.sleep
         )
+        # Whatever the executor writes, it reads back: its own journal is never "corrupt".
+        Record.from_json("sb", json.loads(state.path.read_text()))
+        return result
 
     return go
 
