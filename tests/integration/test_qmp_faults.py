@@ -268,3 +268,17 @@ def test_a_journal_from_before_ownership_leaves_its_dimms_alone(
     assert any(
         w.startswith("left alone: kmdimm0 is named like kata-mem's") for w in doc["warnings"]
     )
+
+
+def test_a_dry_run_plans_the_shrink_that_apply_runs(
+    apply: Callable[..., tuple[int, dict[str, Any]]], qemu: FakeQemu
+) -> None:
+    # The dry run's copy of the VM needs the journal's record of kata-mem's DIMMs.
+    assert apply("--limit", "256Mi")[1]["status"] == "Resized"
+    # --force: the scripted server has no balloon, so the checks would defer (usage unknown).
+    code, dry = apply("--force", "--dry-run")
+    assert (code, dry["status"]) == (0, "Resized"), dry
+    assert list(qemu.devices) == ["kmdimm0"]  # a dry run changes nothing
+    code, doc = apply("--force")
+    assert (code, doc["status"], doc["steps"]) == (0, "Resized", dry["steps"]), doc
+    assert [(s["action"], s["device"]) for s in doc["steps"]] == [("unplug_dimm", "kmdimm0")]
