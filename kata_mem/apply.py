@@ -332,6 +332,12 @@ def apply_request(
         fake.clock, fake.sleep = virtual.clock, virtual.sleep
         with tempfile.TemporaryDirectory(prefix="kata-mem-dry-run-") as tmp:
             state = SandboxState(tmp, sandbox)
+            real = SandboxState(directory, sandbox)
+            if endpoint is not None and real.owned() and real.path.is_file():
+                # The copy of the VM needs the journal's record of what kata-mem created
+                # there: without it no DIMM is provably kata-mem's to unplug.
+                with state.locked(0):
+                    state.save(real.load())
             return run_locked(
                 state,
                 lambda: fake,
@@ -366,7 +372,8 @@ def apply_request(
 def read_status(
     endpoint: Endpoint, sandbox: str, state_dir: str
 ) -> tuple[VmState, Optional[GuestUsage], Optional[dict[str, Any]]]:
-    """What the hypervisor reports, the guest's usage, and the sandbox's journal (if any).
+    """What the hypervisor reports, with the devices the sandbox's journal proves are
+    kata-mem's marked, the guest's usage, and the journal (if any).
 
     :raises BackendUnavailable: the VM's hypervisor cannot be reached.
     :raises ConfigError: the state directory is not kata-mem's, or it or the sandbox's
@@ -374,6 +381,7 @@ def read_status(
     """
     from kata_mem.backends import open_backend
     from kata_mem.journal import SandboxState, state_dir_state
+    from kata_mem.reports import owned_view
     from kata_mem.usage import fresh_usage
 
     # Refuse, before connecting, a state dir that is not kata-mem's, and one or a sandbox
@@ -386,8 +394,9 @@ def read_status(
         vm, usage = backend.observe(), fresh_usage(backend, 1)
     finally:
         backend.close()
-    record = state.load(read_only=True).to_json() if owned and state.path.is_file() else None
-    return vm, usage, record
+    record = state.load(read_only=True) if owned and state.path.is_file() else None
+    vm = owned_view(vm, record.owned if record is not None else ())
+    return vm, usage, None if record is None else record.to_json()
 
 
 @dataclass(frozen=True)

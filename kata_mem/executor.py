@@ -39,6 +39,7 @@ from kata_mem.model import (
     GuestUsage,
     HostFacts,
     Outcome,
+    OwnedDevice,
     Plan,
     Reason,
     SizingConfig,
@@ -50,6 +51,7 @@ from kata_mem.outcomes import Stop
 from kata_mem.planner import assumed_vm
 from kata_mem.planner import plan as make_plan
 from kata_mem.repair import repair
+from kata_mem.reports import owned_view, still_owned
 from kata_mem.units import MiB, fmt_bytes, to_mib_ceil, to_mib_floor
 from kata_mem.usage import UsageReader
 
@@ -240,7 +242,7 @@ class Executor:
                 stop = stopped.stop
                 if stop.status == "Deferred" and done and reader is not None:
                     self._relieve(done[-1], vm, record, cfg, reader)
-                vm = self._observe_safely(vm)
+                vm = self._observe_safely(vm, record)
         deferrals = record.deferred.attempts if record.deferred else 0
         outcome = outcomes.after_steps(p, vm, tuple(done), stop, deferrals)
         if outcome.status == "Deferred":
@@ -280,7 +282,7 @@ class Executor:
             cfg.settings.step_timeout_s,
             None if watched is None else lambda: self._pressure(watched.latest(), cfg, block),
         )
-        after = self.backend.observe()
+        after = self._observe(record)
         if progress.state == "done" and watched is not None:
             watched.step_done(vm.total)
             # After the last step, wait for a reading that shows it; between steps the
@@ -301,6 +303,11 @@ class Executor:
 
         :raises _Stopped: the hypervisor refused the commands.
         """
+        if step.action == "plug_dimm":
+            # Recorded before the command: after a crash between object-add and device_add
+            # this entry is what proves that the backend object is kata-mem's to delete.
+            mine = OwnedDevice(step.device, step.memdev, step.size)
+            record.owned = [o for o in record.owned if o.id != step.device] + [mine]
         self._write(record, step, "intent")
         _crashpoint("before-command")
         try:
@@ -318,8 +325,13 @@ class Executor:
                     f"{step.action} {step.device}: {_backend_text(exc)}",
                 )
             ) from exc
-        if step.action == "unplug_dimm":
-            # Only an unplug needs this on disk: after a crash it tells "maybe pending" from "never sent".
+        if step.action == "plug_dimm":
+            record.owned = [
+                replace(o, confirmed=True) if o.id == step.device else o for o in record.owned
+            ]
+        if step.action in ("plug_dimm", "unplug_dimm"):
+            # After a crash this tells an unplug "maybe pending" from "never sent", and a
+            # plug's entry in ``owned`` accepted from merely intended.
             self._write(record, step, "issued")
         _crashpoint("after-command")
 
@@ -376,7 +388,7 @@ class Executor:
             # Under pressure, give back what the step took; otherwise stop where the guest got
             # to, so that the driver does not go on unplugging by itself after we have given up.
             self._revert(record, step, before.size if pressure else now.size, after)
-            after = self.backend.observe()
+            after = self._observe(record)
         timeout_s = cfg.settings.step_timeout_s
         return _Stopped(
             outcomes.step_stopped(
@@ -429,9 +441,25 @@ class Executor:
         record.state, record.step, record.phase = "running", step, phase
         self.state.save(record)
 
-    def _observe_safely(self, vm: VmState) -> VmState:
+    def _observe(self, record: Record) -> VmState:
+        """The VM now, with kata-mem's own devices marked. Entries of ``owned`` that no
+        longer name anything in it are dropped (written with the record's next save), but
+        not a plug the hypervisor accepted and does not show yet (libvirt shows a DIMM
+        once it is in the live XML): the next call's repair decides about that one."""
+        vm = owned_view(self.backend.observe(), record.owned)
+        kept = still_owned(vm, record.owned)
+        step = record.step
+        accepted = (
+            step.device
+            if step is not None and step.action == "plug_dimm" and record.phase == "issued"
+            else None
+        )
+        record.owned = [o for o in record.owned if o in kept or o.id == accepted]
+        return vm
+
+    def _observe_safely(self, vm: VmState, record: Record) -> VmState:
         try:
-            return self.backend.observe()
+            return self._observe(record)
         except KataMemError:
             return vm
 

@@ -52,8 +52,16 @@ from typing import Any, Literal, Optional, get_args
 
 from kata_mem.errors import ConfigError, KataMemError
 from kata_mem.files import STATE_CAP, read_open
-from kata_mem.model import SANDBOX_ID, Step, StepAction, check_sandbox_id
-from kata_mem.units import MiB
+from kata_mem.model import (
+    SANDBOX_ID,
+    OwnedDevice,
+    Reason,
+    Status,
+    Step,
+    StepAction,
+    check_sandbox_id,
+)
+from kata_mem.units import MiB, to_mib_floor
 
 JOURNAL_SCHEMA = "kata-mem/journal/v1"
 STATE_DIR_SCHEMA = "kata-mem/state-dir/v1"
@@ -84,16 +92,36 @@ _WHAT_TO_DO = (
 DirState = Literal["absent", "empty", "ours"]
 
 
+#: Sizes in bytes are what QEMU takes: unsigned 64-bit.
+_SIZE_LIMIT = 1 << 64
+_MIB_LIMIT = to_mib_floor(_SIZE_LIMIT)
+
+
 def _int_field(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _size_field(value: Any, limit: int = _SIZE_LIMIT) -> bool:
+    """A size (bytes, or MiB with ``limit`` in MiB): an integer that is not negative."""
+    return _int_field(value) and 0 <= value < limit
+
+
+def _mib_field(value: Any) -> bool:
+    return value is None or _size_field(value, _MIB_LIMIT)
+
+
 def _number_field(value: Any) -> bool:
-    return (
-        isinstance(value, (int, float))
-        and not isinstance(value, bool)
-        and math.isfinite(float(value))
-    )
+    """A time stamp (seconds since the epoch): finite and not negative."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(float(value)) and value >= 0
+    except OverflowError:  # an integer too large for a float
+        return False
+
+
+def _id_field(value: Any) -> bool:
+    return isinstance(value, str) and value != ""
 
 
 def _check(ok: bool, what: str) -> None:
@@ -106,6 +134,8 @@ RecordState = Literal["idle", "running"]
 Phase = Literal["", "intent", "issued", "done"]
 _ACTIONS: tuple[StepAction, ...] = get_args(StepAction)
 _PHASES: tuple[Phase, ...] = get_args(Phase)
+_STATUSES: tuple[Status, ...] = get_args(Status)
+_REASONS: tuple[Reason, ...] = get_args(Reason)
 
 
 @dataclass(frozen=True)
@@ -132,9 +162,11 @@ class Deferral:
             and _number_field(doc.get("retry_at"))
             and _int_field(doc.get("attempts"))
             and isinstance(doc.get("reason"), str)
-            and (doc.get("target_mib") is None or _int_field(doc.get("target_mib"))),
+            and _mib_field(doc.get("target_mib")),
             "deferred is not a deferral (reason, attempts, retry_at)",
         )
+        _check(doc["reason"] in _REASONS and doc["reason"] != "", "deferred.reason is not a reason")
+        _check(doc["attempts"] >= 1, "deferred.attempts is not a positive count")
         return cls(doc["reason"], doc["attempts"], float(doc["retry_at"]), doc.get("target_mib"))
 
 
@@ -163,6 +195,10 @@ class LastOutcome:
             and _number_field(doc.get("at")),
             "last_outcome is not an outcome (status, reason, message, at)",
         )
+        _check(
+            doc["status"] in _STATUSES and doc["reason"] in _REASONS,
+            "last_outcome has an unknown status or reason",
+        )
         return cls(doc["status"], doc["reason"], doc["message"], float(doc["at"]))
 
 
@@ -173,6 +209,7 @@ def _step_json(step: Step) -> dict[str, Any]:
         "size": step.size,
         "delta": step.delta,
         "total_after": step.total_after,
+        "memdev": step.memdev,
     }
 
 
@@ -180,25 +217,79 @@ def _step_from_json(doc: Any) -> Step:
     _check(
         isinstance(doc, dict)
         and doc.get("action") in _ACTIONS
+        # Any string: a virtio-mem device is resized under whatever id QEMU reports.
         and isinstance(doc.get("device"), str)
-        and all(_int_field(doc.get(k)) for k in ("size", "delta"))
-        and _int_field(doc.get("total_after", 0)),
+        and isinstance(doc.get("memdev", ""), str)
+        and _size_field(doc.get("size"))
+        and _int_field(doc.get("delta"))
+        and _size_field(doc.get("total_after", 0)),
         "step is not a step",
     )
-    # Journals written before total_after was kept have none; only the action and
-    # device of a step in flight are used to repair it.
-    return Step(doc["action"], doc["device"], doc["size"], doc["delta"], doc.get("total_after", 0))
+    action, size, delta = doc["action"], doc["size"], doc["delta"]
+    # What each action changes (the executor's own steps): a DIMM comes or goes whole,
+    # deleting a backend object changes no memory.
+    consistent = {
+        "plug_dimm": size > 0 and delta == size,
+        "unplug_dimm": size > 0 and delta == -size,
+        "delete_memdev": delta == 0,
+        "resize_virtio_mem": abs(delta) < _SIZE_LIMIT,
+    }[action]
+    _check(consistent, f"step {action} has an inconsistent size or delta")
+    # Journals written before total_after and memdev were kept have neither; only the
+    # action and device of a step in flight are used to repair it.
+    return Step(
+        action, doc["device"], size, delta, doc.get("total_after", 0), doc.get("memdev", "")
+    )
+
+
+def _owned_json(dev: OwnedDevice) -> dict[str, Any]:
+    return {
+        "id": dev.id,
+        "kind": dev.kind,
+        "memdev": dev.memdev,
+        "size": dev.size,
+        "confirmed": dev.confirmed,
+    }
+
+
+def _owned_from_json(doc: Any) -> list[OwnedDevice]:
+    _check(isinstance(doc, list), "owned is not a list of devices")
+    owned = []
+    for entry in doc:
+        _check(
+            isinstance(entry, dict)
+            and _id_field(entry.get("id"))
+            and entry.get("kind") == "dimm"
+            and isinstance(entry.get("memdev"), str)
+            and _size_field(entry.get("size"))
+            and entry["size"] > 0
+            and isinstance(entry.get("confirmed"), bool),
+            "owned is not a list of devices (id, kind dimm, memdev, size, confirmed)",
+        )
+        owned.append(
+            OwnedDevice(entry["id"], entry["memdev"], entry["size"], "dimm", entry["confirmed"])
+        )
+    ids = [o.id for o in owned]
+    memdevs = [o.memdev for o in owned if o.memdev]
+    _check(
+        len(set(ids)) == len(ids) and len(set(memdevs)) == len(memdevs),
+        "owned names a device or backend object twice",
+    )
+    return owned
 
 
 @dataclass
 class Record:
-    """The intent record: the step in flight and its ``phase``, unplugs the guest has
-    not finished, the last observed size, a deferred shrink, the last outcome."""
+    """The intent record: the step in flight and its ``phase``, the devices kata-mem
+    created, unplugs the guest has not finished, the last observed size, a deferred
+    shrink, the last outcome."""
 
     sandbox: str
     state: RecordState = "idle"
     step: Optional[Step] = None
     phase: Phase = ""
+    #: The devices kata-mem created and has not removed yet: the proof that they are its own.
+    owned: list[OwnedDevice] = field(default_factory=list)
     pending_unplug: list[str] = field(default_factory=list)
     observed_mib: Optional[int] = None
     #: The target of a grow admitted against the node's budget and not finished yet.
@@ -206,6 +297,9 @@ class Record:
     deferred: Optional[Deferral] = None
     last_outcome: Optional[LastOutcome] = None
     updated_at: float = 0.0
+    #: Read from a journal of a kata-mem that did not record the devices it created (no
+    #: ``owned``): none of the VM's devices can be proven kata-mem's. Not written back.
+    legacy: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -214,6 +308,7 @@ class Record:
             "state": self.state,
             "step": None if self.step is None else _step_json(self.step),
             "phase": self.phase,
+            "owned": [_owned_json(o) for o in self.owned],
             "pending_unplug": sorted(set(self.pending_unplug)),
             "observed_mib": self.observed_mib,
             "target_mib": self.target_mib,
@@ -224,9 +319,13 @@ class Record:
 
     @classmethod
     def from_json(cls, sandbox: str, doc: Any) -> Record:
-        """:raises ValueError: on any shape or type the writer would not produce."""
+        """:raises ValueError: on any shape, type or value the writer would not produce."""
         _check(
             isinstance(doc, dict) and doc.get("schema") == JOURNAL_SCHEMA, "not a kata-mem journal"
+        )
+        _check(
+            doc.get("sandbox") == sandbox,
+            f"sandbox is {doc.get('sandbox')!r}, not this sandbox {sandbox!r}",
         )
         state = doc.get("state", "idle")
         _check(state in ("idle", "running"), "state is not idle or running")
@@ -234,32 +333,42 @@ class Record:
         _check(phase in _PHASES, f"phase is not one of {', '.join(map(repr, _PHASES))}")
         pending = doc.get("pending_unplug") or []
         _check(
-            isinstance(pending, list) and all(isinstance(p, str) for p in pending),
+            isinstance(pending, list) and all(_id_field(p) for p in pending),
             "pending_unplug is not a list of ids",
         )
         step = doc.get("step")
         step = None if step is None else _step_from_json(step)
+        # The executor writes a step with its phase and state "running", and clears all three.
+        _check(
+            (step is None) == (phase == "") and (step is None or state == "running"),
+            "state, step and phase do not agree (a step in flight has a phase, and the state "
+            "is then running)",
+        )
+        legacy = "owned" not in doc
+        owned = [] if legacy else _owned_from_json(doc["owned"])
         observed = doc.get("observed_mib")
-        _check(observed is None or _int_field(observed), "observed_mib is not an integer")
+        _check(_mib_field(observed), "observed_mib is not a size in MiB")
         target = doc.get("target_mib")
-        _check(target is None or _int_field(target), "target_mib is not an integer")
+        _check(_mib_field(target), "target_mib is not a size in MiB")
         deferred = doc.get("deferred")
         deferred = None if deferred is None else Deferral.from_json(deferred)
         last = doc.get("last_outcome")
         last = None if last is None else LastOutcome.from_json(last)
         updated = doc.get("updated_at", 0.0)
-        _check(_number_field(updated), "updated_at is not a number")
+        _check(_number_field(updated), "updated_at is not a time")
         return cls(
             sandbox=sandbox,
             state=state,
             step=step,
             phase=phase,
+            owned=owned,
             pending_unplug=list(pending),
             observed_mib=observed,
             target_mib=target,
             deferred=deferred,
             last_outcome=last,
             updated_at=float(updated),
+            legacy=legacy,
         )
 
 

@@ -57,8 +57,9 @@ def check_sandbox_id(sandbox: str) -> str:
     return sandbox
 
 
-#: Prefixes of the memory devices and backend objects kata-mem creates; anything
-#: else in the VM (cold-plugged DIMMs, the boot virtio-mem device) is not unplugged.
+#: Prefixes of the ids kata-mem gives the memory devices and backend objects it creates.
+#: A name proves nothing: what is kata-mem's is what its journal records
+#: (:class:`OwnedDevice`). The prefixes only make new ids and point out look-alikes.
 DIMM_PREFIX = "kmdimm"
 MEMDEV_PREFIX = "kmmem"
 
@@ -236,11 +237,38 @@ class Guards:
 
 
 @dataclass(frozen=True)
+class OwnedDevice:
+    """A memory device kata-mem created, as its journal records it: the only proof that
+    a device, or its backend object, is kata-mem's to unplug or delete.
+
+    ``memdev`` is the backend object kata-mem created for it ("" where the hypervisor
+    shows none: libvirt makes and removes it with the device). Recorded before the
+    plug is sent; ``confirmed`` once the hypervisor accepted it.
+    """
+
+    id: str
+    memdev: str
+    size: int
+    kind: Literal["dimm"] = "dimm"
+    confirmed: bool = False
+
+
+@dataclass(frozen=True)
+class BackendObject:
+    """A memory backend object that no memory device uses (QEMU's ``/objects``): the
+    machine's own RAM, someone else's, or one that a crash or a failed delete left."""
+
+    id: str
+    size: int
+
+
+@dataclass(frozen=True)
 class MemoryDevice:
     """A memory device as the hypervisor reports it.
 
     ``size`` is what is plugged now (for virtio-mem the device's ``size``, never
-    its ``requested-size``). A DIMM whose unplug is pending still counts.
+    its ``requested-size``). A DIMM whose unplug is pending still counts. ``ours``
+    is set from the journal (:func:`kata_mem.reports.owned_view`), never by a backend.
     """
 
     id: str
@@ -253,11 +281,8 @@ class MemoryDevice:
     memdev: str = ""
     hotplugged: bool = True
     pending_unplug: bool = False
-
-    @property
-    def ours(self) -> bool:
-        """True for DIMMs kata-mem plugged itself (the only ones it unplugs)."""
-        return self.kind == "dimm" and self.id.startswith(DIMM_PREFIX)
+    #: A DIMM kata-mem plugged itself, as its journal proves: the only kind it unplugs.
+    ours: bool = False
 
     @property
     def space(self) -> int:
@@ -279,9 +304,19 @@ class VmState:
     devices: tuple[MemoryDevice, ...] = ()
     slots: int = 0
     device_space: Optional[int] = None
-    #: Backend objects kata-mem created whose DIMM is gone (left by a crash or a
-    #: late ``DEVICE_DELETED``); safe to delete.
+    #: Memory backend objects that no memory device uses.
+    loose: tuple[BackendObject, ...] = ()
+    #: The ids of everything else in the VM (its other devices and objects): new ids avoid them.
+    other_ids: tuple[str, ...] = ()
+    #: Whether a DIMM's backend is an object of its own that kata-mem names when it plugs
+    #: and deletes after the unplug (QEMU); libvirt makes and removes it with the device.
+    backend_objects: bool = True
+    #: Of ``loose``, the objects kata-mem's journal proves it created and whose DIMM is gone
+    #: (left by a crash or a late ``DEVICE_DELETED``): safe to delete.
     orphans: tuple[str, ...] = ()
+    #: DIMMs and backend objects named like kata-mem's that its journal does not prove
+    #: are its own: reported, and left alone.
+    unproven: tuple[str, ...] = ()
     #: The VMM process (QEMU), when the backend can tell: its pid, and a limit the
     #: hypervisor manager set on it (libvirt ``<memtune><hard_limit>``).
     vmm_pid: Optional[int] = None
@@ -310,6 +345,16 @@ class VmState:
     def device(self, device_id: str) -> Optional[MemoryDevice]:
         return next((d for d in self.devices if d.id == device_id), None)
 
+    @property
+    def taken_ids(self) -> frozenset[str]:
+        """Every id in use in the VM, kata-mem's or not: a new device or object takes none."""
+        return frozenset(
+            {d.id for d in self.devices}
+            | {d.memdev for d in self.devices if d.memdev}
+            | {o.id for o in self.loose}
+            | set(self.other_ids)
+        )
+
 
 @dataclass(frozen=True)
 class Clamp:
@@ -324,13 +369,16 @@ class Clamp:
 class Step:
     """One hypervisor change. ``size`` is the DIMM size, or the virtio-mem
     ``requested-size`` after the step; ``delta`` the signed change of plugged memory.
-    A ``delete_memdev`` step (crash repair) deletes the backend object ``device``."""
+    A ``delete_memdev`` step (crash repair) deletes the backend object ``device``.
+    ``memdev`` is a DIMM's backend object: the one a plug creates, the one deleted
+    after an unplug ("" where the hypervisor shows none)."""
 
     action: StepAction
     device: str
     size: int
     delta: int
     total_after: int
+    memdev: str = ""
 
     @property
     def shrinks(self) -> bool:

@@ -156,9 +156,10 @@ def _cannot_shrink(vm: VmState, target: int) -> str:
     excess = fmt_bytes(vm.total - target)
     ours = [d for d in vm.dimms if d.ours and not d.pending_unplug]
     if not ours:
+        alike = f" ({', '.join(vm.unproven)} only look like kata-mem's)" if vm.unproven else ""
         return (
-            f"{excess} cannot be removed: kata-mem unplugs only DIMMs it plugged itself "
-            f"(kmdimm<N>), and this VM has none; the guest stays at {fmt_bytes(vm.total)}"
+            f"{excess} cannot be removed: kata-mem unplugs only DIMMs its journal records it "
+            f"plugged, and this VM has none{alike}; the guest stays at {fmt_bytes(vm.total)}"
         )
     sizes = ", ".join(f"{d.id} {fmt_bytes(d.size)}" for d in ours)
     return (

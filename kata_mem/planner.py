@@ -9,6 +9,8 @@ kata-mem deliberately differs, the docstring says why (README, "Compared with Ka
 from __future__ import annotations
 
 import math
+import re
+from collections.abc import Iterator
 from fractions import Fraction
 from typing import Callable, Optional
 
@@ -16,6 +18,7 @@ from kata_mem.errors import InputError
 from kata_mem.model import (
     ARCHES,
     DIMM_PREFIX,
+    MEMDEV_PREFIX,
     CgroupLevel,
     Clamp,
     Container,
@@ -199,7 +202,16 @@ def assumed_vm(cfg: SizingConfig, host: HostFacts, current: Optional[int] = None
             ),
         )
     elif mech == "pc-dimm" and plugged:
-        devices = (MemoryDevice(id=f"{DIMM_PREFIX}0", kind="dimm", size=plugged, slot=0),)
+        # Assumed plugged by kata-mem (as a preview of its own earlier apply).
+        dimm = MemoryDevice(
+            id=f"{DIMM_PREFIX}0",
+            kind="dimm",
+            size=plugged,
+            slot=0,
+            memdev=f"{MEMDEV_PREFIX}0",
+            ours=True,
+        )
+        devices = (dimm,)
     return VmState(base=base, devices=devices, slots=cfg.memory_slots, device_space=space)
 
 
@@ -539,13 +551,20 @@ def _cause_text(cause: MemoryCause, requested: int, limit: int, cfg: SizingConfi
     return f"requested {fmt_bytes(requested)} clamped to {fmt_bytes(limit)} by {why}"
 
 
-def _next_dimm_index(vm: VmState) -> int:
-    used = [
-        int(d.id[len(DIMM_PREFIX) :])
-        for d in vm.dimms
-        if d.id.startswith(DIMM_PREFIX) and d.id[len(DIMM_PREFIX) :].isdigit()
-    ]
-    return max(used, default=-1) + 1
+_COUNTED = re.compile(rf"(?:{DIMM_PREFIX}|{MEMDEV_PREFIX})([0-9]{{1,9}})")
+
+
+def _new_ids(vm: VmState) -> Iterator[tuple[str, str]]:
+    """Ids for new DIMMs and their backend objects (``kmdimm<N>``, ``kmmem<N>``): a counter
+    past the highest in the VM, skipping any id the VM uses, whoever made it."""
+    taken = vm.taken_ids
+    counted = (_COUNTED.fullmatch(i) for i in taken)
+    index = max((int(m.group(1)) for m in counted if m), default=-1) + 1
+    while True:
+        dimm, memdev = f"{DIMM_PREFIX}{index}", f"{MEMDEV_PREFIX}{index}"
+        if dimm not in taken and memdev not in taken:
+            yield dimm, (memdev if vm.backend_objects else "")
+        index += 1
 
 
 def _grow_dimm(
@@ -556,7 +575,7 @@ def _grow_dimm(
     total = vm.total
     free_slots = vm.slots - len(vm.dimms)
     free_space = None if vm.device_space is None else vm.device_space - vm.space_used
-    index = _next_dimm_index(vm)
+    ids = _new_ids(vm)
     while total < target:
         if free_slots <= 0:
             clamp(
@@ -579,8 +598,8 @@ def _grow_dimm(
                 break
             target = total + size
         total += size
-        steps.append(Step("plug_dimm", f"{DIMM_PREFIX}{index}", size, size, total))
-        index += 1
+        dimm, memdev = next(ids)
+        steps.append(Step("plug_dimm", dimm, size, size, total, memdev))
         free_slots -= 1
         if free_space is not None:
             free_space -= size
@@ -590,8 +609,9 @@ def _grow_dimm(
 def _shrink_dimm(vm: VmState, target: int, clamp: _ClampFn) -> tuple[tuple[Step, ...], int]:
     """Whole DIMMs, newest first, each no larger than what is left to remove.
 
-    Only DIMMs kata-mem plugged and whose unplug is not already pending qualify;
-    what cannot be removed in whole DIMMs stays (the target ends above the request).
+    Only DIMMs kata-mem's journal proves it plugged (``ours``) and whose unplug is not
+    already pending qualify; what cannot be removed in whole DIMMs stays (the target
+    ends above the request).
     """
     steps: list[Step] = []
     total = vm.total
@@ -600,7 +620,7 @@ def _shrink_dimm(vm: VmState, target: int, clamp: _ClampFn) -> tuple[tuple[Step,
     for dimm in candidates:
         if total - dimm.size >= target:
             total -= dimm.size
-            steps.append(Step("unplug_dimm", dimm.id, dimm.size, -dimm.size, total))
+            steps.append(Step("unplug_dimm", dimm.id, dimm.size, -dimm.size, total, dimm.memdev))
     if total > target:
         clamp(
             "alignment",

@@ -429,6 +429,7 @@ def status_json(
         "device_space_mib": None if vm.device_space is None else to_mib_floor(vm.device_space),
         "devices": [_device_json(d) for d in vm.devices],
         "orphans": list(vm.orphans),
+        "unproven": list(vm.unproven),
         "guest": guest,
         "journal": record,
     }
@@ -460,7 +461,8 @@ def status_text(vm: VmState, usage: Optional[GuestUsage], record: Optional[dict[
         extra = (
             f" requested {dev['requested_mib']} MiB of {dev['max_mib']} MiB"
             if dev["kind"] == "virtio-mem"
-            else f" slot {_record_text(dev['slot'], 'unknown')}"
+            else f" slot {_record_text(dev['slot'], 'unknown')}, "
+            + ("kata-mem's" if dev["ours"] else "not kata-mem's")
         )
         pending = " (unplug pending)" if dev["pending_unplug"] else ""
         lines.append(
@@ -468,6 +470,10 @@ def status_text(vm: VmState, usage: Optional[GuestUsage], record: Optional[dict[
         )
     if d["orphans"]:
         lines.append(f"orphaned backend objects: {', '.join(d['orphans'])}")
+    if d["unproven"]:
+        lines.append(
+            f"named like kata-mem's, not in its journal (left alone): {', '.join(d['unproven'])}"
+        )
     g = d["guest"]
     if g is None:
         lines.append(

@@ -2,18 +2,29 @@
 
 Backends read the wire (QMP replies, libvirt XML and stats), convert its units
 to bytes, and hand the values here: how much boot memory and device-memory space
-a VM has, which of its backend objects are orphans, whether a virtio-mem resize
-is done, and what the balloon statistics say. So the backends translate and this
+a VM has, whether a virtio-mem resize is done, and what the balloon statistics
+say. Which of its devices and backend objects are kata-mem's is decided here too,
+from kata-mem's journal (:func:`owned_view`), never from a name. So the backends translate and this
 module concludes; the rules cannot drift apart between QEMU and libvirt.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, Optional
 
-from kata_mem.model import MEMDEV_PREFIX, GuestUsage, MemoryDevice, Step, VmState
+from kata_mem.model import (
+    DIMM_PREFIX,
+    MEMDEV_PREFIX,
+    BackendObject,
+    GuestUsage,
+    MemoryDevice,
+    OwnedDevice,
+    Step,
+    VmState,
+)
 from kata_mem.units import fmt_bytes
 
 Progress = Literal["done", "pending", "rejected"]
@@ -38,9 +49,10 @@ def vm_state(
     maxmem: Optional[int] = None,
     slots: int = 0,
     unmanaged: Sequence[int] = (),
-    backend_objects: Iterable[str] = (),
+    memory_backends: Optional[Mapping[str, int]] = None,
+    other_ids: Iterable[str] = (),
 ) -> VmState:
-    """The VM as a hypervisor reports it.
+    """The VM as a hypervisor reports it, before anything is known about whose it is.
 
     ``devices`` are its DIMMs and virtio-mem devices; ``unmanaged`` the sizes of
     other memory devices (nvdimm, virtio-pmem, sgx-epc): not RAM kata-mem resizes,
@@ -49,8 +61,8 @@ def vm_state(
     the space of every memory device, as libvirt's ``<memory>`` counts it) less the
     devices. ``maxmem`` is QEMU's ``maxmem`` (None when unknown); ``slots`` 0 means
     not reported, and then the highest slot in use is the best guess (QEMU before
-    7.1). ``backend_objects`` are the hypervisor's object ids: those with kata-mem's
-    prefix that no device uses are orphans.
+    7.1). ``memory_backends`` are the hypervisor's memory backend objects, id to
+    size (None: it shows none, as libvirt); ``other_ids`` every other id it uses.
     """
     if base is None:
         base = (
@@ -67,10 +79,62 @@ def vm_state(
         devices=tuple(devices),
         slots=slots,
         device_space=None if maxmem is None else maxmem - base - sum(unmanaged),
-        orphans=tuple(
-            o for o in backend_objects if o.startswith(MEMDEV_PREFIX) and o not in in_use
+        loose=tuple(
+            BackendObject(oid, size)
+            for oid, size in (memory_backends or {}).items()
+            if oid not in in_use
         ),
+        other_ids=tuple(sorted(set(other_ids))),
+        backend_objects=memory_backends is not None,
     )
+
+
+def _made(entry: OwnedDevice, dev: MemoryDevice) -> bool:
+    return (dev.kind, dev.id, dev.memdev, dev.size) == (
+        entry.kind,
+        entry.id,
+        entry.memdev,
+        entry.size,
+    )
+
+
+def _left(entry: OwnedDevice, obj: BackendObject) -> bool:
+    return bool(entry.memdev) and (obj.id, obj.size) == (entry.memdev, entry.size)
+
+
+def owned_view(vm: VmState, owned: Sequence[OwnedDevice]) -> VmState:
+    """The VM with what kata-mem's journal proves is its own marked, never by a name.
+
+    A DIMM is kata-mem's when its id, backend object and size are all as recorded
+    when kata-mem plugged it. A backend object no device uses is an orphan (kata-mem's,
+    safe to delete) when it is the recorded backend of one of its DIMMs, at the
+    recorded size. DIMMs and objects named like kata-mem's that are neither are
+    ``unproven``: reported, and left alone.
+    """
+    devices = tuple(
+        dataclasses.replace(d, ours=any(_made(e, d) for e in owned)) for d in vm.devices
+    )
+    orphans = tuple(o.id for o in vm.loose if any(_left(e, o) for e in owned))
+    unproven = [
+        d.id
+        for d in devices
+        if d.kind == "dimm"
+        and not d.ours
+        and (d.id.startswith(DIMM_PREFIX) or d.memdev.startswith(MEMDEV_PREFIX))
+    ]
+    unproven += [o.id for o in vm.loose if o.id not in orphans and o.id.startswith(MEMDEV_PREFIX)]
+    return dataclasses.replace(vm, devices=devices, orphans=orphans, unproven=tuple(unproven))
+
+
+def still_owned(vm: VmState, owned: Sequence[OwnedDevice]) -> list[OwnedDevice]:
+    """The journal's entries that still name something of kata-mem's in the VM: its
+    DIMM, or its backend object left behind. The others (unplugged and deleted, a plug
+    that never happened, or replaced by someone else's) are forgotten."""
+    return [
+        e
+        for e in owned
+        if any(_made(e, d) for d in vm.devices) or any(_left(e, o) for o in vm.loose)
+    ]
 
 
 def resize_progress(step: Step, dev: Optional[MemoryDevice]) -> StepProgress:

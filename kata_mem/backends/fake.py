@@ -1,7 +1,7 @@
 """An in-memory hypervisor with a guest: the backend for ``--dry-run`` and unit tests.
 
 It enforces what QEMU enforces (free slots, device-memory space, block
-multiples, unknown ids) and what a Linux guest does (virtio-mem cannot unplug
+multiples, unknown and duplicate ids, backend objects in use) and what a Linux guest does (virtio-mem cannot unplug
 memory the guest uses; a guest may refuse a DIMM eject or never answer), so the
 executor's handling of each case can be tested without a VM.
 """
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from kata_mem.errors import BackendError
-from kata_mem.model import DIMM_PREFIX, MEMDEV_PREFIX, GuestUsage, MemoryDevice, Step, VmState
+from kata_mem.model import GuestUsage, MemoryDevice, Step, VmState
 from kata_mem.reports import StepProgress
 from kata_mem.units import MiB, align_up, fmt_bytes
 
@@ -81,7 +81,7 @@ class FakeBackend:
         self.calls.append(f"{step.action} {step.device} {fmt_bytes(step.size)}")
         if step.action == "plug_dimm":
             self._check_plug(step)
-            memdev = MEMDEV_PREFIX + step.device[len(DIMM_PREFIX) :]
+            memdev = step.memdev
             used_slots = {d.slot for d in self.state.dimms}
             slot = next(i for i in range(self.state.slots) if i not in used_slots)
             self._pending[step.device] = self.guest.polls_to_complete
@@ -105,10 +105,14 @@ class FakeBackend:
                 raise BackendError(f"Device '{step.device}' not found", "DeviceNotFound")
             self._pending[step.device] = self.guest.polls_to_complete
         elif step.action == "delete_memdev":
-            if step.device not in self.state.orphans:
+            if any(d.memdev == step.device for d in self.state.devices):
+                raise BackendError(
+                    f"object '{step.device}' is in use, can not be deleted", "GenericError"
+                )
+            if step.device not in {o.id for o in self.state.loose}:
                 raise BackendError(f"object '{step.device}' not found", "GenericError")
             self.state = dataclasses.replace(
-                self.state, orphans=tuple(o for o in self.state.orphans if o != step.device)
+                self.state, loose=tuple(o for o in self.state.loose if o.id != step.device)
             )
         else:
             dev = self.state.device(step.device)
@@ -140,7 +144,8 @@ class FakeBackend:
         if not self.guest.confirm:
             return StepProgress("pending", "the guest has not answered")
         if step.action == "delete_memdev":
-            return StepProgress("pending" if step.device in self.state.orphans else "done")
+            loose = {o.id for o in self.state.loose}
+            return StepProgress("pending" if step.device in loose else "done")
         left = self._pending.get(step.device, 0)
         if left > 0:
             self._pending[step.device] = left - 1
@@ -188,7 +193,12 @@ class FakeBackend:
     # -- helpers -------------------------------------------------------------
 
     def _check_plug(self, step: Step) -> None:
-        if self.state.device(step.device) is not None:
+        if step.memdev in self.state.taken_ids:
+            raise BackendError(
+                f"attempt to add duplicate property '{step.memdev}' to object (type 'container')",
+                "GenericError",
+            )
+        if step.device in self.state.taken_ids:
             raise BackendError(f"Duplicate device ID '{step.device}'", "GenericError")
         if len(self.state.dimms) >= self.state.slots:
             raise BackendError("no free slots available", "GenericError")

@@ -9,7 +9,10 @@ kata-mem error tree here, with the libvirt error code name and text kept.
 
 Device ids: kata-mem names its DIMMs with libvirt *user aliases*, which must
 start with ``ua-``; the id the rest of kata-mem sees is the alias without that
-prefix (``ua-kmdimm0`` -> ``kmdimm0``).
+prefix (``ua-kmdimm0`` -> ``kmdimm0``). The alias is only a name: whether a DIMM is
+kata-mem's is decided from its journal (:func:`kata_mem.reports.owned_view`), as for
+QEMU. libvirt creates and removes a DIMM's memory backend with the device and shows
+none, so there are no backend objects to own or delete here.
 """
 
 from __future__ import annotations
@@ -299,6 +302,8 @@ class LibvirtBackend:
             else:  # nvdimm, virtio-pmem, sgx-epc: device space, not RAM kata-mem resizes
                 others.append(_size(el.find("./target/size")))
         max_el = root.find("maxMemory")
+        # Aliases are unique in a domain; kata-mem's ids are user aliases without "ua-".
+        aliases = [a.get("name", "") for a in root.iterfind("./devices/*/alias") if a.get("name")]
         return vm_state(
             devices=devices,
             unmanaged=others,
@@ -306,6 +311,7 @@ class LibvirtBackend:
             memory=_size(root.find("memory")),
             maxmem=_size(max_el) if max_el is not None else None,
             slots=int(max_el.get("slots", "0")) if max_el is not None else 0,
+            other_ids=[a.removeprefix(USER_ALIAS) for a in aliases] + aliases,
         )
 
     @staticmethod

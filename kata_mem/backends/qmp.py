@@ -39,7 +39,7 @@ except ImportError as exc:  # a dependency of kata-mem: missing only from a brok
         "install it with: pip install 'qemu.qmp>=0.0.3' (or reinstall kata-mem)"
     ) from exc
 from kata_mem.logs import describe, get_logger
-from kata_mem.model import DIMM_PREFIX, MEMDEV_PREFIX, GuestUsage, MemoryDevice, Step, VmState
+from kata_mem.model import GuestUsage, MemoryDevice, Step, VmState
 from kata_mem.reports import StepProgress, UsageField, balloon_usage, resize_progress, vm_state
 
 log = get_logger(__name__)
@@ -63,11 +63,6 @@ _STATS: dict[UsageField, str] = {
 #: ACPI _OST: 0 = success, 0x84 = ejection in progress; anything else on an eject is a refusal.
 _OST_EJECT_OK = (0x0, 0x84)
 _OST_INSERT, _OST_EJECT = 0x1, 0x3
-
-
-def memdev_for(device_id: str) -> str:
-    """The backend object id that goes with a kata-mem DIMM id (``kmdimm3`` -> ``kmmem3``)."""
-    return MEMDEV_PREFIX + device_id[len(DIMM_PREFIX) :]
 
 
 def check_socket(path: str) -> None:
@@ -101,6 +96,17 @@ def check_socket(path: str) -> None:
             else "non-socket file"
         )
         raise BackendUnavailable(f"QMP socket {path}: is a {kind}, not a unix socket")
+
+
+def _exited(pid: int) -> bool:
+    """Whether process ``pid`` is gone (or a zombie: it has exited, not yet reaped)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat_line = f.read(4096)
+    except OSError:
+        return True
+    # The state follows the command name, which is in parentheses and may hold any byte.
+    return stat_line.rpartition(b")")[2].split()[:1] in ([b"Z"], [b"X"])
 
 
 def _printable(raw: bytes, limit: int = 40) -> str:
@@ -204,6 +210,7 @@ class QmpBackend:
         self._seen: list[dict[str, Any]] = []
         self._balloon: Optional[str] = None
         self._machine: Optional[tuple[int, int, Optional[int]]] = None
+        self._listed: dict[str, list[tuple[str, str]]] = {}
         self.round_trips = 0
 
     @classmethod
@@ -226,6 +233,14 @@ class QmpBackend:
                 break
             except asyncio.TimeoutError as exc:  # an OSError too: caught first
                 loop.close()
+                if client.greeting is not None:
+                    raise BackendUnavailable(
+                        f"QMP socket {path}: it sent a QMP greeting, then did not answer the "
+                        f"capabilities negotiation (qmp_capabilities) within "
+                        f"{CONNECT_TIMEOUT_S:g} s: the monitor is hung, or this is not QEMU "
+                        "itself but something that only looks like its monitor; retry later, or "
+                        "check what listens on it"
+                    ) from exc
                 raise BackendUnavailable(
                     f"QMP socket {path}: no QMP greeting within {CONNECT_TIMEOUT_S:g} s: another "
                     "client may hold the monitor (QEMU serves one at a time), or this is not a "
@@ -276,10 +291,22 @@ class QmpBackend:
                 "Timeout",
             ) from exc
         except (ExecInterruptedError, QMPError, OSError, EOFError) as exc:
+            # qemu.qmp's own words ("StateError: QMPClient is disconnecting. Call
+            # disconnect() ...") are about its state machine, not about the VM: debug only.
+            log.debug("QMP socket %s: %s: %s", self.path, what, describe(exc))
             raise BackendUnavailable(
-                f"QMP socket {self.path}: connection lost during {what} ({describe(exc)}): the "
-                "VM may have exited; the next call reconciles what was done"
+                f"QMP socket {self.path}: the VM went away during {what}: {self._gone_text()}; "
+                "the next call reconciles what was done"
             ) from exc
+
+    def _gone_text(self) -> str:
+        """What became of QEMU, when the connection ended under a command."""
+        pid = self.vmm_pid
+        if pid is None:
+            return "QEMU closed its monitor connection (it exited, was killed, or is shutting down)"
+        if _exited(pid):
+            return f"QEMU (pid {pid}) has exited"
+        return f"QEMU (pid {pid}) closed its monitor connection (it may be shutting down)"
 
     def _execute(self, cmd: str, args: Optional[dict[str, object]] = None) -> object:
         self.round_trips += 1
@@ -377,13 +404,33 @@ class QmpBackend:
                 self._machine = (_REPLY.required_integer(summary, "base-memory", at), 0, None)
         return self._machine
 
-    def _objects(self) -> list[str]:
-        objects = self._execute("qom-list", {"path": "/objects"})
-        return (
-            [str(o.get("name")) for o in objects if isinstance(o, dict)]
-            if isinstance(objects, list)
-            else []
-        )
+    def _children(self, path: str) -> list[tuple[str, str]]:
+        """The QOM children of ``path``, with their types (``/objects``: every object;
+        ``/machine/peripheral``: every device with an id), not its properties.
+
+        Listed once per connection: they serve to find the balloon and to give new ids
+        that collide with nothing, which kata-mem picks once per call, from its first
+        observation. What is plugged is read afresh on every observation."""
+        if path not in self._listed:
+            listed = self._execute("qom-list", {"path": path})
+            self._listed[path] = [
+                (str(o.get("name")), str(o.get("type")))
+                for o in (listed if isinstance(listed, list) else [])
+                if isinstance(o, dict) and str(o.get("type", "")).startswith("child<")
+            ]
+        return self._listed[path]
+
+    def _memory_backends(self) -> dict[str, int]:
+        """Every memory backend object with an id, and its size."""
+        raw = self._execute("query-memdev")
+        if not isinstance(raw, list):
+            raise BackendError("unexpected QMP reply: query-memdev is not a list", "ProtocolError")
+        backends = {}
+        for i, item in enumerate(raw):
+            entry = _REPLY.object(item, f"query-memdev[{i}]")
+            if isinstance(entry.get("id"), str):
+                backends[entry["id"]] = _REPLY.required_integer(entry, "size", f"query-memdev[{i}]")
+        return backends
 
     def observe(self) -> VmState:
         base, slots, maxmem = self._machine_memory()
@@ -394,7 +441,10 @@ class QmpBackend:
             slots=slots,
             devices=devices,
             unmanaged=others,
-            backend_objects=self._objects(),
+            memory_backends=self._memory_backends(),
+            other_ids=[
+                n for n, _ in self._children("/objects") + self._children("/machine/peripheral")
+            ],
         )
         return dataclasses.replace(state, vmm_pid=self.vmm_pid)
 
@@ -403,7 +453,7 @@ class QmpBackend:
         self._events.clear()
         self._seen.clear()
         if step.action == "plug_dimm":
-            memdev = memdev_for(step.device)
+            memdev = step.memdev
             props: dict[str, object] = {
                 "qom-type": "memory-backend-ram",
                 "id": memdev,
@@ -467,7 +517,7 @@ class QmpBackend:
         if step.action == "unplug_dimm":
             deleted = self._event("DEVICE_DELETED", step.device) is not None
             if deleted or (query and all(d.id != step.device for d in self._query_devices()[0])):
-                self._delete_after_unplug(step.device)
+                self._delete_after_unplug(step.memdev)
                 return StepProgress("done")
             if self._event("DEVICE_UNPLUG_GUEST_ERROR", step.device) is not None:
                 return StepProgress("rejected", "DEVICE_UNPLUG_GUEST_ERROR")
@@ -478,15 +528,15 @@ class QmpBackend:
                 )
             return StepProgress("pending", "waiting for DEVICE_DELETED")
         if step.action == "delete_memdev":
-            if step.device in self._objects():
+            if step.device in self._memory_backends():
                 return StepProgress("pending", f"{step.device} is still in /objects")
             return StepProgress("done")
         return resize_progress(
             step, next((d for d in self._query_devices()[0] if d.id == step.device), None)
         )
 
-    def _delete_after_unplug(self, device: str) -> None:
-        memdev = memdev_for(device)
+    def _delete_after_unplug(self, memdev: str) -> None:
+        """Delete the unplugged DIMM's backend object: the one kata-mem recorded creating."""
         try:
             self._execute("object-del", {"id": memdev})
         except BackendError as exc:
@@ -525,10 +575,9 @@ class QmpBackend:
     def _balloon_path(self) -> Optional[str]:
         if self._balloon is None:
             for container in ("/machine/peripheral", "/machine/peripheral-anon"):
-                children = self._execute("qom-list", {"path": container})
-                for child in children if isinstance(children, list) else []:
-                    if isinstance(child, dict) and "virtio-balloon" in str(child.get("type", "")):
-                        self._balloon = f"{container}/{child.get('name')}"
+                for name, kind in self._children(container):
+                    if "virtio-balloon" in kind:
+                        self._balloon = f"{container}/{name}"
                         return self._balloon
             self._balloon = ""
         return self._balloon or None

@@ -15,6 +15,8 @@ from typing import Any, Callable
 import pytest
 
 from kata_mem.config import DEFAULT_PATHS
+from kata_mem.journal import Record, SandboxState
+from kata_mem.model import OwnedDevice
 from tests.conftest import HOST_ARGS, KATA_CONFIGS, REPO, CliResult, kata_mem_process, write_config
 from tests.support.fake_qmp import FakeQemu, FakeQmpServer
 
@@ -353,6 +355,10 @@ def dimm_apply(run_cli: Run, tmp_path: Path) -> Iterator[Callable[..., dict[str,
         {"default_memory": 512, "default_maxmemory": 4096, "memory_slots": 4},
         kata_mem={"state_dir": str(tmp_path / "state"), "step_timeout_s": 1},
     )
+    state = SandboxState(tmp_path / "state", "sb")
+    with state.locked(0):  # kata-mem plugged both DIMMs: its journal says so
+        owned = [OwnedDevice(f"kmdimm{i}", f"kmmem{i}", 512 * MiB, confirmed=True) for i in (0, 1)]
+        state.save(Record("sb", owned=owned))
     with FakeQmpServer(tmp_path / "qmp.sock", _two_dimms()) as srv:
 
         def run(*args: str) -> dict[str, Any]:

@@ -52,7 +52,7 @@ def test_qemu_killed_mid_step(boot_guest: BootGuest, run_cli: Run, tmp_path: Pat
         return backend
 
     request = Workload((Container("c", 256 * MiB),))
-    with pytest.raises(BackendUnavailable, match="connection lost"):
+    with pytest.raises(BackendUnavailable) as lost:
         run_locked(
             SandboxState(tmp_path / "state", "sb"),
             connect,
@@ -61,6 +61,13 @@ def test_qemu_killed_mid_step(boot_guest: BootGuest, run_cli: Run, tmp_path: Pat
             request,
             Options(),
         )
+    # Said in the user's terms (exit 6), not in qemu.qmp's ("StateError: QMPClient is
+    # disconnecting. Call disconnect() to return to IDLE state.").
+    message = lost.value.message
+    assert lost.value.exit_code == 6 and "the VM went away during " in message, message
+    assert f"QEMU (pid {vm.pid})" in message, message
+    for qmp_words in ("StateError", "ExecInterruptedError", "disconnect()", "Disconnected"):
+        assert qmp_words not in message, message
     vm.wait_exit(10)
     # The next call: the VM is gone, and says so; the journal still shows the step in flight.
     code, doc = apply_qmp(run_cli, cfg_path, vm.qmp_socket, "--limit", "256Mi")

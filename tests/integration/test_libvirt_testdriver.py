@@ -12,6 +12,8 @@ from typing import Any, Callable
 
 import pytest
 
+from kata_mem.journal import Record, SandboxState
+from kata_mem.model import OwnedDevice
 from tests.conftest import CliResult, write_config
 
 libvirt = pytest.importorskip("libvirt", reason="libvirt-python is part of the test extra")
@@ -61,6 +63,14 @@ def domain(conn: Any) -> Callable[..., str]:
     return define
 
 
+def record_dimm(tmp_path: Path) -> None:
+    """The journal an earlier apply leaves after plugging the domain's ``ua-kmdimm0``: what
+    makes it kata-mem's (libvirt shows no backend object, so none is recorded)."""
+    state = SandboxState(tmp_path / "state", "sb")
+    with state.locked(0):
+        state.save(Record("sb", owned=[OwnedDevice("kmdimm0", "", 256 << 20, confirmed=True)]))
+
+
 def apply(
     run_cli: Run, tmp_path: Path, domain: str, virtio: bool, *args: str
 ) -> tuple[int, dict[str, Any]]:
@@ -73,6 +83,8 @@ def apply(
         URI,
         "--domain",
         domain,
+        "--sandbox",
+        "sb",
         "--host-memory",
         "16Gi",
         "--json",
@@ -94,11 +106,22 @@ def test_status_reads_the_domain_xml_and_balloon_stats(
     run_cli: Run, conn: Any, domain: Callable[..., str], tmp_path: Path
 ) -> None:
     name = domain(virtio_mem_mib=1024, dimm_mib=256)
-    r = run_cli(
-        "status", "--libvirt", URI, "--domain", name, "--state-dir", str(tmp_path), "--json"
-    )
-    assert r.code == 0, r.err
-    doc = json.loads(r.out)
+
+    def status() -> dict[str, Any]:
+        r = run_cli(
+            "status", "--libvirt", URI, "--domain", name, "--sandbox", "sb", "--state-dir",
+            str(tmp_path / "state"), "--json",
+        )  # fmt: skip
+        assert r.code == 0, r.err
+        doc: dict[str, Any] = json.loads(r.out)
+        return doc
+
+    # Named like kata-mem's, recorded nowhere: not its own, and said so.
+    doc = status()
+    assert (doc["devices"][1]["ours"], doc["unproven"]) == (False, ["kmdimm0"])
+    record_dimm(tmp_path)
+    doc = status()
+    assert doc["unproven"] == []
     assert (doc["base_mib"], doc["slots"], doc["device_space_mib"]) == (512, 4, 8192 - 512)
     virtio, dimm = doc["devices"]
     assert (virtio["kind"], virtio["size_mib"], virtio["max_mib"], virtio["block_mib"]) == (
@@ -147,6 +170,7 @@ def test_dimm_detach_is_reported_infeasible(
     run_cli: Run, domain: Callable[..., str], tmp_path: Path
 ) -> None:
     name = domain(dimm_mib=256)
+    record_dimm(tmp_path)
     # --force: the test driver's canned statistics are decades old, so the checks would defer.
     _code, doc = apply(run_cli, tmp_path, name, False, "--force")
     assert (doc["status"], doc["reason"]) == ("Infeasible", "BackendCannotShrink"), doc
@@ -157,6 +181,7 @@ def test_stale_test_driver_stats_defer_a_shrink(
     run_cli: Run, domain: Callable[..., str], tmp_path: Path
 ) -> None:
     name = domain(dimm_mib=256)
+    record_dimm(tmp_path)
     _code, doc = apply(run_cli, tmp_path, name, False, "--allow-shrink")
     assert (doc["status"], doc["reason"]) == ("Deferred", "UsageUnknown"), doc
     assert "old" in doc["message"]

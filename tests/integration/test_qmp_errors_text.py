@@ -6,6 +6,7 @@ and carries no Python artefacts (bytes reprs, empty exception texts, ``None``)."
 from __future__ import annotations
 
 import json
+import os
 import socket
 import threading
 from collections.abc import Iterator
@@ -160,5 +161,23 @@ def test_connection_lost_names_the_command(run_cli: Run, qemu: tuple[FakeQemu, P
     fake, sock = qemu
     fake.drop_after.add("query-memory-devices")
     line = error_line(run_cli("status", "--qmp", str(sock)))
-    assert "connection lost during query-memory-devices" in line
-    assert "the VM may have exited" in line
+    assert "the VM went away during query-memory-devices" in line
+    # The scripted server runs in this process: QEMU's pid is alive, the connection is gone.
+    assert f"QEMU (pid {os.getpid()}) closed its monitor connection" in line
+    for qmp_words in ("StateError", "ExecInterruptedError", "disconnect()", "Disconnected"):
+        assert qmp_words not in line, line
+
+
+def test_greeting_without_an_answer_to_capabilities(
+    run_cli: Run, peer: Callable[..., Path]
+) -> None:
+    greeting = {
+        "QMP": {"version": {"qemu": {"micro": 0, "minor": 2, "major": 7}}, "capabilities": []}
+    }
+    sock = peer(json.dumps(greeting).encode() + b"\r\n", close=False)
+    line = error_line(run_cli("status", "--qmp", str(sock)))
+    assert "no QMP greeting" not in line, line
+    assert (
+        "it sent a QMP greeting, then did not answer the capabilities negotiation "
+        "(qmp_capabilities) within 5 s" in line
+    ), line

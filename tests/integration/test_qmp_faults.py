@@ -191,12 +191,14 @@ def test_status_against_fake(
         "status", "--qmp", str(server.path), "--state-dir", str(tmp_path / "state"), "--json"
     )
     doc = json.loads(r.out)
+    # No journal records kmmem3: it only looks like kata-mem's, and is no orphan of its own.
     assert (doc["base_mib"], doc["slots"], doc["device_space_mib"], doc["orphans"]) == (
         512,
         4,
         3584,
-        ["kmmem3"],
+        [],
     )
+    assert doc["unproven"] == ["kmmem3"]
     assert doc["guest"] is None
 
 
@@ -240,3 +242,43 @@ def test_connection_refused(run_cli: Run, tmp_path: Path) -> None:
     s.close()  # a socket file nobody listens on
     r = run_cli("status", "--qmp", str(path))
     assert r.code == 6 and "connection refused" in r.err
+
+
+def test_a_journal_from_before_ownership_leaves_its_dimms_alone(
+    apply: Callable[..., tuple[int, dict[str, Any]]], qemu: FakeQemu, tmp_path: Path
+) -> None:
+    code, doc = apply("--limit", "256Mi")
+    assert (code, doc["status"], list(qemu.devices)) == (0, "Resized", ["kmdimm0"])
+    # The journal as a kata-mem before ownership records wrote it: no "owned".
+    path = tmp_path / "state" / "sb1" / "journal.json"
+    journal = json.loads(path.read_text())
+    del journal["owned"]
+    path.write_text(json.dumps(journal))
+    # --force: the scripted server has no balloon, so the checks would defer (usage unknown).
+    code, doc = apply("--force")
+    assert (code, doc["status"], doc["reason"]) == (0, "Infeasible", "BackendCannotShrink"), doc
+    assert list(qemu.devices) == ["kmdimm0"] and list(qemu.objects) == ["kmmem0"]
+    (why,) = [w for w in doc["warnings"] if w.startswith("left alone: kmdimm0")]
+    assert "older kata-mem, which did not record the devices it created" in why
+    assert "remove them by hand (QMP device_del, then object-del" in why
+    # Written back as a current journal: kmdimm0 stays someone else's, and is said to be.
+    assert json.loads(path.read_text())["owned"] == []
+    code, doc = apply("--force")
+    assert (code, doc["status"], list(qemu.devices)) == (0, "Infeasible", ["kmdimm0"])
+    assert any(
+        w.startswith("left alone: kmdimm0 is named like kata-mem's") for w in doc["warnings"]
+    )
+
+
+def test_a_dry_run_plans_the_shrink_that_apply_runs(
+    apply: Callable[..., tuple[int, dict[str, Any]]], qemu: FakeQemu
+) -> None:
+    # The dry run's copy of the VM needs the journal's record of kata-mem's DIMMs.
+    assert apply("--limit", "256Mi")[1]["status"] == "Resized"
+    # --force: the scripted server has no balloon, so the checks would defer (usage unknown).
+    code, dry = apply("--force", "--dry-run")
+    assert (code, dry["status"]) == (0, "Resized"), dry
+    assert list(qemu.devices) == ["kmdimm0"]  # a dry run changes nothing
+    code, doc = apply("--force")
+    assert (code, doc["status"], doc["steps"]) == (0, "Resized", dry["steps"]), doc
+    assert [(s["action"], s["device"]) for s in doc["steps"]] == [("unplug_dimm", "kmdimm0")]

@@ -14,7 +14,8 @@ import pytest
 
 from kata_mem.backends.qmp import QmpBackend
 from kata_mem.errors import BackendError
-from kata_mem.model import Step
+from kata_mem.model import BackendObject, OwnedDevice, Step
+from kata_mem.reports import owned_view
 from tests.conftest import CliResult, write_config
 from tests.support.fake_qmp import FakeQemu, FakeQmpServer
 
@@ -68,12 +69,16 @@ def test_an_orphan_is_deleted_through_begin_and_poll(
     qemu.objects["kmmem3"] = 128 * MiB
     backend = QmpBackend.connect(str(server.path))
     try:
-        assert backend.observe().orphans == ("kmmem3",)
+        # The backend reports the object with its size; the journal's entry makes it an orphan.
+        vm = backend.observe()
+        assert vm.loose == (BackendObject("kmmem3", 128 * MiB),) and vm.orphans == ()
+        entry = OwnedDevice("kmdimm3", "kmmem3", 128 * MiB, confirmed=True)
+        assert owned_view(vm, [entry]).orphans == ("kmmem3",)
         step = Step("delete_memdev", "kmmem3", 0, 0, 512 * MiB)
         backend.begin(step)
         assert backend.poll(step, 0.0).state == "done"
         assert ("object-del", {"id": "kmmem3"}) in qemu.calls
-        assert backend.observe().orphans == ()
+        assert backend.observe().loose == ()
     finally:
         backend.close()
 

@@ -101,6 +101,8 @@ class FakeQemu:
                     ]
                 }, []
             return {"return": []}, []
+        if cmd == "query-memdev":
+            return {"return": [{"id": n, "size": size} for n, size in self.objects.items()]}, []
         if cmd == "query-acpi-ospm-status":
             return {"return": []}, []
         if cmd == "object-add":

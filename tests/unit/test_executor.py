@@ -12,9 +12,11 @@ from typing import Any, Callable
 import pytest
 
 from kata_mem.backends.fake import FakeBackend, FakeGuest, VirtualTime
+from kata_mem.errors import BackendError
 from kata_mem.executor import Options, run_locked
-from kata_mem.journal import SandboxState
+from kata_mem.journal import Record, SandboxState
 from kata_mem.model import (
+    BackendObject,
     Container,
     MemoryDevice,
     SizingConfig,
@@ -60,9 +62,12 @@ def run(tmp_path: Path) -> Callable[..., Any]:
         t = VirtualTime()
         backend.clock, backend.sleep = t.clock, t.sleep
         state = SandboxState(tmp_path / "state", "sb")
-        return run_locked(
+        result = run_locked(
             state, lambda: backend, cfg, HOST, req, Options(**options), t.clock, t.sleep
         )
+        # Whatever the executor writes, it reads back: its own journal is never "corrupt".
+        Record.from_json("sb", json.loads(state.path.read_text()))
+        return result
 
     return go
 
@@ -176,7 +181,9 @@ def test_stuck_virtio_mem_is_reverted_to_observed(
 
 
 def test_dimm_unplug_rejected(cfgs: dict[str, SizingConfig], run: Callable[..., Any]) -> None:
-    b = FakeBackend(vm_dimms(512, 256), FakeGuest(used=100 * MiB, refuse_unplug={"kmdimm1"}))
+    b = FakeBackend(vm_dimms(), FakeGuest(used=100 * MiB, refuse_unplug={"kmdimm1"}))
+    for limits in ((512,), (512, 256)):  # kata-mem plugs kmdimm0 (512 MiB), then kmdimm1
+        assert run(cfgs["dimm"], b, request(*limits)).outcome.status == "Resized"
     r = run(cfgs["dimm"], b, request(), allow_shrink=True)
     assert (r.outcome.status, r.outcome.reason) == ("InProgress", "UnplugRejected")
     assert b.state.device("kmdimm1") is not None
@@ -185,7 +192,9 @@ def test_dimm_unplug_rejected(cfgs: dict[str, SizingConfig], run: Callable[..., 
 def test_dimm_unplug_timeout_stays_pending_and_is_settled_later(
     cfgs: dict[str, SizingConfig], run: Callable[..., Any], tmp_path: Path
 ) -> None:
-    b = FakeBackend(vm_dimms(256), FakeGuest(used=100 * MiB, confirm=False))
+    b = FakeBackend(vm_dimms(), FakeGuest(used=100 * MiB))
+    assert run(cfgs["dimm"], b, request(256)).outcome.status == "Resized"
+    b.guest.confirm = False
     r = run(cfgs["dimm"], b, request(), allow_shrink=True)
     assert (r.outcome.status, r.outcome.reason) == ("InProgress", "UnplugTimeout")
     assert r.outcome.observed == 768 * MiB  # still counted as plugged
@@ -195,13 +204,13 @@ def test_dimm_unplug_timeout_stays_pending_and_is_settled_later(
     r = run(cfgs["dimm"], b, request(), allow_shrink=True)
     assert (r.outcome.status, r.outcome.reason) == ("Deferred", "Busy")
     # The guest finishes later; the next call settles it and deletes the backend object.
-    b.state = dataclasses.replace(b.state, devices=(), orphans=("kmmem0",))
+    left = (BackendObject("kmmem0", 256 * MiB),)
+    b.state = dataclasses.replace(b.state, devices=(), loose=left)
     r = run(cfgs["dimm"], b, request(), allow_shrink=True)
     assert r.outcome.status == "NoChange"
     assert any(c.startswith("delete_memdev kmmem0") for c in b.calls)
-    assert (
-        json.loads((tmp_path / "state" / "sb" / "journal.json").read_text())["pending_unplug"] == []
-    )
+    journal = json.loads((tmp_path / "state" / "sb" / "journal.json").read_text())
+    assert (journal["pending_unplug"], journal["owned"]) == ([], [])
 
 
 def test_reconcile_raises_requested_left_below_size(
@@ -284,3 +293,71 @@ def test_bad_sandbox_ids_are_refused() -> None:
     for bad in ("../x", "", "a/b", ".", "x" * 200):
         with pytest.raises(InputError):
             SandboxState("/tmp", bad)
+
+
+# -- ownership: only what the journal records kata-mem created is kata-mem's -----------------
+
+
+def test_plugged_dimms_are_recorded_before_the_command_and_confirmed_after(
+    cfgs: dict[str, SizingConfig], run: Callable[..., Any], tmp_path: Path
+) -> None:
+    journal = tmp_path / "state" / "sb" / "journal.json"
+    seen: list[dict[str, Any]] = []
+
+    class Watched(FakeBackend):
+        def begin(self, step: Step) -> None:
+            seen.append(json.loads(journal.read_text()))
+            super().begin(step)
+
+    b = Watched(vm_dimms())
+    assert run(cfgs["dimm"], b, request(256)).outcome.status == "Resized"
+    entry = {"id": "kmdimm0", "kind": "dimm", "memdev": "kmmem0", "size": 256 * MiB}
+    assert seen[0]["owned"] == [{**entry, "confirmed": False}]
+    assert json.loads(journal.read_text())["owned"] == [{**entry, "confirmed": True}]
+    # Unplugged (its backend deleted with it): forgotten.
+    b.guest.used = 100 * MiB
+    assert run(cfgs["dimm"], b, request(), allow_shrink=True).outcome.status == "Resized"
+    assert json.loads(journal.read_text())["owned"] == []
+
+
+def test_a_dimm_named_like_kata_mems_is_never_unplugged(
+    cfgs: dict[str, SizingConfig], run: Callable[..., Any]
+) -> None:
+    b = FakeBackend(vm_dimms(256), FakeGuest(used=100 * MiB))  # kmdimm0 on kmmem0, unrecorded
+    r = run(cfgs["dimm"], b, request(), allow_shrink=True)
+    assert (r.outcome.status, r.outcome.reason) == ("Infeasible", "BackendCannotShrink")
+    assert "(kmdimm0 only look like kata-mem's)" in r.outcome.message
+    assert not any(c.startswith("unplug_dimm") for c in b.calls)
+    assert any(w.startswith("left alone: kmdimm0 is named like kata-mem's") for w in r.warnings)
+
+
+def test_a_failed_plug_is_forgotten(
+    cfgs: dict[str, SizingConfig], run: Callable[..., Any], tmp_path: Path
+) -> None:
+    class Refusing(FakeBackend):
+        def begin(self, step: Step) -> None:
+            raise BackendError("device_add failed: GenericError: no free slots", "GenericError")
+
+    r = run(cfgs["dimm"], Refusing(vm_dimms()), request(256))
+    assert (r.outcome.status, r.outcome.reason) == ("InProgress", "BackendError"), r.outcome
+    assert json.loads((tmp_path / "state" / "sb" / "journal.json").read_text())["owned"] == []
+
+
+def test_new_ids_avoid_every_id_in_the_vm(
+    cfgs: dict[str, SizingConfig], run: Callable[..., Any]
+) -> None:
+    foreign = MemoryDevice(
+        "kmdimm3", "dimm", 128 * MiB, 128 * MiB, 128 * MiB, slot=0, memdev="foreign0"
+    )
+    vm = VmState(
+        512 * MiB,
+        (foreign,),
+        slots=8,
+        device_space=15 * GiB,
+        loose=(BackendObject("kmmem7", 128 * MiB),),
+        other_ids=("kmdimm8", "rng0"),  # another device took the next id
+    )
+    b = FakeBackend(vm)
+    r = run(cfgs["dimm"], b, request(256))
+    assert [(s.device, s.memdev) for s in r.outcome.steps] == [("kmdimm9", "kmmem9")]
+    assert b.state.loose == vm.loose  # kmmem7 is not kata-mem's: left alone

@@ -37,10 +37,18 @@ def build_vm(spec: dict[str, Any]) -> VmState:
             block=d.get("block_mib", 0) * MiB,
             slot=d.get("slot"),
             pending_unplug=d.get("pending", False),
+            memdev=d.get("memdev", ""),
+            ours=d.get("ours", False),
         )
         for d in spec.get("devices", [])
     )
-    return VmState(spec.get("base_mib", 512) * MiB, devices, slots=8, device_space=15 * GiB)
+    return VmState(
+        spec.get("base_mib", 512) * MiB,
+        devices,
+        slots=8,
+        device_space=15 * GiB,
+        unproven=tuple(spec.get("unproven", ())),
+    )
 
 
 def build_steps(rows: list[list[Any]], current: int) -> tuple[Step, ...]:

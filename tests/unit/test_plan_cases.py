@@ -125,10 +125,18 @@ def build_vm(spec: dict[str, Any]) -> VmState:
             block=d.get("block_mib", 0) * MiB,
             slot=d.get("slot"),
             pending_unplug=d.get("pending", False),
+            memdev=d.get("memdev", ""),
+            ours=d.get("ours", False),
         )
         for d in spec["devices"]
     )
-    return VmState(spec["base_mib"] * MiB, devices, spec["slots"], spec["device_space_mib"] * MiB)
+    return VmState(
+        spec["base_mib"] * MiB,
+        devices,
+        spec["slots"],
+        spec["device_space_mib"] * MiB,
+        other_ids=tuple(spec.get("other_ids", ())),
+    )
 
 
 def test_every_case_says_why() -> None:

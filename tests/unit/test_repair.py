@@ -13,8 +13,18 @@ import pytest
 from kata_mem.backends.fake import FakeBackend, VirtualTime
 from kata_mem.errors import BackendUnavailable
 from kata_mem.executor import Options, Result, run_locked
-from kata_mem.journal import SandboxState
-from kata_mem.model import Container, HostFacts, SizingConfig, Step, VmState, Workload
+from kata_mem.journal import Record, SandboxState
+from kata_mem.model import (
+    BackendObject,
+    Container,
+    HostFacts,
+    MemoryDevice,
+    OwnedDevice,
+    SizingConfig,
+    Step,
+    VmState,
+    Workload,
+)
 from kata_mem.units import GiB, MiB
 
 HOST = HostFacts(memory=16 * GiB, cpus=4, arch="amd64")
@@ -41,9 +51,19 @@ def cfg(make_config: Callable[..., SizingConfig]) -> SizingConfig:
     return make_config(default_memory=512, default_maxmemory=8192)
 
 
+def record_owning(state_dir: Path, *owned: OwnedDevice) -> None:
+    """A journal that records ``owned`` as devices kata-mem created (as an earlier call would)."""
+    state = SandboxState(state_dir, "sb")
+    with state.locked(0):
+        state.save(Record("sb", owned=list(owned)))
+
+
 @pytest.fixture
 def backend(tmp_path: Path) -> JournalingFake:
-    b = JournalingFake(VmState(512 * MiB, slots=8, device_space=15 * GiB, orphans=("kmmem3",)))
+    # kata-mem plugged kmdimm3 on kmmem3; the DIMM is gone, its backend object is left.
+    left = (BackendObject("kmmem3", 128 * MiB),)
+    b = JournalingFake(VmState(512 * MiB, slots=8, device_space=15 * GiB, loose=left))
+    record_owning(tmp_path / "state", OwnedDevice("kmdimm3", "kmmem3", 128 * MiB, confirmed=True))
     b.journal, b.seen = tmp_path / "state" / "sb" / "journal.json", []
     return b
 
@@ -63,8 +83,13 @@ def test_orphan_is_deleted_by_a_journaled_step(
     backend: JournalingFake, run: Callable[[FakeBackend], Any]
 ) -> None:
     r = run(backend)
-    assert (r.outcome.status, backend.state.orphans) == ("Resized", ())
-    assert "reconciled: deleting orphaned backend object kmmem3" in r.warnings
+    assert (r.outcome.status, backend.state.loose) == ("Resized", ())
+    assert (
+        "reconciled: deleting orphaned backend object kmmem3 (kata-mem created it for kmdimm3, "
+        "which is gone)" in r.warnings
+    )
+    journal = json.loads(backend.journal.read_text())
+    assert [o["id"] for o in journal["owned"]] == ["kmdimm0"]  # kmdimm3 is forgotten
     first = backend.seen[0]
     assert (first["state"], first["phase"], first["step"]["action"], first["step"]["device"]) == (
         "running",
@@ -88,7 +113,26 @@ def test_a_repair_cut_short_is_repaired_by_the_next_call(
     assert (journal["state"], journal["step"]["action"]) == ("running", "delete_memdev")
     backend.lose_on = ""
     r = run(backend)
-    assert r.outcome.status == "Resized" and backend.state.orphans == ()
+    assert r.outcome.status == "Resized" and backend.state.loose == ()
     assert (
         "reconciled: the previous call stopped during delete_memdev kmmem3 (intent)" in r.warnings
+    )
+
+
+def test_what_only_looks_like_kata_mems_is_left_alone(
+    run: Callable[[FakeBackend], Any], tmp_path: Path
+) -> None:
+    # Named like kata-mem's, recorded nowhere: another tool's DIMM and backend object.
+    foreign = MemoryDevice(
+        "kmdimm3", "dimm", 256 * MiB, 256 * MiB, 256 * MiB, slot=0, memdev="foreign0"
+    )
+    left = (BackendObject("kmmem7", 128 * MiB),)
+    vm = VmState(512 * MiB, (foreign,), slots=8, device_space=15 * GiB, loose=left)
+    backend = FakeBackend(vm)
+    r = run(backend)
+    assert r.outcome.status == "NoChange"  # 768 MiB already: the foreign DIMM counts as plugged
+    assert not [c for c in backend.calls if c.startswith(("delete_memdev", "unplug_dimm"))]
+    assert backend.state.loose == left and backend.state.device("kmdimm3") is not None
+    assert any(
+        w.startswith("left alone: kmdimm3, kmmem7 are named like kata-mem's") for w in r.warnings
     )

@@ -8,8 +8,16 @@ import inspect
 import pytest
 
 from kata_mem.backends import Backend
-from kata_mem.model import MemoryDevice, Step, VmState
-from kata_mem.reports import U64_UNSET, UsageField, balloon_usage, resize_progress, vm_state
+from kata_mem.model import BackendObject, MemoryDevice, OwnedDevice, Step, VmState
+from kata_mem.reports import (
+    U64_UNSET,
+    UsageField,
+    balloon_usage,
+    owned_view,
+    resize_progress,
+    still_owned,
+    vm_state,
+)
 from kata_mem.units import KiB, MiB
 
 QMP_NAMES: dict[UsageField, str] = {
@@ -76,13 +84,88 @@ def test_slots_are_guessed_only_when_not_reported(
     assert vm_state(base=512 * MiB, slots=slots, devices=devices).slots == want
 
 
-def test_orphans_are_kata_mem_objects_no_device_uses() -> None:
+def test_loose_objects_are_memory_backends_no_device_uses() -> None:
     vm = vm_state(
         base=512 * MiB,
         devices=[dimm(0, 128, 0)],
-        backend_objects=["kmmem0", "kmmem1", "mem-boot", "pc.ram"],
+        memory_backends={"kmmem0": 128 * MiB, "kmmem1": 128 * MiB, "pc.ram": 512 * MiB},
+        other_ids=["kmmem0", "kmmem1", "pc.ram", "rng0", "kmdimm0"],
     )
-    assert vm.orphans == ("kmmem1",)
+    assert vm.loose == (BackendObject("kmmem1", 128 * MiB), BackendObject("pc.ram", 512 * MiB))
+    assert vm.backend_objects and vm.orphans == () and vm.unproven == ()
+    assert vm.taken_ids == {"kmdimm0", "kmmem0", "kmmem1", "pc.ram", "rng0"}
+    # libvirt shows no backend objects: none are loose, and DIMMs have none to delete.
+    assert not vm_state(base=512 * MiB, devices=[dimm(0, 128, 0)]).backend_objects
+
+
+MINE = OwnedDevice("kmdimm3", "kmmem3", 256 * MiB, confirmed=True)
+
+
+def _dimm(id_: str, memdev: str, mib: int = 256) -> MemoryDevice:
+    return MemoryDevice(id_, "dimm", mib * MiB, mib * MiB, mib * MiB, slot=0, memdev=memdev)
+
+
+@pytest.mark.parametrize(
+    ("device", "ours", "unproven"),
+    [
+        (_dimm("kmdimm3", "kmmem3"), True, ()),  # id, backend and size as recorded
+        (_dimm("kmdimm3", "foreign0"), False, ("kmdimm3",)),  # someone else's backend
+        (_dimm("kmdimm3", "kmmem3", 512), False, ("kmdimm3",)),  # another size
+        (_dimm("kmdimm4", "kmmem4"), False, ("kmdimm4",)),  # named like ours, not recorded
+        (_dimm("dimm-cold", "mem1"), False, ()),  # someone else's, and not a look-alike
+        (_dimm("other", "kmmem9"), False, ("other",)),  # on a backend named like ours
+    ],
+    ids=["recorded", "foreign-memdev", "other-size", "unrecorded", "foreign", "alike-memdev"],
+)
+def test_a_dimm_is_ours_only_as_the_journal_recorded_it(
+    device: MemoryDevice, ours: bool, unproven: tuple[str, ...]
+) -> None:
+    vm = owned_view(vm_state(base=512 * MiB, devices=[device], memory_backends={}), [MINE])
+    assert (vm.devices[0].ours, vm.unproven) == (ours, unproven)
+    assert vm_state(base=512 * MiB, devices=[device]).devices[0].ours is False  # backends never say
+
+
+@pytest.mark.parametrize(
+    ("objects", "orphans", "unproven"),
+    [
+        ({"kmmem3": 256 * MiB}, ("kmmem3",), ()),  # its DIMM is gone: kata-mem's, deleted
+        ({"kmmem3": 128 * MiB}, (), ("kmmem3",)),  # not the size kata-mem made it
+        ({"kmmem7": 128 * MiB}, (), ("kmmem7",)),  # never recorded
+        ({"pc.ram": 512 * MiB}, (), ()),  # the machine's own RAM
+    ],
+    ids=["recorded", "other-size", "unrecorded", "boot-ram"],
+)
+def test_an_object_is_an_orphan_only_as_the_journal_recorded_it(
+    objects: dict[str, int], orphans: tuple[str, ...], unproven: tuple[str, ...]
+) -> None:
+    vm = owned_view(vm_state(base=512 * MiB, devices=[], memory_backends=objects), [MINE])
+    assert (vm.orphans, vm.unproven) == (orphans, unproven)
+    assert owned_view(vm, []).orphans == ()  # no record, no orphans
+
+
+def test_libvirt_dimms_are_ours_by_alias_and_size_as_recorded() -> None:
+    entry = OwnedDevice("kmdimm0", "", 256 * MiB)
+    vm = owned_view(vm_state(base=512 * MiB, devices=[_dimm("kmdimm0", "")]), [entry])
+    assert vm.devices[0].ours
+    other = owned_view(vm_state(base=512 * MiB, devices=[_dimm("kmdimm0", "", 128)]), [entry])
+    assert not other.devices[0].ours and other.unproven == ("kmdimm0",)
+
+
+@pytest.mark.parametrize(
+    ("devices", "objects", "kept"),
+    [
+        ([_dimm("kmdimm3", "kmmem3")], {}, [MINE]),  # still plugged
+        ([], {"kmmem3": 256 * MiB}, [MINE]),  # its backend is left: deleted next
+        ([], {}, []),  # unplugged and deleted: forgotten
+        ([_dimm("kmdimm3", "foreign0")], {"foreign0": 0}, []),  # replaced by someone else's
+    ],
+    ids=["plugged", "orphan-left", "gone", "replaced"],
+)
+def test_the_journal_forgets_what_is_gone(
+    devices: list[MemoryDevice], objects: dict[str, int], kept: list[OwnedDevice]
+) -> None:
+    vm = vm_state(base=512 * MiB, devices=devices, memory_backends=objects)
+    assert still_owned(vm, [MINE]) == kept
 
 
 def test_resize_is_done_only_when_plugged_reaches_the_step() -> None:
@@ -146,4 +229,6 @@ def test_sizes_are_scaled_to_bytes_and_counts_are_not() -> None:
 
 def test_vm_state_is_what_the_planner_reads() -> None:
     vm = vm_state(base=512 * MiB, maxmem=1536 * MiB, slots=2, devices=[dimm(0, 256, 0)])
-    assert vm == VmState(512 * MiB, (dimm(0, 256, 0),), slots=2, device_space=1024 * MiB)
+    assert vm == VmState(
+        512 * MiB, (dimm(0, 256, 0),), slots=2, device_space=1024 * MiB, backend_objects=False
+    )
