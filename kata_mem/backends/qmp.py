@@ -157,9 +157,10 @@ def peer_pid(sock: socket.socket) -> Optional[int]:
     return pid if pid > 0 else None
 
 
-async def _open(path: str) -> tuple[QMPClient, EventListener, Optional[int]]:
+async def _open(path: str, made: list[QMPClient]) -> tuple[QMPClient, EventListener, Optional[int]]:
     """A client connected over a socket of our own, so that its peer (QEMU) can be asked
-    for its pid; with its event listener, and the pid.
+    for its pid; with its event listener, and the pid. The client is put in ``made`` as
+    soon as it exists, so that a caller whose wait ran out can ask how far it got.
 
     The client and the listener are made here, on the loop that runs them: on Python 3.9
     an ``asyncio.Queue`` (both hold one) takes ``asyncio.get_event_loop()`` when it is
@@ -169,6 +170,7 @@ async def _open(path: str) -> tuple[QMPClient, EventListener, Optional[int]]:
     (Lib/asyncio/mixins.py, ``_LoopBoundMixin``: python/cpython#23420, bpo-42392).
     """
     client = QMPClient("kata-mem")
+    made.append(client)
     events = EventListener()
     client.register_listener(events)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -226,14 +228,15 @@ class QmpBackend:
         check_socket(path)
         for attempt in range(CONNECT_ATTEMPTS):
             loop = asyncio.new_event_loop()
+            made: list[QMPClient] = []
             try:
                 client, events, pid = loop.run_until_complete(
-                    asyncio.wait_for(_open(path), CONNECT_TIMEOUT_S)
+                    asyncio.wait_for(_open(path, made), CONNECT_TIMEOUT_S)
                 )
                 break
             except asyncio.TimeoutError as exc:  # an OSError too: caught first
                 loop.close()
-                if client.greeting is not None:
+                if made and made[0].greeting is not None:
                     raise BackendUnavailable(
                         f"QMP socket {path}: it sent a QMP greeting, then did not answer the "
                         f"capabilities negotiation (qmp_capabilities) within "
