@@ -14,28 +14,28 @@ __version__ = "0.1.0"
 
 #: Public name -> the module that defines it.
 _EXPORTS = {
-    "apply": "kata_mem.apply:apply_request",
-    "serve": "kata_mem.apply:serve",
-    "Response": "kata_mem.apply:Response",
-    "plan": "kata_mem.planner:plan",
-    "load_config": "kata_mem.config:load_config",
-    "find_config": "kata_mem.config:find_config",
-    "probe_host": "kata_mem.host:probe_host",
-    "parse_quantity": "kata_mem.quantity:parse_quantity",
-    "quantity_bytes": "kata_mem.quantity:quantity_bytes",
+    "apply": "kata_mem.orchestration.apply:apply_request",
+    "serve": "kata_mem.orchestration.apply:serve",
+    "Response": "kata_mem.orchestration.apply:Response",
+    "plan": "kata_mem.core.planner:plan",
+    "load_config": "kata_mem.edges.config:load_config",
+    "find_config": "kata_mem.edges.config:find_config",
+    "probe_host": "kata_mem.edges.host:probe_host",
+    "parse_quantity": "kata_mem.core.quantity:parse_quantity",
+    "quantity_bytes": "kata_mem.core.quantity:quantity_bytes",
     **{
-        name: "kata_mem.request:" + name
+        name: "kata_mem.core.request:" + name
         for name in ("Endpoint", "HostOverrides", "SandboxRequest")
     },
     **{
-        name: "kata_mem.errors:" + name
+        name: "kata_mem.core.errors:" + name
         for name in (
             "KataMemError", "ConfigError", "InputError", "QuantityError",
             "BackendUnavailable", "BackendError", "BackendUnsupported", "MissingDependency",
         )
     },
     **{
-        name: "kata_mem.model:" + name
+        name: "kata_mem.core.model:" + name
         for name in (
             "Clamp", "Container", "GuestUsage", "HostFacts", "MemoryDevice", "MemoryPlan", "Outcome", "Plan",
             "SandboxSizing", "Settings", "SizingConfig", "Step", "VcpuPlan", "VmState", "Workload",
@@ -94,10 +94,7 @@ def __getattr__(name: str) -> Any:
 
 
 if TYPE_CHECKING:
-    from kata_mem.apply import Response, serve
-    from kata_mem.apply import apply_request as apply
-    from kata_mem.config import find_config, load_config
-    from kata_mem.errors import (
+    from kata_mem.core.errors import (
         BackendError,
         BackendUnavailable,
         BackendUnsupported,
@@ -107,8 +104,7 @@ if TYPE_CHECKING:
         MissingDependency,
         QuantityError,
     )
-    from kata_mem.host import probe_host
-    from kata_mem.model import (
+    from kata_mem.core.model import (
         Clamp,
         Container,
         GuestUsage,
@@ -125,6 +121,10 @@ if TYPE_CHECKING:
         VmState,
         Workload,
     )
-    from kata_mem.planner import plan
-    from kata_mem.quantity import parse_quantity, quantity_bytes
-    from kata_mem.request import Endpoint, HostOverrides, SandboxRequest
+    from kata_mem.core.planner import plan
+    from kata_mem.core.quantity import parse_quantity, quantity_bytes
+    from kata_mem.core.request import Endpoint, HostOverrides, SandboxRequest
+    from kata_mem.edges.config import find_config, load_config
+    from kata_mem.edges.host import probe_host
+    from kata_mem.orchestration.apply import Response, serve
+    from kata_mem.orchestration.apply import apply_request as apply

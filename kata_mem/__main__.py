@@ -1,3 +1,3 @@
-from kata_mem.main import run
+from kata_mem.interfaces.main import run
 
 run()

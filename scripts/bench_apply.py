@@ -27,10 +27,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from kata_mem.backends.qmp import QmpBackend  # noqa: E402
-from kata_mem.config import load_config  # noqa: E402
-from kata_mem.executor import Options, run_locked  # noqa: E402
-from kata_mem.journal import SandboxState  # noqa: E402
-from kata_mem.model import Container, HostFacts, Workload  # noqa: E402
+from kata_mem.core.model import Container, HostFacts, Workload  # noqa: E402
+from kata_mem.edges.config import load_config  # noqa: E402
+from kata_mem.edges.journal import SandboxState  # noqa: E402
+from kata_mem.orchestration.executor import Options, run_locked  # noqa: E402
 from tests.conftest import write_config  # noqa: E402
 from tests.support.guestvm import GuestSpec, GuestVM  # noqa: E402
 from tests.support.qmp_min import QMPClient  # noqa: E402

@@ -3,9 +3,9 @@
 the guard's reads taken out, side by side on a real guest.
 
 Both sides run the real CLI as a fresh process through the same tiny wrapper
-(``python -c``); the OFF side replaces ``kata_mem.guards.HostSide.read`` with one
+(``python -c``); the OFF side replaces ``kata_mem.orchestration.guards.HostSide.read`` with one
 that returns ``Guards()`` (no cgroup, no node view: no /proc, cgroupfs or journal
-reads) before calling ``kata_mem.main.run``, the ON side calls it unchanged. So the
+reads) before calling ``kata_mem.interfaces.main.run``, the ON side calls it unchanged. So the
 two differ only by what the guard reads. Runs alternate ON/OFF, OFF/ON, ... so that
 machine noise hits both alike:
 
@@ -45,37 +45,37 @@ from typing import Optional
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kata_mem.journal import Record, SandboxState  # noqa: E402
+from kata_mem.edges.journal import Record, SandboxState  # noqa: E402
 from tests.support.guestvm import GuestSpec, GuestVM  # noqa: E402
 from tests.support.qmp_min import QMPClient  # noqa: E402
 
 # Same imports on both sides; only the patch differs.
 WRAPPER = """\
 import sys
-import kata_mem.guards
-from kata_mem.model import Guards
+import kata_mem.orchestration.guards
+from kata_mem.core.model import Guards
 if sys.argv[1] == "off":
-    kata_mem.guards.HostSide.read = lambda self, vm, committed_others=None: Guards()
-from kata_mem.main import run
+    kata_mem.orchestration.guards.HostSide.read = lambda self, vm, committed_others=None: Guards()
+from kata_mem.interfaces.main import run
 sys.argv = ["kata-mem", *sys.argv[2:]]
 run()
 """
 
 #: The guard alone, timed inside a fresh process as ``apply`` runs it: the lazy import
-#: of kata_mem.cgroups, then HostSide.read under the node lock for the QEMU pid.
+#: of kata_mem.edges.cgroups, then HostSide.read under the node lock for the QEMU pid.
 GUARD_COST = """\
 import sys, time
 from pathlib import Path
-from kata_mem.config import load_config
-from kata_mem.guards import HostSide
-from kata_mem.journal import node_admission
-from kata_mem.model import HostFacts, VmState
+from kata_mem.edges.config import load_config
+from kata_mem.orchestration.guards import HostSide
+from kata_mem.edges.journal import node_admission
+from kata_mem.core.model import HostFacts, VmState
 cfg = load_config(Path(sys.argv[1]))
 host = HostFacts(memory=32 << 30, cpus=8, arch="amd64")
 vm = VmState(base=512 << 20, vmm_pid=int(sys.argv[2]))
 with node_admission(sys.argv[3]) as committed:
     t0 = time.perf_counter()
-    import kata_mem.cgroups
+    import kata_mem.edges.cgroups
     t1 = time.perf_counter()
     guards = HostSide(cfg, host).read(vm, lambda: committed("bench"))
     t2 = time.perf_counter()
@@ -147,7 +147,7 @@ def guard_cost(cfg: Path, pid: int, state: Path, runs: int) -> tuple[float, floa
 def busy_mountinfo(mounts: int = 5000) -> tuple[int, float]:
     """Size and parse time (median of 20, this process) of this host's mountinfo plus
     ``mounts`` container rootfs mounts, as on a busy node."""
-    from kata_mem.cgroups import parse_mountinfo
+    from kata_mem.edges.cgroups import parse_mountinfo
 
     extra = (
         f"{1000 + i} 23 0:{100 + i} / /run/containerd/io.containerd.runtime.v2.task/k8s.io/"
@@ -310,7 +310,7 @@ def main() -> None:
     off_min = min(steady[1])
     print(
         f"\nthe guard alone, in-process (median of {args.pairs} fresh processes): import of "
-        f"kata_mem.cgroups {imp * 1000:.2f} ms + HostSide.read {read * 1000:.2f} ms = "
+        f"kata_mem.edges.cgroups {imp * 1000:.2f} ms + HostSide.read {read * 1000:.2f} ms = "
         f"{(imp + read) * 1000:.2f} ms, {(imp + read) / off_min * 100:.1f}% of the fastest "
         f"NoChange apply with it off ({off_min * 1000:.0f} ms)"
     )

@@ -22,10 +22,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kata_mem.config import load_config  # noqa: E402
-from kata_mem.model import Container, HostFacts, Workload  # noqa: E402
-from kata_mem.planner import plan  # noqa: E402
-from kata_mem.units import MiB  # noqa: E402
+from kata_mem.core.model import Container, HostFacts, Workload  # noqa: E402
+from kata_mem.core.planner import plan  # noqa: E402
+from kata_mem.core.units import MiB  # noqa: E402
+from kata_mem.edges.config import load_config  # noqa: E402
 
 CONFIG = ROOT / "tests" / "fixtures" / "kata-configs" / "configuration-qemu.toml"
 POD = ROOT / "examples" / "pods" / "memory-boom.yaml"

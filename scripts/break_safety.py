@@ -38,61 +38,61 @@ class Break:
 BREAKS = (
     Break(
         "headroom-zero",
-        "kata_mem/safety.py",
+        "kata_mem/core/safety.py",
         "return max(settings.headroom_min, block, target_total * settings.headroom_percent // 100)",
         "return 0",
     ),
     Break(
         "ignore-reading-age",
-        "kata_mem/safety.py",
+        "kata_mem/core/safety.py",
         "if age > settings.usage_max_age_s:",
         "if False:",
     ),
     Break(
         "all-caches-reclaimable",
-        "kata_mem/model.py",
+        "kata_mem/core/model.py",
         "return max(min(self.disk_caches, self.available - self.free), 0)",
         "return max(self.disk_caches, 0)",
     ),
     Break(
         "ignore-major-faults",
-        "kata_mem/safety.py",
+        "kata_mem/core/safety.py",
         "if faults is not None and faults > MAJOR_FAULTS_PRESSURE:",
         "if False:",
     ),
     Break(
         "no-pressure-check",
-        "kata_mem/safety.py",
+        "kata_mem/core/safety.py",
         "    if spare < floor:\n",
         "    if False:\n",
     ),
     Break(
         "unknown-usage-runs",
-        "kata_mem/safety.py",
+        "kata_mem/core/safety.py",
         'return Verdict(\n            "defer",\n            "UsageUnknown",\n            "no guest memory statistics',
         'return Verdict(\n            "run",\n            "",\n            "no guest memory statistics',
     ),
     Break(
         "headroom-ignores-block",
-        "kata_mem/safety.py",
+        "kata_mem/core/safety.py",
         "return max(settings.headroom_min, block, ",
         "return max(settings.headroom_min, ",
     ),
     Break(
         "reserved-memory-ignored",
-        "kata_mem/safety.py",
+        "kata_mem/core/safety.py",
         "guest_after = usage.total - removed",
         "guest_after = after_total",
     ),
     Break(
         "fault-threshold-off-by-far",
-        "kata_mem/safety.py",
+        "kata_mem/core/safety.py",
         "MAJOR_FAULTS_PRESSURE = 1000",
         "MAJOR_FAULTS_PRESSURE = 100000",
     ),
     Break(
         "age-limit-inclusive-flip",
-        "kata_mem/safety.py",
+        "kata_mem/core/safety.py",
         "if age > settings.usage_max_age_s:",
         "if age > settings.usage_max_age_s * 10:",
     ),
@@ -100,7 +100,7 @@ BREAKS = (
 
 
 #: The control: no change at all. It must pass, or every "killed" would mean nothing.
-CONTROL = Break("none (control)", "kata_mem/safety.py", "", "")
+CONTROL = Break("none (control)", "kata_mem/core/safety.py", "", "")
 
 
 def copy_tree(dest: Path) -> None:

@@ -15,11 +15,11 @@ from typing import Any, Callable
 
 import pytest
 
-from kata_mem.config import load_config
-from kata_mem.main import main
-from kata_mem.model import HostFacts, SizingConfig
-from kata_mem.quantity import format_quantity
-from kata_mem.units import GiB
+from kata_mem.core.model import HostFacts, SizingConfig
+from kata_mem.core.quantity import format_quantity
+from kata_mem.core.units import GiB
+from kata_mem.edges.config import load_config
+from kata_mem.interfaces.main import main
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures"

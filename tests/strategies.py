@@ -6,7 +6,7 @@ from fractions import Fraction
 
 from hypothesis import strategies as st
 
-from kata_mem.model import (
+from kata_mem.core.model import (
     ARCHES,
     SANDBOX_ID,
     Container,
@@ -16,7 +16,7 @@ from kata_mem.model import (
     SizingConfig,
     Workload,
 )
-from kata_mem.request import (
+from kata_mem.core.request import (
     EVENTS,
     HUGEPAGE_SIZES,
     LIBVIRT_URIS,
@@ -27,7 +27,7 @@ from kata_mem.request import (
     HostOverrides,
     SandboxRequest,
 )
-from kata_mem.units import INT64_MAX, MiB
+from kata_mem.core.units import INT64_MAX, MiB
 
 mib = st.integers(min_value=0, max_value=1 << 20).map(lambda n: n * MiB)
 

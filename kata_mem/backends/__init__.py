@@ -1,25 +1,25 @@
 """The hypervisor port: one small Protocol that every backend implements.
 
-Backends translate; they never decide sizes. A :class:`~kata_mem.model.Step`
+Backends translate; they never decide sizes. A :class:`~kata_mem.core.model.Step`
 arrives with its sizes already planned; the backend issues the hypervisor
 commands for it, reports progress from what the hypervisor says, and turns
 every hypervisor error into the kata-mem error tree at its boundary. What the
 raw reports mean (boot memory, device space, slots, orphans, a finished resize,
-balloon statistics) is decided once, in :mod:`kata_mem.reports`; how long to
+balloon statistics) is decided once, in :mod:`kata_mem.core.reports`; how long to
 wait for a step is the executor's.
 
 The QMP and libvirt modules import their client libraries, so they are loaded
-only by :func:`open_backend`, when asked for; a missing library is a
-:class:`~kata_mem.errors.MissingDependency` (exit 9) raised by the module's import.
+only when a request names one (:func:`kata_mem.orchestration.connect.open_backend`); a
+missing library is a :class:`~kata_mem.core.errors.MissingDependency` (exit 9) raised by
+the module's import. The port itself imports no adapter.
 """
 
 from __future__ import annotations
 
 from typing import Optional, Protocol
 
-from kata_mem.model import GuestUsage, Step, VmState
-from kata_mem.reports import StepProgress as StepProgress
-from kata_mem.request import Endpoint
+from kata_mem.core.model import GuestUsage, Step, VmState
+from kata_mem.core.reports import StepProgress as StepProgress
 
 
 class Backend(Protocol):
@@ -61,31 +61,3 @@ class Backend(Protocol):
         ...
 
     def close(self) -> None: ...
-
-
-def open_backend(
-    endpoint: Endpoint, *, hugepages_path: Optional[str] = None, stats_interval: int = 1
-) -> Backend:
-    """Connect to the endpoint's hypervisor; the client library is imported only now.
-
-    ``stats_interval`` (seconds) is set on the guest's balloon for its statistics;
-    with ``hugepages_path`` (a hugetlbfs mount) new DIMMs are backed by hugepages there.
-
-    :raises BackendUnavailable: the endpoint cannot be reached.
-    :raises BackendError: the balloon's statistics polling cannot be set.
-    :raises MissingDependency: the backend's client library is not installed (libvirt-python
-        comes only with the ``kata-mem[libvirt]`` extra); the backend modules raise it on import.
-    """
-    if endpoint.kind == "qmp":
-        from kata_mem.backends.qmp import QmpBackend
-
-        return QmpBackend.connect(
-            endpoint.target, hugepages_path=hugepages_path, stats_interval=stats_interval
-        )
-    from kata_mem.errors import MissingDependency
-
-    try:
-        from kata_mem.backends.libvirt import LibvirtBackend
-    except MissingDependency as exc:
-        raise MissingDependency(f"{endpoint.describe()}: {exc.message}") from exc
-    return LibvirtBackend.connect(endpoint.target, endpoint.domain, stats_interval=stats_interval)

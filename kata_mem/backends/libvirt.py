@@ -10,7 +10,7 @@ kata-mem error tree here, with the libvirt error code name and text kept.
 Device ids: kata-mem names its DIMMs with libvirt *user aliases*, which must
 start with ``ua-``; the id the rest of kata-mem sees is the alias without that
 prefix (``ua-kmdimm0`` -> ``kmdimm0``). The alias is only a name: whether a DIMM is
-kata-mem's is decided from its journal (:func:`kata_mem.reports.owned_view`), as for
+kata-mem's is decided from its journal (:func:`kata_mem.core.reports.owned_view`), as for
 QEMU. libvirt creates and removes a DIMM's memory backend with the device and shows
 none, so there are no backend objects to own or delete here.
 """
@@ -28,7 +28,12 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any, Callable, Optional, TypeVar
 
-from kata_mem.errors import BackendError, BackendUnavailable, BackendUnsupported, MissingDependency
+from kata_mem.core.errors import (
+    BackendError,
+    BackendUnavailable,
+    BackendUnsupported,
+    MissingDependency,
+)
 
 try:
     import libvirt
@@ -37,10 +42,10 @@ except ImportError as exc:  # only the `libvirt` extra installs it
         f"the libvirt backend needs libvirt-python, which cannot be imported ({exc}); "
         "install it with: pip install 'kata-mem[libvirt]' (it builds against libvirt-dev and pkg-config)"
     ) from exc
-from kata_mem.logs import get_logger
-from kata_mem.model import GuestUsage, MemoryDevice, Step, VmState
-from kata_mem.reports import StepProgress, UsageField, balloon_usage, resize_progress, vm_state
-from kata_mem.units import KiB, to_kib_floor
+from kata_mem.core.model import GuestUsage, MemoryDevice, Step, VmState
+from kata_mem.core.reports import StepProgress, UsageField, balloon_usage, resize_progress, vm_state
+from kata_mem.core.units import KiB, to_kib_floor
+from kata_mem.edges.logs import get_logger
 
 log = get_logger(__name__)
 T = TypeVar("T")

@@ -20,8 +20,8 @@ import time
 from collections.abc import Coroutine
 from typing import Any, Optional, TypeVar
 
-from kata_mem.errors import BackendError, BackendUnavailable, MissingDependency
-from kata_mem.fields import Fields, python_value
+from kata_mem.core.errors import BackendError, BackendUnavailable, MissingDependency
+from kata_mem.core.fields import Fields, python_value
 
 try:
     from qemu.qmp import (
@@ -38,9 +38,9 @@ except ImportError as exc:  # a dependency of kata-mem: missing only from a brok
         f"the QMP backend needs qemu.qmp, which cannot be imported ({exc}); "
         "install it with: pip install 'qemu.qmp>=0.0.3' (or reinstall kata-mem)"
     ) from exc
-from kata_mem.logs import describe, get_logger
-from kata_mem.model import GuestUsage, MemoryDevice, Step, VmState
-from kata_mem.reports import StepProgress, UsageField, balloon_usage, resize_progress, vm_state
+from kata_mem.core.model import GuestUsage, MemoryDevice, Step, VmState
+from kata_mem.core.reports import StepProgress, UsageField, balloon_usage, resize_progress, vm_state
+from kata_mem.edges.logs import describe, get_logger
 
 log = get_logger(__name__)
 T = TypeVar("T")

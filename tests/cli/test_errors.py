@@ -10,7 +10,7 @@ from typing import Callable
 
 import pytest
 
-from kata_mem import errors
+from kata_mem.core import errors
 from tests.conftest import (
     HOST_ARGS,
     KATA_CONFIGS,
@@ -81,7 +81,7 @@ def test_missing_config_file(run_cli: Run, tmp_path: Path) -> None:
 
 
 def test_no_config_anywhere(run_cli: Run, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("kata_mem.config.DEFAULT_PATHS", ("/nonexistent/a.toml",))
+    monkeypatch.setattr("kata_mem.edges.config.DEFAULT_PATHS", ("/nonexistent/a.toml",))
     _one_line_error(run_cli("config", "check"), 3, "no Kata configuration found", "KATA_CONF_FILE")
 
 

@@ -11,10 +11,10 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from kata_mem.journal import Record, SandboxState
-from kata_mem.model import Workload
-from kata_mem.request import ANN_POD_OVERHEAD, Endpoint, SandboxRequest
-from kata_mem.units import GiB, MiB
+from kata_mem.core.model import Workload
+from kata_mem.core.request import ANN_POD_OVERHEAD, Endpoint, SandboxRequest
+from kata_mem.core.units import GiB, MiB
+from kata_mem.edges.journal import Record, SandboxState
 from tests.conftest import (
     HOST_ARGS,
     PODS,

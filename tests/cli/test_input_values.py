@@ -5,7 +5,7 @@ host override next to a configured cgroup, messages that named the wrong thing, 
 shell completion.
 
 Each test drives the command line or the shim as a user does (in-process through
-``kata_mem.main``, or a real process where a pipe, bytes or stdin matter) and failed on
+``kata_mem.interfaces.main``, or a real process where a pipe, bytes or stdin matter) and failed on
 the code before issue 15.
 """
 
@@ -22,8 +22,8 @@ from typing import Any, Callable
 import click
 import pytest
 
-from kata_mem.cli import cli
-from kata_mem.units import GiB, MiB
+from kata_mem.core.units import GiB, MiB
+from kata_mem.interfaces.cli import cli
 from tests.conftest import (
     HOST_ARGS,
     REPO,
@@ -305,7 +305,7 @@ def test_a_broken_pipe_elsewhere_is_still_a_bug(
     run_cli: Run, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Only a closed stdout is quiet: a BrokenPipeError with stdout open is reported."""
-    import kata_mem.cli as cli_mod
+    import kata_mem.interfaces.cli as cli_mod
 
     def broken(*args: object, **kwargs: object) -> None:
         raise BrokenPipeError(32, "Broken pipe")
@@ -588,14 +588,14 @@ def _complete(*words: str) -> list[str]:
 
 
 def test_shim_options_and_their_choices_complete() -> None:
-    from kata_mem.main import SHIM_SCHEMAS
+    from kata_mem.interfaces.main import SHIM_SCHEMAS
 
     assert "plain,--print-schema" in _complete("shim", "--")
     assert _complete("shim", "--print-schema", "") == [f"plain,{n}" for n in SHIM_SCHEMAS]
 
 
 def test_host_arch_completes_the_architecture_names() -> None:
-    from kata_mem.request import GO_ARCH
+    from kata_mem.core.request import GO_ARCH
 
     assert _complete("preview", "--host-arch", "") == [f"plain,{n}" for n in GO_ARCH]
     assert _complete("host", "--host-arch", "a") == ["plain,amd64", "plain,aarch64", "plain,arm64"]

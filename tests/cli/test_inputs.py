@@ -20,8 +20,8 @@ from typing import Callable
 import pytest
 import yaml
 
-from kata_mem.files import CONFIG_CAP, MANIFEST_CAP
-from kata_mem.sources import read_pod
+from kata_mem.edges.files import CONFIG_CAP, MANIFEST_CAP
+from kata_mem.edges.sources import read_pod
 from tests.conftest import (
     HOST_ARGS,
     KATA_CONFIGS,
@@ -131,7 +131,7 @@ def test_default_path_holding_a_fifo(
     run_cli: Run, monkeypatch: pytest.MonkeyPatch, fifo: Path, tmp_path: Path
 ) -> None:
     # Kata takes the first default path that exists; a FIFO there is refused, not skipped.
-    monkeypatch.setattr("kata_mem.config.DEFAULT_PATHS", (str(fifo), UPSTREAM_QEMU))
+    monkeypatch.setattr("kata_mem.edges.config.DEFAULT_PATHS", (str(fifo), UPSTREAM_QEMU))
     _cli(run_cli("config", "check"), 3, str(fifo), "is a FIFO")
 
 
@@ -282,7 +282,7 @@ def test_a_4_mib_json_pod_is_read_quickly(tmp_path: Path) -> None:
     _big_pod(pod, 99_859)
     assert pod.stat().st_size <= MANIFEST_CAP
     code = (
-        "import resource, sys; from pathlib import Path; from kata_mem.sources import read_pod\n"
+        "import resource, sys; from pathlib import Path; from kata_mem.edges.sources import read_pod\n"
         f'assert len(read_pod(Path({str(pod)!r}), "amd64")) == 99_859\n'
         "use = resource.getrusage(resource.RUSAGE_SELF)\n"
         "print(use.ru_utime + use.ru_stime, use.ru_maxrss)"

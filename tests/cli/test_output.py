@@ -14,9 +14,9 @@ from typing import Any, Callable
 
 import pytest
 
-from kata_mem.config import DEFAULT_PATHS
-from kata_mem.journal import Record, SandboxState
-from kata_mem.model import OwnedDevice
+from kata_mem.core.model import OwnedDevice
+from kata_mem.edges.config import DEFAULT_PATHS
+from kata_mem.edges.journal import Record, SandboxState
 from tests.conftest import HOST_ARGS, KATA_CONFIGS, REPO, CliResult, kata_mem_process, write_config
 from tests.support.fake_qmp import FakeQemu, FakeQmpServer
 
@@ -95,13 +95,13 @@ def _run_with_bug(argv: list[str], stdin: str = "") -> subprocess.CompletedProce
     """kata-mem as a real process with the planner made to fail as a bug would."""
     probe = (
         "import sys\n"
-        "import kata_mem.planner as planner\n"
+        "import kata_mem.core.planner as planner\n"
         "def broken(*args, **kwargs):\n"
         "    raise TimeoutError()\n"
         "planner.plan = broken\n"
-        "import kata_mem.cli, kata_mem.shim\n"
-        "kata_mem.cli.plan = broken\n"
-        "from kata_mem.main import main\n"
+        "import kata_mem.interfaces.cli, kata_mem.interfaces.shim\n"
+        "kata_mem.interfaces.cli.plan = broken\n"
+        "from kata_mem.interfaces.main import main\n"
         f"sys.exit(main({argv!r}))\n"
     )
     return subprocess.run(
@@ -301,7 +301,7 @@ def test_shim_names_its_request_fields_not_cli_flags(tmp_path: Path) -> None:
     probe = (
         "import sys\n"
         "sys.modules['libvirt'] = None\n"
-        "from kata_mem.main import main\n"
+        "from kata_mem.interfaces.main import main\n"
         "sys.exit(main(['shim']))\n"
     )
     backend = {"type": "libvirt", "uri": "test:///default", "domain": "d1"}

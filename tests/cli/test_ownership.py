@@ -30,8 +30,14 @@ from typing import Any, Callable
 
 import pytest
 
-from kata_mem.errors import ConfigError
-from kata_mem.journal import STATE_MARKER, Record, SandboxState, ensure_state_dir, state_dir_state
+from kata_mem.core.errors import ConfigError
+from kata_mem.edges.journal import (
+    STATE_MARKER,
+    Record,
+    SandboxState,
+    ensure_state_dir,
+    state_dir_state,
+)
 from tests.cli.test_state_dir import Run, apply, config_for, snapshot
 from tests.conftest import CliResult, kata_mem_process
 from tests.support.fake_qmp import FakeQemu, FakeQmpServer
@@ -616,7 +622,7 @@ def test_the_local_libvirt_uris_are_accepted(run_cli: Run, tmp_path: Path) -> No
         "--json",
     )
     assert r.code == 0, r
-    from kata_mem.request import LIBVIRT_URIS, Endpoint
+    from kata_mem.core.request import LIBVIRT_URIS, Endpoint
 
     for uri in LIBVIRT_URIS:
         assert Endpoint("libvirt", uri, "d").target == uri
@@ -625,7 +631,7 @@ def test_the_local_libvirt_uris_are_accepted(run_cli: Run, tmp_path: Path) -> No
 def test_the_shipped_schema_allows_the_same_libvirt_uris() -> None:
     from importlib.resources import files
 
-    from kata_mem.request import LIBVIRT_URIS
+    from kata_mem.core.request import LIBVIRT_URIS
 
     schema = json.loads(files("kata_mem").joinpath("schemas/shim-request.v1.json").read_text())
     libvirt = schema["properties"]["backend"]["oneOf"][2]["properties"]

@@ -17,7 +17,7 @@ from typing import Any, Optional
 import jsonschema
 import pytest
 
-from kata_mem.shim import CLOSED_STDOUT, run_shim
+from kata_mem.interfaces.shim import CLOSED_STDOUT, run_shim
 from tests.conftest import PODS, REPO, kata_mem_process, shim_request_doc, write_config
 
 if sys.version_info >= (3, 11):
@@ -45,7 +45,7 @@ def without(
 ) -> subprocess.CompletedProcess[str]:
     """kata-mem as a real process in which ``import MODULE`` fails as if it were not
     installed (the real thing, a clean virtualenv, is tests/cli/test_installed.py)."""
-    code = f"import sys; sys.modules[{module!r}] = None\nfrom kata_mem.main import run\nrun()\n"
+    code = f"import sys; sys.modules[{module!r}] = None\nfrom kata_mem.interfaces.main import run\nrun()\n"
     return subprocess.run(
         [sys.executable, "-c", code, *args],
         input=input,
@@ -135,7 +135,7 @@ def test_missing_qemu_qmp_is_exit_9_too(tmp_path: Path) -> None:
 
 
 def test_every_exit_code_is_in_the_readme() -> None:
-    from kata_mem import errors
+    from kata_mem.core import errors
 
     readme = (REPO / "README.md").read_text()
     table = readme.split("## Exit codes", 1)[1].split("\n## ", 1)[0]
@@ -156,7 +156,7 @@ def test_a_bug_in_the_shim_is_still_a_json_document(monkeypatch: pytest.MonkeyPa
     def broken(raw: bytes, env: dict[str, str], **_: Any) -> dict[str, Any]:
         raise ZeroDivisionError("a bug")
 
-    monkeypatch.setattr("kata_mem.shim.handle", broken)
+    monkeypatch.setattr("kata_mem.interfaces.shim.handle", broken)
     out = io.StringIO()
     assert run_shim(io.BytesIO(b"{}"), out, {}) == 1
     doc = json.loads(out.getvalue())

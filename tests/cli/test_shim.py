@@ -12,7 +12,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from kata_mem.shim import run_shim
+from kata_mem.interfaces.shim import run_shim
 from tests.conftest import KATA_CONFIGS, REPO, kata_mem_process
 
 SCHEMAS = REPO / "kata_mem" / "schemas"
@@ -134,7 +134,7 @@ def test_apply_to_a_missing_vm_is_backend_unavailable_and_leaves_no_state(tmp_pa
 
 
 def test_delete_forgets_the_sandbox(tmp_path: Path) -> None:
-    from kata_mem.journal import SandboxState
+    from kata_mem.edges.journal import SandboxState
 
     cfg = tmp_path / "c.toml"
     cfg.write_text(f'[hypervisor.qemu]\n[kata_mem]\nstate_dir = "{tmp_path / "state"}"\n')
@@ -149,12 +149,12 @@ def test_delete_forgets_the_sandbox(tmp_path: Path) -> None:
 def test_the_shim_path_imports_no_click_no_backend_and_no_service() -> None:
     probe = (
         "import sys, io\n"
-        "from kata_mem.main import main\n"
+        "from kata_mem.interfaces.main import main\n"
         f"sys.stdin = io.TextIOWrapper(io.BytesIO({json.dumps(request()).encode()!r}))\n"
         "code = main(['shim'])\n"
         "heavy = ('click', 'qemu', 'libvirt', 'yaml', 'asyncio', 'psutil', 'aiohttp',"
         " 'prometheus_client')\n"
-        "ours = ('kata_mem.service', 'kata_mem.metrics')\n"
+        "ours = ('kata_mem.interfaces.service', 'kata_mem.interfaces.metrics')\n"
         "print('LOADED', sorted({m.split('.')[0] for m in sys.modules if m.split('.')[0] in heavy}"
         " | {m for m in sys.modules if m in ours}), code)\n"
     )

@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 import pytest
 
-from kata_mem.journal import STATE_MARKER, Record, SandboxState, ensure_state_dir
+from kata_mem.edges.journal import STATE_MARKER, Record, SandboxState, ensure_state_dir
 from tests.conftest import HOST_ARGS, CliResult, kata_mem_process, write_config
 from tests.support.fake_qmp import FakeQemu, FakeQmpServer
 
@@ -303,7 +303,7 @@ def test_apply_that_does_not_get_the_lock_changes_nothing(
     lock = state / "sb" / "lock"
     lock_holder(lock)
     before, commands = snapshot(state), len(fake.commands)
-    monkeypatch.setattr("kata_mem.executor.LOCK_WAIT_S", WAIT_S)
+    monkeypatch.setattr("kata_mem.orchestration.executor.LOCK_WAIT_S", WAIT_S)
     started = time.monotonic()
     r = apply(run_cli, cfg, server.path, state, "sb", "--limit", "1Gi", "--json")
     took = time.monotonic() - started
@@ -323,7 +323,7 @@ def test_shim_delete_that_does_not_get_the_lock_removes_nothing(
 ) -> None:
     import io
 
-    from kata_mem.shim import run_shim
+    from kata_mem.interfaces.shim import run_shim
 
     state = tmp_path / "state"
     cfg = config_for(tmp_path, state)
@@ -332,7 +332,7 @@ def test_shim_delete_that_does_not_get_the_lock_removes_nothing(
         sandbox.save_request({"any": 1})
     lock_holder(state / "sb" / "lock")
     before = snapshot(state)
-    monkeypatch.setattr("kata_mem.journal.LOCK_WAIT_S", WAIT_S)
+    monkeypatch.setattr("kata_mem.edges.journal.LOCK_WAIT_S", WAIT_S)
     request = {"schema": "kata-mem/shim-request/v1", "sandbox_id": "sb", "event": "delete"}
     out = io.StringIO()
     started = time.monotonic()
@@ -352,7 +352,7 @@ def test_concurrent_calls_and_deletes_hold_the_lock_one_at_a_time(tmp_path: Path
     state, inside = tmp_path / "state", tmp_path / "inside"
     code = (
         "import os, random, sys\n"
-        "from kata_mem.journal import Record, SandboxState\n"
+        "from kata_mem.edges.journal import Record, SandboxState\n"
         "state, inside = sys.argv[1], sys.argv[2]\n"
         "for i in range(25):\n"
         "    s = SandboxState(state, 'sb')\n"
@@ -405,16 +405,16 @@ def test_reconcile_reports_each_sandboxs_trouble_and_goes_on(
         json.dumps({**journal_of(state, "a-damaged"), "deferred": {"retry_at": "soon"}})
     )
     other.unlink()  # its VM is still there, its configuration is not
-    from kata_mem.apply import Response
-    from kata_mem.apply import serve as real_serve
-    from kata_mem.request import SandboxRequest
+    from kata_mem.core.request import SandboxRequest
+    from kata_mem.orchestration.apply import Response
+    from kata_mem.orchestration.apply import serve as real_serve
 
     def serve(request: SandboxRequest, env: dict[str, str], **kwargs: Any) -> Response:
         if request.sandbox == "c-bug":
             raise ZeroDivisionError("a bug")
         return real_serve(request, env, **kwargs)
 
-    monkeypatch.setattr("kata_mem.reconcile.serve", serve)
+    monkeypatch.setattr("kata_mem.orchestration.reconcile.serve", serve)
     r = run_cli("reconcile", "--state-dir", str(state))
     lines = r.out.splitlines()
     assert lines[0].startswith("a-damaged: retried: NoChange"), r.out
@@ -424,7 +424,7 @@ def test_reconcile_reports_each_sandboxs_trouble_and_goes_on(
     assert r.code == 3  # the first failure's: a configuration error
     assert "corrupt or truncated (deferred is not a deferral" in r.err
     assert journal_of(state, "a-damaged")["deferred"] is None  # rebuilt
-    monkeypatch.setattr("kata_mem.reconcile.serve", real_serve)
+    monkeypatch.setattr("kata_mem.orchestration.reconcile.serve", real_serve)
     (state / "b-noconfig" / "request.json").unlink()
     (state / "b-noconfig" / "journal.json").unlink()
     r = run_cli("reconcile", "--state-dir", str(state), "--json")
@@ -510,8 +510,8 @@ def test_reconcile_forgets_a_libvirt_domain_that_no_longer_exists(
     run_cli: Run, qemu: tuple[FakeQemu, FakeQmpServer], tmp_path: Path
 ) -> None:
     pytest.importorskip("libvirt", reason="libvirt-python is part of the test extra")
-    from kata_mem.reconcile import vm_gone
-    from kata_mem.request import Endpoint
+    from kata_mem.core.request import Endpoint
+    from kata_mem.orchestration.reconcile import vm_gone
 
     assert vm_gone(Endpoint("libvirt", "test:///default", "test")) is None
     gone = vm_gone(Endpoint("libvirt", "test:///default", "no-such-domain"))

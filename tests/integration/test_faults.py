@@ -16,12 +16,12 @@ from typing import Any, Callable
 import pytest
 
 from kata_mem.backends.qmp import QmpBackend
-from kata_mem.config import load_config
-from kata_mem.errors import BackendUnavailable
-from kata_mem.executor import Options, run_locked
-from kata_mem.journal import SandboxState
-from kata_mem.model import Container, Step, Workload
-from kata_mem.reconcile import reconcile_all
+from kata_mem.core.errors import BackendUnavailable
+from kata_mem.core.model import Container, Step, Workload
+from kata_mem.edges.config import load_config
+from kata_mem.edges.journal import SandboxState
+from kata_mem.orchestration.executor import Options, run_locked
+from kata_mem.orchestration.reconcile import reconcile_all
 from tests.conftest import HOST, HOST_ARGS, CliResult, apply_qmp, guest_config, kata_mem_process
 from tests.support.fake_qmp import FakeQemu, FakeQmpServer
 from tests.support.guestvm import BootGuest, GuestSpec

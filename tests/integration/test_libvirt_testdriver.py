@@ -12,8 +12,8 @@ from typing import Any, Callable
 
 import pytest
 
-from kata_mem.journal import Record, SandboxState
-from kata_mem.model import OwnedDevice
+from kata_mem.core.model import OwnedDevice
+from kata_mem.edges.journal import Record, SandboxState
 from tests.conftest import CliResult, write_config
 
 libvirt = pytest.importorskip("libvirt", reason="libvirt-python is part of the test extra")

@@ -15,11 +15,11 @@ from typing import Any, Callable, Optional, Union
 import pytest
 
 from kata_mem.backends.qmp import QmpBackend
-from kata_mem.config import load_config
-from kata_mem.errors import BackendUnavailable
-from kata_mem.executor import Options, run_locked
-from kata_mem.journal import SandboxState
-from kata_mem.model import Container, Workload
+from kata_mem.core.errors import BackendUnavailable
+from kata_mem.core.model import Container, Workload
+from kata_mem.edges.config import load_config
+from kata_mem.edges.journal import SandboxState
+from kata_mem.orchestration.executor import Options, run_locked
 from tests.conftest import HOST, HOST_ARGS, CliResult, apply_qmp, guest_config
 from tests.support.guestvm import BootGuest, GuestSpec, GuestVM
 from tests.support.libvirt_guest import LibvirtGuest

@@ -13,9 +13,9 @@ from typing import Any, Callable, Optional
 import pytest
 
 from kata_mem.backends.qmp import QmpBackend
-from kata_mem.errors import BackendError
-from kata_mem.model import BackendObject, OwnedDevice, Step
-from kata_mem.reports import owned_view
+from kata_mem.core.errors import BackendError
+from kata_mem.core.model import BackendObject, OwnedDevice, Step
+from kata_mem.core.reports import owned_view
 from tests.conftest import CliResult, write_config
 from tests.support.fake_qmp import FakeQemu, FakeQmpServer
 
@@ -124,7 +124,7 @@ def test_a_relative_hugepages_path_is_a_configuration_error(run_cli: Run, tmp_pa
 def test_a_reply_of_the_wrong_shape_names_the_field(
     server: FakeQmpServer, qemu: RecordingQemu
 ) -> None:
-    # The backend reads replies through the one typed-field reader (kata_mem.fields).
+    # The backend reads replies through the one typed-field reader (kata_mem.core.fields).
     qemu.devices["kmdimm0"] = {"type": "dimm", "data": {"id": "kmdimm0", "size": "1G", "slot": 0}}
     backend = QmpBackend.connect(str(server.path))
     try:

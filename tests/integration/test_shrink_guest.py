@@ -14,10 +14,10 @@ import pytest
 
 from kata_mem.backends import StepProgress
 from kata_mem.backends.qmp import QmpBackend
-from kata_mem.config import load_config
-from kata_mem.executor import Options, run_locked
-from kata_mem.journal import SandboxState
-from kata_mem.model import Step, Workload
+from kata_mem.core.model import Step, Workload
+from kata_mem.edges.config import load_config
+from kata_mem.edges.journal import SandboxState
+from kata_mem.orchestration.executor import Options, run_locked
 from tests.conftest import HOST, HOST_ARGS, CliResult, apply_qmp, guest_config, kata_mem_process
 from tests.support.guestvm import BootGuest, GuestSpec, GuestVM
 from tests.support.qmp_min import QMPClient

@@ -36,7 +36,7 @@ def test_busy_then_killed_vm_without_its_configuration(
     # Another call holds the sandbox's lock: one wait, then Busy, and nothing changes.
     holder = lock_holder(state / "sb" / "lock")
     before = snapshot(state)
-    monkeypatch.setattr("kata_mem.executor.LOCK_WAIT_S", 1.0)
+    monkeypatch.setattr("kata_mem.orchestration.executor.LOCK_WAIT_S", 1.0)
     started = time.monotonic()
     code, doc = apply_qmp(run_cli, cfg, vm.qmp_socket, "--limit", "1Gi")
     assert (code, doc["status"], doc["reason"]) == (0, "Deferred", "Busy"), doc

@@ -19,8 +19,8 @@ import pytest
 
 from kata_mem.backends.fake import FakeBackend
 from kata_mem.backends.qmp import QmpBackend
-from kata_mem.errors import BackendUnavailable
-from kata_mem.model import VmState
+from kata_mem.core.errors import BackendUnavailable
+from kata_mem.core.model import VmState
 from tests.support.fake_qmp import FakeQemu, FakeQmpServer
 
 MiB = 1 << 20

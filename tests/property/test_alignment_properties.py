@@ -8,8 +8,8 @@ import dataclasses
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kata_mem.model import HostFacts, SizingConfig, Workload
-from kata_mem.planner import (
+from kata_mem.core.model import HostFacts, SizingConfig, Workload
+from kata_mem.core.planner import (
     assumed_vm,
     block_size,
     boot_memory,
@@ -17,7 +17,7 @@ from kata_mem.planner import (
     max_memory,
     plan,
 )
-from kata_mem.units import MiB
+from kata_mem.core.units import MiB
 from tests.strategies import configs, hosts, workloads
 
 

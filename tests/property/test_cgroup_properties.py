@@ -7,7 +7,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from kata_mem.cgroups import V1_UNLIMITED, parse_limit, parse_mountinfo, read_proc_cgroup
+from kata_mem.edges.cgroups import V1_UNLIMITED, parse_limit, parse_mountinfo, read_proc_cgroup
 
 #: Characters a cgroup path may hold that do not end a line (str.splitlines' boundaries
 #: are control or line/paragraph separator characters).

@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kata_mem.files import CONFIG_CAP, MANIFEST_CAP
+from kata_mem.edges.files import CONFIG_CAP, MANIFEST_CAP
 from tests.conftest import HOST_ARGS, KATA_CONFIGS, PODS, CliResult, kata_mem_process
 from tests.property.test_fuzz import mutated
 

@@ -20,11 +20,11 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kata_mem.config import load_config
-from kata_mem.errors import ConfigError, InputError, KataMemError
-from kata_mem.request import LIBVIRT_URIS, SandboxRequest
-from kata_mem.shim import run_shim
-from kata_mem.sources import pod_containers, read_oci, read_pod
+from kata_mem.core.errors import ConfigError, InputError, KataMemError
+from kata_mem.core.request import LIBVIRT_URIS, SandboxRequest
+from kata_mem.edges.config import load_config
+from kata_mem.edges.sources import pod_containers, read_oci, read_pod
+from kata_mem.interfaces.shim import run_shim
 from tests.conftest import KATA_CONFIGS, PODS, REPO
 
 EXAMPLES = int(os.environ.get("KATA_MEM_FUZZ_EXAMPLES", "1000"))

@@ -9,7 +9,7 @@ import dataclasses
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kata_mem.model import (
+from kata_mem.core.model import (
     CgroupLevel,
     Container,
     Guards,
@@ -18,7 +18,7 @@ from kata_mem.model import (
     SizingConfig,
     Workload,
 )
-from kata_mem.planner import (
+from kata_mem.core.planner import (
     GUARD_NAMES,
     assumed_vm,
     block_size,
@@ -26,7 +26,7 @@ from kata_mem.planner import (
     plan,
     vmm_overhead,
 )
-from kata_mem.units import MiB, align_down
+from kata_mem.core.units import MiB, align_down
 from tests.strategies import configs, hosts, workloads
 
 mib = st.integers(min_value=0, max_value=256).map(lambda n: n * MiB)

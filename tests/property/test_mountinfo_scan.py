@@ -8,7 +8,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kata_mem.cgroups import Mount, _unescape, parse_mountinfo
+from kata_mem.edges.cgroups import Mount, _unescape, parse_mountinfo
 
 
 def split_every_line(text: str) -> tuple[Mount, ...]:

@@ -7,12 +7,12 @@ import dataclasses
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from kata_mem.host import probe_host
-from kata_mem.model import MemoryDevice, SizingConfig, VmState, Workload
-from kata_mem.planner import ACPI_HOTPLUG_FACTOR, max_memory, plan
-from kata_mem.render import plan_json
-from kata_mem.request import MIN_HOST_MEMORY
-from kata_mem.units import MiB
+from kata_mem.core.model import MemoryDevice, SizingConfig, VmState, Workload
+from kata_mem.core.planner import ACPI_HOTPLUG_FACTOR, max_memory, plan
+from kata_mem.core.request import MIN_HOST_MEMORY
+from kata_mem.core.units import MiB
+from kata_mem.edges.host import probe_host
+from kata_mem.interfaces.render import plan_json
 from tests.strategies import configs, containers, hosts, workloads
 
 
@@ -97,7 +97,7 @@ def _after(vm: VmState, cfg: SizingConfig, host: object, req: Workload) -> VmSta
 def test_replanning_the_reached_state_is_a_no_op(
     cfg: SizingConfig, host: object, first: Workload, second: Workload
 ) -> None:
-    from kata_mem.planner import assumed_vm
+    from kata_mem.core.planner import assumed_vm
 
     vm = assumed_vm(cfg, host)  # type: ignore[arg-type]
     vm = _after(vm, cfg, host, first)
@@ -112,7 +112,7 @@ def test_replanning_the_reached_state_is_a_no_op(
 def test_virtio_mem_shrink_steps_are_bounded(
     cfg: SizingConfig, host: object, req: Workload, blocks: int
 ) -> None:
-    from kata_mem.planner import assumed_vm
+    from kata_mem.core.planner import assumed_vm
 
     vm = assumed_vm(cfg, host)  # type: ignore[arg-type]
     dev = vm.virtio_mem

@@ -7,9 +7,9 @@ from fractions import Fraction
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kata_mem.errors import QuantityError
-from kata_mem.quantity import format_quantity, parse_quantity, quantity_bytes
-from kata_mem.units import INT64_MAX
+from kata_mem.core.errors import QuantityError
+from kata_mem.core.quantity import format_quantity, parse_quantity, quantity_bytes
+from kata_mem.core.units import INT64_MAX
 
 SUFFIXES = ["", "Ki", "Mi", "Gi", "Ti", "k", "M", "G", "T", "m", "n", "u"]
 

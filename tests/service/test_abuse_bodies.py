@@ -10,7 +10,7 @@ import jsonschema
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kata_mem.request import Endpoint
+from kata_mem.core.request import Endpoint
 from tests.cli.test_shim import CONFIG, RESPONSE_SCHEMA, request
 from tests.service.conftest import Service
 from tests.strategies import sandbox_requests

@@ -6,7 +6,7 @@ QEMU is started inside it (:class:`CgroupGuestVM`: a shell writes its own pid to
 ``cgroup.procs`` and execs QEMU, so the pid is QEMU's), before QEMU or the guest
 touches any memory: everything QEMU uses is charged there, as a Kata sandbox's is
 to its pod cgroup with ``sandbox_cgroup_only``. This harness reads /proc and the
-cgroup files itself, independently of ``kata_mem.cgroups``, so that it can catch
+cgroup files itself, independently of ``kata_mem.edges.cgroups``, so that it can catch
 that module being wrong.
 
     with MemoryCgroup.create("kmtest") as cg:   # pytest.skip with the reason if impossible

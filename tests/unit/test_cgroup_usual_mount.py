@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from kata_mem.cgroups import cgroup_of_pid, read_proc_cgroup
+from kata_mem.edges.cgroups import cgroup_of_pid, read_proc_cgroup
 
 USUAL_MOUNT = {1: "/sys/fs/cgroup/memory", 2: "/sys/fs/cgroup"}
 
@@ -25,7 +25,7 @@ PROBE = """
 import json, os, sys
 opened = []
 sys.addaudithook(lambda event, args: opened.append(str(args[0])) if event == "open" else None)
-from kata_mem.cgroups import cgroup_of_pid
+from kata_mem.edges.cgroups import cgroup_of_pid
 found = cgroup_of_pid(int(sys.argv[1]))
 print(json.dumps({"path": found.path, "opened": opened}))
 """

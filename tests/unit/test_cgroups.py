@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from kata_mem.cgroups import (
+from kata_mem.core.model import CgroupLevel
+from kata_mem.core.units import GiB, MiB
+from kata_mem.edges.cgroups import (
     CgroupUnreadable,
     cgroup_of_dir,
     cgroup_of_pid,
@@ -19,8 +21,6 @@ from kata_mem.cgroups import (
     parse_mountinfo,
     read_proc_cgroup,
 )
-from kata_mem.model import CgroupLevel
-from kata_mem.units import GiB, MiB
 
 V1_MOUNT = Path("/sys/fs/cgroup/memory")
 #: What v1 reads back for "no limit" with 4 KiB pages (PAGE_COUNTER_MAX pages).

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from kata_mem.config import find_config, load_config
-from kata_mem.errors import ConfigError
-from kata_mem.units import MiB
+from kata_mem.core.errors import ConfigError
+from kata_mem.core.units import MiB
+from kata_mem.edges.config import find_config, load_config
 from tests.conftest import KATA_CONFIGS, REPO, write_config
 
 UPSTREAM = sorted(KATA_CONFIGS.glob("*.toml"))

@@ -12,12 +12,12 @@ from typing import Callable
 import pytest
 import yaml
 
-from kata_mem.config import load_config
-from kata_mem.errors import ConfigError, InputError, KataMemError, QuantityError
-from kata_mem.files import MANIFEST_CAP, read_capped, read_capped_text
-from kata_mem.manifest import kubernetes_quantity, load_documents
-from kata_mem.quantity import quantity_bytes
-from kata_mem.sources import cli_containers, read_oci
+from kata_mem.core.errors import ConfigError, InputError, KataMemError, QuantityError
+from kata_mem.core.manifest import kubernetes_quantity, load_documents
+from kata_mem.core.quantity import quantity_bytes
+from kata_mem.edges.config import load_config
+from kata_mem.edges.files import MANIFEST_CAP, read_capped, read_capped_text
+from kata_mem.edges.sources import cli_containers, read_oci
 from tests.conftest import REPO
 
 #: Files whose ``from None`` other work on issue 10 removes; empty this once it is merged.

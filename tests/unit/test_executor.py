@@ -12,10 +12,8 @@ from typing import Any, Callable
 import pytest
 
 from kata_mem.backends.fake import FakeBackend, FakeGuest, VirtualTime
-from kata_mem.errors import BackendError
-from kata_mem.executor import Options, run_locked
-from kata_mem.journal import Record, SandboxState
-from kata_mem.model import (
+from kata_mem.core.errors import BackendError
+from kata_mem.core.model import (
     BackendObject,
     Container,
     MemoryDevice,
@@ -24,7 +22,9 @@ from kata_mem.model import (
     VmState,
     Workload,
 )
-from kata_mem.units import GiB, MiB
+from kata_mem.core.units import GiB, MiB
+from kata_mem.edges.journal import Record, SandboxState
+from kata_mem.orchestration.executor import Options, run_locked
 from tests.conftest import HOST
 
 
@@ -250,7 +250,7 @@ def test_state_files_are_private(
 def test_busy_when_the_lock_is_held(
     cfgs: dict[str, SizingConfig], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("kata_mem.executor.LOCK_WAIT_S", 0.2)
+    monkeypatch.setattr("kata_mem.orchestration.executor.LOCK_WAIT_S", 0.2)
     state = SandboxState(tmp_path / "state", "sb")
     held, release = threading.Event(), threading.Event()
 
@@ -278,7 +278,7 @@ def test_unwritable_state_dir_changes_nothing(
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     b = FakeBackend(vm_dimms())
-    from kata_mem.errors import ConfigError
+    from kata_mem.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="cannot write the sandbox state"):
         run_locked(
@@ -288,7 +288,7 @@ def test_unwritable_state_dir_changes_nothing(
 
 
 def test_bad_sandbox_ids_are_refused() -> None:
-    from kata_mem.errors import InputError
+    from kata_mem.core.errors import InputError
 
     for bad in ("../x", "", "a/b", ".", "x" * 200):
         with pytest.raises(InputError):

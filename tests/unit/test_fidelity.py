@@ -12,13 +12,10 @@ from typing import Any
 
 import pytest
 
-from kata_mem.apply import reconcile_request
-from kata_mem.config import load_config
-from kata_mem.errors import ConfigError, InputError
-from kata_mem.host import probe_host
-from kata_mem.model import ARCHES, Container, HostFacts, SizingConfig, Workload
-from kata_mem.planner import assumed_vm, boot_memory, current_problem, plan
-from kata_mem.request import (
+from kata_mem.core.errors import ConfigError, InputError
+from kata_mem.core.model import ARCHES, Container, HostFacts, SizingConfig, Workload
+from kata_mem.core.planner import assumed_vm, boot_memory, current_problem, plan
+from kata_mem.core.request import (
     ANN_SANDBOX_CPU_PERIOD,
     ANN_SANDBOX_CPU_QUOTA,
     ANN_SANDBOX_CPU_SHARES,
@@ -30,8 +27,11 @@ from kata_mem.request import (
     normalize_arch,
     sandbox_sizing,
 )
-from kata_mem.sources import read_oci
-from kata_mem.units import GiB, MiB
+from kata_mem.core.units import GiB, MiB
+from kata_mem.edges.config import load_config
+from kata_mem.edges.host import probe_host
+from kata_mem.edges.sources import read_oci
+from kata_mem.orchestration.apply import reconcile_request
 from tests.conftest import write_config
 
 HOST = HostFacts(memory=8 * GiB, cpus=8, arch="amd64")

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from kata_mem.errors import InputError
-from kata_mem.guards import HARD_LIMIT, HostSide, node_budget, read_cgroup
-from kata_mem.journal import Record, SandboxState, commitment, node_admission
-from kata_mem.model import CgroupLevel, HostFacts, Settings, VmState
-from kata_mem.units import GiB, MiB
+from kata_mem.core.errors import InputError
+from kata_mem.core.model import CgroupLevel, HostFacts, Settings, VmState
+from kata_mem.core.units import GiB, MiB
+from kata_mem.edges.journal import Record, SandboxState, commitment, node_admission
+from kata_mem.orchestration.guards import HARD_LIMIT, HostSide, node_budget, read_cgroup
 from tests.conftest import HOST, REPO
 
 
@@ -166,7 +166,7 @@ def test_node_admission_on_a_state_dir_not_made_yet_has_no_commitments(tmp_path:
 
 def test_host_side_read_gives_the_node_view(pod: Path) -> None:
     cfg_settings = Settings(node_reserved=1024 * MiB, node_overcommit=Fraction(1))
-    from kata_mem.config import load_config
+    from kata_mem.edges.config import load_config
     from tests.conftest import write_config
 
     cfg = load_config(
@@ -191,7 +191,7 @@ def test_host_side_read_gives_the_node_view(pod: Path) -> None:
 
 HOLD = """
 import sys
-from kata_mem.journal import node_admission
+from kata_mem.edges.journal import node_admission
 with node_admission(sys.argv[1]) as committed:
     print("held", committed("x"), flush=True)
     sys.stdin.readline()

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from kata_mem.config import load_config
-from kata_mem.errors import ConfigError
-from kata_mem.units import MiB
+from kata_mem.core.errors import ConfigError
+from kata_mem.core.units import MiB
+from kata_mem.edges.config import load_config
 from tests.conftest import kata_mem_process, write_config
 
 KEYS = {

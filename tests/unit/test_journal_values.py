@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from kata_mem.journal import Deferral, LastOutcome, Record, SandboxState
-from kata_mem.model import OwnedDevice, Step
-from kata_mem.units import MiB
+from kata_mem.core.model import OwnedDevice, Step
+from kata_mem.core.units import MiB
+from kata_mem.edges.journal import Deferral, LastOutcome, Record, SandboxState
 
 #: A journal as the executor writes it mid-unplug, with every field set.
 RECORD = Record(

@@ -1,9 +1,11 @@
-"""The layers of kata_mem, module by module, and the imports between them (issue 10).
+"""The layers of kata_mem and the imports between them (issues 10 and 16).
 
-Each module may import only from its own layer and the layers below it, and no
-module imports itself back through others. Every import counts: at the top of a
-file, inside a function (the lazy ones that keep the shim fast) and under
-``TYPE_CHECKING``. The same map is drawn in the README's "Design" section.
+Each layer is a folder of the package (core, edges, backends, orchestration,
+interfaces); a module's layer is the folder it is in. A module may import only from
+its own layer and the layers below it, and no module imports itself back through
+others: no exception is allowed. Every import counts: at the top of a file, inside a
+function (the lazy ones that keep the shim fast) and under ``TYPE_CHECKING``. The same
+map is drawn in the README's "Design" section, and checked against the folders here.
 """
 
 from __future__ import annotations
@@ -18,39 +20,17 @@ from tests.conftest import REPO
 
 PACKAGE = REPO / "kata_mem"
 
-#: Bottom to top. A module's name is its path under kata_mem/ without ``.py``
-#: (``backends`` is backends/__init__.py, ``__init__`` the package itself).
-LAYERS: dict[str, tuple[str, ...]] = {
-    # Pure: no file, socket, clock or environment.
-    "core": (
-        "errors",
-        "units",
-        "quantity",
-        "model",
-        "fields",
-        "request",
-        "manifest",
-        "planner",
-        "safety",
-        "outcomes",
-        "reports",
-    ),
-    # I/O at the edges: files, /proc and cgroups, the journal, stderr.
-    "edges": ("files", "logs", "config", "host", "cgroups", "sources", "journal"),
-    # The hypervisor port and its adapters.
-    "backends": ("backends", "backends/fake", "backends/qmp", "backends/libvirt"),
-    # What runs a request: serve, the executor and its parts, reconcile.
-    "orchestration": ("guards", "executor", "repair", "usage", "apply", "reconcile"),
-    # What users and runtimes call.
-    "interfaces": ("render", "shim", "metrics", "service", "cli", "main", "__main__", "__init__"),
-}
-RANK = {module: rank for rank, modules in enumerate(LAYERS.values()) for module in modules}
-LAYER = {module: layer for layer, modules in LAYERS.items() for module in modules}
+#: The layers, bottom to top: each is a folder of kata_mem. The package's own
+#: ``__init__`` (the public API) and ``__main__`` are the top of the interfaces.
+LAYER_ORDER = ("core", "edges", "backends", "orchestration", "interfaces")
+RANK = {layer: rank for rank, layer in enumerate(LAYER_ORDER)}
+TOP_LEVEL = {"__init__": "interfaces", "__main__": "interfaces"}
 
-#: The one cycle: the port's ``open_backend`` imports the adapter it is asked for
-#: (lazily, so that a plan never loads a client library), and the adapters import
-#: the port's types. It goes once ``open_backend`` moves up into orchestration.
-PORT_FACTORY = {("backends", "backends/qmp"), ("backends", "backends/libvirt")}
+
+def layer_of(module: str) -> str:
+    """A module's layer is its folder (``core/planner`` is core), or for the two files at
+    the top of the package, interfaces."""
+    return TOP_LEVEL.get(module, module.split("/", maxsplit=1)[0])
 
 
 def module_name(path: Path) -> str:
@@ -101,27 +81,28 @@ def graph() -> dict[str, set[str]]:
     return {m: {target for target, _ in imports(m, known) if target != m} for m in known}
 
 
-def test_every_module_has_a_layer() -> None:
-    unplaced = sorted(set(modules()) - set(RANK))
-    assert not unplaced, f"modules in no layer (add them to LAYERS and to the README): {unplaced}"
-    assert len(RANK) == sum(len(m) for m in LAYERS.values()), "a module is in two layers"
+def test_every_module_is_in_a_layer_folder() -> None:
+    known = modules()
+    unplaced = sorted(m for m in known if layer_of(m) not in RANK)
+    assert not unplaced, f"modules outside the layer folders {LAYER_ORDER}: {unplaced}"
+    # Every folder of the package is a layer (schemas is package data, no code).
+    folders = {p.name for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert folders == {*LAYER_ORDER, "schemas"}, folders
 
 
 def test_nothing_imports_upward() -> None:
     known = modules()
     upward = [
-        f"kata_mem/{m}.py:{line}: {m} ({LAYER[m]}) imports {target} ({LAYER[target]})"
+        f"kata_mem/{m}.py:{line}: {m} ({layer_of(m)}) imports {target} ({layer_of(target)})"
         for m in known
         for target, line in imports(m, known)
-        if m in RANK and target in RANK and RANK[target] > RANK[m]
+        if RANK[layer_of(target)] > RANK[layer_of(m)]
     ]
     assert not upward, "imports reach up a layer:\n" + "\n".join(upward)
 
 
 def test_no_import_cycles() -> None:
-    edges = {
-        m: {t for t in targets if (m, t) not in PORT_FACTORY} for m, targets in graph().items()
-    }
+    edges = graph()
     done: set[str] = set()
 
     def visit(m: str, stack: list[str]) -> None:
@@ -138,25 +119,39 @@ def test_no_import_cycles() -> None:
         visit(m, [])
 
 
+def _only_a_docstring(path: Path) -> bool:
+    body = ast.parse(path.read_text()).body
+    return len(body) == 1 and isinstance(body[0], ast.Expr)
+
+
 def test_the_readme_draws_these_layers() -> None:
     """The drawing in the README's Design section: one line per layer, its name and
-    then its modules, top layer first."""
+    then its modules (file names without ``.py``), top layer first, as the folders hold them."""
     readme = (REPO / "README.md").read_text()
     design = readme[readme.index("\n## Design") :]
     design = design[: design.index("\n## ", 1)]
     drawing = "".join(design.split("```")[1::2])
     drawn = {
-        words[0]: tuple(words[1:])
+        words[0]: sorted(words[1:])
         for words in (line.split() for line in drawing.splitlines())
-        if words and words[0] in LAYERS
+        if words and words[0] in RANK
     }
-    assert list(drawn) == list(reversed(LAYERS))
-    for layer, names in LAYERS.items():
-        assert sorted(drawn[layer]) == sorted(names), layer
+    assert list(drawn) == list(reversed(LAYER_ORDER))
+    on_disk: dict[str, list[str]] = {layer: [] for layer in LAYER_ORDER}
+    for m, path in modules().items():
+        if _only_a_docstring(path):  # a layer folder's own __init__: its description
+            continue
+        layer = layer_of(m)
+        name = m if m in TOP_LEVEL else (m.split("/", 1)[1] if "/" in m else "__init__")
+        on_disk[layer].append(name)
+    for layer in LAYER_ORDER:
+        assert drawn[layer] == sorted(on_disk[layer]), layer
 
 
 def test_the_checks_see_function_level_and_type_checking_imports() -> None:
     known = modules()
-    shim = {target for target, _ in imports("shim", known)}
-    assert {"apply", "render", "request"} <= shim  # apply and render only inside functions
-    assert "reconcile" in {target for target, _ in imports("render", known)}  # TYPE_CHECKING
+    shim = {target for target, _ in imports("interfaces/shim", known)}
+    # apply and render only inside functions
+    assert {"orchestration/apply", "interfaces/render", "core/request"} <= shim
+    # TYPE_CHECKING
+    assert "orchestration/reconcile" in {t for t, _ in imports("interfaces/render", known)}

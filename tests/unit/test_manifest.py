@@ -34,10 +34,10 @@ from typing import Optional
 import pytest
 import yaml
 
-from kata_mem.errors import InputError
-from kata_mem.manifest import go_json_float, go_yaml_scalar
-from kata_mem.sources import read_pod
-from kata_mem.units import INT64_MAX
+from kata_mem.core.errors import InputError
+from kata_mem.core.manifest import go_json_float, go_yaml_scalar
+from kata_mem.core.units import INT64_MAX
+from kata_mem.edges.sources import read_pod
 from tests.conftest import REPO
 
 REFUSED = None
@@ -222,7 +222,7 @@ _TWICE = "kind: Pod\nspec:\n  containers:\n  - name: c\n    resources:\n      li
 @pytest.mark.parametrize("loader", ["C", "Python"])
 def test_a_key_given_twice_is_refused_by_either_loader(tmp_path: Path, loader: str) -> None:
     """Before: PyYAML kept the last value (2Gi) in silence. The loader is chosen when
-    kata_mem.manifest is imported, so each runs in its own process; "Python" is PyYAML
+    kata_mem.core.manifest is imported, so each runs in its own process; "Python" is PyYAML
     without libyaml, as on a machine where it was built without it."""
     if loader == "C" and not yaml.__with_libyaml__:
         pytest.skip("PyYAML built without libyaml")
@@ -231,9 +231,9 @@ def test_a_key_given_twice_is_refused_by_either_loader(tmp_path: Path, loader: s
     code = (
         "import sys, yaml\n"
         + ("del yaml.CSafeLoader\n" if loader == "Python" else "")
-        + "from kata_mem import manifest\n"
-        "from kata_mem.errors import InputError\n"
-        "from kata_mem.sources import read_pod\n"
+        + "from kata_mem.core import manifest\n"
+        "from kata_mem.core.errors import InputError\n"
+        "from kata_mem.edges.sources import read_pod\n"
         f"assert (yaml.SafeLoader in manifest.GoYamlLoader.__mro__) == {loader == 'Python'}\n"
         "try:\n"
         f"    read_pod(__import__('pathlib').Path({str(pod)!r}), 'amd64')\n"

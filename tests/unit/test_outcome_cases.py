@@ -1,4 +1,4 @@
-"""The outcome decisions (kata_mem.outcomes) against the JSON case table in
+"""The outcome decisions (kata_mem.core.outcomes) against the JSON case table in
 tests/fixtures/outcome-cases: every status and reason, one case per branch."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from typing import Any, Optional
 
 import pytest
 
-from kata_mem import outcomes
-from kata_mem.model import (
+from kata_mem.core import outcomes
+from kata_mem.core.model import (
     Clamp,
     MemoryDevice,
     MemoryPlan,
@@ -19,8 +19,8 @@ from kata_mem.model import (
     VcpuPlan,
     VmState,
 )
-from kata_mem.reports import StepProgress
-from kata_mem.units import GiB, MiB
+from kata_mem.core.reports import StepProgress
+from kata_mem.core.units import GiB, MiB
 from tests.conftest import case_table
 
 CASES = case_table("outcome-cases")

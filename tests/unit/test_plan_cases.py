@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 import pytest
 
-from kata_mem.model import (
+from kata_mem.core.model import (
     CgroupLevel,
     Container,
     Guards,
@@ -20,11 +20,11 @@ from kata_mem.model import (
     VmState,
     Workload,
 )
-from kata_mem.planner import assumed_vm, plan
-from kata_mem.quantity import parse_quantity, quantity_bytes
-from kata_mem.render import plan_json
-from kata_mem.request import cpuset_size
-from kata_mem.units import MiB
+from kata_mem.core.planner import assumed_vm, plan
+from kata_mem.core.quantity import parse_quantity, quantity_bytes
+from kata_mem.core.request import cpuset_size
+from kata_mem.core.units import MiB
+from kata_mem.interfaces.render import plan_json
 from tests.conftest import case_table
 
 CASES = case_table("plan-cases")

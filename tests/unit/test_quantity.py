@@ -6,9 +6,9 @@ from fractions import Fraction
 
 import pytest
 
-from kata_mem.errors import QuantityError
-from kata_mem.quantity import format_quantity, parse_quantity, quantity_bytes
-from kata_mem.units import INT64_MAX
+from kata_mem.core.errors import QuantityError
+from kata_mem.core.quantity import format_quantity, parse_quantity, quantity_bytes
+from kata_mem.core.units import INT64_MAX
 
 ACCEPTED = [
     ("50Mi", 52428800),

@@ -1,4 +1,4 @@
-"""Crash repair (kata_mem.repair) on the fake backend: an orphaned backend object is
+"""Crash repair (kata_mem.orchestration.repair) on the fake backend: an orphaned backend object is
 deleted by a step that is journaled like any other, so a crash during the repair is
 itself repaired by the next call."""
 
@@ -11,10 +11,8 @@ from typing import Any, Callable
 import pytest
 
 from kata_mem.backends.fake import FakeBackend, VirtualTime
-from kata_mem.errors import BackendUnavailable
-from kata_mem.executor import Options, Result, run_locked
-from kata_mem.journal import Record, SandboxState
-from kata_mem.model import (
+from kata_mem.core.errors import BackendUnavailable
+from kata_mem.core.model import (
     BackendObject,
     Container,
     HostFacts,
@@ -25,7 +23,9 @@ from kata_mem.model import (
     VmState,
     Workload,
 )
-from kata_mem.units import GiB, MiB
+from kata_mem.core.units import GiB, MiB
+from kata_mem.edges.journal import Record, SandboxState
+from kata_mem.orchestration.executor import Options, Result, run_locked
 
 HOST = HostFacts(memory=16 * GiB, cpus=4, arch="amd64")
 REQUEST = Workload((Container("c", 256 * MiB),))

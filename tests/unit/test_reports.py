@@ -1,4 +1,4 @@
-"""The rules every backend shares (kata_mem.reports), and the port they serve: what a
+"""The rules every backend shares (kata_mem.core.reports), and the port they serve: what a
 hypervisor's raw reports mean, written once for QMP, libvirt and the fake."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import inspect
 import pytest
 
 from kata_mem.backends import Backend
-from kata_mem.model import BackendObject, MemoryDevice, OwnedDevice, Step, VmState
-from kata_mem.reports import (
+from kata_mem.core.model import BackendObject, MemoryDevice, OwnedDevice, Step, VmState
+from kata_mem.core.reports import (
     U64_UNSET,
     UsageField,
     balloon_usage,
@@ -18,7 +18,7 @@ from kata_mem.reports import (
     still_owned,
     vm_state,
 )
-from kata_mem.units import KiB, MiB
+from kata_mem.core.units import KiB, MiB
 
 QMP_NAMES: dict[UsageField, str] = {
     "total": "stat-total-memory",

@@ -12,12 +12,12 @@ import jsonschema
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from kata_mem.apply import reconcile_request
-from kata_mem.config import load_config
-from kata_mem.errors import InputError
-from kata_mem.model import Container, HostFacts, SandboxSizing, Workload
-from kata_mem.request import Endpoint, SandboxRequest
-from kata_mem.units import GiB, MiB
+from kata_mem.core.errors import InputError
+from kata_mem.core.model import Container, HostFacts, SandboxSizing, Workload
+from kata_mem.core.request import Endpoint, SandboxRequest
+from kata_mem.core.units import GiB, MiB
+from kata_mem.edges.config import load_config
+from kata_mem.orchestration.apply import reconcile_request
 from tests.conftest import REPO, write_config
 from tests.property.test_fuzz import valid_requests
 from tests.strategies import sandbox_requests

@@ -1,5 +1,5 @@
 """The shrink-safety decision against its JSON case tables (tests/fixtures/safety-cases):
-every branch of :func:`kata_mem.safety.check_step` and :func:`kata_mem.safety.under_pressure`."""
+every branch of :func:`kata_mem.core.safety.check_step` and :func:`kata_mem.core.safety.under_pressure`."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from typing import Any, Optional
 
 import pytest
 
-from kata_mem import safety
-from kata_mem.model import GuestUsage, Settings
-from kata_mem.units import MiB
+from kata_mem.core import safety
+from kata_mem.core.model import GuestUsage, Settings
+from kata_mem.core.units import MiB
 from tests.conftest import FIXTURES, case_table
 
 CASES = FIXTURES / "safety-cases"

@@ -9,10 +9,10 @@ from typing import Any, Callable
 import pytest
 
 from kata_mem.backends.fake import FakeBackend, FakeGuest, VirtualTime
-from kata_mem.executor import Options, run_locked
-from kata_mem.journal import SandboxState
-from kata_mem.model import MemoryDevice, SizingConfig, Step, VmState, Workload
-from kata_mem.units import GiB, MiB
+from kata_mem.core.model import MemoryDevice, SizingConfig, Step, VmState, Workload
+from kata_mem.core.units import GiB, MiB
+from kata_mem.edges.journal import SandboxState
+from kata_mem.orchestration.executor import Options, run_locked
 from tests.conftest import HOST
 
 EMPTY = Workload(())

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from kata_mem.errors import InputError, QuantityError
-from kata_mem.planner import workload
-from kata_mem.sources import build_workload, read_oci, read_pod
-from kata_mem.units import MiB
+from kata_mem.core.errors import InputError, QuantityError
+from kata_mem.core.planner import workload
+from kata_mem.core.units import MiB
+from kata_mem.edges.sources import build_workload, read_oci, read_pod
 from tests.conftest import PODS
 
 

@@ -1,4 +1,4 @@
-"""kata_mem.units holds the byte units, the 64-bit limits and every rounding to MiB or KiB:
+"""kata_mem.core.units holds the byte units, the 64-bit limits and every rounding to MiB or KiB:
 each has one name and one meaning, and no other module does its own."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import ast
 
 import pytest
 
-from kata_mem.units import (
+from kata_mem.core.units import (
     INT64_MAX,
     INT64_MIN,
     UINT64_MAX,
@@ -30,7 +30,7 @@ def _modules(skip: set[str]) -> list[tuple[str, ast.Module]]:
     return [
         (rel, ast.parse(path.read_text()))
         for path in sorted((REPO / "kata_mem").rglob("*.py"))
-        if (rel := str(path.relative_to(REPO))) not in skip and rel != "kata_mem/units.py"
+        if (rel := str(path.relative_to(REPO))) not in skip and rel != "kata_mem/core/units.py"
     ]
 
 
@@ -71,12 +71,12 @@ def test_the_64_bit_limits_are_defined_once() -> None:
         for node in ast.walk(tree)
         if _defines_a_64_bit_limit(node)
     ]
-    assert defined == [], "import INT64_MIN, INT64_MAX, UINT64_MAX from kata_mem.units"
+    assert defined == [], "import INT64_MIN, INT64_MAX, UINT64_MAX from kata_mem.core.units"
 
 
 def _rounds_to_a_unit(node: ast.AST) -> bool:
     """``n >> 20``, ``n >> 10``, ``n // MiB``, ``n // KiB``, ``n // 1024``: a rounding
-    that belongs in kata_mem.units."""
+    that belongs in kata_mem.core.units."""
     if not isinstance(node, ast.BinOp):
         return False
     right = node.right
@@ -96,7 +96,7 @@ def test_no_module_rounds_to_mib_or_kib_by_itself() -> None:
         for node in ast.walk(tree)
         if _rounds_to_a_unit(node)
     ]
-    assert found == [], "round through kata_mem.units (to_mib_floor, to_mib_ceil, ...)"
+    assert found == [], "round through kata_mem.core.units (to_mib_floor, to_mib_ceil, ...)"
 
 
 def test_the_scans_see_what_they_look_for() -> None:

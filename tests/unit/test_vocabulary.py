@@ -1,12 +1,12 @@
 """The closed sets of strings kata-mem reports (statuses, reasons, clamp causes) are Literal
-types in kata_mem.model, and the README documents exactly those values."""
+types in kata_mem.core.model, and the README documents exactly those values."""
 
 from __future__ import annotations
 
 import re
 from typing import get_args
 
-from kata_mem.model import Cause, MemoryCause, Reason, SafetyReason, Status, VcpuCause
+from kata_mem.core.model import Cause, MemoryCause, Reason, SafetyReason, Status, VcpuCause
 from tests.conftest import REPO
 
 README = (REPO / "README.md").read_text()

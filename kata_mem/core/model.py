@@ -1,0 +1,513 @@
+"""The values kata-mem reasons about: frozen dataclasses, sizes in int bytes.
+
+Edges (config, sources, host probe, backends) build these; the pure planner
+and safety policy consume them; the renderers turn them into text or JSON.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Literal, Optional
+
+from kata_mem.core.errors import InputError
+from kata_mem.core.units import MiB
+
+Mechanism = Literal["pc-dimm", "virtio-mem", "static"]
+Role = Literal["app", "init", "sidecar"]
+State = Literal["running", "created", "stopped"]
+DeviceKind = Literal["dimm", "virtio-mem"]
+StepAction = Literal["plug_dimm", "unplug_dimm", "resize_virtio_mem", "delete_memdev"]
+
+#: Why the memory target ended below what was requested, in the order the causes apply.
+MemoryCause = Literal[
+    "default_maxmemory",
+    "host_memtotal",
+    "host_cgroup",
+    "hugepages",
+    "alignment",
+    "slots",
+    "device_space",
+    "node_budget",
+]
+#: Why the vCPU target ended below what was requested.
+VcpuCause = Literal["default_maxvcpus", "host_cpus", "arch"]
+Cause = Literal[MemoryCause, VcpuCause]
+#: The architectures Kata builds for, by their Go names (the only names used inside).
+Arch = Literal["amd64", "arm64", "ppc64le", "s390x", "riscv64"]
+ARCHES: tuple[Arch, ...] = ("amd64", "arm64", "ppc64le", "s390x", "riscv64")
+#: How the VM's size is derived from the pod (README, "Sizing models").
+SizingModel = Literal["kata", "pod-overhead", "pod-limit"]
+SIZING_MODELS: tuple[SizingModel, ...] = ("kata", "pod-overhead", "pod-limit")
+
+SANDBOX_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+
+
+def check_sandbox_id(sandbox: str) -> str:
+    """Sandbox ids name directories, so only a safe alphabet is accepted.
+
+    :raises InputError: for anything else (``..``, slashes, empty, too long).
+    """
+    if not SANDBOX_ID.fullmatch(sandbox) or sandbox in (".", ".."):
+        raise InputError(
+            f"sandbox id {sandbox!r}: expected 1-128 characters of letters, digits, '_', '.', '-' "
+            "(starting with a letter or digit)"
+        )
+    return sandbox
+
+
+#: Prefixes of the ids kata-mem gives the memory devices and backend objects it creates.
+#: A name proves nothing: what is kata-mem's is what its journal records
+#: (:class:`OwnedDevice`). The prefixes only make new ids and point out look-alikes.
+DIMM_PREFIX = "kmdimm"
+MEMDEV_PREFIX = "kmmem"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """kata-mem's own settings (the ``[kata_mem]`` table); see the README for each."""
+
+    dimm_block: int = 128 * MiB
+    virtio_mem_block: int = 2 * MiB
+    headroom_min: int = 128 * MiB
+    headroom_percent: int = 10
+    shrink_step_min: int = 256 * MiB
+    shrink_step_percent: int = 10
+    step_timeout_s: float = 20.0
+    usage_max_age_s: float = 5.0
+    stats_interval_s: int = 1
+    allow_shrink: bool = False
+    state_dir: str = "/run/kata-mem"
+    host_memory_cgroup: str = ""
+    hugepages_path: str = "/dev/hugepages"
+    sizing: SizingModel = "kata"
+    #: The RuntimeClass overhead when neither the Pod nor the annotations give it.
+    pod_overhead: Optional[int] = None
+    #: What the VMM (QEMU) uses beyond guest RAM: a fixed part, plus a part per GiB
+    #: of guest memory (host page tables and the like grow with the VM).
+    vmm_overhead: int = 64 * MiB
+    vmm_overhead_per_gib: int = 8 * MiB
+    host_cgroup_margin: int = 32 * MiB
+    node_reserved: int = 0
+    #: ``None``: the node's total is reported, never enforced.
+    node_overcommit: Optional[Fraction] = None
+
+
+@dataclass(frozen=True)
+class SizingConfig:
+    """The sizing keys of one Kata runtime configuration, after Kata's fallbacks.
+
+    ``sources`` maps every key to where its value came from (a file and key, a
+    Kata default, or a fallback rule), for ``kata-mem config check``.
+    """
+
+    path: str
+    hypervisor: str
+    default_memory: int
+    default_maxmemory: int
+    memory_slots: int
+    memory_offset: int
+    enable_virtio_mem: bool
+    enable_hugepages: bool
+    static_sandbox_resource_mgmt: bool
+    default_vcpus: Fraction
+    default_maxvcpus: int
+    settings: Settings = field(default_factory=Settings)
+    sources: tuple[tuple[str, str], ...] = ()
+    files: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    """What the host offers. ``memory`` is MemTotal floored to whole MiB."""
+
+    memory: int
+    cpus: int
+    arch: Arch
+    hugepage_size: int = 0
+    hugepages_total: int = 0
+    hugepages_free: int = 0
+    cgroup_memory_limit: Optional[int] = None
+    cgroup_path: str = ""
+    sources: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class Container:
+    """One container's resources as the sandbox sees them.
+
+    ``memory_limit`` <= 0 means no limit (adds nothing, as in Kata). ``cpu`` is
+    CFS quota/period; ``cpuset_cpus`` the number of CPUs in its cpuset
+    (``linux.resources.cpu.cpus``), which counts only when no container of the
+    sandbox has a quota (Kata ``calculateSandboxCPUs``).
+    """
+
+    name: str
+    memory_limit: int = 0
+    hugepages_limit: int = 0
+    cpu: Fraction = Fraction(0)
+    role: Role = "app"
+    state: State = "running"
+    origin: str = ""
+    cpuset_cpus: int = 0
+
+
+@dataclass(frozen=True)
+class SandboxSizing:
+    """Pod-level sizing from CRI annotations (``io.kubernetes.cri.sandbox-*``).
+
+    ``warnings`` name annotations that did not parse and were read as absent (as Kata does).
+    """
+
+    memory: int
+    cpu: Fraction
+    origin: str = ""
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What the sandbox runs: its containers, CRI pod sizing when given, and the
+    pod's RuntimeClass overhead when the Pod or its annotations give it
+    (``overhead_origin`` says which)."""
+
+    containers: tuple[Container, ...] = ()
+    sizing: Optional[SandboxSizing] = None
+    overhead: Optional[int] = None
+    overhead_origin: str = ""
+
+
+@dataclass(frozen=True)
+class CgroupLevel:
+    """A memory cgroup with a limit, on the way from the VMM's cgroup to the root.
+
+    ``usage`` is what is charged there (``None`` when unreadable). A libvirt
+    ``<memtune><hard_limit>`` is a level too (libvirt applies it to QEMU's cgroup).
+    """
+
+    path: str
+    limit: int
+    usage: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class HostCgroup:
+    """The VMM's host memory cgroup: where it is, what is charged, and every limit
+    along the path to the root (innermost first). ``origin`` says how it was found
+    (``SO_PEERCRED`` pid, libvirt, ``--host-cgroup``, ``host.cgroup``)."""
+
+    path: str
+    version: int
+    usage: Optional[int]
+    levels: tuple[CgroupLevel, ...] = ()
+    origin: str = ""
+    #: QEMU's charge after the steps ran (``apply`` only).
+    usage_after: Optional[int] = None
+    #: The usage files that could not be read (their usage is ``None``), each with why.
+    unread_usage: tuple[str, ...] = ()
+
+    @property
+    def limit(self) -> Optional[int]:
+        """The effective limit: the smallest along the path; ``None`` for none."""
+        return min((lvl.limit for lvl in self.levels), default=None)
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """The node's memory as the budget sees it: the sandboxes' commitments besides
+    this one (each its largest of observed and target; ``None`` when there is no
+    budget to hold them against, so they were not read), and the budget if set."""
+
+    host: int
+    reserved: int
+    budget: Optional[int]
+    committed_others: Optional[int]
+    available: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class Guards:
+    """What the host side says about one sandbox, read at the edge just before
+    planning: its cgroup (or why it could not be read) and the node's total."""
+
+    cgroup: Optional[HostCgroup] = None
+    cgroup_warning: str = ""
+    node: Optional[NodeView] = None
+
+
+@dataclass(frozen=True)
+class OwnedDevice:
+    """A memory device kata-mem created, as its journal records it: the only proof that
+    a device, or its backend object, is kata-mem's to unplug or delete.
+
+    ``memdev`` is the backend object kata-mem created for it ("" where the hypervisor
+    shows none: libvirt makes and removes it with the device). Recorded before the
+    plug is sent; ``confirmed`` once the hypervisor accepted it.
+    """
+
+    id: str
+    memdev: str
+    size: int
+    kind: Literal["dimm"] = "dimm"
+    confirmed: bool = False
+
+
+@dataclass(frozen=True)
+class BackendObject:
+    """A memory backend object that no memory device uses (QEMU's ``/objects``): the
+    machine's own RAM, someone else's, or one that a crash or a failed delete left."""
+
+    id: str
+    size: int
+
+
+@dataclass(frozen=True)
+class MemoryDevice:
+    """A memory device as the hypervisor reports it.
+
+    ``size`` is what is plugged now (for virtio-mem the device's ``size``, never
+    its ``requested-size``). A DIMM whose unplug is pending still counts. ``ours``
+    is set from the journal (:func:`kata_mem.core.reports.owned_view`), never by a backend.
+    """
+
+    id: str
+    kind: DeviceKind
+    size: int
+    requested: int = 0
+    max_size: int = 0
+    block: int = 0
+    slot: Optional[int] = None
+    memdev: str = ""
+    hotplugged: bool = True
+    pending_unplug: bool = False
+    #: A DIMM kata-mem plugged itself, as its journal proves: the only kind it unplugs.
+    ours: bool = False
+
+    @property
+    def space(self) -> int:
+        """The device-memory space it takes: a virtio-mem device reserves its whole
+        region, plugged or not."""
+        return self.max_size if self.kind == "virtio-mem" else self.size
+
+
+@dataclass(frozen=True)
+class VmState:
+    """The VM's memory as observed (or, for previews, as assumed).
+
+    ``device_space`` is QEMU's ``maxmem - size`` (None when unknown) less what
+    other memory devices (nvdimm, virtio-pmem) take, shared by DIMMs and
+    virtio-mem devices (:func:`kata_mem.core.reports.vm_state`).
+    """
+
+    base: int
+    devices: tuple[MemoryDevice, ...] = ()
+    slots: int = 0
+    device_space: Optional[int] = None
+    #: Memory backend objects that no memory device uses.
+    loose: tuple[BackendObject, ...] = ()
+    #: The ids of everything else in the VM (its other devices and objects): new ids avoid them.
+    other_ids: tuple[str, ...] = ()
+    #: Whether a DIMM's backend is an object of its own that kata-mem names when it plugs
+    #: and deletes after the unplug (QEMU); libvirt makes and removes it with the device.
+    backend_objects: bool = True
+    #: Of ``loose``, the objects kata-mem's journal proves it created and whose DIMM is gone
+    #: (left by a crash or a late ``DEVICE_DELETED``): safe to delete.
+    orphans: tuple[str, ...] = ()
+    #: DIMMs and backend objects named like kata-mem's that its journal does not prove
+    #: are its own: reported, and left alone.
+    unproven: tuple[str, ...] = ()
+    #: The VMM process (QEMU), when the backend can tell: its pid, and a limit the
+    #: hypervisor manager set on it (libvirt ``<memtune><hard_limit>``).
+    vmm_pid: Optional[int] = None
+    vmm_hard_limit: Optional[int] = None
+
+    @property
+    def plugged(self) -> int:
+        return sum(d.size for d in self.devices)
+
+    @property
+    def total(self) -> int:
+        return self.base + self.plugged
+
+    @property
+    def space_used(self) -> int:
+        return sum(d.space for d in self.devices)
+
+    @property
+    def dimms(self) -> tuple[MemoryDevice, ...]:
+        return tuple(d for d in self.devices if d.kind == "dimm")
+
+    @property
+    def virtio_mem(self) -> Optional[MemoryDevice]:
+        return next((d for d in self.devices if d.kind == "virtio-mem"), None)
+
+    def device(self, device_id: str) -> Optional[MemoryDevice]:
+        return next((d for d in self.devices if d.id == device_id), None)
+
+    @property
+    def taken_ids(self) -> frozenset[str]:
+        """Every id in use in the VM, kata-mem's or not: a new device or object takes none."""
+        return frozenset(
+            {d.id for d in self.devices}
+            | {d.memdev for d in self.devices if d.memdev}
+            | {o.id for o in self.loose}
+            | set(self.other_ids)
+        )
+
+
+@dataclass(frozen=True)
+class Clamp:
+    """One reason the target ended below what was requested."""
+
+    cause: Cause
+    limit: int
+    detail: str
+
+
+@dataclass(frozen=True)
+class Step:
+    """One hypervisor change. ``size`` is the DIMM size, or the virtio-mem
+    ``requested-size`` after the step; ``delta`` the signed change of plugged memory.
+    A ``delete_memdev`` step (crash repair) deletes the backend object ``device``.
+    ``memdev`` is a DIMM's backend object: the one a plug creates, the one deleted
+    after an unplug ("" where the hypervisor shows none)."""
+
+    action: StepAction
+    device: str
+    size: int
+    delta: int
+    total_after: int
+    memdev: str = ""
+
+    @property
+    def shrinks(self) -> bool:
+        return self.delta < 0
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """The memory side of a plan: every number, the clamps that applied, the steps."""
+
+    host: int
+    configured_max: int
+    max: int
+    base: int
+    requested: int
+    #: The target after the max and alignment, before slots, device space or whole
+    #: DIMMs constrain it: what the guest should have if the mechanism allowed.
+    aligned: int
+    target: int
+    current: int
+    mechanism: Mechanism
+    block: int
+    clamps: tuple[Clamp, ...]
+    steps: tuple[Step, ...]
+    sizing: SizingModel = "kata"
+    #: The RuntimeClass overhead used or reported, and where it came from.
+    pod_overhead: Optional[int] = None
+    pod_overhead_origin: str = ""
+    host_cgroup: Optional[HostCgroup] = None
+    #: The VMM's own memory at the target (the guard's estimate), when guarded.
+    vmm_overhead: Optional[int] = None
+    node: Optional[NodeView] = None
+
+    @property
+    def delta(self) -> int:
+        return self.target - self.current
+
+    @property
+    def shrink(self) -> bool:
+        return self.target < self.current
+
+
+@dataclass(frozen=True)
+class VcpuPlan:
+    """The vCPU side of a plan (previewed; vCPU hotplug is not carried out)."""
+
+    host: int
+    max: int
+    default: Fraction
+    requested: Fraction
+    target: int
+    clamps: tuple[Clamp, ...]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What ``preview`` shows and ``apply`` carries out."""
+
+    memory: MemoryPlan
+    vcpus: VcpuPlan
+    warnings: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class GuestUsage:
+    """The guest's own view of its memory, from virtio-balloon statistics (bytes).
+
+    A field is ``None`` when the guest did not report it (QEMU shows -1). The
+    reading is as old as ``observed_at - last_update`` seconds (host clock).
+    """
+
+    total: Optional[int] = None
+    available: Optional[int] = None
+    free: Optional[int] = None
+    disk_caches: Optional[int] = None
+    major_faults: Optional[int] = None
+    last_update: Optional[float] = None
+    observed_at: float = 0.0
+
+    @property
+    def age(self) -> Optional[float]:
+        if self.last_update is None or self.last_update <= 0:
+            return None
+        return max(self.observed_at - self.last_update, 0.0)
+
+    @property
+    def used(self) -> Optional[int]:
+        if self.total is None or self.available is None:
+            return None
+        return max(self.total - self.available, 0)
+
+    @property
+    def reclaimable(self) -> int:
+        """Conservative: page cache that is free to drop, never more than
+        MemAvailable - MemFree (so tmpfs/shmem is never counted)."""
+        if self.disk_caches is None or self.available is None or self.free is None:
+            return 0
+        return max(min(self.disk_caches, self.available - self.free), 0)
+
+
+Status = Literal["Resized", "NoChange", "Deferred", "InProgress", "Infeasible"]
+#: Why a shrink step may not run now (:mod:`kata_mem.core.safety`); "" when it may.
+SafetyReason = Literal["", "UsageUnknown", "UsageAboveTarget", "GuestPressure"]
+#: The reason of an outcome (README, "Outcomes"); "" for Resized and NoChange.
+Reason = Literal[
+    SafetyReason,
+    "Busy",
+    "PartialShrink",
+    "UnplugTimeout",
+    "PlugTimeout",
+    "UnplugRejected",
+    "BackendError",
+    "BelowBaseMemory",
+    "BackendCannotShrink",
+    "BackendCannotGrow",
+    "NoFreeSlots",
+    "NoDeviceSpace",
+    "ShrinkNotAllowed",
+]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What an ``apply`` did, in KEP-1287's vocabulary (see DESIGN §4)."""
+
+    status: Status
+    reason: Reason
+    message: str
+    observed: int
+    target: int
+    steps: tuple[Step, ...] = ()
+    retry_after_s: Optional[float] = None

@@ -1,0 +1,256 @@
+"""What an ``apply`` comes to, in KEP-1287's vocabulary (DESIGN §4). Pure.
+
+The executor asks three questions here and does what the answers say:
+
+- :func:`before_steps`: is there anything to run? (shrinking off, a DIMM unplug
+  still pending, nothing to do or nothing that can be done);
+- :func:`step_stopped`: a step could not be completed: what stops the run;
+- :func:`after_steps`: what the steps that ran, and what stopped them, add up to.
+
+Every status and reason code is decided in this module, and each branch has a
+case in ``tests/fixtures/outcome-cases/``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Optional
+
+from kata_mem.core.model import Outcome, Plan, Reason, Status, Step, VmState
+from kata_mem.core.reports import StepProgress
+from kata_mem.core.units import fmt_bytes
+
+#: Deferred shrinks are retried after this, doubling per attempt, up to the cap.
+BACKOFF_START_S = 30.0
+BACKOFF_MAX_S = 300.0
+#: How soon to retry while a DIMM unplug is still pending in the guest.
+PENDING_RETRY_S = 5.0
+#: How soon to retry after waiting in vain for another call's lock.
+BUSY_RETRY_S = 1.0
+
+#: How to allow a shrink, in each interface's own words.
+ALLOW_SHRINK_HOW = (
+    "allow it with --allow-shrink (kata-mem apply and preview), allow_shrink: true (shim "
+    "request), or [kata_mem] allow_shrink = true (configuration)"
+)
+
+
+@dataclass(frozen=True)
+class Stop:
+    """Why the steps stopped before the target: a status, a reason code, a message."""
+
+    status: Status
+    reason: Reason
+    message: str
+
+
+def backoff(attempts: int) -> float:
+    """Seconds until a shrink deferred ``attempts`` times in a row is retried."""
+    return float(min(BACKOFF_START_S * 2 ** max(attempts - 1, 0), BACKOFF_MAX_S))
+
+
+def refuse_shrink(p: Plan, vm: VmState, allowed: bool) -> tuple[Plan, Optional[str]]:
+    """The plan as ``apply`` carries it out when shrinking is off, and why.
+
+    A target below what is plugged is kept where it is: the plan loses its
+    (shrink) steps and carries a ``ShrinkNotAllowed`` note, and the message is
+    returned. Otherwise the plan comes back unchanged with ``None``. Pure, so that
+    ``preview`` shows exactly what ``apply`` does with the same flags.
+
+    Refused before asking whether the shrink could be done at all: with shrinking
+    off the answer is the same either way, and the flag is what the user can change.
+    """
+    m = p.memory
+    if allowed or m.mechanism == "static" or max(m.aligned, vm.base) >= vm.total:
+        return p, None
+    whole = ""
+    if m.mechanism == "pc-dimm" and m.target >= vm.total:
+        whole = (
+            f" (even then, kata-mem unplugs whole DIMMs only, and none of its DIMMs fits in the "
+            f"{fmt_bytes(vm.total - m.aligned)} to remove)"
+        )
+    elif m.mechanism == "pc-dimm" and m.target != m.aligned:
+        whole = f" (whole DIMMs only: the shrink would reach {fmt_bytes(m.target)})"
+    message = (
+        f"the target {fmt_bytes(m.aligned)} is below the guest's {fmt_bytes(vm.total)}, and "
+        f"shrinking is off: the guest keeps {fmt_bytes(vm.total)}. To shrink, "
+        f"{ALLOW_SHRINK_HOW}{whole}"
+    )
+    warnings = tuple(w for w in p.warnings if not w.startswith("shrink planned:"))
+    return (
+        dataclasses.replace(
+            p,
+            memory=dataclasses.replace(m, steps=()),
+            warnings=(*warnings, f"ShrinkNotAllowed: {message}"),
+        ),
+        message,
+    )
+
+
+def busy(p: Plan, waited_s: float) -> Outcome:
+    """Another call held the sandbox's lock for all of ``waited_s``: nothing was done."""
+    return Outcome(
+        status="Deferred",
+        reason="Busy",
+        message=f"another resize of this sandbox is running (waited {waited_s:g} s for its lock)",
+        observed=p.memory.current,
+        target=p.memory.target,
+        retry_after_s=BUSY_RETRY_S,
+    )
+
+
+def before_steps(p: Plan, vm: VmState, *, shrink_allowed: bool) -> tuple[Plan, Optional[Outcome]]:
+    """The plan to carry out, and its outcome when there is nothing to run (else ``None``)."""
+    p, refused = refuse_shrink(p, vm, shrink_allowed)
+    m = p.memory
+    if refused is not None:
+        return p, Outcome(
+            status="Infeasible",
+            reason="ShrinkNotAllowed",
+            message=refused,
+            observed=vm.total,
+            target=m.target,
+        )
+    if m.aligned < vm.total and any(d.pending_unplug for d in vm.devices):
+        return p, Outcome(
+            status="Deferred",
+            reason="Busy",
+            message="a DIMM unplug is still pending in the guest",
+            observed=vm.total,
+            target=m.target,
+            retry_after_s=PENDING_RETRY_S,
+        )
+    if not m.steps:
+        status, reason, message = _nothing_to_run(p, vm)
+        return p, Outcome(
+            status=status, reason=reason, message=message, observed=vm.total, target=m.target
+        )
+    return p, None
+
+
+def _nothing_to_run(p: Plan, vm: VmState) -> tuple[Status, Reason, str]:
+    """No steps: at the target, or the target cannot be reached, and why."""
+    m = p.memory
+    if m.mechanism == "static":
+        return "NoChange", "", "static sizing: the VM is sized at boot, nothing is hotplugged"
+    stays = f"the guest stays at {fmt_bytes(vm.total)}"
+    if m.aligned > vm.total:
+        if "slots" in {c.cause for c in m.clamps}:
+            return "Infeasible", "NoFreeSlots", f"no free DIMM slot: {stays}"
+        return "Infeasible", "NoDeviceSpace", f"no hotplug space left: {stays}"
+    if m.aligned < vm.total:
+        if m.requested < vm.base:
+            return (
+                "Infeasible",
+                "BelowBaseMemory",
+                f"the target is below the boot memory {fmt_bytes(vm.base)}",
+            )
+        return "Infeasible", "BackendCannotShrink", _cannot_shrink(vm, m.aligned)
+    clamped = f" (clamped: {', '.join(c.cause for c in m.clamps)})" if m.clamps else ""
+    return "NoChange", "", f"already at the target {fmt_bytes(vm.total)}{clamped}"
+
+
+def _cannot_shrink(vm: VmState, target: int) -> str:
+    """Why no whole DIMM can go: there is none of kata-mem's, or each is too large."""
+    excess = fmt_bytes(vm.total - target)
+    ours = [d for d in vm.dimms if d.ours and not d.pending_unplug]
+    if not ours:
+        alike = f" ({', '.join(vm.unproven)} only look like kata-mem's)" if vm.unproven else ""
+        return (
+            f"{excess} cannot be removed: kata-mem unplugs only DIMMs its journal records it "
+            f"plugged, and this VM has none{alike}; the guest stays at {fmt_bytes(vm.total)}"
+        )
+    sizes = ", ".join(f"{d.id} {fmt_bytes(d.size)}" for d in ours)
+    return (
+        f"{excess} cannot be removed: kata-mem unplugs whole DIMMs only, and each of its DIMMs "
+        f"({sizes}) is larger than that; the guest stays at {fmt_bytes(vm.total)}"
+    )
+
+
+def step_stopped(
+    step: Step,
+    progress: StepProgress,
+    pressure: Optional[str],
+    *,
+    timeout_s: float,
+    observed: int,
+) -> Stop:
+    """Why the run stops at a step that did not complete: refused, timed out, or
+    given back because the guest ran short (``pressure``); ``observed`` is the VM's
+    memory after any revert."""
+    timeout = f"{timeout_s:g} s"
+    if step.action == "unplug_dimm":
+        if progress.state == "rejected":
+            return Stop(
+                "InProgress",
+                "UnplugRejected",
+                f"the guest refused to release {step.device} ({progress.detail})",
+            )
+        return Stop(
+            "InProgress",
+            "UnplugTimeout",
+            f"{step.device}: no DEVICE_DELETED within {timeout}; it stays counted as "
+            "plugged and pending, and is settled on a later call",
+        )
+    if pressure:
+        return Stop("Deferred", "GuestPressure", f"{pressure}; the step was reverted")
+    if step.shrinks:
+        return Stop(
+            "InProgress",
+            "UnplugTimeout",
+            f"{step.device}: the guest did not release the memory within {timeout} "
+            f"({progress.detail}); stopped at {fmt_bytes(observed)}",
+        )
+    return Stop(
+        "InProgress",
+        "PlugTimeout",
+        f"{step.device}: the guest did not confirm within {timeout} ({progress.detail}); "
+        f"the hypervisor reports {fmt_bytes(observed)}",
+    )
+
+
+def after_steps(
+    p: Plan, vm: VmState, done: tuple[Step, ...], stop: Optional[Stop], deferrals: int
+) -> Outcome:
+    """What the run came to: ``done`` are the steps completed, ``stop`` why the run
+    ended early (``None`` when every step ran), ``vm`` the VM observed after it, and
+    ``deferrals`` how often this shrink was deferred before (for the backoff)."""
+    m = p.memory
+    if stop is None and vm.total == m.target:
+        return Outcome(
+            status="Resized",
+            reason="",
+            message=f"guest memory {fmt_bytes(vm.total)} (verified)",
+            observed=vm.total,
+            target=m.target,
+            steps=done,
+        )
+    if stop is None:
+        return Outcome(
+            status="InProgress",
+            reason="PartialShrink" if m.shrink else "BackendError",
+            message=f"the hypervisor reports {fmt_bytes(vm.total)}, not the target "
+            f"{fmt_bytes(m.target)}",
+            observed=vm.total,
+            target=m.target,
+            steps=done,
+        )
+    if stop.status == "Deferred" and done and m.shrink:
+        return Outcome(
+            status="InProgress",
+            reason="PartialShrink",
+            message=f"stopped after {len(done)} step(s): {stop.message}",
+            observed=vm.total,
+            target=m.target,
+            steps=done,
+        )
+    return Outcome(
+        status=stop.status,
+        reason=stop.reason,
+        message=stop.message,
+        observed=vm.total,
+        target=m.target,
+        steps=done,
+        retry_after_s=backoff(deferrals + 1) if stop.status == "Deferred" else None,
+    )

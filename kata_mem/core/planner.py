@@ -1,0 +1,737 @@
+"""The sizing planner: pure functions from configuration, host, request and VM
+state to a :class:`~kata_mem.core.model.Plan`.
+
+No I/O, no clock, no environment. ``preview`` prints exactly the plan that
+``apply`` carries out. Each rule names the Kata behaviour it mirrors; where
+kata-mem deliberately differs, the docstring says why (README, "Compared with Kata").
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterator
+from fractions import Fraction
+from typing import Callable, Optional
+
+from kata_mem.core.errors import InputError
+from kata_mem.core.model import (
+    ARCHES,
+    DIMM_PREFIX,
+    MEMDEV_PREFIX,
+    CgroupLevel,
+    Clamp,
+    Container,
+    Guards,
+    HostCgroup,
+    HostFacts,
+    Mechanism,
+    MemoryCause,
+    MemoryDevice,
+    MemoryPlan,
+    Plan,
+    SizingConfig,
+    Step,
+    VcpuCause,
+    VcpuPlan,
+    VmState,
+    Workload,
+)
+from kata_mem.core.units import GiB, MiB, align_down, align_up, fmt_bytes, per_gib_ceil
+
+#: Largest ACPI hot-add relative to the current guest memory (Kata's
+#: ``acpiMemoryHotplugFactor``): the guest needs ~64 B of memmap per 4 KiB page added.
+ACPI_HOTPLUG_FACTOR = 48
+#: Kata's fixed reserve added to QEMU ``maxmem`` on amd64/arm64 (``genericMemoryTopology``).
+QEMU_MAXMEM_RESERVE = 1024 * MiB
+#: Per-architecture vCPU caps (Kata ``govmm`` ``vmm_*.go``); arm64 assumes GICv3.
+ARCH_MAX_VCPUS = {"amd64": 240, "arm64": 123, "ppc64le": 128, "s390x": 248, "riscv64": 512}
+assert tuple(ARCH_MAX_VCPUS) == ARCHES
+#: QEMU pseries (ppc64le) plugs memory in 256 MiB LMBs (``SPAPR_MEMORY_BLOCK_SIZE``):
+#: DIMMs must be whole multiples, which the Go runtime gets from the guest's block size.
+PPC64_MEMORY_BLOCK = 256 * MiB
+
+_ClampFn = Callable[[MemoryCause, int, str], None]
+#: What a guard's bound is called when the alignment stops below it.
+GUARD_NAMES: dict[MemoryCause, str] = {
+    "host_cgroup": "the host cgroup's room",
+    "node_budget": "the node budget's room",
+}
+
+
+def workload(containers: tuple[Container, ...]) -> tuple[int, Fraction]:
+    """Memory (bytes) and CPUs the containers need at their peak.
+
+    Stopped containers count nothing and a container without a limit adds 0
+    (Kata ``calculateSandboxMemory``). Init containers run one at a time before
+    the app containers, next to the restartable sidecars declared before them,
+    so the peak is the larger of the biggest init phase and the app containers
+    plus sidecars (Kubernetes' effective pod limits). With only app containers
+    this is Kata's plain sum.
+
+    CPUs are Σ quota/period; when that is 0 (no container has a quota), the
+    sizes of the containers' cpusets are summed instead (Kata
+    ``calculateSandboxCPUs``, src/runtime/virtcontainers/sandbox.go: every
+    non-stopped container's cpuset counts, quota or not, but only when the
+    quotas add up to nothing).
+    """
+    mem, cpu = _peaks(containers, lambda c: max(c.cpu, Fraction(0)))
+    if cpu == 0:
+        cpu = _peaks(containers, lambda c: Fraction(max(c.cpuset_cpus, 0)))[1]
+    return mem, cpu
+
+
+def _peaks(
+    containers: tuple[Container, ...], cpu_of: Callable[[Container], Fraction]
+) -> tuple[int, Fraction]:
+    sidecar_mem, sidecar_cpu = 0, Fraction(0)
+    app_mem, app_cpu = 0, Fraction(0)
+    init_mem, init_cpu = 0, Fraction(0)
+    for c in containers:
+        if c.state == "stopped":
+            continue
+        mem = max(c.memory_limit, 0) + max(c.hugepages_limit, 0)
+        cpu = cpu_of(c)
+        if c.role == "init":
+            init_mem = max(init_mem, sidecar_mem + mem)
+            init_cpu = max(init_cpu, sidecar_cpu + cpu)
+        elif c.role == "sidecar":
+            sidecar_mem += mem
+            sidecar_cpu += cpu
+        else:
+            app_mem += mem
+            app_cpu += cpu
+    return max(init_mem, app_mem + sidecar_mem), max(init_cpu, app_cpu + sidecar_cpu)
+
+
+def effective_host_memory(host: HostFacts) -> tuple[int, MemoryCause]:
+    """Host memory and the cause name to report when it binds.
+
+    MemTotal as Kata reads it; lowered by a configured memory cgroup limit (beyond Kata).
+    """
+    if host.cgroup_memory_limit is not None and host.cgroup_memory_limit < host.memory:
+        return host.cgroup_memory_limit, "host_cgroup"
+    return host.memory, "host_memtotal"
+
+
+def max_memory(cfg: SizingConfig, host: HostFacts) -> tuple[int, MemoryCause]:
+    """The memory ceiling and its cause.
+
+    Kata ``defaultMaxMemSz``: ``default_maxmemory`` when non-zero and not above
+    the host, else the host; with hugepages, also no more than the pool holds.
+    """
+    return _ceiling(cfg, host, cfg.default_maxmemory)
+
+
+def host_ceiling(cfg: SizingConfig, host: HostFacts) -> tuple[int, MemoryCause]:
+    """What the host can give a VM at all, whatever ``default_maxmemory`` says:
+    its memory, and with hugepages no more than the pool. No plan goes above it."""
+    return _ceiling(cfg, host, 0)
+
+
+def _ceiling(cfg: SizingConfig, host: HostFacts, configured: int) -> tuple[int, MemoryCause]:
+    host_mem, host_cause = effective_host_memory(host)
+    if configured == 0 or configured > host_mem:
+        ceiling, cause = host_mem, host_cause
+    else:
+        ceiling, cause = configured, "default_maxmemory"
+    if cfg.enable_hugepages:
+        # Whole MiB, as host memory is (a pool of 64 KiB pages need not be).
+        pool = align_down(host.hugepages_total * host.hugepage_size, MiB)
+        if pool < ceiling:
+            ceiling, cause = pool, "hugepages"
+    return ceiling, cause
+
+
+def boot_memory(cfg: SizingConfig, host: HostFacts) -> int:
+    """The boot memory of a VM started from ``cfg`` on ``host``: ``default_memory``,
+    never more than the host's memory (runtime-rs ``MemoryInfo::adjust_config``
+    lowers it to the host; the Go runtime asks QEMU for it unchanged, which fails
+    to start above ``maxmem`` and overcommits the host below it). A hugepage pool
+    too small to boot from is reported, not planned around."""
+    return min(cfg.default_memory, effective_host_memory(host)[0])
+
+
+def mechanism(cfg: SizingConfig) -> Mechanism:
+    if cfg.static_sandbox_resource_mgmt:
+        return "static"
+    return "virtio-mem" if cfg.enable_virtio_mem else "pc-dimm"
+
+
+def block_size(cfg: SizingConfig, host: HostFacts, vm: Optional[VmState] = None) -> int:
+    """Hotplug granularity: the guest memory block for DIMMs, the device's
+    ``block-size`` for virtio-mem (observed when known), whole MiB for static
+    sizing; with hugepages, also a multiple of the hugepage size."""
+    mech = mechanism(cfg)
+    if mech == "static":
+        block = MiB
+    elif mech == "virtio-mem":
+        dev = vm.virtio_mem if vm is not None else None
+        block = dev.block if dev is not None and dev.block > 0 else cfg.settings.virtio_mem_block
+    else:
+        block = cfg.settings.dimm_block
+        if host.arch == "ppc64le":
+            block = math.lcm(block, PPC64_MEMORY_BLOCK)
+    if cfg.enable_hugepages and host.hugepage_size > 0:
+        block = math.lcm(block, host.hugepage_size)
+    return block
+
+
+def assumed_vm(cfg: SizingConfig, host: HostFacts, current: Optional[int] = None) -> VmState:
+    """The VM a preview assumes: booted as Kata boots it (``-m default,slots,maxmem``,
+    the boot memory never above the host: :func:`boot_memory`), with ``current -
+    boot`` already plugged as one DIMM or in the virtio-mem device.
+    """
+    ceiling, _ = max_memory(cfg, host)
+    base = boot_memory(cfg, host)
+    # QEMU maxmem = max + memory_offset + 1024 MiB (Kata genericMemoryTopology).
+    space = max(ceiling + cfg.memory_offset + QEMU_MAXMEM_RESERVE - base, 0)
+    plugged = max((current or base) - base, 0)
+    devices: tuple[MemoryDevice, ...] = ()
+    mech = mechanism(cfg)
+    if mech == "virtio-mem":
+        block = block_size(cfg, host)
+        devices = (
+            MemoryDevice(
+                id="virtiomem0",
+                kind="virtio-mem",
+                size=plugged,
+                requested=plugged,
+                max_size=align_down(ceiling - base, block) if ceiling > base else 0,
+                block=block,
+            ),
+        )
+    elif mech == "pc-dimm" and plugged:
+        # Assumed plugged by kata-mem (as a preview of its own earlier apply).
+        dimm = MemoryDevice(
+            id=f"{DIMM_PREFIX}0",
+            kind="dimm",
+            size=plugged,
+            slot=0,
+            memdev=f"{MEMDEV_PREFIX}0",
+            ours=True,
+        )
+        devices = (dimm,)
+    return VmState(base=base, devices=devices, slots=cfg.memory_slots, device_space=space)
+
+
+def current_problem(cfg: SizingConfig, host: HostFacts, current: int) -> Optional[str]:
+    """Why a VM of this configuration cannot have ``current`` bytes of guest memory
+    (``None`` when it can): below its boot memory, above the memory maximum (so
+    above the host), or with a plugged amount that is not whole blocks of the
+    mechanism (a DIMM or virtio-mem size the guest cannot have)."""
+    base = boot_memory(cfg, host)
+    ceiling, cause = max_memory(cfg, host)
+    ceiling = max(ceiling, base)
+    block = block_size(cfg, host)
+    if current < base:
+        return (
+            f"below the boot memory {fmt_bytes(base)} (default_memory); expected the guest's total"
+        )
+    if current > ceiling:
+        return (
+            f"above the memory maximum {fmt_bytes(ceiling)} ({cause}); a guest never has more "
+            "than its maximum"
+        )
+    plugged = current - base
+    if plugged % block:
+        return (
+            f"{fmt_bytes(plugged)} above the boot memory {fmt_bytes(base)} is not a whole number "
+            f"of {fmt_bytes(block)} blocks ({mechanism(cfg)}); expected the boot memory plus "
+            f"whole blocks, e.g. {fmt_bytes(base + align_down(plugged, block))}"
+        )
+    return None
+
+
+def plan(
+    cfg: SizingConfig,
+    host: HostFacts,
+    workload: Workload,
+    vm: Optional[VmState] = None,
+    guards: Optional[Guards] = None,
+) -> Plan:
+    """Plan the sandbox's memory and vCPUs.
+
+    ``vm`` is the observed VM (``None``: a freshly booted VM as Kata boots it);
+    ``guards`` what the host side says (its cgroup, the node's total), read just
+    before. Never raises for large limits: the target is clamped and every clamp
+    is recorded with its cause.
+    """
+    vm = vm if vm is not None else assumed_vm(cfg, host)
+    mem_plan, warnings = _plan_memory(cfg, host, workload, vm, guards or Guards())
+    vcpus, vcpu_notes = _plan_vcpus(cfg, host, workload)
+    warnings += vcpu_notes
+    warnings += [f"vCPUs: {c.detail}" for c in vcpus.clamps]
+    if workload.sizing is not None:
+        warnings = [*workload.sizing.warnings, *warnings]
+    return Plan(memory=mem_plan, vcpus=vcpus, warnings=tuple(warnings))
+
+
+def _workload(cfg: SizingConfig, request: Workload) -> tuple[int, Fraction, list[str]]:
+    mem, cpu = workload(request.containers)
+    notes: list[str] = []
+    sizing = request.sizing
+    if sizing is not None:
+        if not request.containers or cfg.static_sandbox_resource_mgmt:
+            mem, cpu = sizing.memory, sizing.cpu
+            notes.append(f"sandbox sized from CRI annotations ({sizing.origin or 'sandbox spec'})")
+        else:
+            notes.append(
+                "CRI sandbox-sizing annotations ignored: containers were given and "
+                "static_sandbox_resource_mgmt is off (Kata sums the containers then)"
+            )
+    return mem, cpu, notes
+
+
+def pod_overhead(cfg: SizingConfig, request: Workload) -> tuple[Optional[int], str]:
+    """The pod's RuntimeClass overhead and where it came from: the Pod's
+    ``spec.overhead.memory`` or the sandbox annotations (carried by the workload),
+    else ``[kata_mem] pod_overhead_mib``; ``(None, "")`` when nothing gives it."""
+    if request.overhead is not None:
+        return request.overhead, request.overhead_origin
+    if cfg.settings.pod_overhead is not None:
+        return cfg.settings.pod_overhead, "[kata_mem] pod_overhead_mib"
+    return None, ""
+
+
+def sized(
+    cfg: SizingConfig, host: HostFacts, request: Workload, work_mem: int
+) -> tuple[int, list[str]]:
+    """The guest memory the sizing model asks for (README, "Sizing models").
+
+    ``kata``: ``default_memory`` + limits (Kata). ``pod-overhead``: the pod overhead
+    + limits, what the scheduler reserved (kata-containers PR #12735). ``pod-limit``:
+    the limits alone, the overhead paying for the host side (microsoft/kata-containers
+    PR #281); without limits, ``default_memory`` as Kata. The boot memory is a floor
+    in every model: a VM never has less than it booted with.
+    """
+    model = cfg.settings.sizing
+    notes: list[str] = []
+    overhead, _ = pod_overhead(cfg, request)
+    if model == "pod-overhead" and overhead is None:
+        notes.append(
+            "sizing pod-overhead: no pod overhead known (Pod spec.overhead.memory, the "
+            "kata-mem.io/pod-overhead-memory annotation, [kata_mem] pod_overhead_mib): "
+            "sized as kata (default_memory + limits)"
+        )
+        model = "kata"
+    if model == "kata":
+        wanted = cfg.default_memory + work_mem
+    elif model == "pod-overhead":
+        assert overhead is not None
+        wanted = overhead + work_mem
+    else:
+        wanted = work_mem if work_mem > 0 else cfg.default_memory
+    return max(wanted, boot_memory(cfg, host)), notes
+
+
+def vmm_overhead(cfg: SizingConfig, guest_total: int) -> int:
+    """What the VMM uses on the host beyond guest RAM, by the configured model:
+    a fixed part plus a part per GiB of guest memory (host page tables grow with it)."""
+    s = cfg.settings
+    return s.vmm_overhead + per_gib_ceil(s.vmm_overhead_per_gib, guest_total)
+
+
+def cgroup_room(
+    cfg: SizingConfig, cgroup: HostCgroup, current: int
+) -> Optional[tuple[int, CgroupLevel]]:
+    """The largest guest total the cgroup's limits allow, and the limit that binds
+    (``None`` without a limit).
+
+    At every limited level ``total + max(vmm_overhead(total), other) + margin <=
+    limit``, where ``other`` is what is charged there beyond the guest memory the
+    VM has now (``usage - current``): the cgroup's actual charge, when it says more
+    than the overhead model (a virtiofsd, other pods under a parent), wins.
+    """
+    s = cfg.settings
+    best: Optional[tuple[int, CgroupLevel]] = None
+    for level in cgroup.levels:
+        usable = level.limit - s.host_cgroup_margin
+        by_model = (usable - s.vmm_overhead) * GiB // (GiB + s.vmm_overhead_per_gib)
+        other = max((level.usage or 0) - current, 0)
+        # Whole MiB (every block is): readable clamps, and no plan changes.
+        room = align_down(max(min(by_model, usable - other), 0), MiB)
+        if best is None or room < best[0]:
+            best = (room, level)
+    return best
+
+
+def _plan_memory(
+    cfg: SizingConfig, host: HostFacts, request: Workload, vm: VmState, guards: Guards
+) -> tuple[MemoryPlan, list[str]]:
+    mech = mechanism(cfg)
+    host_mem, _ = effective_host_memory(host)
+    ceiling, ceiling_cause = max_memory(cfg, host)
+    block = block_size(cfg, host, vm)
+    base = vm.base
+    work_mem, _, warnings = _workload(cfg, request)
+    requested, notes = sized(cfg, host, request, work_mem)
+    warnings += notes
+    if guards.cgroup_warning:
+        warnings.append(guards.cgroup_warning)
+    clamps: list[Clamp] = []
+
+    def clamp(cause: MemoryCause, limit: int, detail: str) -> None:
+        clamps.append(Clamp(cause, limit, detail))
+
+    if cfg.default_memory > host_mem:
+        warnings.append(
+            f"default_memory {fmt_bytes(cfg.default_memory)} is above the host's memory "
+            f"{fmt_bytes(host_mem)}: a VM boots with at most {fmt_bytes(host_mem)}, as "
+            "runtime-rs lowers it (the Go runtime would ask QEMU for the full size)"
+        )
+    top, top_cause = host_ceiling(cfg, host)
+    if mech == "static" and requested > ceiling and ceiling < top:
+        # Sized once at boot, a static VM never hotplugs, and default_maxmemory only
+        # bounds hotplug: runtime-rs (InitialSizeManager::setup_config) raises it to
+        # the boot size. The Go runtime boots the full size too, but leaves QEMU's
+        # maxmem at default_maxmemory + memory_offset + 1024 MiB, so QEMU refuses to
+        # start above that. kata-mem follows runtime-rs, never above the host.
+        raised = min(align_up(requested, MiB), top)  # whole MiB: a static VM's block
+        warnings.append(
+            f"static_sandbox_resource_mgmt: the maximum is raised from {fmt_bytes(ceiling)} "
+            f"({ceiling_cause}) to the boot size {fmt_bytes(raised)}, as runtime-rs does"
+        )
+        ceiling, ceiling_cause = raised, top_cause
+    if base > ceiling:
+        warnings.append(
+            f"boot memory {fmt_bytes(base)} is above the memory maximum {fmt_bytes(ceiling)}: "
+            "the sandbox keeps its boot memory and nothing is hotplugged"
+        )
+        ceiling = base
+    target = requested
+    if target > ceiling:
+        clamp(ceiling_cause, ceiling, _cause_text(ceiling_cause, requested, ceiling, cfg))
+        target = ceiling
+    # The host-side guards bound growth only: a VM is never shrunk for them here
+    # (a shrink has its own safety rules), and what it has stays.
+    upper, upper_what = ceiling, "the maximum"
+    if mech != "static" and target > vm.total:
+        for cause, room, detail in _guard_rooms(cfg, vm, guards, target):
+            bound = max(room, vm.total)
+            if target > room:
+                clamp(cause, bound, detail(bound))
+                target = bound
+            # A target within the room still rounds up to whole blocks: not past the room.
+            if bound < upper:
+                upper, upper_what = bound, GUARD_NAMES[cause]
+
+    # Round the hotplugged amount up to whole blocks, unless that crosses the max.
+    want = target - base
+    aligned = align_up(want, block)
+    if base + aligned > upper:
+        aligned = align_down(want, block)
+        if aligned < want:
+            clamp(
+                "alignment",
+                base + aligned,
+                f"rounded down to {fmt_bytes(base + aligned)}: the next {fmt_bytes(block)} "
+                f"block would cross {upper_what} {fmt_bytes(upper)}",
+            )
+    target = base + aligned
+    aligned_target = target
+
+    steps: tuple[Step, ...] = ()
+    if mech == "static":
+        # Sized at boot: the boot size is the target; nothing is plugged later.
+        warnings.append("static_sandbox_resource_mgmt: the VM is sized at boot, no hotplug")
+        current = target
+    else:
+        current = vm.total
+        if target > current:
+            steps, reached = (
+                _grow_dimm(vm, target, block, clamp)
+                if mech == "pc-dimm"
+                else _resize_virtio_mem(cfg, vm, target, block, clamp)
+            )
+            target = reached
+        elif target < current:
+            steps, target = (
+                _shrink_dimm(vm, target, clamp)
+                if mech == "pc-dimm"
+                else _resize_virtio_mem(cfg, vm, target, block, clamp)
+            )
+            if steps:
+                warnings.append(
+                    "shrink planned: each step runs only after the guest-usage safety check"
+                )
+    node = guards.node
+    if node is not None and node.budget is not None and node.reserved >= node.host:
+        warnings.append(
+            f"node_reserved_mib ({fmt_bytes(node.reserved)}) is not below the host's memory "
+            f"({fmt_bytes(node.host)}): the node budget is 0, so no sandbox can grow; lower "
+            "node_reserved_mib"
+        )
+    if guards.node is not None and guards.node.available is not None:
+        grow = target - vm.total
+        if grow > guards.node.available:
+            warnings.append(
+                f"the grow of {fmt_bytes(grow)} is more than the host's MemAvailable "
+                f"{fmt_bytes(guards.node.available)} now: the guest may touch memory the host "
+                "has to reclaim or swap first"
+            )
+    if guards.cgroup is not None and mech != "static":
+        found_room = cgroup_room(cfg, guards.cgroup, vm.total)
+        if found_room is not None and vm.total > found_room[0]:
+            warnings.append(
+                f"the VM ({fmt_bytes(vm.total)}) is already more than its host cgroup "
+                f"{found_room[1].path} allows with the VMM overhead ({fmt_bytes(found_room[0])}): the host may "
+                "OOM-kill the VMM when the guest uses its memory; shrink it or raise the limit"
+            )
+    overhead, overhead_origin = pod_overhead(cfg, request)
+    warnings.extend(f"memory: {c.detail}" for c in clamps)
+    return (
+        MemoryPlan(
+            host=host_mem,
+            configured_max=cfg.default_maxmemory,
+            max=ceiling,
+            base=base,
+            requested=requested,
+            aligned=aligned_target,
+            target=target,
+            current=current,
+            mechanism=mech,
+            block=block,
+            clamps=tuple(clamps),
+            steps=steps,
+            sizing=cfg.settings.sizing,
+            pod_overhead=overhead,
+            pod_overhead_origin=overhead_origin,
+            host_cgroup=guards.cgroup,
+            vmm_overhead=None if guards.cgroup is None else vmm_overhead(cfg, target),
+            node=guards.node,
+        ),
+        warnings,
+    )
+
+
+def _guard_rooms(
+    cfg: SizingConfig, vm: VmState, guards: Guards, target: int
+) -> list[tuple[MemoryCause, int, Callable[[int], str]]]:
+    """The host-side bounds on a grow: the VMM's cgroup, then the node's budget."""
+    rooms: list[tuple[MemoryCause, int, Callable[[int], str]]] = []
+    cgroup = guards.cgroup
+    found = None if cgroup is None else cgroup_room(cfg, cgroup, vm.total)
+    if found is not None:
+        room, level = found
+        s = cfg.settings
+
+        def cgroup_text(limit: int) -> str:
+            return (
+                f"grow to {fmt_bytes(target)} clamped to {fmt_bytes(limit)} by the host cgroup "
+                f"{level.path} (limit {fmt_bytes(level.limit)}): guest + VMM overhead ({fmt_bytes(s.vmm_overhead)} + "
+                f"{fmt_bytes(s.vmm_overhead_per_gib)}/GiB, or what is charged beyond the guest, "
+                f"whichever is more) + margin {fmt_bytes(s.host_cgroup_margin)} must fit its limit"
+            )
+
+        rooms.append(("host_cgroup", room, cgroup_text))
+    node = guards.node
+    if node is not None and node.budget is not None:
+        budget = node.budget
+        others = node.committed_others or 0
+        room = align_down(max(budget - others, 0), MiB)
+
+        def node_text(limit: int) -> str:
+            return (
+                f"grow to {fmt_bytes(target)} clamped to {fmt_bytes(limit)} by the node budget "
+                f"{fmt_bytes(budget)}: the other sandboxes hold {fmt_bytes(others)}"
+            )
+
+        rooms.append(("node_budget", room, node_text))
+    return rooms
+
+
+def _cause_text(cause: MemoryCause, requested: int, limit: int, cfg: SizingConfig) -> str:
+    why = {
+        "default_maxmemory": "default_maxmemory",
+        "host_memtotal": "the host's MemTotal",
+        "host_cgroup": "the host memory cgroup limit",
+        "hugepages": "the hugepage pool",
+    }[cause]
+    return f"requested {fmt_bytes(requested)} clamped to {fmt_bytes(limit)} by {why}"
+
+
+_COUNTED = re.compile(rf"(?:{DIMM_PREFIX}|{MEMDEV_PREFIX})([0-9]{{1,9}})")
+
+
+def _new_ids(vm: VmState) -> Iterator[tuple[str, str]]:
+    """Ids for new DIMMs and their backend objects (``kmdimm<N>``, ``kmmem<N>``): a counter
+    past the highest in the VM, skipping any id the VM uses, whoever made it."""
+    taken = vm.taken_ids
+    counted = (_COUNTED.fullmatch(i) for i in taken)
+    index = max((int(m.group(1)) for m in counted if m), default=-1) + 1
+    while True:
+        dimm, memdev = f"{DIMM_PREFIX}{index}", f"{MEMDEV_PREFIX}{index}"
+        if dimm not in taken and memdev not in taken:
+            yield dimm, (memdev if vm.backend_objects else "")
+        index += 1
+
+
+def _grow_dimm(
+    vm: VmState, target: int, block: int, clamp: _ClampFn
+) -> tuple[tuple[Step, ...], int]:
+    """One DIMM per step, each at most 48x the current guest memory (Kata #4847)."""
+    steps: list[Step] = []
+    total = vm.total
+    free_slots = vm.slots - len(vm.dimms)
+    free_space = None if vm.device_space is None else vm.device_space - vm.space_used
+    ids = _new_ids(vm)
+    while total < target:
+        if free_slots <= 0:
+            clamp(
+                "slots",
+                total,
+                f"no free DIMM slot left ({vm.slots} in all): stops at {fmt_bytes(total)}",
+            )
+            break
+        # At least one block, so that even a tiny guest makes progress.
+        size = min(target - total, max(align_down(ACPI_HOTPLUG_FACTOR * total, block), block))
+        if free_space is not None and size > free_space:
+            size = max(align_down(free_space, block), 0)
+            clamp(
+                "device_space",
+                total + size,
+                f"QEMU device-memory space ({fmt_bytes(vm.device_space or 0)}) runs out: "
+                f"stops at {fmt_bytes(total + size)}",
+            )
+            if size <= 0:
+                break
+            target = total + size
+        total += size
+        dimm, memdev = next(ids)
+        steps.append(Step("plug_dimm", dimm, size, size, total, memdev))
+        free_slots -= 1
+        if free_space is not None:
+            free_space -= size
+    return tuple(steps), total
+
+
+def _shrink_dimm(vm: VmState, target: int, clamp: _ClampFn) -> tuple[tuple[Step, ...], int]:
+    """Whole DIMMs, newest first, each no larger than what is left to remove.
+
+    Only DIMMs kata-mem's journal proves it plugged (``ours``) and whose unplug is not
+    already pending qualify; what cannot be removed in whole DIMMs stays (the target
+    ends above the request).
+    """
+    steps: list[Step] = []
+    total = vm.total
+    candidates = [d for d in vm.dimms if d.ours and not d.pending_unplug]
+    candidates.sort(key=lambda d: (d.slot if d.slot is not None else -1, d.id), reverse=True)
+    for dimm in candidates:
+        if total - dimm.size >= target:
+            total -= dimm.size
+            steps.append(Step("unplug_dimm", dimm.id, dimm.size, -dimm.size, total, dimm.memdev))
+    if total > target:
+        clamp(
+            "alignment",
+            total,
+            f"whole DIMMs only: shrinks to {fmt_bytes(total)} instead of {fmt_bytes(target)}",
+        )
+    return tuple(steps), total
+
+
+def _resize_virtio_mem(
+    cfg: SizingConfig, vm: VmState, target: int, block: int, clamp: _ClampFn
+) -> tuple[tuple[Step, ...], int]:
+    """Growth in one ``requested-size`` change; shrink in bounded, block-aligned steps."""
+    dev = vm.virtio_mem
+    if dev is None:
+        clamp("device_space", vm.total, "no virtio-mem device in the VM: nothing can be resized")
+        return (), vm.total
+    others = vm.plugged - dev.size
+    want = target - vm.base - others
+    if want > dev.max_size:
+        want = align_down(dev.max_size, block)
+        clamp(
+            "device_space",
+            vm.base + others + want,
+            f"the virtio-mem device holds at most {fmt_bytes(dev.max_size)}: "
+            f"stops at {fmt_bytes(vm.base + others + want)}",
+        )
+    want = max(want, 0)
+    if want >= dev.size:
+        if want == dev.size:
+            return (), vm.total
+        return (
+            (Step("resize_virtio_mem", dev.id, want, want - dev.size, vm.base + others + want),),
+            vm.base + others + want,
+        )
+    bound = max(
+        align_down(
+            max(cfg.settings.shrink_step_min, dev.size * cfg.settings.shrink_step_percent // 100),
+            block,
+        ),
+        block,
+    )
+    steps: list[Step] = []
+    size = dev.size
+    while size > want:
+        new = max(want, size - bound)
+        steps.append(Step("resize_virtio_mem", dev.id, new, new - size, vm.base + others + new))
+        size = new
+    return tuple(steps), vm.base + others + want
+
+
+def _plan_vcpus(
+    cfg: SizingConfig, host: HostFacts, request: Workload
+) -> tuple[VcpuPlan, list[str]]:
+    """Kata ``defaultMaxVCPUs``/``defaultVCPUs``; target = ceil(default + sum of quota/period).
+
+    ``default`` is the value the VM actually boots with: never above the maximum
+    (runtime-rs ``CpuInfo::adjust_config``; the Go runtime would pass QEMU
+    ``-smp default,maxcpus=max``, which QEMU refuses).
+
+    With static sizing both runtimes boot ceil(default + workload) vCPUs and set
+    the maximum to that, even above ``default_maxvcpus`` or the host's CPUs
+    (Go ``oci.SandboxConfig``, runtime-rs ``InitialSizeManager::setup_config``);
+    only the architecture's cap still applies (Go ``validateHypervisorConfig``).
+    """
+    _, work_cpu, _ = _workload(cfg, request)
+    arch_cap = ARCH_MAX_VCPUS.get(host.arch)
+    if arch_cap is None:
+        raise InputError(f"host arch {host.arch!r}: expected one of {', '.join(ARCHES)} (Go names)")
+    cause: VcpuCause
+    if cfg.default_maxvcpus == 0 or cfg.default_maxvcpus >= host.cpus:
+        ceiling, cause = host.cpus, "host_cpus"
+    else:
+        ceiling, cause = cfg.default_maxvcpus, "default_maxvcpus"
+    if arch_cap < ceiling:
+        ceiling, cause = arch_cap, "arch"
+    default = cfg.default_vcpus
+    usable = min(host.cpus, arch_cap)
+    if default < 0 or default > usable:
+        default = Fraction(usable)
+    elif default == 0:
+        default = Fraction(1)
+    notes: list[str] = []
+    if cfg.static_sandbox_resource_mgmt:
+        boot = max(math.ceil(default + work_cpu), 1)
+        if boot > ceiling and boot <= arch_cap:
+            notes.append(
+                f"static_sandbox_resource_mgmt: the vCPU maximum is raised from {ceiling} "
+                f"({cause}) to the {boot} vCPUs the VM boots with, as Kata does"
+            )
+        ceiling, cause = min(boot, arch_cap), "arch"
+    elif default > ceiling:
+        default = Fraction(ceiling)
+    requested = default + work_cpu
+    target = math.ceil(requested)
+    clamps: tuple[Clamp, ...] = ()
+    if target > ceiling:
+        clamps = (
+            Clamp(
+                cause, ceiling, f"requested {float(requested):g} clamped to {ceiling} by {cause}"
+            ),
+        )
+        target = ceiling
+    return (
+        VcpuPlan(
+            host=host.cpus,
+            max=ceiling,
+            default=default,
+            requested=requested,
+            target=target,
+            clamps=clamps,
+        ),
+        notes,
+    )

@@ -1,0 +1,691 @@
+"""A sandbox request as a value: which sandbox, what it runs, where its VM is, and
+what may be done. Pure: no file, socket, clock or environment.
+
+:class:`SandboxRequest` is the shim protocol's request (schema
+``kata-mem/shim-request/v1``; README, "Runtime-shim integration") as a frozen
+value. :meth:`SandboxRequest.from_json` reads and checks one, with errors that name
+the field; :meth:`SandboxRequest.to_json` writes it back, which is what ``kata-mem
+reconcile`` re-runs. The command line builds the same value from its options.
+
+The values a request carries are read here, once, for every interface: CRI
+sandbox-sizing annotations, cpusets, architecture names and hugepage pools.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any, Literal, Optional, Union
+
+from kata_mem.core.errors import InputError
+from kata_mem.core.fields import Fields, path
+from kata_mem.core.model import (
+    ARCHES,
+    Arch,
+    Container,
+    Role,
+    SandboxSizing,
+    State,
+    Workload,
+    check_sandbox_id,
+)
+from kata_mem.core.units import INT64_MAX, INT64_MIN, UINT64_MAX, GiB, KiB, MiB
+
+REQUEST_SCHEMA = "kata-mem/shim-request/v1"
+RESPONSE_SCHEMA = "kata-mem/shim-response/v1"
+MAX_REQUEST_BYTES = 1 << 20
+
+Event = Literal["create", "update", "delete", "reconcile"]
+EVENTS: tuple[Event, ...] = ("create", "update", "delete", "reconcile")
+STATES: tuple[State, ...] = ("running", "created", "stopped")
+ROLES: tuple[Role, ...] = ("app", "init", "sidecar")
+
+#: The smallest host memory an override may give (``--host-memory``, ``host.memory_bytes``).
+MIN_HOST_MEMORY = MiB
+
+ANN_SANDBOX_MEMORY = "io.kubernetes.cri.sandbox-memory"
+ANN_SANDBOX_CPU_QUOTA = "io.kubernetes.cri.sandbox-cpu-quota"
+ANN_SANDBOX_CPU_PERIOD = "io.kubernetes.cri.sandbox-cpu-period"
+ANN_SANDBOX_CPU_SHARES = "io.kubernetes.cri.sandbox-cpu-shares"
+#: The pod's RuntimeClass overhead, as a Kubernetes quantity. CRI has no annotation for
+#: it (the kubelet passes it in LinuxPodSandboxConfig.overhead, which neither containerd
+#: nor CRI-O puts in the OCI spec), so this is a pod annotation containerd forwards
+#: when the runtime's ``pod_annotations`` lists it.
+ANN_POD_OVERHEAD = "kata-mem.io/pod-overhead-memory"
+
+_TOP = (
+    "schema",
+    "sandbox_id",
+    "event",
+    "config",
+    "containers",
+    "backend",
+    "apply",
+    "allow_shrink",
+    "host",
+    "annotations",
+)
+_CONTAINER = (
+    "id",
+    "state",
+    "role",
+    "memory_limit_bytes",
+    "hugepages_limit_bytes",
+    "cpu_quota",
+    "cpu_period",
+    "cpuset",
+)
+
+#: Errors about a request name its fields: ``request containers[0].id: ...``.
+_REQUEST = Fields("request")
+
+
+# --- Host architecture names and hugepage pools -----------------------------------
+
+#: ``uname -m`` names and Go ``GOARCH`` names of the architectures Kata builds for,
+#: to the Go name kata-mem uses everywhere inside (``ARCHES``).
+GO_ARCH: dict[str, Arch] = {
+    "x86_64": "amd64",
+    "amd64": "amd64",
+    "aarch64": "arm64",
+    "arm64": "arm64",
+    "ppc64le": "ppc64le",
+    "s390x": "s390x",
+    "riscv64": "riscv64",
+}
+assert set(GO_ARCH.values()) == set(ARCHES)
+
+#: The hugepage sizes Linux offers on each architecture, as the kernel accepts them
+#: (``arch_hugetlb_valid_size``): x86_64 PMD and PUD, 2 MiB and 1 GiB
+#: (arch/x86/mm/hugetlbpage.c); arm64 with 4 KiB base pages, contiguous PTE, PMD,
+#: contiguous PMD and PUD, 64 KiB, 2 MiB, 32 MiB and 1 GiB (the table of
+#: Documentation/arch/arm64/hugetlbpage.rst; 16 KiB and 64 KiB base-page kernels
+#: offer other sizes, which kata-mem does not assume); ppc64le 16 MiB and 16 GiB with
+#: the hash MMU, 2 MiB and 1 GiB with radix (arch/powerpc/mm/hugetlbpage.c); s390x
+#: 1 MiB and 2 GiB, EDAT1 and EDAT2 (arch/s390/mm/hugetlbpage.c); riscv64 2 MiB and
+#: 1 GiB, and 64 KiB with Svnapot (arch/riscv/mm/hugetlbpage.c).
+HUGEPAGE_SIZES: dict[Arch, tuple[int, ...]] = {
+    "amd64": (2 * MiB, GiB),
+    "arm64": (64 * KiB, 2 * MiB, 32 * MiB, GiB),
+    "ppc64le": (2 * MiB, 16 * MiB, GiB, 16 * GiB),
+    "s390x": (MiB, 2 * GiB),
+    "riscv64": (64 * KiB, 2 * MiB, GiB),
+}
+assert tuple(HUGEPAGE_SIZES) == ARCHES
+
+
+def normalize_arch(name: str, what: str) -> Arch:
+    """The Go name of an architecture given by its ``uname -m`` or Go name.
+
+    The one place architecture names are read: an unknown name would silently
+    lose the per-architecture vCPU cap, so it is refused.
+
+    :raises InputError: for a name that is not one of the architectures Kata supports;
+        ``what`` names where it came from.
+    """
+    arch = GO_ARCH.get(name)
+    if arch is None:
+        pairs = ", ".join("/".join(k for k, v in GO_ARCH.items() if v == go) for go in ARCHES)
+        raise InputError(
+            f"{what} {name!r}: not an architecture Kata supports; expected one of {pairs} "
+            "(the uname -m or Go name)"
+        )
+    return arch
+
+
+def _size_name(size: int) -> str:
+    from kata_mem.core.quantity import format_quantity
+
+    return format_quantity(Fraction(size))
+
+
+def check_hugepage_size(size: int, arch: Arch, what: str) -> int:
+    """``size`` (bytes), when it is a hugepage size of ``arch`` (:data:`HUGEPAGE_SIZES`).
+
+    :raises InputError: naming ``what`` and the sizes the architecture has.
+    """
+    sizes = HUGEPAGE_SIZES[arch]
+    if size not in sizes:
+        raise InputError(
+            f"{what}: page size {_size_name(size)} is not a hugepage size of {arch}; expected "
+            + " or ".join(map(_size_name, sizes))
+        )
+    return size
+
+
+def check_hugepages(
+    count: int, size: int, what: str, arch: Optional[Arch] = None
+) -> tuple[int, int]:
+    """A hugepage pool given by hand: ``count`` pages of ``size`` bytes, a hugepage size
+    of ``arch`` (of any architecture while ``arch`` is not known yet).
+
+    :raises InputError: a negative count, or a size that is no hugepage size.
+    """
+    if count < 0 or count > (1 << 63) // max(size, 1):
+        raise InputError(
+            f"{what}: page count {count}: expected 0 or more pages, at most 2^63 bytes"
+        )
+    if arch is not None:
+        check_hugepage_size(size, arch, what)
+    elif not any(size in sizes for sizes in HUGEPAGE_SIZES.values()):
+        every = sorted({s for sizes in HUGEPAGE_SIZES.values() for s in sizes})
+        raise InputError(
+            f"{what}: page size {_size_name(size)} is not a hugepage size of any architecture "
+            f"Kata supports; expected one of {', '.join(map(_size_name, every))} (the "
+            "Hugepagesize of /proc/meminfo)"
+        )
+    return count, size
+
+
+# --- cpusets and CRI sandbox-sizing annotations ------------------------------------
+
+_CPU_SPAN = re.compile(r"([0-9]{1,10})(?:-([0-9]{1,10}))?", re.ASCII)
+
+
+def cpuset_size(text: str, where: str) -> int:
+    """The number of CPUs in a Linux CPU list such as ``"0-3,7"`` (an OCI
+    ``linux.resources.cpu.cpus``); ``""`` is none.
+
+    As Kata's ``cpuset.Parse`` (src/runtime/virtcontainers/pkg/cpuset) counts it: a
+    set, so overlapping ranges count once. Where Kata silently counts a malformed
+    list as no CPUs at all (``calculateSandboxCPUs`` then returns 0 for the whole
+    sandbox), the container could not start under runc either: it is refused here.
+
+    :raises InputError: a part that is not ``N`` or ``N-M`` with N <= M; ``where`` names the field.
+    """
+    if text == "":
+        return 0
+    spans: list[tuple[int, int]] = []
+    for part in text.split(","):
+        m = _CPU_SPAN.fullmatch(part)
+        low = int(m[1]) if m else 0
+        high = int(m[2]) if m and m[2] else low
+        if m is None or high < low:
+            raise InputError(
+                f'{where}: {text[:80]!r}: expected a CPU list such as "0-3,7" '
+                f"(CPU numbers and ascending ranges N-M, comma-separated); bad part {part[:40]!r}"
+            )
+        spans.append((low, high))
+    count, end = 0, -1
+    for low, high in sorted(spans):
+        if high > end:
+            count += high - max(low, end + 1) + 1
+            end = high
+    return count
+
+
+def sandbox_sizing(annotations: dict[str, str], where: str) -> SandboxSizing:
+    """Pod sizing from containerd's CRI annotations (Kata ``CalculateSandboxSizing``,
+    src/runtime/pkg/oci/utils.go): memory bytes (negative -> 0); CPUs quota/period,
+    or ceil(shares/1024) when the quota is negative (unconstrained).
+
+    Values are parsed as Go's ``strconv.ParseInt`` (memory, quota) and
+    ``ParseUint`` (period, shares) parse them, 64 bits. As in Kata, one that does
+    not parse is read as 0 with a warning, so a malformed annotation never keeps
+    the pod from starting; the warnings travel in the result into the plan. An
+    empty value is absent.
+    """
+    warnings: list[str] = []
+
+    def number(key: str, signed: bool) -> int:
+        raw = annotations.get(key, "")
+        if raw == "":
+            return 0
+        digits = raw[1:] if signed and raw[:1] in "+-" else raw
+        value: Optional[int] = None
+        significant = digits.lstrip("0") or "0"
+        # The length bound keeps int() cheap and inside Python's digit limit.
+        if digits.isascii() and digits.isdigit() and len(significant) <= 20:
+            value = -int(significant) if raw[:1] == "-" else int(significant)
+        low, high, kind = (
+            (INT64_MIN, INT64_MAX, "a 64-bit integer")
+            if signed
+            else (0, UINT64_MAX, "an unsigned 64-bit integer")
+        )
+        if value is None or not low <= value <= high:
+            warnings.append(
+                f"{where}: annotation {key}: {raw[:40]!r} is not {kind}; "
+                "read as absent (0), as Kata does"
+            )
+            return 0
+        return value
+
+    memory = max(number(ANN_SANDBOX_MEMORY, signed=True), 0)
+    quota = number(ANN_SANDBOX_CPU_QUOTA, signed=True)
+    period = number(ANN_SANDBOX_CPU_PERIOD, signed=False)
+    shares = number(ANN_SANDBOX_CPU_SHARES, signed=False)
+    cpu = Fraction(0)
+    if quota >= 0 and period > 0:
+        cpu = Fraction(quota, period)
+    elif quota < 0 and shares > 0:
+        cpu = Fraction(math.ceil(Fraction(shares, 1024)))
+    return SandboxSizing(min(memory, INT64_MAX), cpu, where, tuple(warnings))
+
+
+def overhead_annotation(annotations: dict[str, str], where: str) -> Optional[int]:
+    """The pod overhead from :data:`ANN_POD_OVERHEAD` (``None`` when absent or empty).
+
+    :raises QuantityError: a value that is not a non-negative Kubernetes quantity.
+    """
+    raw = annotations.get(ANN_POD_OVERHEAD, "")
+    if raw == "":
+        return None
+    from kata_mem.core.quantity import quantity_bytes
+
+    return quantity_bytes(raw, f"{where}: annotation {ANN_POD_OVERHEAD} {raw[:40]!r}")
+
+
+def sizing_annotations(sizing: SandboxSizing) -> dict[str, str]:
+    """The CRI annotations that :func:`sandbox_sizing` reads back as ``sizing``."""
+    return {
+        ANN_SANDBOX_MEMORY: str(sizing.memory),
+        ANN_SANDBOX_CPU_QUOTA: str(sizing.cpu.numerator),
+        ANN_SANDBOX_CPU_PERIOD: str(sizing.cpu.denominator),
+    }
+
+
+# --- The parts of a request --------------------------------------------------------
+
+
+#: The libvirt URIs kata-mem opens: local connections only, whatever wrote the URI (the
+#: command line, a shim request, a saved request on disk). libvirt's other transports
+#: reach another host (``ssh``, ``tcp``, ``tls``, ``libssh``) or run a command
+#: (``ext``, ``?command=``); query parameters pick a command, a socket or a daemon
+#: (``?socket=``, ``?netcat=``, ``?no_verify=``, ``embed?root=``), and a ``test:///FILE``
+#: URI makes libvirt read that file as root (https://libvirt.org/uri.html and
+#: https://libvirt.org/remote.html: transports and extra parameters).
+LIBVIRT_URIS = (
+    "qemu:///system",
+    "qemu:///session",
+    "qemu+unix:///system",
+    "qemu+unix:///session",
+    "test:///default",
+)
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where a VM's hypervisor listens: a QMP socket, or a libvirt URI and domain.
+
+    :raises InputError: (on construction) a libvirt URI that is not one of
+        :data:`LIBVIRT_URIS`; every interface builds its endpoint here, so every one
+        is checked the same way.
+    """
+
+    kind: Literal["qmp", "libvirt"]
+    target: str
+    domain: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind == "libvirt" and self.target not in LIBVIRT_URIS:
+            raise InputError(
+                f"libvirt URI {json.dumps(self.target)[:200]}: not a local connection; expected "
+                f"one of {', '.join(LIBVIRT_URIS)} (kata-mem runs as root: no remote transport, "
+                "no command, no query parameters)"
+            )
+
+    def describe(self) -> str:
+        return (
+            f"QMP {self.target}"
+            if self.kind == "qmp"
+            else f"libvirt {self.target} domain {self.domain}"
+        )
+
+    def to_json(self) -> dict[str, str]:
+        """The request's ``backend`` object."""
+        if self.kind == "qmp":
+            return {"type": "qmp", "socket": self.target}
+        return {"type": "libvirt", "uri": self.target, "domain": self.domain}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any], at: str = "backend") -> Endpoint:
+        """Read a request's ``backend`` object.
+
+        :raises InputError: an unknown type, a missing or empty field, an unknown field,
+            or a libvirt URI that is not local.
+        """
+        kind = doc.get("type")
+        if kind == "qmp":
+            _REQUEST.only(doc, ("type", "socket"), at)
+            return cls("qmp", _REQUEST.required_string(doc, "socket", at))
+        if kind == "libvirt":
+            _REQUEST.only(doc, ("type", "uri", "domain"), at)
+            uri = _REQUEST.required_string(doc, "uri", at)
+            domain = _REQUEST.required_string(doc, "domain", at)
+            try:
+                return cls("libvirt", uri, domain)
+            except InputError as exc:
+                raise InputError(f"{_REQUEST.name(path(at, 'uri'))}: {exc.message}") from exc
+        raise _REQUEST.fail(path(at, "type"), '"qmp" or "libvirt"', kind)
+
+
+@dataclass(frozen=True)
+class HostOverrides:
+    """Host facts given instead of probed (the CLI's ``--host-*``, a request's ``host``).
+
+    ``arch`` is a Go name (:func:`normalize_arch`); ``hugepages`` is (count, page size
+    in bytes), checked by :func:`check_hugepages`.
+    """
+
+    memory: Optional[int] = None
+    cpus: Optional[int] = None
+    arch: Optional[Arch] = None
+    hugepages: Optional[tuple[int, int]] = None
+    #: The VMM's host memory cgroup directory, instead of finding it from the VMM's pid.
+    cgroup: Optional[str] = None
+
+    def given(self) -> bool:
+        return any(
+            v is not None for v in (self.memory, self.cpus, self.arch, self.hugepages, self.cgroup)
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """The request's ``host`` object: the overrides that are given."""
+        doc: dict[str, Any] = {}
+        for key, value in (
+            ("memory_bytes", self.memory),
+            ("cpus", self.cpus),
+            ("arch", self.arch),
+            ("cgroup", self.cgroup),
+        ):
+            if value is not None:
+                doc[key] = value
+        if self.hugepages is not None:
+            doc["hugepages"] = {"count": self.hugepages[0], "size_bytes": self.hugepages[1]}
+        return doc
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any], at: str = "host") -> HostOverrides:
+        """Read a request's ``host`` object.
+
+        :raises InputError: a wrongly typed or out-of-range field, an unknown
+            architecture, a bad hugepage pool, or an unknown field.
+        """
+        _REQUEST.only(doc, ("memory_bytes", "cpus", "arch", "hugepages", "cgroup"), at)
+        cgroup = _REQUEST.string(doc, "cgroup", at)
+        if cgroup is not None and not cgroup.startswith("/"):
+            raise _REQUEST.fail(path(at, "cgroup"), "an absolute path (a cgroup directory)", cgroup)
+        name = _REQUEST.string(doc, "arch", at)
+        arch = None if name is None else normalize_arch(name, _REQUEST.name(path(at, "arch")))
+        pool = None
+        pages = _REQUEST.mapping(doc, "hugepages", at)
+        if pages is not None:
+            where = path(at, "hugepages")
+            _REQUEST.only(pages, ("count", "size_bytes"), where)
+            pool = check_hugepages(
+                _REQUEST.required_integer(pages, "count", where, minimum=0),
+                _REQUEST.required_integer(pages, "size_bytes", where, minimum=1),
+                _REQUEST.name(where),
+                arch,  # else the host's, checked when it is probed
+            )
+        return cls(
+            memory=_REQUEST.integer(doc, "memory_bytes", at, minimum=MIN_HOST_MEMORY),
+            cpus=_REQUEST.integer(doc, "cpus", at, minimum=1),
+            arch=arch,
+            hugepages=pool,
+            cgroup=cgroup,
+        )
+
+
+def _container_json(c: Container) -> dict[str, Any]:
+    return {
+        "id": c.name,
+        "state": c.state,
+        "role": c.role,
+        "memory_limit_bytes": c.memory_limit,
+        "hugepages_limit_bytes": c.hugepages_limit,
+        "cpu_quota": c.cpu.numerator,
+        "cpu_period": c.cpu.denominator,
+        # Only the size of a cpuset counts, so any set of that size reproduces it.
+        **({"cpuset": f"0-{c.cpuset_cpus - 1}"} if c.cpuset_cpus > 0 else {}),
+    }
+
+
+def _container(item: Any, at: str) -> Container:
+    if not isinstance(item, dict):
+        raise _REQUEST.fail(at, "an object", item)
+    _REQUEST.only(item, _CONTAINER, at)
+    state = _REQUEST.choice(item, "state", STATES, at, "running")
+    role = _REQUEST.choice(item, "role", ROLES, at, "app")
+    limit = _REQUEST.integer(item, "memory_limit_bytes", at) or 0
+    hugepages = _REQUEST.integer(item, "hugepages_limit_bytes", at, minimum=0) or 0
+    quota = _REQUEST.integer(item, "cpu_quota", at) or 0
+    period = _REQUEST.integer(item, "cpu_period", at, minimum=0) or 0
+    cpu = Fraction(quota, period) if quota > 0 and period > 0 else Fraction(0)
+    name = _REQUEST.required_string(item, "id", at)
+    cpuset, cpus = item.get("cpuset"), 0
+    if cpuset is not None:
+        if not isinstance(cpuset, str):
+            raise _REQUEST.fail(path(at, "cpuset"), 'null or a CPU list such as "0-3,7"', cpuset)
+        cpus = cpuset_size(cpuset, _REQUEST.name(path(at, "cpuset")))
+    return Container(name, max(limit, 0), hugepages, cpu, role, state, _REQUEST.name(at), cpus)
+
+
+def unique_containers(containers: tuple[Container, ...]) -> tuple[Container, ...]:
+    """``containers``, each once: a container given twice (the same id in a request, the
+    same OCI spec twice on a command line) would count its limit twice, so, as a key
+    given twice is refused, so is an id.
+
+    :raises InputError: naming the id and both places.
+    """
+    first: dict[str, str] = {}
+    for c in containers:
+        if c.name in first:
+            raise InputError(
+                f"{c.origin}: container id {json.dumps(c.name)[:80]} is also that of "
+                f"{first[c.name]}; expected each container once"
+            )
+        first[c.name] = c.origin
+    return containers
+
+
+#: Where a lone surrogate can come from once the text is strict UTF-8: an escape
+#: ``\uD800``-``\uDFFF``. A cheap filter: a match only means the decoded document is checked.
+_MAYBE_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _decode(raw: bytes) -> Any:
+    """``json.loads``, refusing what JSON can carry but a request must not: a key given
+    twice in one object (decoders disagree on which one counts, so an ``event`` given
+    twice could mean ``update`` to the shim and ``delete`` to kata-mem), and text that
+    is not UTF-8 (lone surrogates such as ``"\\udcff"``), which no path or id can be.
+
+    The bytes are decoded as strict UTF-8 first: ``json.loads`` given bytes would
+    guess UTF-16 or UTF-32 and skip a byte-order mark, and a JSON text exchanged between
+    systems is UTF-8 without one (RFC 8259, section 8.1).
+
+    :raises InputError: naming the byte, key or value and its path.
+    """
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(
+            f"request: byte 0x{raw[exc.start]:02x} at offset {exc.start} is not UTF-8; "
+            "expected UTF-8 JSON"
+        ) from exc
+    if text.startswith("\ufeff"):
+        raise InputError(
+            "request: starts with a byte-order mark (U+FEFF); expected UTF-8 JSON without one"
+        )
+    if "\x00" in text:
+        raise InputError(
+            f"request: a NUL byte at offset {raw.index(0)} (UTF-16 or UTF-32 text?); "
+            "expected UTF-8 JSON"
+        )
+    duplicates: dict[int, str] = {}
+
+    def pairs_hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        obj = dict(pairs)
+        if len(obj) < len(pairs):
+            seen: set[str] = set()
+            for key, _ in pairs:
+                if key in seen:
+                    duplicates[id(obj)] = key
+                    break
+                seen.add(key)
+        return obj
+
+    try:
+        doc = json.loads(text, object_pairs_hook=pairs_hook)
+    except (ValueError, RecursionError) as exc:
+        raise InputError(f"request is not JSON: {exc}") from exc
+    if not duplicates and not _MAYBE_SURROGATE.search(text):
+        return doc  # the usual case: nothing to find, no walk
+    # Depth-first in document order, without recursion (json.loads has already
+    # bounded the depth, but the walk may start deeper in the stack than it did).
+    todo: list[tuple[str, Any]] = [("", doc)]
+    while todo:
+        where, value = todo.pop()
+        if isinstance(value, str):
+            try:
+                value.encode()
+            except UnicodeEncodeError as exc:
+                raise InputError(
+                    f"request {where or 'document'}: {json.dumps(value)[:80]} is not valid "
+                    "Unicode (a lone surrogate); expected UTF-8 text"
+                ) from exc
+        elif isinstance(value, dict):
+            if id(value) in duplicates:
+                key = duplicates[id(value)]
+                raise InputError(
+                    f"request {path(where, key)}: the key {json.dumps(key)} is given more than "
+                    "once in one object; expected each key once"
+                )
+            children: list[tuple[str, Any]] = []
+            for key, item in value.items():
+                children += [(f"{where or 'document'} key", key), (path(where, key), item)]
+            todo.extend(reversed(children))
+        elif isinstance(value, list):
+            todo.extend(reversed([(path(where, i), v) for i, v in enumerate(value)]))
+    return doc
+
+
+# --- The request -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SandboxRequest:
+    """One request about one sandbox.
+
+    ``event`` ``delete`` forgets the sandbox's state; any other sizes it. With
+    ``apply`` the VM at ``endpoint`` is resized; without, the sandbox is only planned
+    (against a freshly booted VM, as ``preview`` does). ``config`` ``None`` means
+    where Kata looks; ``host`` overrides the host probe.
+    """
+
+    sandbox: str
+    event: Event = "update"
+    config: Optional[str] = None
+    workload: Workload = field(default_factory=Workload)
+    endpoint: Optional[Endpoint] = None
+    apply: bool = False
+    allow_shrink: bool = False
+    host: HostOverrides = field(default_factory=HostOverrides)
+
+    def to_json(self) -> dict[str, Any]:
+        """The request as the shim reads it (schema ``kata-mem/shim-request/v1``)."""
+        doc: dict[str, Any] = {
+            "schema": REQUEST_SCHEMA,
+            "sandbox_id": self.sandbox,
+            "event": self.event,
+            "config": self.config,
+            "containers": [_container_json(c) for c in self.workload.containers],
+            "backend": None if self.endpoint is None else self.endpoint.to_json(),
+            "apply": self.apply,
+            "allow_shrink": self.allow_shrink,
+        }
+        if self.host.given():
+            doc["host"] = self.host.to_json()
+        annotations: dict[str, str] = {}
+        if self.workload.sizing is not None:
+            annotations.update(sizing_annotations(self.workload.sizing))
+        if self.workload.overhead is not None:
+            annotations[ANN_POD_OVERHEAD] = str(self.workload.overhead)
+        if annotations:
+            doc["annotations"] = annotations
+        return doc
+
+    @classmethod
+    def from_json(cls, data: Union[bytes, dict[str, Any]]) -> SandboxRequest:
+        """Read and check a request: its raw bytes, or the document already decoded
+        (whose keys and text are then taken as they are).
+
+        :raises InputError: too large, not JSON, a key given twice, text that is not
+            UTF-8, an unknown schema version, a missing or wrongly typed field (named),
+            or an unknown field.
+        """
+        if isinstance(data, bytes):
+            if len(data) > MAX_REQUEST_BYTES:
+                raise InputError(f"request larger than {MAX_REQUEST_BYTES} bytes")
+            try:
+                doc = _decode(data)
+            except InputError as exc:
+                # json.loads raises a plain ValueError (its syntax errors are
+                # JSONDecodeErrors, text errors UnicodeErrors) for one thing only: an
+                # integer longer than int() converts, whose message is Python's advice
+                # to raise sys.set_int_max_str_digits(). Say what a request may hold.
+                if type(exc.__cause__) is ValueError:
+                    raise InputError(
+                        "request: a number of thousands of digits; expected integers of at "
+                        f"most 64 bits ({INT64_MIN} to {UINT64_MAX})"
+                    ) from exc
+                raise
+        else:
+            doc = data
+        if not isinstance(doc, dict):
+            raise _REQUEST.fail("", "a JSON object", doc)
+        if doc.get("schema") != REQUEST_SCHEMA:
+            raise InputError(
+                f"request schema: expected {REQUEST_SCHEMA!r}, got "
+                f"{json.dumps(doc.get('schema'))[:80]}"
+            )
+        _REQUEST.only(doc, _TOP)
+        sandbox = _REQUEST.required_string(doc, "sandbox_id")
+        try:
+            check_sandbox_id(sandbox)
+        except InputError as exc:
+            raise InputError(f"request sandbox_id: {exc.message}") from exc
+        event = _REQUEST.choice(doc, "event", EVENTS)
+        config = _REQUEST.string(doc, "config")
+        items = doc.get("containers", [])
+        if not isinstance(items, list):
+            raise _REQUEST.fail("containers", "a list", items)
+        containers = unique_containers(
+            tuple(_container(item, path("containers", i)) for i, item in enumerate(items))
+        )
+        backend = _REQUEST.mapping(doc, "backend")
+        endpoint = None if backend is None else Endpoint.from_json(backend)
+        apply = _REQUEST.boolean(doc, "apply")
+        if apply and endpoint is None and event != "delete":
+            raise InputError("request apply: true needs a backend")
+        host = _REQUEST.mapping(doc, "host")
+        overrides = HostOverrides() if host is None else HostOverrides.from_json(host)
+        annotations = doc.get("annotations")
+        sizing = None
+        overhead = None
+        if annotations is not None:
+            if not isinstance(annotations, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in annotations.items()
+            ):
+                raise _REQUEST.fail("annotations", "an object of strings", annotations)
+            if ANN_SANDBOX_MEMORY in annotations:
+                sizing = sandbox_sizing(annotations, "request annotations")
+            overhead = overhead_annotation(annotations, "request annotations")
+        return cls(
+            sandbox=sandbox,
+            event=event,
+            config=config,
+            workload=Workload(
+                containers,
+                sizing,
+                overhead,
+                f"annotation {ANN_POD_OVERHEAD}" if overhead is not None else "",
+            ),
+            endpoint=endpoint,
+            apply=apply,
+            allow_shrink=_REQUEST.boolean(doc, "allow_shrink"),
+            host=overrides,
+        )

@@ -1,0 +1,119 @@
+"""The shrink-safety decision: may this shrink step run now? A pure function.
+
+KEP-1287's memory-decrease rule, made stronger: the kubelet skips a decrease
+when usage is above the new limit; here every *step* of a shrink must leave the
+guest its unreclaimable usage plus a headroom, measured with fresh statistics,
+and a reading that is missing or stale is "unknown" (Deferred), never zero and
+never Infeasible.
+
+All sizes are the guest's own (balloon statistics), because the kernel keeps
+part of boot memory that never shows in MemTotal::
+
+    guest_total_after = MemTotal - (memory the step removes)
+    usage             = MemTotal - MemFree                 (everything in use)
+    reclaimable       = min(disk caches, MemAvailable - MemFree)   (conservative)
+    headroom          = max(headroom_min, one block, headroom_percent of the step's target)
+    run only if       guest_total_after >= (usage - reclaimable) + headroom
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Optional
+
+from kata_mem.core.model import GuestUsage, SafetyReason, Settings
+from kata_mem.core.units import fmt_bytes, to_mib_nearest
+
+Action = Literal["run", "defer"]
+#: Major page faults since the shrink began that count as pressure: the guest is
+#: reading back from disk what it no longer has room to cache.
+MAJOR_FAULTS_PRESSURE = 1000
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Run the step, or defer it with a reason code and a message for people."""
+
+    action: Action
+    reason: SafetyReason
+    message: str
+
+
+def headroom(settings: Settings, block: int, target_total: int) -> int:
+    """Memory a shrink must leave free: max(floor, one block, percent of the target)."""
+    return max(settings.headroom_min, block, target_total * settings.headroom_percent // 100)
+
+
+def check_step(
+    *,
+    current_total: int,
+    after_total: int,
+    usage: Optional[GuestUsage],
+    settings: Settings,
+    block: int,
+    baseline: Optional[GuestUsage] = None,
+) -> Verdict:
+    """Decide whether a shrink step from ``current_total`` to ``after_total`` may run.
+
+    ``baseline`` is the reading taken before the shrink began; a rise in major
+    page faults since then is pressure (the guest is refaulting what it lost).
+    """
+    if usage is None:
+        return Verdict(
+            "defer",
+            "UsageUnknown",
+            "no guest memory statistics (no balloon, or the guest does not report)",
+        )
+    age = usage.age
+    if age is None:
+        return Verdict("defer", "UsageUnknown", "the guest has not reported memory statistics yet")
+    if age > settings.usage_max_age_s:
+        return Verdict(
+            "defer",
+            "UsageUnknown",
+            f"guest statistics are {age:.1f} s old (more than {settings.usage_max_age_s:g} s): usage unknown",
+        )
+    if usage.total is None or usage.free is None or usage.available is None:
+        return Verdict(
+            "defer", "UsageUnknown", "the guest does not report total, free and available memory"
+        )
+    faults = (
+        None
+        if baseline is None or baseline.major_faults is None or usage.major_faults is None
+        else usage.major_faults - baseline.major_faults
+    )
+    if faults is not None and faults > MAJOR_FAULTS_PRESSURE:
+        return Verdict(
+            "defer", "GuestPressure", f"the guest took {faults} major page faults during the shrink"
+        )
+    removed = max(current_total - after_total, 0)
+    used = usage.total - usage.free
+    reclaimable = usage.reclaimable
+    room = headroom(settings, block, after_total)
+    guest_after = usage.total - removed
+    need = used - reclaimable + room
+    detail = (
+        f"guest usage {_about(used)}, reclaimable {_about(reclaimable)}, "
+        f"headroom {_about(room)}: needs {_about(need)}, "
+        f"the step would leave {_about(guest_after)} (target {fmt_bytes(after_total)})"
+    )
+    if guest_after < need:
+        return Verdict("defer", "UsageAboveTarget", f"shrink deferred: {detail}")
+    return Verdict("run", "", detail)
+
+
+def under_pressure(usage: Optional[GuestUsage], settings: Settings, block: int) -> Optional[str]:
+    """A reason to revert now, or None: the guest's reclaimable-adjusted free memory
+    fell below the headroom floor during a step."""
+    if usage is None or usage.total is None or usage.free is None or usage.available is None:
+        return None
+    spare = usage.free + usage.reclaimable
+    floor = max(settings.headroom_min, block)
+    if spare < floor:
+        return f"guest free memory {_about(spare)} fell below the headroom floor {fmt_bytes(floor)}"
+    return None
+
+
+def _about(n: int) -> str:
+    """A size for messages, to the nearest MiB (the decision itself uses exact bytes)."""
+    return f"{to_mib_nearest(n)} MiB"

@@ -1,0 +1,454 @@
+"""Read a Kata runtime configuration (TOML) as installed, with its drop-ins.
+
+Only the sizing keys are read; the hundreds of other keys are ignored. Kata's
+defaults and fallbacks are applied here and every effective value records where
+it came from. kata-mem's own settings live in a ``[kata_mem]`` table of the same
+files (Kata ignores tables it does not know).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import fields
+from fractions import Fraction
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from kata_mem.core.errors import ConfigError
+from kata_mem.core.fields import Fields, is_bool, is_int, is_number, is_str, toml_value
+from kata_mem.core.model import SIZING_MODELS, Settings, SizingConfig
+from kata_mem.core.units import INT64_MAX, MiB, to_mib_floor
+from kata_mem.edges.files import CONFIG_CAP, not_regular, read_capped
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python < 3.11 only
+    import tomli as tomllib
+
+#: Where Kata looks when no file is given, in order (after ``KATA_CONF_FILE``).
+DEFAULT_PATHS = (
+    "/etc/kata-containers/configuration.toml",
+    "/opt/kata/share/defaults/kata-containers/configuration.toml",
+)
+
+#: Kata's Go-runtime build defaults (src/runtime/Makefile).
+KATA_DEFAULT_MEMORY_MIB = 2048
+KATA_MIN_MEMORY_MIB = 256
+KATA_DEFAULT_SLOTS = 10
+
+Origins = dict[tuple[str, ...], str]
+
+
+def find_config(explicit: Optional[str], env: Mapping[str, str]) -> tuple[Path, str]:
+    """The configuration file to use and why it was chosen.
+
+    Only looks at the candidates (never opens one), so a FIFO cannot block here; the
+    file is read, or refused, by :func:`load_raw`.
+
+    :raises ConfigError: when KATA_CONF_FILE names something that is not a regular
+        file, or no file is given and none exists where Kata looks.
+    """
+    if explicit:
+        return Path(explicit), "--config"
+    from_env = env.get("KATA_CONF_FILE")
+    if from_env:
+        why = not_regular(from_env)
+        if why == "does not exist":
+            raise ConfigError(f"{from_env}: no such configuration file (named by KATA_CONF_FILE)")
+        if why:
+            raise ConfigError(
+                f"{from_env}: {why}, expected a regular configuration file (named by KATA_CONF_FILE)"
+            )
+        return Path(from_env), "KATA_CONF_FILE"
+    for candidate in DEFAULT_PATHS:
+        # As Kata: the first candidate that exists is the one, whatever it is (a FIFO or
+        # a directory there is then refused when read, not skipped in silence).
+        if Path(candidate).exists():
+            return Path(candidate), "Kata default location"
+    raise ConfigError(
+        "no Kata configuration found: pass --config FILE, set KATA_CONF_FILE, or install one at "
+        + " or ".join(DEFAULT_PATHS)
+    )
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    data = read_capped(path, cap=CONFIG_CAP, what="configuration", error=ConfigError)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: not UTF-8 (byte {exc.start})") from exc
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from exc
+    except RecursionError as exc:
+        raise ConfigError(
+            f"{path}: invalid TOML: arrays or inline tables nested too deeply to read (more"
+            " than a few hundred levels); a Kata configuration is a few levels deep"
+        ) from exc
+    except ValueError as exc:
+        # int() refuses integers of more than 4300 digits (CVE-2020-10735), in words that
+        # differ between Pythons and point at an interpreter setting: say it in our own.
+        raise ConfigError(
+            f"{path}: invalid TOML: an integer of more than 4300 digits; Kata reads 64-bit "
+            "integers (at most 19 digits)"
+        ) from exc
+
+
+def _merge(
+    into: dict[str, Any],
+    new: Mapping[str, Any],
+    origins: Origins,
+    file: str,
+    prefix: tuple[str, ...] = (),
+) -> None:
+    for key, value in new.items():
+        path = (*prefix, key)
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            _merge(into[key], value, origins, file, path)
+        else:
+            into[key] = value
+            _record(origins, path, value, file)
+
+
+def _record(origins: Origins, path: tuple[str, ...], value: Any, file: str) -> None:
+    origins[path] = file
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _record(origins, (*path, k), v, file)
+
+
+def load_raw(path: Path) -> tuple[dict[str, Any], Origins, tuple[str, ...]]:
+    """The merged TOML of ``path`` and its ``config.d/*.toml`` drop-ins (alphabetical,
+    later wins), the file each key came from, and the files read in order."""
+    data: dict[str, Any] = {}
+    origins: Origins = {}
+    files = [path]
+    dropin_dir = path.parent / "config.d"
+    if dropin_dir.is_dir():
+        # Not only regular files: a FIFO or device named *.toml is refused when read,
+        # rather than skipped so that the configuration silently differs from the files.
+        files += sorted(p for p in dropin_dir.glob("*.toml") if not p.is_dir())
+    for f in files:
+        _merge(data, _read_toml(f), origins, str(f))
+    return data, origins, tuple(str(f) for f in files)
+
+
+class _Reader:
+    """Typed access to one table, with errors that name the file, key and expectation,
+    and a record of where each value came from."""
+
+    def __init__(
+        self, table: Mapping[str, Any], path: tuple[str, ...], origins: Origins, fallback_file: str
+    ) -> None:
+        self.table = table
+        self.path = path
+        self.origins = origins
+        self.fallback_file = fallback_file
+        self.sources: list[tuple[str, str]] = []
+
+    def fields(self, key: str) -> Fields:
+        """The file that set ``key`` (or would have), for its errors."""
+        file = self.origins.get((*self.path, key), self.fallback_file)
+        return Fields(f"{file}:", ConfigError, toml_value)
+
+    def at(self, key: str) -> str:
+        return f"[{'.'.join(self.path)}] {key}"
+
+    def where(self, key: str) -> str:
+        return self.fields(key).name(self.at(key))
+
+    def get(self, key: str, default: Any, check: Callable[[Any], bool], expected: str) -> Any:
+        if key not in self.table:
+            self.sources.append((key, f"default ({toml_value(default)})"))
+            return default
+        value = self.table[key]
+        if not check(value):
+            raise self.fields(key).fail(self.at(key), expected, value)
+        self.sources.append((key, f"{self.where(key)} = {toml_value(value)}"))
+        return value
+
+    def note(self, key: str, text: str) -> None:
+        self.sources = [(k, f"{s}; {text}" if k == key else s) for k, s in self.sources]
+
+
+def _nonneg_int(v: Any) -> bool:
+    return is_int(v) and v >= 0
+
+
+#: The ranges of the Go types Kata decodes the sizing keys into (src/runtime/pkg/
+#: katautils/config.go, ``type hypervisor``), as its TOML decoder (BurntSushi/toml
+#: ``unifyInt``, ``unifyFloat64``) enforces them: Kata refuses a value outside.
+UINT32_MAX = (1 << 32) - 1
+FLOAT32_MAX = 3.4028234663852886e38
+FLOAT32_SAFE_INT = (1 << 24) - 1
+
+
+def _in_range(
+    reader: _Reader, key: str, value: float, low: float, high: float, kata_type: str
+) -> None:
+    if not low <= value <= high:
+        raise ConfigError(
+            f"{reader.where(key)}: {toml_value(value)} is out of range: Kata reads it as a "
+            f"{kata_type}, expected {toml_value(low)} to {toml_value(high)}"
+        )
+
+
+#: (file identity, the drop-in directory's, each file read's) -> what they gave; for
+#: ``kata-mem serve``, which would otherwise parse the TOML on every request.
+_Signature = tuple[tuple[int, ...], ...]
+_LOADED: dict[str, tuple[_Signature, SizingConfig]] = {}
+_LOADED_MAX = 64
+_SETTLED_NS = 1_000_000_000
+
+
+def _identity(path: str | Path) -> tuple[int, ...]:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return ()
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _signature(path: Path, files: tuple[str, ...]) -> _Signature:
+    # The directory changes when a drop-in is added, removed or renamed; a file, when
+    # it is written (ctime too, so an edit that keeps size and mtime still counts).
+    return (_identity(path.parent / "config.d"), *(_identity(f) for f in files))
+
+
+def load_config(path: Path) -> SizingConfig:
+    """Load the sizing configuration from ``path`` and its drop-ins.
+
+    The result is reused while the files it was read from, and the drop-in directory,
+    are unchanged (same inode, size, mtime and ctime); errors are never reused.
+
+    :raises ConfigError: for a missing or unreadable file, invalid TOML, no or
+        several ``[hypervisor.NAME]`` sections, or a sizing key of the wrong
+        type or range; the message names the file and key.
+    """
+    key = str(path)
+    cached = _LOADED.get(key)
+    if cached is not None and cached[0] == _signature(path, cached[1].files):
+        return cached[1]
+    started = time.time_ns()
+    cfg = _load_config(path)
+    signature = _signature(path, cfg.files)
+    # A file changed while (or just before) it was read may not be what was read: not
+    # kept until it has been still for a while (file times lag the clock by a tick).
+    if all(ident and ident[-1] < started - _SETTLED_NS for ident in signature[1:]):
+        if len(_LOADED) >= _LOADED_MAX:
+            _LOADED.clear()
+        _LOADED[key] = (signature, cfg)
+    return cfg
+
+
+def _table_file(origins: Origins, name: str, first: str) -> str:
+    """The files that set keys of ``[hypervisor.NAME]``, first the one that added it."""
+    files = dict.fromkeys(f for key, f in origins.items() if key[:2] == ("hypervisor", name))
+    return ", ".join(files) or first
+
+
+def _load_config(path: Path) -> SizingConfig:
+    data, origins, files = load_raw(path)
+    first = str(path)
+    hypervisors = data.get("hypervisor", {})
+    if not isinstance(hypervisors, dict) or not hypervisors:
+        where = origins.get(("hypervisor",), first)  # a drop-in may have set it to a value
+        raise ConfigError(
+            f"{where}: no [hypervisor.NAME] section (expected one, e.g. [hypervisor.qemu])"
+        )
+    tables = {k: v for k, v in hypervisors.items() if isinstance(v, dict)}
+    if len(tables) != 1:
+        read, names = first, ", ".join(f"[hypervisor.{n}]" for n in sorted(tables))
+        if len(files) > 1:
+            # Each named with its files: often a drop-in added one, not the main file.
+            read = f"{first} with its drop-ins"
+            names = ", ".join(
+                f"[hypervisor.{n}] (in {_table_file(origins, n, first)})" for n in sorted(tables)
+            )
+        raise ConfigError(
+            f"{read}: expected exactly one [hypervisor.NAME] section, found {names or 'none'}"
+        )
+    name, table = next(iter(tables.items()))
+    hv = _Reader(table, ("hypervisor", name), origins, first)
+
+    mem = hv.get(
+        "default_memory", KATA_DEFAULT_MEMORY_MIB, _nonneg_int, "a non-negative integer (MiB)"
+    )
+    _in_range(hv, "default_memory", mem, 0, UINT32_MAX, "uint32 (MiB)")
+    if mem < KATA_MIN_MEMORY_MIB:
+        hv.note(
+            "default_memory",
+            f"below {KATA_MIN_MEMORY_MIB} MiB, Kata uses {KATA_DEFAULT_MEMORY_MIB}",
+        )
+        mem = KATA_DEFAULT_MEMORY_MIB
+    max_mem = hv.get(
+        "default_maxmemory", 0, _nonneg_int, "a non-negative integer (MiB; 0 = host memory)"
+    )
+    _in_range(hv, "default_maxmemory", max_mem, 0, INT64_MAX, "uint64 (MiB) from a TOML integer")
+    slots = hv.get("memory_slots", KATA_DEFAULT_SLOTS, _nonneg_int, "a non-negative integer")
+    _in_range(hv, "memory_slots", slots, 0, UINT32_MAX, "uint32")
+    if slots == 0:
+        hv.note("memory_slots", f"0 means {KATA_DEFAULT_SLOTS}")
+        slots = KATA_DEFAULT_SLOTS
+    offset = hv.get("memory_offset", 0, _nonneg_int, "a non-negative integer (MiB)")
+    _in_range(hv, "memory_offset", offset, 0, INT64_MAX, "uint64 (MiB) from a TOML integer")
+    virtio_mem = hv.get("enable_virtio_mem", False, is_bool, "true or false")
+    hugepages = hv.get("enable_hugepages", False, is_bool, "true or false")
+    vcpus = hv.get("default_vcpus", 1, is_number, "a number of vCPUs (<0 = all host CPUs)")
+    if is_int(vcpus):
+        # An integer decoded into a float32 must be exact (BurntSushi ``maxSafeFloat32Int``).
+        _in_range(hv, "default_vcpus", vcpus, -FLOAT32_SAFE_INT, FLOAT32_SAFE_INT, "float32")
+    else:
+        _in_range(hv, "default_vcpus", vcpus, -FLOAT32_MAX, FLOAT32_MAX, "float32")
+    max_vcpus = hv.get("default_maxvcpus", 0, _nonneg_int, "a non-negative integer (0 = host CPUs)")
+    _in_range(hv, "default_maxvcpus", max_vcpus, 0, UINT32_MAX, "uint32")
+
+    runtime_table = data.get("runtime", {})
+    if not isinstance(runtime_table, dict):
+        raise ConfigError(f"{origins.get(('runtime',), first)}: [runtime] must be a table")
+    rt = _Reader(runtime_table, ("runtime",), origins, first)
+    static = rt.get("static_sandbox_resource_mgmt", False, is_bool, "true or false")
+
+    settings, settings_sources = load_settings(data, origins, first)
+    sources = [(f"hypervisor.{name}.{k}", s) for k, s in hv.sources]
+    sources += [(f"runtime.{k}", s) for k, s in rt.sources]
+    sources += settings_sources
+    return SizingConfig(
+        path=first,
+        hypervisor=name,
+        default_memory=mem * MiB,
+        default_maxmemory=max_mem * MiB,
+        memory_slots=slots,
+        memory_offset=offset * MiB,
+        enable_virtio_mem=virtio_mem,
+        enable_hugepages=hugepages,
+        static_sandbox_resource_mgmt=static,
+        # Kata reads this as a float; repr() keeps 0.1 as 1/10, not its binary expansion.
+        default_vcpus=Fraction(repr(vcpus)) if isinstance(vcpus, float) else Fraction(vcpus),
+        default_maxvcpus=max_vcpus,
+        settings=settings,
+        sources=tuple(sources),
+        files=files,
+    )
+
+
+def _absolute_path(v: Any) -> bool:
+    return is_str(v) and v.startswith("/") and "\0" not in v
+
+
+def _power_of_two_mib(v: Any) -> bool:
+    return is_int(v) and v >= 1 and v & (v - 1) == 0
+
+
+def _percent(v: Any) -> bool:
+    return is_int(v) and 0 <= v <= 100
+
+
+def _positive_number(v: Any) -> bool:
+    return is_number(v) and v > 0
+
+
+def _mib(v: Any) -> bool:
+    # Kept below INT64_MAX bytes once scaled, as every size kata-mem hands on.
+    return is_int(v) and 0 <= v <= to_mib_floor(INT64_MAX)
+
+
+#: The ``[kata_mem]`` table: key -> (Settings field, scale, check, expected).
+SETTINGS_KEYS: dict[str, tuple[str, int, Callable[[Any], bool], str]] = {
+    "dimm_block_mib": ("dimm_block", MiB, _power_of_two_mib, "a power of two (MiB), e.g. 128"),
+    "virtio_mem_block_mib": (
+        "virtio_mem_block",
+        MiB,
+        _power_of_two_mib,
+        "a power of two (MiB), e.g. 2",
+    ),
+    "headroom_min_mib": ("headroom_min", MiB, _nonneg_int, "a non-negative integer (MiB)"),
+    "headroom_percent": ("headroom_percent", 1, _percent, "an integer from 0 to 100"),
+    "shrink_step_min_mib": ("shrink_step_min", MiB, _nonneg_int, "a non-negative integer (MiB)"),
+    "shrink_step_percent": ("shrink_step_percent", 1, _percent, "an integer from 0 to 100"),
+    "step_timeout_s": ("step_timeout_s", 1, _positive_number, "a positive number of seconds"),
+    "usage_max_age_s": ("usage_max_age_s", 1, _positive_number, "a positive number of seconds"),
+    "stats_interval_s": (
+        "stats_interval_s",
+        1,
+        lambda v: is_int(v) and v >= 1,
+        "an integer >= 1 (seconds)",
+    ),
+    "allow_shrink": ("allow_shrink", 1, is_bool, "true or false"),
+    # Absolute: reconcile, serve and the shim run from other directories than the one a
+    # relative path was written for. No NUL: no path the kernel takes has one.
+    "state_dir": ("state_dir", 1, _absolute_path, "an absolute path without NUL"),
+    "host_memory_cgroup": (
+        "host_memory_cgroup",
+        1,
+        lambda v: v == "" or _absolute_path(v),
+        'an absolute path without NUL (a memory cgroup directory), or "" for none',
+    ),
+    "hugepages_path": (
+        "hugepages_path",
+        1,
+        _absolute_path,
+        "an absolute path without NUL (a hugetlbfs mount)",
+    ),
+    "sizing": (
+        "sizing",
+        1,
+        lambda v: v in SIZING_MODELS,
+        " or ".join(f'"{m}"' for m in SIZING_MODELS),
+    ),
+    "pod_overhead_mib": ("pod_overhead", MiB, _mib, "a non-negative integer (MiB)"),
+    "vmm_overhead_mib": ("vmm_overhead", MiB, _mib, "a non-negative integer (MiB)"),
+    "vmm_overhead_per_gib_mib": (
+        "vmm_overhead_per_gib",
+        MiB,
+        lambda v: is_int(v) and 0 <= v <= 1024,
+        "an integer from 0 to 1024 (MiB per GiB of guest memory)",
+    ),
+    "host_cgroup_margin_mib": ("host_cgroup_margin", MiB, _mib, "a non-negative integer (MiB)"),
+    "node_reserved_mib": ("node_reserved", MiB, _mib, "a non-negative integer (MiB)"),
+    "node_overcommit": (
+        "node_overcommit",
+        1,
+        lambda v: is_number(v) and 0 < v <= 100,
+        "a ratio above 0 and at most 100, e.g. 1.0 (absent: report only)",
+    ),
+}
+
+
+def load_settings(
+    data: Mapping[str, Any], origins: Origins, first: str
+) -> tuple[Settings, list[tuple[str, str]]]:
+    """kata-mem's own ``[kata_mem]`` table; unknown keys are errors (it is our table)."""
+    table = data.get("kata_mem", {})
+    if not isinstance(table, dict):
+        raise ConfigError(f"{origins.get(('kata_mem',), first)}: [kata_mem] must be a table")
+    reader = _Reader(table, ("kata_mem",), origins, first)
+    unknown = sorted(set(table) - set(SETTINGS_KEYS))
+    if unknown:
+        raise ConfigError(
+            f"{reader.where(unknown[0])}: unknown kata-mem setting; expected one of "
+            + ", ".join(sorted(SETTINGS_KEYS))
+        )
+    defaults = Settings()
+    values: dict[str, Any] = {}
+    for key, (attr, scale, check, expected) in SETTINGS_KEYS.items():
+        default = getattr(defaults, attr)
+        shown = default // scale if scale > 1 and default is not None else default
+        raw = reader.get(key, shown, check, expected)
+        if raw is None:
+            values[attr] = None  # an optional setting left out
+        elif attr == "node_overcommit":
+            values[attr] = Fraction(str(raw))  # exact: 1.1 is 11/10, not a binary float
+        else:
+            values[attr] = raw * scale if scale > 1 else raw
+    assert {f.name for f in fields(Settings)} == set(values)
+    return Settings(**values), [(f"kata_mem.{k}", s) for k, s in reader.sources]
+
+
+def env() -> Mapping[str, str]:
+    """The process environment (an edge, kept here so the core never reads it)."""
+    return os.environ

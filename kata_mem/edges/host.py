@@ -1,0 +1,145 @@
+"""Probe the host: MemTotal and CPUs (psutil), architecture, hugepage pool, and
+optionally a memory cgroup limit (v1 or v2). Every fact can be overridden so previews
+are reproducible on any machine.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Optional
+
+from kata_mem.core.errors import ConfigError, InputError
+from kata_mem.core.model import Arch, HostFacts
+from kata_mem.core.request import check_hugepages, normalize_arch
+from kata_mem.core.units import KiB, MiB, align_down
+
+
+def _meminfo(proc: Path) -> dict[str, int]:
+    """``/proc/meminfo`` values in bytes (kB lines) or counts."""
+    out: dict[str, int] = {}
+    try:
+        text = (proc / "meminfo").read_text()
+    except OSError:
+        return out
+    for line in text.splitlines():
+        key, _, rest = line.partition(":")
+        parts = rest.split()
+        if parts and parts[0].isdigit():
+            out[key] = int(parts[0]) * (KiB if len(parts) > 1 and parts[1] == "kB" else 1)
+    return out
+
+
+def mem_available(proc: Path = Path("/proc")) -> Optional[int]:
+    """The host's MemAvailable now (bytes; ``None`` when /proc does not say)."""
+    return _meminfo(proc).get("MemAvailable")
+
+
+def read_cgroup_memory_limit(
+    cgroup_dir: str, origin: str = "[kata_mem] host_memory_cgroup"
+) -> tuple[Optional[int], str]:
+    """The effective memory limit of a cgroup directory, v1 or v2 (the smallest along
+    its ancestors up to the mount root; ``None`` when unlimited), and where it was read:
+    the limit file of the level that binds.
+
+    ``origin`` names where the directory came from (the configuration key, or a
+    command-line flag such as ``--cgroup``), so that the error points at what the
+    user wrote; a flag's value is bad input, a key's a configuration error.
+
+    :raises ConfigError: (``InputError`` for a flag) when the directory is not a
+        memory cgroup, or a limit on the way up cannot be read or parsed.
+    """
+    from kata_mem.edges.cgroups import FILES, CgroupUnreadable, cgroup_of_dir
+
+    try:
+        cgroup = cgroup_of_dir(cgroup_dir, origin)
+    except CgroupUnreadable as exc:
+        raise (InputError if origin.startswith("--") else ConfigError)(str(exc)) from exc
+    limit_file = FILES[cgroup.version][0]
+    where = f"cgroup v{cgroup.version} {limit_file} from {cgroup.path} up to the root"
+    if cgroup.limit is None:
+        return None, f"{where}: no limit"
+    binding = min(cgroup.levels, key=lambda level: level.limit)
+    return cgroup.limit, f"{where}: {binding.path}/{limit_file}, floored to MiB"
+
+
+def machine_arch() -> Arch:
+    """This machine's architecture, as its Go name.
+
+    :raises InputError: an architecture Kata does not support.
+    """
+    machine = os.uname().machine
+    return normalize_arch(machine, "this machine's architecture (uname -m; pass --host-arch)")
+
+
+def probe_host(
+    *,
+    memory: Optional[int] = None,
+    cpus: Optional[int] = None,
+    arch: Optional[str] = None,
+    hugepages: Optional[tuple[int, int]] = None,
+    cgroup_dir: str = "",
+    cgroup_origin: str = "[kata_mem] host_memory_cgroup",
+    proc: Path = Path("/proc"),
+) -> HostFacts:
+    """Host facts, each from its override when given, else from the machine.
+
+    Memory is whole MiB, probed or given (MemTotal, an override, a cgroup limit: each
+    floored), so that every size a plan derives from it is whole MiB too. ``arch`` may
+    be a ``uname -m`` or Go name; ``hugepages`` is (count, page size in bytes), a
+    hugepage size of the architecture (:func:`check_hugepages`).
+
+    :raises ConfigError: when ``cgroup_dir`` is set but is not a usable memory cgroup directory.
+    :raises InputError: an unknown architecture (given, or this machine's), or a
+        hugepage size the architecture does not have.
+    """
+    sources: list[tuple[str, str]] = []
+    info = _meminfo(proc)
+    if memory is None:
+        import psutil
+
+        # Kata reads sysinfo totalram, the same number as MemTotal, in whole MiB.
+        memory = align_down(int(psutil.virtual_memory().total), MiB)
+        sources.append(("memory", "psutil (MemTotal), floored to MiB"))
+    else:
+        floored = align_down(memory, MiB)
+        sources.append(("memory", "override" if floored == memory else "override, floored to MiB"))
+        memory = floored
+    if cpus is None:
+        import psutil
+
+        cpus = int(psutil.cpu_count(logical=True) or 1)
+        sources.append(("cpus", "psutil (online CPUs)"))
+    else:
+        sources.append(("cpus", "override"))
+    if arch is None:
+        go_arch = machine_arch()
+        sources.append(("arch", f"uname machine = {os.uname().machine}"))
+    else:
+        go_arch = normalize_arch(arch, "host arch")
+        sources.append(("arch", "override"))
+    if hugepages is None:
+        page_size, pages = info.get("Hugepagesize", 0), info.get("HugePages_Total", 0)
+        free = info.get("HugePages_Free", 0)
+        sources.append(("hugepages", f"{proc}/meminfo"))
+    else:
+        pages, page_size = check_hugepages(
+            *hugepages, "host hugepages (--host-hugepages, request host.hugepages)", go_arch
+        )
+        free = pages
+        sources.append(("hugepages", "override"))
+    limit = None
+    if cgroup_dir:
+        limit, where = read_cgroup_memory_limit(cgroup_dir, cgroup_origin)
+        sources.append(("cgroup_memory_limit", where))
+    return HostFacts(
+        memory=memory,
+        cpus=cpus,
+        arch=go_arch,
+        hugepage_size=page_size,
+        hugepages_total=pages,
+        hugepages_free=free,
+        cgroup_memory_limit=None if limit is None else align_down(limit, MiB),
+        cgroup_path=cgroup_dir,
+        sources=tuple(sources),
+    )

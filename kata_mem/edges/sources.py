@@ -1,0 +1,355 @@
+"""Turn workload descriptions into :class:`~kata_mem.core.model.Container` values.
+
+Sources: a Kubernetes Pod manifest (YAML or JSON), OCI ``config.json`` files
+(with the CRI sandbox-sizing annotations), and command-line quantities. Each
+reader validates at once and raises :class:`~kata_mem.core.errors.InputError` naming
+the file, the field and what was expected.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from fractions import Fraction
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from kata_mem.core.errors import InputError, QuantityError
+from kata_mem.core.fields import Fields, KeyOnce, python_value
+from kata_mem.core.fields import path as field_path
+from kata_mem.core.model import Arch, Container, Role, SandboxSizing, Workload
+from kata_mem.core.quantity import parse_quantity, quantity_bytes
+from kata_mem.core.request import (
+    ANN_POD_OVERHEAD,
+    ANN_SANDBOX_MEMORY,
+    HUGEPAGE_SIZES,
+    check_hugepage_size,
+    cpuset_size,
+    overhead_annotation,
+    sandbox_sizing,
+    unique_containers,
+)
+from kata_mem.core.units import INT64_MAX
+from kata_mem.edges.files import MANIFEST_CAP, read_capped_text
+
+ANN_CONTAINER_TYPE = ("io.kubernetes.cri.container-type", "io.kubernetes.cri-o.ContainerType")
+ANN_CONTAINER_NAME = "io.kubernetes.cri.container-name"
+
+
+def _read_text(path: Path, what: str) -> str:
+    return read_capped_text(path, cap=MANIFEST_CAP, what=what, error=InputError)
+
+
+# --- Pod manifests -----------------------------------------------------------------
+
+
+def read_pod(path: Path, arch: Arch) -> tuple[Container, ...]:
+    """The containers of the one Pod in a manifest (:func:`load_pod`)."""
+    return load_pod(path, arch).containers
+
+
+def load_pod(path: Path, arch: Arch) -> Workload:
+    """The containers of the one Pod in a YAML or JSON manifest, read as Kubernetes reads
+    it (:mod:`kata_mem.core.manifest`), and its ``spec.overhead.memory`` (the RuntimeClass
+    overhead the admission controller filled in), when set. ``arch`` is the host's: it
+    says which ``hugepages-<size>`` limits exist.
+
+    :raises InputError: unreadable file, invalid YAML/JSON, a key given twice, no Pod,
+        no containers, two containers of one name, or a bad resource value (named by
+        its field path).
+    """
+    from kata_mem.core.manifest import load_documents
+
+    docs = load_documents(_read_text(path, "Pod manifest"), str(path))
+    pods = [d for d in docs if isinstance(d, dict) and d.get("kind") == "Pod"]
+    if len(pods) != 1:
+        found = f"{len(pods)} Pods" if pods else "no document with kind: Pod"
+        raise InputError(f"{path}: expected one Pod manifest (kind: Pod), found {found}")
+    containers = pod_containers(pods[0], str(path), arch)
+    spec = pods[0]["spec"]
+    overhead = spec.get("overhead")
+    if overhead is None or (isinstance(overhead, dict) and overhead.get("memory") is None):
+        return Workload(containers)
+    if not isinstance(overhead, dict):
+        raise InputError(f"{path}: spec.overhead: expected a mapping of resources")
+    memory = _yaml_quantity_bytes(overhead["memory"], f"{path}: spec.overhead.memory")
+    return Workload(containers, overhead=memory, overhead_origin=f"{path}: spec.overhead.memory")
+
+
+def pod_containers(pod: dict[str, Any], where: str, arch: Arch) -> tuple[Container, ...]:
+    spec = pod.get("spec")
+    if not isinstance(spec, dict):
+        raise InputError(f"{where}: spec: expected a mapping with containers")
+    apps = spec.get("containers")
+    if not isinstance(apps, list) or not apps:
+        raise InputError(f"{where}: spec.containers: expected a non-empty list of containers")
+    inits = spec.get("initContainers", [])
+    if inits is None:
+        inits = []
+    if not isinstance(inits, list):
+        raise InputError(f"{where}: spec.initContainers: expected a list")
+    out: list[Container] = []
+    named: dict[str, str] = {}
+    for field, items in (("initContainers", inits), ("containers", apps)):
+        for i, item in enumerate(items):
+            at = f"spec.{field}[{i}]"
+            if not isinstance(item, dict):
+                raise InputError(f"{where}: {at}: expected a container mapping")
+            role: Role = "app"
+            if field == "initContainers":
+                role = "sidecar" if item.get("restartPolicy") == "Always" else "init"
+            container = _pod_container(item, role, where, at, arch)
+            if container.name in named:
+                # Kubernetes refuses the Pod (ValidatePodSpec: names are unique across
+                # init and app containers); counting both would size a pod that never runs.
+                raise InputError(
+                    f"{where}: {at}.name: {container.name!r} is also the name of "
+                    f"{named[container.name]}; expected each container name once, as "
+                    "Kubernetes does"
+                )
+            named[container.name] = at
+            out.append(container)
+    return tuple(out)
+
+
+def _pod_container(item: dict[str, Any], role: Role, where: str, at: str, arch: Arch) -> Container:
+    name = item.get("name")
+    name = name if isinstance(name, str) and name else at
+    resources = item.get("resources") or {}
+    if not isinstance(resources, dict):
+        raise InputError(f"{where}: {at}.resources: expected a mapping")
+    limits = resources.get("limits") or {}
+    if not isinstance(limits, dict):
+        raise InputError(f"{where}: {at}.resources.limits: expected a mapping")
+    memory = 0
+    hugepages = 0
+    cpu = Fraction(0)
+    for key, value in limits.items():
+        field = f"{where}: {at}.resources.limits.{key}"
+        if key == "memory":
+            memory = _yaml_quantity_bytes(value, field)
+        elif isinstance(key, str) and key.startswith("hugepages-"):
+            _hugepage_resource(key, field, arch)
+            hugepages += _yaml_quantity_bytes(value, field)
+        elif key == "cpu":
+            cpu = _yaml_quantity(value, field)
+            if cpu < 0:
+                raise InputError(
+                    f"{field}: {_shown(value)} is negative; expected CPUs of 0 or more"
+                )
+    return Container(name, memory, hugepages, cpu, role, "running", f"{where}: {at}")
+
+
+def _hugepage_resource(key: str, field: str, arch: Arch) -> None:
+    """A ``hugepages-<size>`` resource names a hugepage size of the host's architecture:
+    Kubernetes reads ``<size>`` as a quantity (``HugePageSizeFromResourceName``) and the
+    node offers only the sizes its kernel has, so any other never schedules."""
+    size = key[len("hugepages-") :]
+    try:
+        value = parse_quantity(size)
+    except QuantityError as exc:
+        raise InputError(
+            f"{field}: {size!r} is not a page size; expected hugepages-<size> with a "
+            f"hugepage size of {arch}, e.g. hugepages-2Mi"
+        ) from exc
+    if value.denominator != 1 or value <= 0:
+        raise InputError(f"{field}: {size!r} is not a page size; expected e.g. hugepages-2Mi")
+    check_hugepage_size(int(value), arch, field)
+
+
+def _yaml_quantity(value: Any, field: str) -> Fraction:
+    from kata_mem.core.manifest import kubernetes_quantity
+
+    return kubernetes_quantity(value, field)
+
+
+def _yaml_quantity_bytes(value: Any, field: str) -> int:
+    amount = _yaml_quantity(value, field)
+    if amount < 0:
+        raise InputError(f"{field}: {_shown(value)} is negative; expected a size of 0 or more")
+    return min(math.ceil(amount), INT64_MAX)
+
+
+def _shown(value: Any) -> str:
+    """A manifest value as Kubernetes sees it, for messages."""
+    from kata_mem.core.manifest import json_text
+
+    return json_text(value)
+
+
+# --- OCI runtime specs -----------------------------------------------------------
+
+
+def _not_json(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+#: Longest integer an OCI spec may hold, in digits: its integers are Go int64s and
+#: uint64s (20 digits); far longer ones would only reach Python's digit limit for int().
+_OCI_DIGITS = 40
+
+
+def _oci_int(path: Path) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        if len(text.lstrip("-").lstrip("0")) > _OCI_DIGITS:
+            raise InputError(
+                f"{path}: an integer of {len(text.lstrip('-'))} digits; expected a 64-bit "
+                "integer, as an OCI spec has"
+            )
+        return int(text)
+
+    return parse
+
+
+def _page_size_name(size: int) -> str:
+    """The name the kernel gives a hugepage size in cgroup files (mm/hugetlb_cgroup.c
+    ``mem_fmt``: ``hugetlb.2MB.limit_in_bytes``), which OCI ``pageSize`` must be, since
+    runc writes that file."""
+    unit, shift = next(u for u in (("GB", 30), ("MB", 20), ("KB", 10)) if size >= 1 << u[1])
+    return f"{size >> shift}{unit}"
+
+
+def read_oci(
+    path: Path, arch: Arch
+) -> tuple[Optional[Container], Optional[SandboxSizing], Optional[int]]:
+    """A container (or, for a sandbox spec, the pod sizing and the pod overhead
+    annotation) from an OCI ``config.json``.
+
+    ``linux.resources.memory.limit`` (bytes; -1 or absent = no limit),
+    ``hugepageLimits[].limit`` (of a ``pageSize`` the host's architecture ``arch``
+    has), CPU ``quota``/``period`` and the cpuset ``cpus``. A sandbox (pause) spec
+    contributes its ``io.kubernetes.cri.sandbox-*`` annotations instead.
+
+    :raises InputError: invalid JSON, a key given twice, or a field of the wrong type,
+        named by path.
+    """
+    text = _read_text(path, "OCI spec")
+    once = KeyOnce()
+    try:
+        spec = json.loads(
+            text, parse_constant=_not_json, parse_int=_oci_int(path), object_pairs_hook=once
+        )
+    except RecursionError as exc:
+        raise InputError(
+            f"{path}: nested too deeply to read (more than a few hundred levels of arrays and"
+            " objects); an OCI spec is a few levels deep"
+        ) from exc
+    except ValueError as exc:  # JSONDecodeError, NaN, or an integer too long to convert
+        raise InputError(f"{path}: invalid JSON: {exc}") from exc
+    once.check(spec, f"{path}:")
+    if not isinstance(spec, dict):
+        raise InputError(f"{path}: expected an OCI runtime spec (a JSON object)")
+    spec_fields = Fields(f"{path}:", show=python_value)
+    annotations = spec_fields.mapping(spec, "annotations", expected="an object") or {}
+    for key, value in annotations.items():
+        if not isinstance(value, str):
+            raise spec_fields.fail(field_path("annotations", key), "a string", value)
+    if (
+        any(annotations.get(k) == "sandbox" for k in ANN_CONTAINER_TYPE)
+        or ANN_SANDBOX_MEMORY in annotations
+    ):
+        where = str(path)
+        return None, sandbox_sizing(annotations, where), overhead_annotation(annotations, where)
+
+    def mapping(obj: dict[str, Any], key: str, at: str) -> dict[str, Any]:
+        return spec_fields.mapping(obj, key, at, expected="an object") or {}
+
+    def integer(obj: dict[str, Any], key: str, at: str) -> int:
+        # An OCI spec's integers are Go int64s, but kata-mem never refused larger ones.
+        return spec_fields.integer(obj, key, at, minimum=None, maximum=None) or 0
+
+    resources = mapping(mapping(spec, "linux", ""), "resources", "linux")
+    limit = integer(
+        mapping(resources, "memory", "linux.resources"), "limit", "linux.resources.memory"
+    )
+    hugepages = 0
+    pages = resources.get("hugepageLimits") or []
+    if not isinstance(pages, list):
+        raise spec_fields.fail("linux.resources.hugepageLimits", "a list", pages)
+    for i, page in enumerate(pages):
+        at = f"linux.resources.hugepageLimits[{i}]"
+        if not isinstance(page, dict):
+            raise spec_fields.fail(at, "an object", page)
+        names = [_page_size_name(size) for size in HUGEPAGE_SIZES[arch]]
+        if page.get("pageSize") not in names:
+            raise spec_fields.fail(
+                field_path(at, "pageSize"),
+                f"a hugepage size of {arch}: " + " or ".join(names),
+                page.get("pageSize"),
+            )
+        hugepages += max(integer(page, "limit", at), 0)
+    cpu_obj = mapping(resources, "cpu", "linux.resources")
+    quota = integer(cpu_obj, "quota", "linux.resources.cpu")
+    period = integer(cpu_obj, "period", "linux.resources.cpu")
+    cpu = Fraction(quota, period) if quota > 0 and period > 0 else Fraction(0)
+    cpus = cpu_obj.get("cpus")
+    if cpus is not None and not isinstance(cpus, str):
+        raise spec_fields.fail("linux.resources.cpu.cpus", "a string", cpus)
+    cpuset = cpuset_size(cpus or "", spec_fields.name("linux.resources.cpu.cpus"))
+    name = annotations.get(ANN_CONTAINER_NAME) or path.parent.name or path.name
+    return (
+        Container(
+            name, max(limit, 0), hugepages, cpu, "app", "running", str(path), cpuset_cpus=cpuset
+        ),
+        None,
+        None,
+    )
+
+
+# --- Command line -----------------------------------------------------------------
+
+
+def cli_containers(limits: tuple[str, ...], cpus: tuple[str, ...]) -> tuple[Container, ...]:
+    """One container per ``--limit`` and per ``--cpu`` value.
+
+    :raises QuantityError: for a value that is not a quantity or is negative.
+    """
+    out = [
+        Container(f"--limit #{i + 1}", quantity_bytes(q, f"--limit {q!r}"), origin="--limit")
+        for i, q in enumerate(limits)
+    ]
+    for i, q in enumerate(cpus):
+        try:
+            cpu = parse_quantity(q)
+        except QuantityError as exc:
+            raise QuantityError(f"--cpu {q!r}: {exc}") from exc
+        if cpu < 0:
+            raise QuantityError(f"--cpu {q!r}: negative; expected CPUs of 0 or more")
+        out.append(Container(f"--cpu #{i + 1}", cpu=cpu, origin="--cpu"))
+    return tuple(out)
+
+
+def build_workload(
+    pod: Optional[Path],
+    oci: tuple[Path, ...],
+    limits: tuple[str, ...],
+    cpus: tuple[str, ...],
+    arch: Arch,
+) -> Workload:
+    """Everything given on one command line, as one sandbox's workload, on a host of
+    architecture ``arch`` (which hugepage sizes exist).
+
+    :raises InputError: from any of the readers.
+    """
+    containers: list[Container] = []
+    sizing: Optional[SandboxSizing] = None
+    overhead: Optional[int] = None
+    origin = ""
+    if pod is not None:
+        manifest = load_pod(pod, arch)
+        containers += manifest.containers
+        overhead, origin = manifest.overhead, manifest.overhead_origin
+    for spec in oci:
+        container, spec_sizing, spec_overhead = read_oci(spec, arch)
+        if container is not None:
+            containers.append(container)
+        if spec_overhead is not None and overhead is None:  # the Pod's own field comes first
+            overhead, origin = spec_overhead, f"{spec}: annotation {ANN_POD_OVERHEAD}"
+        if spec_sizing is not None:
+            if sizing is not None:
+                raise InputError(
+                    f"{spec}: a second sandbox spec; expected at most one (first: {sizing.origin})"
+                )
+            sizing = spec_sizing
+    containers += cli_containers(limits, cpus)
+    return Workload(unique_containers(tuple(containers)), sizing, overhead, origin)

@@ -1,0 +1,806 @@
+"""The ``kata-mem`` command line (click).
+
+stdout carries only the result (text, or JSON with ``--json``); diagnostics go
+to stderr. Every :class:`~kata_mem.core.errors.KataMemError` becomes one line on
+stderr and its exit code; click's usage errors exit 2.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Callable, Optional, TypeVar
+
+import click
+from click.shell_completion import CompletionItem
+
+from kata_mem.core.errors import InputError, KataMemError
+from kata_mem.core.model import Settings, SizingConfig
+from kata_mem.core.planner import current_problem
+from kata_mem.core.quantity import quantity_bytes
+from kata_mem.core.request import (
+    GO_ARCH,
+    MIN_HOST_MEMORY,
+    Endpoint,
+    HostOverrides,
+    SandboxRequest,
+    check_hugepages,
+    normalize_arch,
+)
+from kata_mem.core.units import to_mib_floor
+from kata_mem.edges import config as config_mod
+from kata_mem.edges import logs
+from kata_mem.edges.host import machine_arch
+from kata_mem.edges.sources import build_workload
+from kata_mem.interfaces import render
+from kata_mem.interfaces.shim import closed_stdout, stdout_closed
+from kata_mem.orchestration.apply import preview as plan_preview
+from kata_mem.orchestration.apply import probe, sandbox_host, serve
+
+F = TypeVar("F", bound=Callable[..., Any])
+log = logging.getLogger("kata_mem")
+
+
+def _utf8(value: str, param: Optional[click.Parameter], expected: str) -> str:
+    """Refuse a value that is not UTF-8 (Python carries such arguments as lone surrogates):
+    kata-mem keeps these values as JSON text (its journal, the shim protocol, --json)."""
+    try:
+        value.encode()
+    except UnicodeEncodeError as exc:
+        name = "value" if param is None else param.human_readable_name
+        if isinstance(param, click.Option):
+            name = max(param.opts, key=len)
+        raise InputError(
+            f"{name} {os.fsencode(value)!r}: not valid UTF-8; expected {expected} in UTF-8"
+        ) from exc
+    return value
+
+
+def _given(
+    kind: click.ParamType[Any], value: Any, param: Optional[click.Parameter], ctx: Any
+) -> None:
+    """Refuse an empty value: it would silently mean the default (``--socket ""``
+    binding the default socket), which is not what was written."""
+    if value in ("", b""):
+        kind.fail("an empty value; give one, or leave the option out for the default", param, ctx)
+
+
+class Text(click.types.StringParamType):
+    """A non-empty string that must be UTF-8; ``expected`` says what it is, for errors."""
+
+    def __init__(self, expected: str = "text") -> None:
+        self.expected = expected
+
+    def convert(self, value: Any, param: Optional[click.Parameter], ctx: Any) -> str:
+        _given(self, value, param, ctx)
+        return _utf8(super().convert(value, param, ctx), param, self.expected)
+
+
+class ArchName(Text):
+    """An architecture name (checked by :func:`normalize_arch`, exit 4); the shell
+    completes the names kata-mem knows."""
+
+    def __init__(self) -> None:
+        super().__init__("an architecture name")
+
+    def shell_complete(
+        self, ctx: click.Context, param: click.Parameter, incomplete: str
+    ) -> list[CompletionItem]:
+        return [CompletionItem(name) for name in GO_ARCH if name.startswith(incomplete)]
+
+
+class FileName(click.Path):
+    """A non-empty file or directory name: the shell completes it, kata-mem checks it
+    (click's own checks are off, so that the errors and exit codes stay kata-mem's)."""
+
+    def __init__(self, *, directory: bool = False, utf8: bool = True, path_type: Any = None):
+        super().__init__(exists=False, file_okay=not directory, path_type=path_type)
+        self.utf8 = utf8
+
+    def convert(self, value: Any, param: Optional[click.Parameter], ctx: Any) -> Any:
+        _given(self, value, param, ctx)
+        return self.coerce_path_result(_utf8(value, param, "a path") if self.utf8 else value)
+
+
+def _emit(data: dict[str, Any]) -> None:
+    click.echo(json.dumps(data, indent=2))
+
+
+def host_options(fn: F) -> F:
+    fn = click.option(
+        "--host-hugepages",
+        type=Text("COUNTxSIZE"),
+        metavar="COUNTxSIZE",
+        help="Override the hugepage pool, e.g. 512x2Mi (used with enable_hugepages).",
+    )(fn)
+    fn = click.option(
+        "--host-arch",
+        type=ArchName(),
+        metavar="ARCH",
+        help="Override the architecture: x86_64/amd64, aarch64/arm64, ppc64le, s390x, riscv64.",
+    )(fn)
+    fn = click.option(
+        "--host-cpus", type=click.IntRange(min=1), metavar="N", help="Override the host CPU count."
+    )(fn)
+    fn = click.option(
+        "--host-memory",
+        type=Text("a quantity"),
+        metavar="QTY",
+        help="Override host MemTotal, e.g. 32Gi (floored to MiB, as MemTotal is).",
+    )(fn)
+    return fn
+
+
+def _host(
+    host_memory: Optional[str],
+    host_cpus: Optional[int],
+    host_arch: Optional[str],
+    host_hugepages: Optional[str],
+) -> HostOverrides:
+    """The ``--host-*`` options."""
+    memory = quantity_bytes(host_memory, "--host-memory") if host_memory is not None else None
+    if memory is not None and memory < MIN_HOST_MEMORY:
+        raise InputError(
+            f"--host-memory {host_memory!r}: expected at least {to_mib_floor(MIN_HOST_MEMORY)}Mi"
+        )
+    arch = None if host_arch is None else normalize_arch(host_arch, "--host-arch")
+    pool = None
+    if host_hugepages is not None:
+        count, sep, size = host_hugepages.partition("x")
+        if not sep or not count.isascii() or not count.isdigit() or len(count) > 19:
+            raise InputError(
+                f"--host-hugepages {host_hugepages!r}: expected COUNTxSIZE, a whole number "
+                "of pages and a page size, e.g. 512x2Mi"
+            )
+        pool = check_hugepages(
+            int(count),
+            quantity_bytes(size, f"--host-hugepages {host_hugepages!r}: SIZE"),
+            f"--host-hugepages {host_hugepages!r}",
+            arch or machine_arch(),
+        )
+    return HostOverrides(memory, host_cpus, arch, pool)
+
+
+def _find_config(path: Optional[str]) -> tuple[Path, str]:
+    """The configuration file to use (``--config``, KATA_CONF_FILE, or where Kata
+    looks), and which of them chose it."""
+    found, why = config_mod.find_config(path, config_mod.env())
+    log.info("configuration %s (%s)", found, why)
+    return found, why
+
+
+def _config(path: Optional[str]) -> tuple[SizingConfig, str]:
+    found, why = _find_config(path)
+    return config_mod.load_config(found), why
+
+
+def _global_option(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    # ctx.meta is shared by the group's and the command's contexts, so -v counts in
+    # either position and a --log-format given after the command wins.
+    meta = ctx.meta
+    if param.name == "verbose":
+        meta["kata_mem.verbose"] = meta.get("kata_mem.verbose", 0) + value
+    elif value is not None:
+        meta["kata_mem.log_format"] = value
+    # Not given (yet): the format main() read from the whole command line, so that a
+    # --log-format after the command also covers errors in parsing what follows it.
+    fmt = meta.get("kata_mem.log_format", logs.current_format())
+    logs.setup_logging(meta.get("kata_mem.verbose", 0), fmt)
+    return value
+
+
+def global_options(fn: F) -> F:
+    """``-v`` and ``--log-format``, accepted before the command and after it."""
+    fn = click.option(
+        "--log-format",
+        type=click.Choice(logs.FORMATS),
+        expose_value=False,
+        callback=_global_option,
+        help="stderr format: text (default), or json: one object per line, errors included.",
+    )(fn)
+    fn = click.option(
+        "-v",
+        "--verbose",
+        count=True,
+        expose_value=False,
+        callback=_global_option,
+        help="More log output on stderr (-vv: debug).",
+    )(fn)
+    return fn
+
+
+class _BrokenPipe(Exception):
+    """A BrokenPipeError out of a command, kept from click, which would answer it with a
+    quiet exit 1 wherever it came from (``BaseCommand.main`` catches every EPIPE)."""
+
+
+class _Group(click.Group):
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError as exc:
+            raise _BrokenPipe() from exc
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@global_options
+@click.version_option(package_name="kata-mem")
+def cli() -> None:
+    """Size and resize the guest memory of Kata-style VM sandboxes.
+
+    -v and --log-format may be given before or after the command."""
+
+
+def request_options(fn: F) -> F:
+    """The options that describe a sandbox (shared by preview and apply)."""
+    options = [
+        click.option(
+            "--config",
+            "config_path",
+            type=FileName(),
+            metavar="FILE",
+            help="Kata configuration TOML (default: where Kata looks).",
+        ),
+        click.option(
+            "--pod",
+            type=FileName(utf8=False, path_type=Path),
+            metavar="FILE",
+            help="Kubernetes Pod manifest (YAML or JSON).",
+        ),
+        click.option(
+            "--oci",
+            type=FileName(utf8=False, path_type=Path),
+            multiple=True,
+            metavar="FILE",
+            help="OCI config.json (repeatable).",
+        ),
+        click.option(
+            "--limit",
+            type=Text("a quantity"),
+            multiple=True,
+            metavar="QTY",
+            help="A container memory limit, e.g. 512Mi (repeatable).",
+        ),
+        click.option(
+            "--cpu",
+            type=Text("a quantity"),
+            multiple=True,
+            metavar="QTY",
+            help="A container CPU limit, e.g. 500m (repeatable).",
+        ),
+        click.option(
+            "--host-cgroup",
+            type=FileName(directory=True),
+            metavar="DIR",
+            help="The VM's host memory cgroup (v1 or v2 directory); default: the one its "
+            "QEMU is in. Growth is kept under its limit with the VMM's overhead.",
+        ),
+    ]
+    for opt in reversed(options):
+        fn = opt(fn)
+    return host_options(fn)
+
+
+@cli.command()
+@global_options
+@request_options
+@click.option(
+    "--current",
+    type=Text("a quantity"),
+    metavar="QTY",
+    help="Guest memory now (boot + plugged); default: boot memory.",
+)
+@click.option(
+    "--allow-shrink",
+    is_flag=True,
+    help="Plan a shrink as apply --allow-shrink would; without it, a lower target keeps the "
+    "current memory (ShrinkNotAllowed), as apply does.",
+)
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print the plan as JSON (schema kata-mem/plan/v1)."
+)
+def preview(
+    config_path: Optional[str],
+    pod: Optional[Path],
+    oci: tuple[Path, ...],
+    limit: tuple[str, ...],
+    cpu: tuple[str, ...],
+    host_cgroup: Optional[str],
+    host_memory: Optional[str],
+    host_cpus: Optional[int],
+    host_arch: Optional[str],
+    host_hugepages: Optional[str],
+    current: Optional[str],
+    allow_shrink: bool,
+    as_json: bool,
+) -> None:
+    """Show the memory and vCPUs a sandbox would get, the steps, and why: what apply
+    would do with the same flags. Changes nothing."""
+    cfg, _ = _config(config_path)
+    host = sandbox_host(cfg, _host(host_memory, host_cpus, host_arch, host_hugepages))
+    workload = build_workload(pod, oci, limit, cpu, host.arch)
+    current_bytes = None
+    if current is not None:
+        current_bytes = quantity_bytes(current, "--current")
+        problem = current_problem(cfg, host, current_bytes)
+        if problem:
+            raise InputError(f"--current {current!r}: {problem}")
+    result = plan_preview(cfg, host, workload, current_bytes, allow_shrink, host_cgroup)
+    if as_json:
+        _emit(render.plan_json(result, cfg))
+    else:
+        title = f"preview of {pod}" if pod else "preview"
+        click.echo(render.plan_text(result, cfg, title))
+
+
+def _endpoint(
+    qmp: Optional[str], libvirt_uri: Optional[str], domain: Optional[str]
+) -> Optional[Endpoint]:
+    if qmp and libvirt_uri:
+        raise click.UsageError("give either --qmp or --libvirt, not both")
+    if libvirt_uri:
+        if not domain:
+            raise click.UsageError("--libvirt needs --domain NAME")
+        return Endpoint("libvirt", libvirt_uri, domain)
+    if domain:
+        raise click.UsageError("--domain goes with --libvirt URI")
+    return Endpoint("qmp", qmp) if qmp else None
+
+
+def _sandbox_id(sandbox: Optional[str], endpoint: Optional[Endpoint]) -> str:
+    """The given id, else one derived from the endpoint (stable across calls)."""
+    if sandbox is not None:
+        return sandbox
+    if endpoint is None:
+        return "dry-run"
+    import hashlib
+
+    where = (
+        os.path.realpath(endpoint.target)
+        if endpoint.kind == "qmp"
+        else f"{endpoint.target}#{endpoint.domain}"
+    )
+    return f"{endpoint.kind}-" + hashlib.sha256(where.encode()).hexdigest()[:12]
+
+
+def backend_options(fn: F) -> F:
+    options = [
+        click.option("--qmp", type=FileName(), metavar="SOCKET", help="The VM's QMP unix socket."),
+        click.option(
+            "--libvirt",
+            "libvirt_uri",
+            type=Text(),
+            metavar="URI",
+            help="A libvirt URI, e.g. qemu:///system (with --domain).",
+        ),
+        click.option(
+            "--domain", type=Text(), metavar="NAME", help="The libvirt domain (with --libvirt)."
+        ),
+        click.option(
+            "--sandbox",
+            type=Text(),
+            metavar="ID",
+            help="Sandbox id (default: derived from the socket or domain).",
+        ),
+        click.option(
+            "--state-dir",
+            type=FileName(directory=True),
+            metavar="DIR",
+            help="Per-sandbox lock and journal (default: [kata_mem] state_dir).",
+        ),
+    ]
+    for opt in reversed(options):
+        fn = opt(fn)
+    return fn
+
+
+@cli.command()
+@global_options
+@request_options
+@backend_options
+@click.option(
+    "--dry-run", is_flag=True, help="Run the plan on an in-memory copy of the VM; change nothing."
+)
+@click.option(
+    "--allow-shrink",
+    is_flag=True,
+    help="Let the guest's memory go down (each step safety-checked).",
+)
+@click.option(
+    "--force",
+    is_flag=True,
+    hidden=True,
+    help="Tests and benchmarks only: skip the shrink safety checks.",
+)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print the outcome as JSON (schema kata-mem/outcome/v1).",
+)
+def apply(
+    config_path: Optional[str],
+    pod: Optional[Path],
+    oci: tuple[Path, ...],
+    limit: tuple[str, ...],
+    cpu: tuple[str, ...],
+    host_cgroup: Optional[str],
+    host_memory: Optional[str],
+    host_cpus: Optional[int],
+    host_arch: Optional[str],
+    host_hugepages: Optional[str],
+    qmp: Optional[str],
+    libvirt_uri: Optional[str],
+    domain: Optional[str],
+    sandbox: Optional[str],
+    state_dir: Optional[str],
+    dry_run: bool,
+    allow_shrink: bool,
+    force: bool,
+    as_json: bool,
+) -> int:
+    """Resize the VM's memory to what its containers need: reconcile, plan, step, verify."""
+    endpoint = _endpoint(qmp, libvirt_uri, domain)
+    if endpoint is None and not dry_run:
+        raise click.UsageError(
+            "apply needs --qmp SOCKET or --libvirt URI --domain NAME (or --dry-run)"
+        )
+    config, _ = _find_config(config_path)
+    overrides = replace(
+        _host(host_memory, host_cpus, host_arch, host_hugepages), cgroup=host_cgroup
+    )
+    # The host's architecture, as serve() will probe it: it says which hugepage sizes exist.
+    workload = build_workload(pod, oci, limit, cpu, overrides.arch or machine_arch())
+    if force:
+        log.warning("--force skips every shrink safety check; for tests and benchmarks only")
+    request = SandboxRequest(
+        _sandbox_id(sandbox, endpoint),
+        "update",
+        str(config),
+        workload,
+        endpoint,
+        apply=not dry_run,
+        allow_shrink=allow_shrink,
+        host=overrides,
+    )
+    response = serve(
+        request,
+        config_mod.env(),
+        state_dir=state_dir,
+        dry_run=dry_run,
+        force=force,
+        cgroup_origin="--host-cgroup",
+    )
+    assert response.plan is not None and response.outcome is not None  # an apply has both
+    cfg, outcome = response.config, response.outcome
+    if as_json:
+        doc = render.outcome_json(outcome, request.sandbox, response.warnings)
+        doc["plan"] = render.plan_json(response.plan, cfg)
+        _emit(doc)
+    else:
+        click.echo(render.plan_text(response.plan, cfg, "plan (from the observed VM)"))
+        click.echo(render.outcome_text(outcome, response.warnings))
+    return response.exit_code
+
+
+@cli.command()
+@global_options
+@backend_options
+@click.option(
+    "--config",
+    "config_path",
+    type=FileName(),
+    metavar="FILE",
+    help="Kata configuration (for state_dir).",
+)
+@click.option(
+    "--all",
+    "every",
+    is_flag=True,
+    help="Every sandbox in the state directory and the node's totals, from the journals "
+    "(schema kata-mem/node/v1 with --json).",
+)
+@click.option(
+    "--host-memory",
+    type=Text("a quantity"),
+    metavar="QTY",
+    help="Override host MemTotal (with --all).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (schema kata-mem/status/v1).")
+def status(
+    qmp: Optional[str],
+    libvirt_uri: Optional[str],
+    domain: Optional[str],
+    sandbox: Optional[str],
+    state_dir: Optional[str],
+    config_path: Optional[str],
+    every: bool,
+    host_memory: Optional[str],
+    as_json: bool,
+) -> None:
+    """Show what the hypervisor reports: boot memory, devices, plugged total, guest usage;
+    with --all, every sandbox kata-mem manages and the node's totals."""
+    from kata_mem.orchestration.apply import read_status
+
+    endpoint = _endpoint(qmp, libvirt_uri, domain)
+    if every:
+        if endpoint is not None:
+            raise click.UsageError("status --all takes no --qmp, --libvirt or --domain")
+        _status_all(config_path, state_dir, host_memory, as_json)
+        return
+    if endpoint is None:
+        raise click.UsageError("status needs --qmp SOCKET or --libvirt URI --domain NAME")
+    if host_memory is not None:
+        raise click.UsageError("status --host-memory goes with --all (the node's totals)")
+    directory = state_dir
+    if directory is None:
+        directory = (
+            _config(config_path)[0].settings.state_dir if config_path else Settings().state_dir
+        )
+    vm, usage, record = read_status(endpoint, _sandbox_id(sandbox, endpoint), directory)
+    if as_json:
+        _emit(render.status_json(vm, usage, record))
+    else:
+        click.echo(render.status_text(vm, usage, record))
+
+
+def _status_all(
+    config_path: Optional[str], state_dir: Optional[str], host_memory: Optional[str], as_json: bool
+) -> None:
+    from kata_mem.orchestration.apply import node_status
+
+    settings = _config(config_path)[0].settings if config_path else Settings()
+    directory = state_dir or settings.state_dir
+    node = node_status(settings, probe(_host(host_memory, None, None, None)), directory)
+    if as_json:
+        _emit(render.node_status_json(node))
+    else:
+        click.echo(render.node_status_text(node))
+
+
+@cli.command()
+@global_options
+@click.option(
+    "--config",
+    "config_path",
+    type=FileName(),
+    metavar="FILE",
+    help="Kata configuration (for state_dir).",
+)
+@click.option(
+    "--state-dir",
+    type=FileName(directory=True),
+    metavar="DIR",
+    help="State directory (default: [kata_mem] state_dir).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (schema kata-mem/reconcile/v1).")
+def reconcile(config_path: Optional[str], state_dir: Optional[str], as_json: bool) -> int:
+    """One pass over every sandbox: retry deferred shrinks that are due, settle pending
+    DIMMs, forget sandboxes whose VM is gone. Run it from a timer (see the README).
+    Exits with the code of the first sandbox that failed (the pass goes on)."""
+    from kata_mem.orchestration.reconcile import exit_code, reconcile_all
+
+    directory = state_dir
+    if directory is None:
+        directory = (
+            _config(config_path)[0].settings.state_dir if config_path else Settings().state_dir
+        )
+    visits = reconcile_all(directory, dict(os.environ))
+    if as_json:
+        _emit(render.reconcile_json(visits))
+    else:
+        click.echo(render.reconcile_text(visits))
+    return exit_code(visits)
+
+
+@cli.command("serve")
+@global_options
+@click.option(
+    "--socket",
+    "socket_path",
+    type=FileName(),
+    metavar="PATH",
+    help="The unix socket to listen on (default /run/kata-mem/kata-mem.sock); ignored "
+    "when systemd passes one (socket activation).",
+)
+@click.option(
+    "--group",
+    type=Text(),
+    metavar="NAME",
+    help="The group that may use the socket besides root (socket mode 0660).",
+)
+@click.option(
+    "--state-dir",
+    type=FileName(directory=True),
+    metavar="DIR",
+    help="Per-sandbox locks and journals (default: [kata_mem] state_dir); requests use it "
+    "whatever their configuration says.",
+)
+@click.option(
+    "--config",
+    "config_path",
+    type=FileName(),
+    metavar="FILE",
+    help="Kata configuration (for state_dir and the node's settings).",
+)
+@click.option(
+    "--idle-timeout",
+    type=click.FloatRange(min=0.1, max=3600),
+    default=10.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="Close a connection idle this long, or whose request body does not arrive in it.",
+)
+@click.option(
+    "--reconcile-interval",
+    type=click.FloatRange(min=0.1, max=3600),
+    default=5.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="How often to retry deferred shrinks that are due, settle pending unplugs and "
+    "forget sandboxes whose VM is gone.",
+)
+def serve_node(
+    socket_path: Optional[str],
+    group: Optional[str],
+    state_dir: Optional[str],
+    config_path: Optional[str],
+    idle_timeout: float,
+    reconcile_interval: float,
+) -> int:
+    """Answer shims over HTTP on a unix socket until SIGTERM (see the README): POST
+    /v1/shim, GET /v1/node, /v1/sandboxes/ID, /metrics, /healthz."""
+    from kata_mem.interfaces.service import run_service
+
+    settings = _config(config_path)[0].settings if config_path else Settings()
+    return run_service(
+        socket_path,
+        group,
+        state_dir or settings.state_dir,
+        settings,
+        idle_timeout,
+        reconcile_interval,
+    )
+
+
+@cli.command()
+@global_options
+@click.option(
+    "--print-schema",
+    type=click.Choice(("request", "response")),  # kata_mem.interfaces.main.SHIM_SCHEMAS
+    help="Print that JSON Schema on stdout and exit.",
+)
+def shim(print_schema: Optional[str]) -> None:
+    """Read one JSON request on stdin, write one JSON response on stdout (see the README).
+
+    Dispatched before click is imported (kata_mem.interfaces.main); this entry documents it in
+    --help and completes its options."""
+    raise click.UsageError(
+        "kata-mem shim is run before click; call it through kata_mem.interfaces.main"
+    )
+
+
+@cli.command()
+@global_options
+@host_options
+@click.option(
+    "--cgroup",
+    type=FileName(directory=True),
+    metavar="DIR",
+    help="A memory cgroup directory (v1 or v2) whose limit lowers host memory.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (schema kata-mem/host/v1).")
+def host(
+    host_memory: Optional[str],
+    host_cpus: Optional[int],
+    host_arch: Optional[str],
+    host_hugepages: Optional[str],
+    cgroup: Optional[str],
+    as_json: bool,
+) -> None:
+    """Show the host facts kata-mem sizes against."""
+    facts = probe(
+        _host(host_memory, host_cpus, host_arch, host_hugepages), cgroup or "", "--cgroup"
+    )
+    if as_json:
+        _emit(render.host_json(facts))
+    else:
+        click.echo(render.host_text(facts))
+
+
+@cli.group("config")
+@global_options
+def config_group() -> None:
+    """Inspect Kata configurations."""
+
+
+@config_group.command("check")
+@global_options
+@click.argument("file", required=False, type=FileName())
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (schema kata-mem/config/v1).")
+def config_check(file: Optional[str], as_json: bool) -> None:
+    """Validate FILE (default: where Kata looks) and show each effective value and its origin."""
+    cfg, why = _config(file)
+    if as_json:
+        _emit(render.config_json(cfg, why))
+    else:
+        click.echo(render.config_text(cfg, why))
+
+
+def _report(exc: KataMemError, as_json: bool) -> int:
+    # A path that is not UTF-8 (an argument, a config.d entry) is carried as lone
+    # surrogates, which would print as '\udcff': show the bytes as typed, \xff.
+    exc.message = exc.message.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    logs.emit_error(exc)
+    if as_json:
+        _emit(render.error_json(exc))
+    return exc.exit_code
+
+
+def run_cli(argv: Optional[list[str]] = None) -> int:
+    """Run the CLI; return the process exit code (never raises for bad input).
+
+    A closed stdout (``kata-mem preview ... | head -1``) exits quietly with
+    :data:`~kata_mem.interfaces.shim.CLOSED_STDOUT`, as the shim does.
+    """
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return _run(args)
+    except (BrokenPipeError, _BrokenPipe) as exc:  # a command's, or an error document's
+        cause = exc.__cause__ if isinstance(exc, _BrokenPipe) else exc
+        assert isinstance(cause, BrokenPipeError)
+        return closed_stdout() if stdout_closed() else _internal_error(cause)
+    except SystemExit as exc:
+        # kata-mem --help: click has already muted the broken pipe into exit 1.
+        if exc.code == 1 and stdout_closed():
+            return closed_stdout()
+        raise
+
+
+def _run(args: list[str]) -> int:
+    as_json = "--json" in args
+    # Until click has parsed the options (and for its own usage errors), report in
+    # the format the command line asks for.
+    logs.set_format(logs.split_global_options(args)[1] or "text")
+    try:
+        rv = cli.main(args=args, prog_name="kata-mem", standalone_mode=False)
+    except KataMemError as exc:
+        return _report(exc, as_json)
+    except click.exceptions.Abort:
+        logs.emit("error", "aborted", kind="aborted", exit_code=130)
+        return 130
+    except click.ClickException as exc:
+        if logs.current_format() == "json":
+            ctx = getattr(exc, "ctx", None)
+            where = ctx.command_path if ctx is not None else "kata-mem"
+            logs.emit(
+                "error",
+                f"{where}: {exc.format_message()} (see {where} --help)",
+                kind="usage",
+                exit_code=exc.exit_code,
+            )
+        else:
+            exc.show()
+        return exc.exit_code
+    except _BrokenPipe:
+        raise
+    except Exception as exc:  # a bug: say so briefly, with the traceback only on request
+        return _internal_error(exc)
+    return rv if isinstance(rv, int) else 0
+
+
+def _internal_error(exc: Exception) -> int:
+    if os.environ.get("KATA_MEM_DEBUG"):
+        raise exc
+    logs.emit(
+        "error",
+        f"internal error: {logs.describe(exc)} (a bug in kata-mem; set "
+        "KATA_MEM_DEBUG=1 for the traceback)",
+        kind="internal",
+        exit_code=1,
+    )
+    return 1

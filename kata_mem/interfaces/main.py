@@ -1,0 +1,97 @@
+"""Process entry point. ``kata-mem shim`` is dispatched before click is imported:
+it runs on every container event and must start fast."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Optional
+
+from kata_mem.edges import logs
+
+#: Where the JSON Schemas of the shim protocol are installed (package data).
+SCHEMA_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "schemas")
+SHIM_SCHEMAS = {"request": "shim-request.v1.json", "response": "shim-response.v1.json"}
+SHIM_USAGE = (
+    "kata-mem [-v] [--log-format text|json] shim < request.json\n"
+    "       kata-mem shim --print-schema request|response"
+)
+SHIM_HELP = f"""Usage: {SHIM_USAGE}
+
+  Read one JSON request (schema kata-mem/shim-request/v1) on stdin and write one
+  JSON response (kata-mem/shim-response/v1) on stdout; the exit code is the
+  README's (see its "Runtime-shim integration" and "Exit codes").
+
+Options:
+  --print-schema request|response  Print that JSON Schema on stdout and exit.
+  -h, --help                       Show this message and exit.
+
+The JSON Schemas are installed in {SCHEMA_DIR}{os.sep}
+({", ".join(SHIM_SCHEMAS.values())})."""
+
+
+def _print_schema(args: list[str]) -> int:
+    """``kata-mem shim --print-schema NAME`` (or ``--print-schema=NAME``)."""
+    option, eq, name = args[0].partition("=")
+    given, extra = ([name], args[1:]) if eq else (args[1:2], args[2:])
+    if given[:1] not in (["request"], ["response"]) or extra:
+        got = " ".join(repr(arg) for arg in given + extra) or "nothing"
+        return _shim_usage(f"{option} expects one name, request or response; got {got}")
+    with open(os.path.join(SCHEMA_DIR, SHIM_SCHEMAS[given[0]]), encoding="utf-8") as schema:
+        return _print(schema.read())
+
+
+def _print(text: str) -> int:
+    """Write ``text`` on stdout, flushed while a closed stdout can still be told apart."""
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        from kata_mem.interfaces.shim import closed_stdout
+
+        return closed_stdout()
+    return 0
+
+
+def _shim_usage(message: str) -> int:
+    logs.emit(
+        "error",
+        f"{message} (see kata-mem shim --help)",
+        logger="kata_mem.interfaces.shim",
+        prefix="kata-mem shim",
+        kind="usage",
+        exit_code=2,
+    )
+    return 2
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    # Global options may come before or after the command. click handles them for
+    # every other command; the shim, dispatched before click is imported, here.
+    verbose, fmt, rest = logs.split_global_options(args)
+    if rest[:1] == ["shim"]:
+        logs.set_format(fmt or "text")
+        if fmt is not None and fmt not in logs.FORMATS:
+            return _shim_usage(f"--log-format {fmt!r}: expected text or json")
+        if verbose or fmt == "json":
+            # Only when asked: the default shim path never imports logging.
+            logs.setup_logging(verbose, fmt or "text")
+        args = rest
+    if args[:1] == ["shim"]:
+        if args[1:] in (["--help"], ["-h"]):
+            return _print(SHIM_HELP + "\n")
+        if args[1:] and args[1].partition("=")[0] == "--print-schema":
+            return _print_schema(args[1:])
+        if len(args) > 1:
+            return _shim_usage(f"unexpected argument {args[1]!r}; a request goes on stdin")
+        from kata_mem.interfaces.shim import run_shim
+
+        return run_shim(sys.stdin.buffer, sys.stdout, dict(os.environ))
+    from kata_mem.interfaces.cli import run_cli
+
+    return run_cli(args)
+
+
+def run() -> None:
+    sys.exit(main())

@@ -1,0 +1,139 @@
+"""The metrics of ``kata-mem serve`` (``GET /metrics``, Prometheus text format).
+
+Two kinds: what the state directory says now (each sandbox's current and target
+memory, deferred shrinks pending), read from the journals at every scrape so that
+a CLI call or a restart never leaves them stale; and what the service answered
+since it started (clamps, outcomes, backend errors, latency), counted from the
+response documents it sent. One registry of its own, never the global one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, Optional
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.registry import Collector
+
+from kata_mem.core.units import MiB
+
+if TYPE_CHECKING:
+    from kata_mem.core.model import Outcome
+
+#: Backend error kinds (``error.kind`` of an error document); an outcome whose reason
+#: is ``BackendError`` counts as ``backend`` too.
+BACKEND_KINDS = ("backend", "backend-unavailable", "backend-unsupported")
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+
+class _Journals(Collector):
+    """Gauges read from the state directory at scrape time."""
+
+    def __init__(self, state_dir: str) -> None:
+        self.state_dir = state_dir
+
+    def collect(self) -> Iterator[Metric]:
+        from kata_mem.core.errors import KataMemError
+        from kata_mem.edges.journal import SandboxState, list_state_dir
+
+        current = GaugeMetricFamily(
+            "kata_mem_sandbox_current_bytes",
+            "Guest memory last observed (boot + plugged), from the sandbox's journal.",
+            labels=["sandbox"],
+        )
+        target = GaugeMetricFamily(
+            "kata_mem_sandbox_target_bytes",
+            "The target being worked towards: a grow in progress, a deferred shrink, or "
+            "the observed size.",
+            labels=["sandbox"],
+        )
+        deferred = 0
+        try:
+            names = list_state_dir(self.state_dir).sandboxes
+        except KataMemError:
+            names = []  # not kata-mem's: GET /v1/node says why
+        for name in names:
+            record = SandboxState(self.state_dir, name).load()
+            goal = record.target_mib
+            if record.deferred is not None:
+                deferred += 1
+                goal = goal if goal is not None else record.deferred.target_mib
+            goal = goal if goal is not None else record.observed_mib
+            if record.observed_mib is not None:
+                current.add_metric([name], record.observed_mib * MiB)
+            if goal is not None:
+                target.add_metric([name], goal * MiB)
+        pending = GaugeMetricFamily(
+            "kata_mem_deferred_shrinks",
+            "Sandboxes whose shrink is deferred and waits for a retry.",
+            value=deferred,
+        )
+        yield from (current, target, pending)
+
+
+class Metrics:
+    """The service's registry and the counters it updates."""
+
+    def __init__(self, state_dir: str) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.registry.register(_Journals(state_dir))
+        self.clamps = Counter(
+            "kata_mem_clamps",
+            "Plans whose memory target was clamped, by cause.",
+            ["cause"],
+            registry=self.registry,
+        )
+        self.outcomes = Counter(
+            "kata_mem_outcomes",
+            "Resize outcomes answered, by status and reason.",
+            ["status", "reason"],
+            registry=self.registry,
+        )
+        self.backend_errors = Counter(
+            "kata_mem_backend_errors",
+            "Requests that met a hypervisor failure, by error kind.",
+            ["kind"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "kata_mem_request_seconds",
+            "Time to answer a request, by endpoint.",
+            ["endpoint"],
+            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1, 5, 20, 60),
+            registry=self.registry,
+        )
+
+        self.visits = Counter(
+            "kata_mem_reconcile_visits",
+            "Sandboxes the reconcile loop visited, by what it did (idle: nothing was due).",
+            ["action"],
+            registry=self.registry,
+        )
+
+    def count_visit(self, action: str, outcome: Optional[Outcome]) -> None:
+        """Count one visit of the reconcile loop, and the outcome of a request it re-ran."""
+        self.visits.labels(action).inc()
+        if outcome is not None:
+            self.outcomes.labels(outcome.status, outcome.reason).inc()
+
+    def count_response(self, doc: dict[str, Any]) -> None:
+        """Count what one shim response document says."""
+        error = doc.get("error")
+        if isinstance(error, dict):
+            if error.get("kind") in BACKEND_KINDS:
+                self.backend_errors.labels(error["kind"]).inc()
+            return
+        plan = doc.get("plan")
+        if isinstance(plan, dict):
+            for cause in plan.get("memory", {}).get("clamped_by", []):
+                self.clamps.labels(cause).inc()
+        outcome = doc.get("outcome")
+        if isinstance(outcome, dict):
+            self.outcomes.labels(outcome["status"], outcome["reason"]).inc()
+            if outcome["reason"] == "BackendError":
+                self.backend_errors.labels("backend").inc()
+
+    def text(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,1116 @@
+"""``kata-mem serve``: the node service, HTTP/1.1 on a unix socket (aiohttp).
+
+One resident process answers every runtime shim of the node, so a container event
+costs a request on an open socket instead of a Python start-up. What it answers is
+what the one-shot commands print: ``POST /v1/shim`` runs :func:`kata_mem.interfaces.shim.answer`
+(the body ``kata-mem shim`` prints, byte for byte), ``GET /v1/node`` is ``status --all
+--json``, ``GET /v1/sandboxes/{id}`` is ``status --json``.
+
+:func:`~kata_mem.orchestration.apply.serve` is synchronous and may wait seconds for a guest, so it
+runs in a thread pool; an asyncio lock per sandbox keeps one sandbox's requests in
+order (the journal's flock still orders them against CLI calls), and different
+sandboxes run side by side. The event loop itself only reads bodies, checks the
+peer and writes answers, so a slow guest delays no other sandbox.
+
+A loop of its own (every ``--reconcile-interval``) does what the ``kata-mem reconcile``
+timer did, for the sandboxes whose journal asks for it: a deferred shrink whose retry
+time has come, a DIMM unplug still pending, a step a crash cut short, a VM that is
+gone. Each visit takes the sandbox's lock and a pool thread, as a request does.
+
+Who may ask: the peer's credentials (``SO_PEERCRED``) are checked on every request
+before any of its body is read, root or a member of ``--group``; the socket is created
+0660, the group's. Every refusal is a ``kata-mem/error/v1`` document and one log line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import fcntl
+import json
+import logging
+import os
+import pwd
+import resource
+import signal
+import socket
+import stat
+import struct
+import time
+from collections.abc import AsyncIterator, Awaitable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional, TypeVar, cast
+
+from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
+
+from kata_mem.core.errors import BackendUnavailable, ConfigError, InputError, KataMemError
+from kata_mem.core.model import Settings, check_sandbox_id
+from kata_mem.core.request import MAX_REQUEST_BYTES, HostOverrides, SandboxRequest
+from kata_mem.edges.logs import describe, get_logger
+from kata_mem.interfaces import render
+from kata_mem.interfaces.metrics import CONTENT_TYPE, Metrics
+from kata_mem.interfaces.shim import answer
+
+log = get_logger("kata_mem.interfaces.service")
+T = TypeVar("T")
+
+DEFAULT_SOCKET = "/run/kata-mem/kata-mem.sock"
+#: systemd passes activated sockets from this descriptor on (sd_listen_fds(3)).
+SD_LISTEN_FDS_START = 3
+#: An idle connection (none sent, or between requests) and a body that does not
+#: arrive are cut after this long (``--idle-timeout``).
+IDLE_TIMEOUT_S = 10.0
+#: ``GET /v1/sandboxes/{id}`` asks the VM; this bounds how long it may take.
+STATUS_TIMEOUT_S = 10.0
+#: On SIGTERM, how long requests in flight may still take (a resize is several steps of
+#: at most ``step_timeout_s`` each); the unit's TimeoutStopSec is longer.
+SHUTDOWN_TIMEOUT_S = 120.0
+#: Threads for requests: each may wait for a guest, so more than the CPUs.
+WORKERS = 64
+#: Seconds between two passes of the reconcile loop (``--reconcile-interval``).
+RECONCILE_INTERVAL_S = 5.0
+#: Sandboxes the loop visits at once; the rest of the pool stays for requests.
+RECONCILE_WORKERS = 8
+#: Where HTTP statuses come from: the one-shot shim's exit code (README, "Exit codes").
+_STATUS = {0: 200, 1: 500, 2: 400, 3: 400, 4: 400, 6: 503, 7: 503, 8: 503, 9: 503}
+
+
+def http_status(exit_code: int) -> int:
+    """The HTTP status of an answer whose one-shot exit code is ``exit_code``."""
+    return _STATUS.get(exit_code, 500)
+
+
+@dataclass(frozen=True)
+class Peer:
+    pid: int
+    uid: int
+    gid: int
+
+
+def peer_of(sock: socket.socket) -> Peer:
+    """Who is at the other end of a connected unix socket (``SO_PEERCRED``)."""
+    fmt = "3i"
+    pid, uid, gid = struct.unpack(
+        fmt, sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize(fmt))
+    )
+    return Peer(pid, uid, gid)
+
+
+def peer_allowed(peer: Peer, group: Optional[int]) -> bool:
+    """Root, or a process of ``group`` (its gid, or a supplementary group of its user)."""
+    if peer.uid == 0:
+        return True
+    if group is None:
+        return False
+    if peer.gid == group:
+        return True
+    try:
+        user = pwd.getpwuid(peer.uid)
+    except KeyError:
+        return False
+    return group in os.getgrouplist(user.pw_name, user.pw_gid)
+
+
+def group_id(name: Optional[str]) -> Optional[int]:
+    """:raises ConfigError: no such group."""
+    if name is None:
+        return None
+    import grp
+
+    try:
+        return grp.getgrnam(name).gr_gid
+    except KeyError as exc:
+        raise ConfigError(
+            f"--group {name!r}: no such group; expected the group whose members may use "
+            "the socket (create it, e.g. groupadd --system kata-mem)"
+        ) from exc
+
+
+# --- the listening socket -------------------------------------------------------------
+
+
+#: A unix socket's path fits ``sun_path`` (108 bytes) with its terminating NUL
+#: (unix(7)): Linux binds 108 bytes without one, but clients (curl, Go's net.Dial) refuse it.
+MAX_SOCKET_PATH = 107
+LOCK_SCHEMA = "kata-mem/serve-lock/v1"
+
+
+@dataclass
+class Listener:
+    """The socket the service listens on, and what to undo when it stops."""
+
+    sock: socket.socket
+    path: Optional[str] = None  # bound here (not passed by systemd): removed at the end
+    inode: Optional[tuple[int, int]] = None
+    lock_fd: Optional[int] = None
+
+    def close(self) -> None:
+        self.sock.close()
+        if self.path is not None:
+            with contextlib.suppress(OSError):
+                info = os.lstat(self.path)
+                if (info.st_dev, info.st_ino) == self.inode:  # not a successor's socket
+                    os.unlink(self.path)
+        if self.lock_fd is not None:
+            _drop_lock(self.lock_fd, f"{self.path}.lock")
+
+
+def activated(env: Mapping[str, str]) -> Optional[socket.socket]:
+    """The socket systemd passed (``LISTEN_FDS``/``LISTEN_PID``), if any.
+
+    :raises ConfigError: the passed descriptor is not a listening unix stream socket.
+    """
+    count = env.get("LISTEN_FDS")
+    if env.get("LISTEN_PID") != str(os.getpid()) or not count:
+        return None
+    for name in ("LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"):
+        os.environ.pop(name, None)  # not for the processes this one starts
+    if count != "1":
+        raise ConfigError(
+            f"LISTEN_FDS={count}: expected one socket (kata-mem.socket has one ListenStream)"
+        )
+    try:
+        sock = socket.socket(fileno=SD_LISTEN_FDS_START)
+    except OSError as exc:
+        raise ConfigError(f"LISTEN_FDS=1: descriptor 3 is not a socket ({describe(exc)})") from exc
+    if sock.family != socket.AF_UNIX or sock.type != socket.SOCK_STREAM:
+        raise ConfigError(
+            "LISTEN_FDS=1: descriptor 3 is not a unix stream socket; expected "
+            "ListenStream=/run/kata-mem/kata-mem.sock in kata-mem.socket"
+        )
+    sock.set_inheritable(False)
+    return sock
+
+
+def _live(path: str) -> bool:
+    """Whether something accepts connections on the unix socket at ``path``."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(1.0)
+        try:
+            probe.connect(path)
+        except (ConnectionRefusedError, FileNotFoundError):
+            return False
+        except OSError as exc:
+            # EAGAIN: a full backlog, so someone is listening.
+            return exc.errno in (errno.EAGAIN, errno.EACCES) or isinstance(exc, TimeoutError)
+    return True
+
+
+def _who(uid: int) -> str:
+    try:
+        return f"uid {uid} ({pwd.getpwuid(uid).pw_name})"
+    except KeyError:
+        return f"uid {uid}"
+
+
+def _foreign(info: os.stat_result, sticky_ok: bool) -> str:
+    """Why another user could have written (or could replace entries of) the file or
+    directory ``info`` describes, or "" when only root and this process's user could."""
+    if info.st_uid not in (0, os.geteuid()):
+        return f"owned by {_who(info.st_uid)}, not by root or this user"
+    if stat.S_ISLNK(info.st_mode):
+        return ""  # a symlink's own mode means nothing; its owner and directory are checked
+    who = " and ".join(w for bit, w in ((0o020, "group"), (0o002, "others")) if info.st_mode & bit)
+    if who and not (sticky_ok and info.st_mode & stat.S_ISVTX):
+        mode = stat.S_IMODE(info.st_mode)
+        return f"writable by {who} (mode {mode:04o})" + (
+            " without the sticky bit" if sticky_ok else ""
+        )
+    return ""
+
+
+def _check_socket_dirs(parent: str, where: str) -> None:
+    """The socket's directory and every one above it (as written and resolved, symlinks
+    included) belong to root or this user and no one else may write them, unless sticky
+    as ``/tmp`` is (then no one may remove or rename another user's entries): otherwise
+    another user could swap the socket or its lock between these checks and their use
+    (the walk of OpenSSH's ``safe_path``, auth.c, which sshd's StrictModes uses).
+
+    :raises ConfigError: naming the directory, its owner or mode.
+    """
+    seen: set[str] = set()
+    for start in (os.path.abspath(parent), os.path.realpath(parent)):
+        here = start
+        while here not in seen:
+            seen.add(here)
+            try:
+                info = os.lstat(here)
+            except OSError as exc:
+                raise ConfigError(
+                    f"{where}: cannot check {here} ({exc.strerror or exc}); nothing was changed"
+                ) from exc
+            why = _foreign(info, sticky_ok=True)
+            if why:
+                raise ConfigError(
+                    f"{where}: {here}: {why}: another user could replace the socket or its "
+                    "lock there; nothing was changed (use a directory only root can write, "
+                    "such as /run/kata-mem)"
+                )
+            here = os.path.dirname(here)
+
+
+def _lock_names(fd: int) -> Optional[tuple[int, int, int]]:
+    """The socket (device, inode, ctime) a lock says its serve made, if it says one."""
+    try:
+        doc = json.loads(os.pread(fd, 4096, 0))
+        made = doc["socket"]
+        names = (made["dev"], made["ino"], made["ctime_ns"])
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+    if doc.get("schema") != LOCK_SCHEMA or not all(type(n) is int for n in names):
+        return None
+    return names
+
+
+def _write_lock(fd: int, info: os.stat_result) -> None:
+    """Record in the held lock this process and the socket it made: what lets the next
+    serve, after a crash, prove that the dead socket there is kata-mem's own."""
+    doc = {
+        "schema": LOCK_SCHEMA,
+        "pid": os.getpid(),
+        "socket": {"dev": info.st_dev, "ino": info.st_ino, "ctime_ns": info.st_ctime_ns},
+    }
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, (json.dumps(doc) + "\n").encode(), 0)
+    os.fsync(fd)
+
+
+def _same_file(fd: int, path: str) -> bool:
+    with contextlib.suppress(OSError):
+        a, b = os.fstat(fd), os.lstat(path)
+        return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+    return False
+
+
+def _drop_lock(fd: int, lock: str) -> None:
+    """Remove the lock this process holds (and made, or adopted from a dead serve)."""
+    if _same_file(fd, lock):
+        with contextlib.suppress(OSError):
+            os.unlink(lock)
+    os.close(fd)
+
+
+def _open_lock(lock: str, where: str) -> Optional[int]:
+    """The existing lock beside the socket, opened and held, when it is kata-mem's: a
+    regular file of this user's that no one else may write (checked on the descriptor,
+    never by path). None when there is none.
+
+    :raises ConfigError: it is someone else's, or another serve holds it.
+    """
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:  # ELOOP: a symlink; EISDIR; ENXIO: a socket
+        raise ConfigError(
+            f"{where}: {lock} is not a lock kata-mem serve made ({exc.strerror or exc}); "
+            "nothing was changed (remove it, or give another --socket)"
+        ) from exc
+    try:
+        info = os.fstat(fd)
+        why = "not a regular file" if not stat.S_ISREG(info.st_mode) else _foreign(info, False)
+        if not why and info.st_nlink != 1:
+            why = f"{info.st_nlink} links to one file"
+        if info.st_uid != os.geteuid() and not why:
+            why = f"owned by {_who(info.st_uid)}, not by this user"
+        if why:
+            raise ConfigError(
+                f"{where}: {lock} is {why}: not a lock kata-mem serve made; nothing was "
+                "changed (remove it, or give another --socket)"
+            )
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as exc:
+            raise ConfigError(
+                f"{where}: another kata-mem serve is running on it (it holds {lock}); "
+                "stop it first, or give another --socket"
+            ) from exc
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _clear_path(path: str, where: str, lock: str, names: Optional[tuple[int, int, int]]) -> None:
+    """Make room for the socket: nothing there, or a dead socket the held lock names
+    (``names``), which is removed. Anything else is left as it is.
+
+    :raises ConfigError: something else is at ``path``.
+    """
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(info.st_mode):
+        raise ConfigError(
+            f"{where}: exists and is not a socket; nothing was changed (remove it, or give "
+            "another --socket)"
+        )
+    if _live(path):
+        raise ConfigError(
+            f"{where}: something is already listening on it (a kata-mem.socket unit, or "
+            "another service); nothing was changed"
+        )
+    if names is None or names != (info.st_dev, info.st_ino, info.st_ctime_ns):
+        beside = f"no {lock} beside it" if names is None else f"{lock} does not name it"
+        raise ConfigError(
+            f"{where}: a socket nobody listens on, but not one kata-mem serve made ({beside}); "
+            "nothing was changed (remove it, or give another --socket)"
+        )
+    os.unlink(path)  # stale: a previous kata-mem serve's, its process gone
+    log.warning("%s: replaced a stale socket (nobody was listening)", path)
+
+
+def bind(path: str, group: Optional[int]) -> Listener:
+    """Listen on ``path``: 0660, owned by this process's user and ``group``.
+
+    A socket file nobody listens on (left by a crash) is replaced when the lock beside
+    it proves it kata-mem's; nothing else is. A refusal changes nothing on disk: the
+    lock is made only once every check has passed.
+
+    :raises ConfigError: another instance listens there, the path is not a socket, is too
+        long, lies where another user could write, or cannot be created.
+    """
+    where = f"--socket {path}"
+    size = len(os.fsencode(path))
+    if size > MAX_SOCKET_PATH:
+        raise ConfigError(
+            f"{where}: {size} bytes; a unix socket path is at most {MAX_SOCKET_PATH} bytes "
+            "(unix(7)); nothing was changed (give a shorter path)"
+        )
+    parent = os.path.dirname(os.path.abspath(path))
+    made = False
+    if not os.path.isdir(parent):
+        if path != DEFAULT_SOCKET:
+            # A mistyped --socket must not leave directories behind.
+            raise ConfigError(
+                f"{where}: its directory {parent} does not exist; nothing was created "
+                "(create it, or give another --socket)"
+            )
+        try:
+            os.mkdir(parent, 0o755)
+            made = True
+            os.chmod(parent, 0o755)  # the shims' group must reach the socket, whatever the umask
+        except FileExistsError:
+            pass
+        except OSError as exc:
+            raise ConfigError(f"{where}: cannot create {parent} ({exc.strerror or exc})") from exc
+    try:
+        _check_socket_dirs(parent, where)
+        for _ in range(3):
+            listener = _bind_once(path, group, where)
+            if listener is not None:
+                return listener
+        raise ConfigError(f"{where}: {path}.lock changed while serve looked at it; try again")
+    except BaseException:
+        if made:
+            with contextlib.suppress(OSError):
+                os.rmdir(parent)
+        raise
+
+
+def _bind_once(path: str, group: Optional[int], where: str) -> Optional[Listener]:
+    """:func:`bind`, or None when the lock came or went meanwhile (look again)."""
+    lock = f"{path}.lock"
+    lock_fd = _open_lock(lock, where)
+    made_lock = lock_fd is None
+    try:
+        if lock_fd is not None and not _same_file(lock_fd, lock):
+            os.close(lock_fd)  # removed by the serve that was stopping as we opened it
+            return None
+        _clear_path(path, where, lock, None if lock_fd is None else _lock_names(lock_fd))
+        if lock_fd is None:
+            try:
+                lock_fd = os.open(
+                    lock, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
+                )
+            except FileExistsError:
+                return None
+            except OSError as exc:
+                raise ConfigError(f"{where}: cannot create {lock} ({exc.strerror or exc})") from exc
+            try:
+                fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError as exc:
+                os.close(lock_fd)  # another serve opened it first: its lock now
+                lock_fd, made_lock = None, False
+                raise ConfigError(
+                    f"{where}: another kata-mem serve is starting on it (it holds {lock}); "
+                    "stop it first, or give another --socket"
+                ) from exc
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = os.umask(0o177)  # never reachable by others, not even between bind and chmod
+        try:
+            sock.bind(path)
+        except OSError as exc:
+            sock.close()
+            raise ConfigError(f"{where}: cannot listen there ({exc.strerror or exc})") from exc
+        finally:
+            os.umask(old)
+        try:
+            if group is not None:
+                os.chown(path, -1, group)
+            os.chmod(path, 0o660)
+            info = os.lstat(path)
+            _write_lock(lock_fd, info)
+        except OSError as exc:
+            sock.close()
+            os.unlink(path)
+            raise ConfigError(
+                f"{where}: cannot give it mode 0660 and the group, or record it in {lock} "
+                f"({exc.strerror or exc})"
+            ) from exc
+        return Listener(sock, path, (info.st_dev, info.st_ino), lock_fd)
+    except BaseException:
+        if lock_fd is not None:
+            if made_lock:
+                _drop_lock(lock_fd, lock)  # made by this call: a refusal leaves nothing
+            else:
+                os.close(lock_fd)
+        raise
+
+
+def _raise_open_files() -> None:
+    """Room for many idle connections: the soft limit of open files up to the hard one."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = hard if hard != resource.RLIM_INFINITY else 65536
+    if soft != resource.RLIM_INFINITY and soft < want:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (min(want, 65536), hard))
+
+
+# --- the application --------------------------------------------------------------------
+
+
+def _json(doc: dict[str, Any], status: int, exit_code: Optional[int] = None) -> web.Response:
+    # As `kata-mem shim` prints it: one line of JSON.
+    resp = web.Response(
+        body=(json.dumps(doc) + "\n").encode(), status=status, content_type="application/json"
+    )
+    if exit_code is not None:
+        resp.headers["X-Kata-Mem-Exit-Code"] = str(exit_code)
+    return resp
+
+
+def _peer_text(peer: Optional[Peer]) -> str:
+    return "an unknown peer" if peer is None else f"uid {peer.uid} gid {peer.gid} pid {peer.pid}"
+
+
+def _peer_of_transport(transport: Optional[asyncio.BaseTransport]) -> Optional[Peer]:
+    sock = transport.get_extra_info("socket") if transport is not None else None
+    try:
+        return peer_of(sock) if sock is not None else None
+    except OSError:  # gone already
+        return None
+
+
+def _parse_error(exc: Optional[BaseException], message: Optional[str] = None) -> str:
+    """What aiohttp's parser said, on one line: its messages span lines and point at
+    the byte with a line of carets; a payload error wraps the parser's."""
+    if isinstance(exc, web.RequestPayloadError) and exc.__cause__ is not None:
+        exc = exc.__cause__
+    text = message or getattr(exc, "message", None) or str(exc or "")
+    return " ".join(w for w in str(text).split() if w.strip("^~")) or "malformed"
+
+
+class _Protocol(web.RequestHandler):
+    """aiohttp's connection handler, answering what aiohttp refuses before any handler
+    runs (a request line, header or chunk it cannot parse) and a handler's bug as the
+    handlers answer: a ``kata-mem/error/v1`` document and one log line. aiohttp's own
+    answer is plain text, logged at ERROR with a traceback
+    (``aiohttp.web_protocol.RequestHandler.handle_error``, "Error handling request")."""
+
+    def __init__(self, service: Service, manager: web.Server, **options: Any) -> None:
+        super().__init__(manager, **options)
+        self.service = service
+        self.peer: Optional[Peer] = None
+        self._first_request: Optional[asyncio.TimerHandle] = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # SO_PEERCRED is the peer as it connected: read once, for every request it sends.
+        self.peer = _peer_of_transport(transport)
+        super().connection_made(transport)
+        # aiohttp's keep-alive timer starts after a response, and before 3.14 nothing
+        # closed a connection that never sent a byte: that is cut here, on every version.
+        self._first_request = asyncio.get_running_loop().call_later(
+            self.service.idle_timeout, transport.close
+        )
+
+    def data_received(self, data: bytes) -> None:
+        if self._first_request is not None:
+            self._first_request.cancel()
+            self._first_request = None
+        super().data_received(data)
+
+    def connection_lost(self, exc: Optional[BaseException]) -> None:
+        if self._first_request is not None:
+            self._first_request.cancel()
+            self._first_request = None
+        super().connection_lost(exc)
+
+    def handle_error(
+        self,
+        request: web.BaseRequest,
+        status: int = 500,
+        exc: Optional[BaseException] = None,
+        message: Optional[str] = None,
+    ) -> web.StreamResponse:
+        if request.writer.output_size > 0:  # as aiohttp: an answer is under way, cut it
+            raise ConnectionError("a response was being sent when the request failed")
+        peer = self.peer
+        if self.transport is None or isinstance(exc, ConnectionError):
+            log.warning(
+                "a request from %s: the connection closed before it was answered (%s)",
+                _peer_text(peer),
+                describe(exc) if exc else status,
+            )
+            return web.Response(status=status)  # no one is left to read it
+        if peer is None or not peer_allowed(peer, self.service.group):
+            return self.service.forbidden(peer, "a request")
+        if status >= 500:
+            error = KataMemError(
+                f"internal error answering the request ({describe(exc) if exc else status}); "
+                "a bug in kata-mem"
+            )
+            resp = self.service.refuse(error, status, peer, "a request", cause=exc)
+        else:
+            text = _parse_error(exc, message)
+            error = InputError(
+                f"HTTP request: {text}; expected HTTP/1.1 with POST /v1/shim, "
+                "GET /v1/node, GET /v1/sandboxes/ID, GET /metrics or GET /healthz"
+            )
+            resp = self.service.refuse(error, status, peer, "a request")
+        resp.force_close()
+        return resp
+
+
+@dataclass(frozen=True)
+class _Glance:
+    """What the service needs to know of a request before :func:`answer` checks it:
+    the sandbox (for the lock), whether it names a VM, and whether it only plans
+    (no VM, no state: a few small file reads, answered on the event loop)."""
+
+    sandbox: Optional[str] = None
+    names_vm: bool = False
+    plan_only: bool = False
+    deletes: bool = False
+
+
+def _glance(body: bytes) -> _Glance:
+    try:
+        doc = json.loads(body)
+    except (ValueError, RecursionError):
+        return _Glance()
+    if not isinstance(doc, dict):
+        return _Glance()
+    sandbox = doc.get("sandbox_id")
+    return _Glance(
+        sandbox if isinstance(sandbox, str) else None,
+        doc.get("backend") is not None,
+        doc.get("apply") is not True and doc.get("event") in ("create", "update", None),
+        doc.get("event") == "delete",
+    )
+
+
+class Service:
+    """The handlers and what they share: the thread pool, the sandbox locks, the metrics."""
+
+    def __init__(
+        self,
+        state_dir: str,
+        settings: Settings,
+        group: Optional[int],
+        env: Mapping[str, str],
+        idle_timeout: float = IDLE_TIMEOUT_S,
+        reconcile_interval: float = RECONCILE_INTERVAL_S,
+    ) -> None:
+        self.state_dir = state_dir
+        self.reconcile_interval = reconcile_interval
+        self.settings = settings
+        self.group = group
+        self.env = dict(env)
+        self.idle_timeout = idle_timeout
+        self.pool = ThreadPoolExecutor(WORKERS, thread_name_prefix="kata-mem-serve")
+        self.metrics = Metrics(state_dir)
+        # sandbox id -> its lock and how many requests hold or wait for it
+        self._locks: dict[str, tuple[asyncio.Lock, list[int]]] = {}
+        # sandboxes whose balloon was told to report statistics (by this process)
+        self._stats_on: set[str] = set()
+        # why the last reconcile pass could not read the state directory
+        self._unusable: Optional[str] = None
+
+    def app(self) -> web.Application:
+        app = web.Application(middlewares=[self._guard], client_max_size=MAX_REQUEST_BYTES)
+        app.router.add_post("/v1/shim", self.shim, name="shim")
+        app.router.add_get("/v1/node", self.node, name="node")
+        app.router.add_get("/v1/sandboxes/{id}", self.sandbox, name="sandbox")
+        app.router.add_get("/metrics", self.metrics_text, name="metrics")
+        app.router.add_get("/healthz", self.healthz, name="healthz")
+        return app
+
+    def reply(
+        self, doc: dict[str, Any], status: int, exit_code: Optional[int] = None
+    ) -> web.Response:
+        """Every JSON document the service sends goes out here, and is counted here."""
+        self.metrics.count_response(doc)
+        return _json(doc, status, exit_code)
+
+    def refuse(
+        self,
+        exc: KataMemError,
+        status: int,
+        peer: Optional[Peer],
+        what: str,
+        cause: Optional[BaseException] = None,
+    ) -> web.Response:
+        """A request refused by the service itself (:func:`answer` logs its own): the
+        error document, and one log line (with the traceback of a bug, ``cause``)."""
+        level = logging.ERROR if status >= 500 else logging.WARNING
+        log.log(
+            level, "%s from %s: %d: %s", what, _peer_text(peer), status, exc.message, exc_info=cause
+        )
+        return self.reply(render.error_json(exc), status, exc.exit_code)
+
+    def forbidden(self, peer: Optional[Peer], what: str) -> web.Response:
+        """403 for a peer that may not ask; the connection is closed, its body unread."""
+        group = "" if self.group is None else f" or members of its --group (gid {self.group})"
+        resp = self.refuse(
+            InputError(
+                f"peer {_peer_text(peer)}: not allowed; kata-mem serve answers root{group} "
+                "(see its --group)"
+            ),
+            403,
+            peer,
+            what,
+        )
+        resp.force_close()
+        return resp
+
+    async def _run(self, fn: Callable[[], T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self.pool, fn)
+
+    @contextlib.asynccontextmanager
+    async def _serialized(self, sandbox: Optional[str]) -> AsyncIterator[None]:
+        if sandbox is None:
+            yield
+            return
+        lock, users = self._locks.setdefault(sandbox, (asyncio.Lock(), [0]))
+        users[0] += 1
+        try:
+            async with lock:
+                yield
+        finally:
+            users[0] -= 1
+            if not users[0]:
+                del self._locks[sandbox]
+
+    @web.middleware
+    async def _guard(
+        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        start = time.perf_counter()
+        route = request.match_info.route.name or "other"
+        what = f"{request.method} {request.path}"
+        peer = cast(_Protocol, request.protocol).peer
+        # The peer first: nothing of a refused peer's request is read or decoded.
+        if peer is None or not peer_allowed(peer, self.group):
+            response: web.StreamResponse = self.forbidden(peer, what)
+            request.content.feed_eof()  # not even drained: closed once the 403 is sent
+        else:
+            request["peer"] = peer
+            try:
+                response = await handler(request)
+            except web.HTTPException as exc:  # the router's 404 and 405, as documents
+                response = self.refuse(
+                    InputError(
+                        f"{what}: {exc.reason}; expected POST /v1/shim, GET /v1/node, "
+                        "GET /v1/sandboxes/ID, GET /metrics or GET /healthz"
+                    ),
+                    exc.status,
+                    peer,
+                    what,
+                )
+        self.metrics.latency.labels(route).observe(time.perf_counter() - start)
+        return response
+
+    async def _body(self, request: web.Request) -> Optional[bytes]:
+        """The body, or None when it is larger than a request may be."""
+        if (request.content_length or 0) > MAX_REQUEST_BYTES:
+            return None
+        chunks: list[bytes] = []
+        size = 0
+        while chunk := await request.content.read(1 << 16):
+            size += len(chunk)
+            if size > MAX_REQUEST_BYTES:
+                return None
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    async def shim(self, request: web.Request) -> web.StreamResponse:
+        peer, what = request.get("peer"), f"{request.method} {request.path}"
+        coding = request.headers.get("Content-Encoding", "").strip()
+        if coding.lower() not in ("", "identity"):
+            # A request is a small document on a local socket: nothing to gain from
+            # compression, and no decoder to feed what a client chose. 415 with the
+            # codings accepted, as RFC 9110 (sections 15.5.16 and 12.5.3) asks.
+            resp = self.refuse(
+                InputError(
+                    f"request body: Content-Encoding {coding!r}: not accepted; send the body "
+                    "as it is (no Content-Encoding, or identity)"
+                ),
+                415,
+                peer,
+                what,
+            )
+            resp.headers["Accept-Encoding"] = "identity"
+            resp.force_close()  # the body is not read
+            return resp
+        try:
+            body = await asyncio.wait_for(self._body(request), self.idle_timeout)
+        except asyncio.TimeoutError:
+            resp = self.refuse(
+                InputError(
+                    f"request body: not received within {self.idle_timeout:g} s; send the "
+                    "whole request at once"
+                ),
+                408,
+                peer,
+                what,
+            )
+            resp.force_close()
+            return resp
+        except (web.RequestPayloadError, HttpProcessingError) as exc:  # a chunk it cannot parse
+            resp = self.refuse(
+                InputError(f"request body: {_parse_error(exc)}; expected an HTTP/1.1 body"),
+                400,
+                peer,
+                what,
+            )
+            resp.force_close()  # what follows it is not a request
+            # Nothing more of it is read: aiohttp would linger to drain it, meet the
+            # same error again and log it with a traceback (web_protocol's start()).
+            request.content.feed_eof()
+            return resp
+        if body is None:
+            # The shim's own answer to a request that large (exit code 4), as 413.
+            doc, code = answer(lambda: bytes(MAX_REQUEST_BYTES + 1), self.env)
+            resp = self.reply(doc, 413, code)
+            resp.force_close()  # the rest of the body is not read
+            return resp
+        glance = _glance(body)
+        sandbox = glance.sandbox
+        async with self._serialized(sandbox):
+            if glance.plan_only:
+                # Waits for no VM, no lock and no guest; a thread hop would be most of its cost.
+                doc, code = answer(lambda: body, self.env, state_dir=self.state_dir)
+            else:
+                doc, code = await self._run(
+                    lambda: answer(lambda: body, self.env, state_dir=self.state_dir)
+                )
+            if glance.deletes:
+                self._stats_on.discard(sandbox or "")
+            elif (
+                sandbox is not None
+                and code == 0
+                and glance.names_vm
+                and sandbox not in self._stats_on
+            ):
+                await self._run(lambda: self._enable_stats(body))
+        return self.reply(doc, http_status(code), code)
+
+    async def node(self, request: web.Request) -> web.StreamResponse:
+        from kata_mem.orchestration.apply import node_status, probe
+
+        def read() -> dict[str, Any]:
+            return render.node_status_json(
+                node_status(self.settings, probe(HostOverrides()), self.state_dir)
+            )
+
+        try:
+            return self.reply(await self._run(read), 200)
+        except KataMemError as exc:
+            return self._failed(request, exc)
+
+    async def sandbox(self, request: web.Request) -> web.StreamResponse:
+        sandbox = request.match_info["id"]
+        try:
+            check_sandbox_id(sandbox)
+            found = await self._run(lambda: self._saved_endpoint(sandbox))
+            if isinstance(found, str):
+                return self._failed(request, InputError(found), 404)
+            try:
+                doc = await asyncio.wait_for(
+                    self._run(lambda: self._status(found, sandbox)), STATUS_TIMEOUT_S
+                )
+            except asyncio.TimeoutError as exc:
+                raise BackendUnavailable(
+                    f"sandbox {sandbox}: {found.describe()} did not answer within "
+                    f"{STATUS_TIMEOUT_S:g} s (a resize may be holding its monitor); try again"
+                ) from exc
+        except KataMemError as exc:
+            return self._failed(request, exc)
+        return self.reply(doc, 200)
+
+    def _failed(
+        self, request: web.Request, exc: KataMemError, status: Optional[int] = None
+    ) -> web.Response:
+        return self.refuse(
+            exc,
+            status or http_status(exc.exit_code),
+            request.get("peer"),
+            f"{request.method} {request.path}",
+        )
+
+    def _enable_stats(self, body: bytes) -> None:
+        """Have the VM's balloon report statistics from the sandbox's first request on,
+        so that its first shrink has the guest's usage to go by (an apply does this as
+        it connects; a plan-only request that names the VM gets one connection for it).
+        A VM that cannot be reached yet is tried again on the next request."""
+        from kata_mem.edges.config import find_config, load_config
+        from kata_mem.orchestration.connect import open_backend
+
+        request = SandboxRequest.from_json(body)  # answered with 0: it parses
+        if request.event == "delete":
+            self._stats_on.discard(request.sandbox)
+            return
+        if request.endpoint is None:
+            return
+        if not request.apply:
+            try:
+                cfg = load_config(find_config(request.config, self.env)[0])
+                open_backend(request.endpoint, stats_interval=cfg.settings.stats_interval_s).close()
+            except KataMemError as exc:
+                log.warning(
+                    "sandbox %s: balloon statistics not enabled yet: %s",
+                    request.sandbox,
+                    exc.message,
+                )
+                return
+        self._stats_on.add(request.sandbox)
+
+    # --- the reconcile loop ------------------------------------------------------------
+
+    async def reconcile_loop(self, stop: asyncio.Event) -> None:
+        """A pass every ``reconcile_interval`` seconds until ``stop``; a pass under way
+        is finished (its visits are steps in flight), never cut."""
+        while not stop.is_set():
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(stop.wait(), self.reconcile_interval)
+            if stop.is_set():
+                return
+            try:
+                await self.reconcile_pass()
+            except Exception as exc:  # a bug: logged, and the next pass tries again
+                log.error("reconcile pass failed: %s", describe(exc))
+
+    async def reconcile_pass(self) -> None:
+        """Visit each sandbox of the state directory whose journal asks for it.
+
+        A sandbox a request holds is left to that request (it reconciles first as
+        well) and visited on a later pass.
+        """
+        from kata_mem.edges.journal import list_state_dir
+
+        try:
+            names = await self._run(lambda: list_state_dir(self.state_dir).sandboxes)
+        except KataMemError as exc:
+            if exc.message != self._unusable:  # said once, not every pass (/healthz says it too)
+                log.warning("reconcile: %s", exc.message)
+            self._unusable = exc.message
+            return
+        self._unusable = None
+        room = asyncio.Semaphore(RECONCILE_WORKERS)
+
+        async def one(sandbox: str) -> None:
+            async with room:
+                if sandbox in self._locks:
+                    return
+                async with self._serialized(sandbox):
+                    await self._visit(sandbox)
+
+        await asyncio.gather(*(one(name) for name in names))
+
+    async def _visit(self, sandbox: str) -> None:
+        from kata_mem.orchestration.reconcile import visit
+
+        done = await self._run(lambda: visit(self.state_dir, sandbox, self.env, due_only=True))
+        self.metrics.count_visit(done.action, done.outcome)
+        if done.action == "idle":
+            return
+        if done.action == "cleaned":
+            self._stats_on.discard(sandbox)
+        level = logging.WARNING if done.action == "failed" else logging.INFO
+        log.log(level, "reconcile: sandbox %s: %s: %s", sandbox, done.action, done.detail)
+        for warning in done.warnings:
+            log.warning("reconcile: sandbox %s: %s", sandbox, warning)
+
+    def _saved_endpoint(self, sandbox: str) -> Any:
+        """The sandbox's endpoint from its saved request, or why there is none.
+
+        :raises ConfigError: the saved request is not one kata-mem wrote for it.
+        """
+        from kata_mem.edges.journal import SandboxState
+
+        state = SandboxState(self.state_dir, sandbox)
+        if not state.owned():
+            return f"sandbox {sandbox}: unknown (kata-mem has no state for it in {self.state_dir})"
+        saved = _read_own(state.request_path, "saved request")
+        if saved is None:
+            return f"sandbox {sandbox}: no resize recorded, so its VM is not known"
+        request = SandboxRequest.from_json(saved)
+        if request.sandbox != sandbox:
+            raise ConfigError(
+                f"{state.request_path}: is for sandbox {request.sandbox!r}, not {sandbox!r}; "
+                "its VM was not asked"
+            )
+        return request.endpoint or f"sandbox {sandbox}: its saved request names no VM"
+
+    def _status(self, endpoint: Any, sandbox: str) -> dict[str, Any]:
+        from kata_mem.orchestration.apply import read_status
+
+        return render.status_json(*read_status(endpoint, sandbox, self.state_dir))
+
+    async def metrics_text(self, request: web.Request) -> web.StreamResponse:
+        body = await self._run(self.metrics.text)
+        resp = web.Response(body=body)
+        resp.headers["Content-Type"] = CONTENT_TYPE
+        return resp
+
+    async def healthz(self, request: web.Request) -> web.StreamResponse:
+        """ok while the state directory can be used: kata-mem's, empty, or not made yet
+        (the first apply makes it); checked each time (a stat and a listing)."""
+        from kata_mem.edges.journal import state_dir_state
+
+        try:
+            await self._run(lambda: state_dir_state(self.state_dir))
+        except KataMemError as exc:
+            # Not logged: probes ask every few seconds, and the answer says why.
+            return self.reply(render.error_json(exc), 503, exc.exit_code)
+        return self.reply({"status": "ok"}, 200)
+
+
+async def _serve(service: Service, sock: socket.socket, where: str) -> None:
+    runner = web.AppRunner(service.app(), handle_signals=False, shutdown_timeout=SHUTDOWN_TIMEOUT_S)
+    await runner.setup()
+    server = runner.server
+    assert server is not None  # set up
+    loop = asyncio.get_running_loop()
+    options: dict[str, Any] = {
+        "loop": loop,
+        "access_log": None,
+        "keepalive_timeout": service.idle_timeout,
+        # A refused body (413, 408) is read and dropped for at most this long, then cut.
+        "lingering_time": service.idle_timeout,
+        # Bodies are taken as sent (a Content-Encoding is refused): aiohttp would
+        # otherwise inflate them as they arrive, for any peer, before the peer check.
+        "auto_decompress": False,
+    }
+    listening = await loop.create_server(
+        lambda: _Protocol(service, server, **options), sock=sock, backlog=1024
+    )
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    log.info(
+        "listening on %s (state dir %s, reconcile every %g s)",
+        where,
+        service.state_dir,
+        service.reconcile_interval,
+    )
+    loop_task = asyncio.create_task(service.reconcile_loop(stop))
+    await stop.wait()
+    log.info("stopping: no new connections; waiting for requests and visits in flight")
+    listening.close()
+    # Waits for the handlers still running; the loop finishes the visits it started.
+    await asyncio.gather(runner.cleanup(), loop_task)
+
+
+def _read_own(path: Path, what: str) -> Optional[bytes]:
+    """A file of the state directory that only kata-mem can have written: a regular
+    file of this user's that no one else may write, checked on the opened descriptor
+    (not a symlink, no race with a rename); None when there is none. What it names
+    (a VM's socket or URI) is then asked as root.
+
+    :raises ConfigError: it is someone else's, not a regular file, or too large.
+    """
+    from kata_mem.edges.files import STATE_CAP
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:  # ELOOP: a symlink
+        raise ConfigError(
+            f"{path}: cannot use the {what} ({exc.strerror or exc}); it was not read"
+        ) from exc
+    with open(fd, "rb") as f:
+        info = os.fstat(fd)
+        why = _foreign(info, False) if stat.S_ISREG(info.st_mode) else "not a regular file"
+        if not why and info.st_uid != os.geteuid():
+            why = f"owned by {_who(info.st_uid)}, not by this user"
+        if why:
+            raise ConfigError(f"{path}: {why}: not a {what} kata-mem wrote; it was not read")
+        data = f.read(STATE_CAP + 1)
+    if len(data) > STATE_CAP:
+        raise ConfigError(f"{path}: larger than a {what} may be ({STATE_CAP} bytes)")
+    return data
+
+
+def _check_not_in_state_dir(path: str, state_dir: str) -> None:
+    """A socket in the state directory must have the name kata-mem keeps there: any
+    other entry would make the directory someone else's to the next apply.
+
+    :raises ConfigError: it has another name.
+    """
+    from kata_mem.edges.journal import SERVICE_ENTRIES
+
+    with contextlib.suppress(OSError):  # no state directory yet: nothing to share
+        parent = os.path.dirname(os.path.abspath(path))
+        if os.path.basename(path) != SERVICE_ENTRIES[0] and os.path.samefile(parent, state_dir):
+            raise ConfigError(
+                f"--socket {path}: lies in the state directory {state_dir}, where a socket "
+                f"must be named {SERVICE_ENTRIES[0]} (kata-mem keeps nothing else there "
+                "besides its sandboxes); nothing was changed (rename it, or give another "
+                "directory)"
+            )
+
+
+def run_service(
+    socket_path: Optional[str],
+    group: Optional[str],
+    state_dir: str,
+    settings: Settings,
+    idle_timeout: float = IDLE_TIMEOUT_S,
+    reconcile_interval: float = RECONCILE_INTERVAL_S,
+) -> int:
+    """``kata-mem serve``: listen until SIGTERM, then finish what is in flight; 0.
+
+    :raises ConfigError: the socket cannot be had (in use, not a socket, no such group),
+        or the state directory is not kata-mem's.
+    """
+    from kata_mem.edges.journal import state_dir_state
+
+    gid = group_id(group)
+    state_dir_state(state_dir)  # kata-mem's, empty or absent; checked before anything is made
+    _raise_open_files()
+    passed = activated(os.environ)
+    if passed is None:
+        path = socket_path or DEFAULT_SOCKET
+        _check_not_in_state_dir(path, state_dir)
+        listener = bind(path, gid)
+    else:
+        listener = Listener(passed)
+    where = "the socket systemd passed" if passed is not None else str(listener.path)
+    service = Service(state_dir, settings, gid, os.environ, idle_timeout, reconcile_interval)
+    try:
+        asyncio.run(_serve(service, listener.sock, where))
+    finally:
+        # A handler cut off by the shutdown timeout leaves its thread running: the
+        # journal it writes is finished before the process goes.
+        service.pool.shutdown(wait=True)
+        listener.close()
+    log.info("stopped")
+    return 0

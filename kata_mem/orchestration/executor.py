@@ -1,0 +1,468 @@
+"""Carry out a plan on a backend: repair, then step, verify, and record.
+
+The only sequencer of side effects. Under the sandbox lock it
+
+1. repairs what a previous call left half done (:mod:`kata_mem.orchestration.repair`), with the
+   hypervisor as the truth;
+2. plans from the observed VM (so re-running the same input is a no-op) and asks
+   :mod:`kata_mem.core.outcomes` whether there is anything to run;
+3. runs the steps one at a time: shrink steps only after the safety check on
+   fresh guest usage (:class:`~kata_mem.orchestration.usage.UsageReader`); the record is written
+   before each command and updated with the observed result after it; each step
+   is waited for (``step_timeout_s``) and verified from the hypervisor;
+4. on a timeout, refusal or guest pressure it stops, reverts what can be
+   reverted, and reports what :mod:`kata_mem.core.outcomes` makes of it.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Optional
+
+from kata_mem.backends import Backend, StepProgress
+from kata_mem.core import outcomes, safety
+from kata_mem.core.errors import BackendError, BackendUnsupported, KataMemError
+from kata_mem.core.model import (
+    GuestUsage,
+    HostFacts,
+    Outcome,
+    OwnedDevice,
+    Plan,
+    Reason,
+    SizingConfig,
+    Step,
+    VmState,
+    Workload,
+)
+from kata_mem.core.outcomes import Stop
+from kata_mem.core.planner import assumed_vm
+from kata_mem.core.planner import plan as make_plan
+from kata_mem.core.reports import owned_view, still_owned
+from kata_mem.core.units import MiB, fmt_bytes, to_mib_ceil, to_mib_floor
+from kata_mem.edges.journal import (
+    LOCK_WAIT_S,
+    Deferral,
+    LastOutcome,
+    Phase,
+    Record,
+    SandboxState,
+    node_admission,
+)
+from kata_mem.edges.logs import get_logger
+from kata_mem.orchestration.guards import HostSide
+from kata_mem.orchestration.repair import repair
+from kata_mem.orchestration.usage import UsageReader
+
+log = get_logger(__name__)
+
+#: Longest a poll waits for news from the hypervisor before the executor looks again.
+POLL_WAIT_S = 0.25
+#: How often the guest's usage is read while a shrink step is pending.
+PRESSURE_EVERY_S = 1.0
+#: How long a revert or a repair step is waited for.
+SETTLE_S = 5.0
+
+
+@dataclass(frozen=True)
+class Options:
+    """What the caller allows: shrinking, and (tests only) skipping its checks."""
+
+    allow_shrink: bool = False
+    force: bool = False
+
+
+@dataclass(frozen=True)
+class Result:
+    """The plan made from the observed VM, what came of it, and the warnings."""
+
+    plan: Plan
+    outcome: Outcome
+    warnings: tuple[str, ...] = ()
+
+
+class _Stopped(Exception):
+    """Ends the step loop; ``stop`` says why."""
+
+    def __init__(self, stop: Stop) -> None:
+        super().__init__(stop.message)
+        self.stop = stop
+
+
+def _crashpoint(name: str) -> None:
+    # Fault injection for the crash tests: die exactly here, as a kill -9 would.
+    if os.environ.get("KATA_MEM_CRASH_AT") == name:
+        os._exit(99)
+
+
+def run_locked(
+    state: SandboxState,
+    connect: Callable[[], Backend],
+    cfg: SizingConfig,
+    host: HostFacts,
+    request: Workload,
+    options: Options,
+    clock: Callable[[], float] = time.time,
+    sleep: Callable[[float], None] = time.sleep,
+    saved_request: Optional[dict[str, Any]] = None,
+    host_side: Optional[HostSide] = None,
+) -> Result:
+    """Take the sandbox lock, *then* connect (QEMU serves one monitor client at a
+    time), apply, and close. A call that cannot get the lock in ``LOCK_WAIT_S``
+    is Deferred/Busy and changes nothing: that one wait is the only one.
+
+    Still under the lock, a call that never got as far as writing the journal
+    (it never reached the VM) removes the sandbox's state again; any other saves
+    ``saved_request``, what ``kata-mem reconcile`` re-runs later (a deferred
+    shrink, a pending unplug, or finding that the VM is gone), also after a call
+    that failed midway.
+
+    :raises BackendUnavailable: the hypervisor cannot be reached.
+    :raises ConfigError: the state directory is not kata-mem's or cannot be written.
+    """
+    with state.locked(LOCK_WAIT_S) as got:
+        if not got:
+            record = state.load()
+            current = record.observed_mib * MiB if record.observed_mib else None
+            p = make_plan(cfg, host, request, assumed_vm(cfg, host, current))
+            return Result(p, outcomes.busy(p, LOCK_WAIT_S))
+        try:
+            backend = connect()
+            try:
+                return Executor(backend, state, clock, sleep).apply(
+                    cfg, host, request, options, host_side
+                )
+            finally:
+                backend.close()
+        finally:
+            if not state.path.is_file():
+                state.clear()
+            elif saved_request is not None:
+                state.save_request(saved_request)
+
+
+def _resize_shrink(step: Step) -> bool:
+    return step.action == "resize_virtio_mem" and step.shrinks
+
+
+def _backend_text(exc: BackendError) -> str:
+    """A backend's error with its error class, which the QMP and libvirt backends put
+    in the message themselves; added here for any backend that does not."""
+    if exc.error_class and exc.error_class not in exc.message:
+        return f"{exc.error_class}: {exc.message}"
+    return exc.message
+
+
+class Executor:
+    """Applies plans for one sandbox on one backend."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        state: SandboxState,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.backend = backend
+        self.state = state
+        self.clock = clock
+        self.sleep = sleep
+        self.warnings: list[str] = []
+
+    def apply(
+        self,
+        cfg: SizingConfig,
+        host: HostFacts,
+        request: Workload,
+        options: Options,
+        host_side: Optional[HostSide] = None,
+    ) -> Result:
+        """Repair, plan from the observed VM and the host side, and run the plan. Call
+        it with the sandbox lock held (:func:`run_locked`).
+
+        A grow is admitted under the node-wide lock: the other sandboxes' commitments
+        are read, the plan made, and its target recorded before the lock is let go.
+
+        :raises BackendUnavailable: the hypervisor cannot be reached (nothing planned).
+        :raises ConfigError: the state directory cannot be written (nothing changed).
+        :raises InputError: a host cgroup the caller named cannot be read (nothing changed).
+        """
+        reader = UsageReader(self.backend, cfg.settings, self.clock, self.sleep)
+        record = self.state.load()
+        vm = repair(self.backend, self.state, record, lambda s: self._settle(record, s), self._note)
+        allowed = options.allow_shrink or options.force or cfg.settings.allow_shrink
+        with node_admission(self.state.root) as committed:
+            guards = None
+            if host_side is not None:
+                guards = host_side.read(vm, lambda: committed(self.state.sandbox))
+            p, outcome = outcomes.before_steps(
+                make_plan(cfg, host, request, vm, guards), vm, shrink_allowed=allowed
+            )
+            if outcome is None and p.memory.target > vm.total:
+                record.target_mib = to_mib_ceil(p.memory.target)
+                self.state.save(record)
+        if outcome is None:
+            outcome = self._run(p, vm, record, cfg, None if options.force else reader)
+        self._finish(record, outcome)
+        cgroup = p.memory.host_cgroup
+        if host_side is not None and cgroup is not None and outcome.steps:
+            after = replace(cgroup, usage_after=host_side.charge(cgroup))
+            p = replace(p, memory=replace(p.memory, host_cgroup=after))
+        return Result(p, outcome, tuple(self.state.warnings + self.warnings))
+
+    # -- the step loop ---------------------------------------------------------------
+
+    def _run(
+        self,
+        p: Plan,
+        vm: VmState,
+        record: Record,
+        cfg: SizingConfig,
+        reader: Optional[UsageReader],
+    ) -> Outcome:
+        """Run the plan's steps; ``reader`` is None when the safety checks are off (--force)."""
+        m = p.memory
+        done: list[Step] = []
+        stop: Optional[Stop] = None
+        baseline: Optional[GuestUsage] = None
+        if reader is None:
+            self._note("--force: shrink safety checks skipped (for tests and benchmarks only)")
+        elif m.shrink:
+            # The whole shrink is checked first, as the kubelet does: skip, don't half-do.
+            verdict, baseline = reader.check(vm, m.target, m.block, None)
+            if verdict.action == "defer":
+                stop = Stop("Deferred", verdict.reason, verdict.message)
+        if stop is None:
+            try:
+                for step in m.steps:
+                    vm = self._step(step, vm, record, cfg, reader, baseline, m.target)
+                    done.append(step)
+            except _Stopped as stopped:
+                stop = stopped.stop
+                if stop.status == "Deferred" and done and reader is not None:
+                    self._relieve(done[-1], vm, record, cfg, reader)
+                vm = self._observe_safely(vm, record)
+        deferrals = record.deferred.attempts if record.deferred else 0
+        outcome = outcomes.after_steps(p, vm, tuple(done), stop, deferrals)
+        if outcome.status == "Deferred":
+            record.deferred = Deferral(
+                reason=outcome.reason,
+                attempts=deferrals + 1,
+                retry_at=self.clock() + (outcome.retry_after_s or 0.0),
+                target_mib=to_mib_floor(m.target),
+            )
+        return outcome
+
+    def _step(
+        self,
+        step: Step,
+        vm: VmState,
+        record: Record,
+        cfg: SizingConfig,
+        reader: Optional[UsageReader],
+        baseline: Optional[GuestUsage],
+        final_total: int,
+    ) -> VmState:
+        """Run one step and verify it from the hypervisor; returns the VM after it.
+
+        :raises _Stopped: the step was deferred, refused, timed out, or given back.
+        """
+        resize = step.action == "resize_virtio_mem"
+        block = vm.virtio_mem.block if resize and vm.virtio_mem else cfg.settings.dimm_block
+        if step.shrinks and reader is not None:
+            verdict, _ = reader.check(vm, step.total_after, block, baseline)
+            if verdict.action == "defer":
+                raise _Stopped(Stop("Deferred", verdict.reason, verdict.message))
+        self._issue(record, step)
+        # A virtio-mem shrink is watched: the guest may run short while it gives memory back.
+        watched = reader if _resize_shrink(step) else None
+        progress, pressure = self._wait(
+            step,
+            cfg.settings.step_timeout_s,
+            None if watched is None else lambda: self._pressure(watched.latest(), cfg, block),
+        )
+        after = self._observe(record)
+        if progress.state == "done" and watched is not None:
+            watched.step_done(vm.total)
+            # After the last step, wait for a reading that shows it; between steps the
+            # next step's check reads again anyway.
+            last = step.total_after == final_total
+            pressure = self._pressure(
+                watched.since_last_step() if last else watched.latest(), cfg, block
+            )
+        if progress.state == "done" and not pressure:
+            log.info(
+                "step %s %s done: guest memory %s", step.action, step.device, fmt_bytes(after.total)
+            )
+            return after
+        raise self._give_up(record, step, progress, pressure, vm, after, cfg)
+
+    def _issue(self, record: Record, step: Step) -> None:
+        """Journal the step, send its commands, and journal that they were sent.
+
+        :raises _Stopped: the hypervisor refused the commands.
+        """
+        if step.action == "plug_dimm":
+            # Recorded before the command: after a crash between object-add and device_add
+            # this entry is what proves that the backend object is kata-mem's to delete.
+            mine = OwnedDevice(step.device, step.memdev, step.size)
+            record.owned = [o for o in record.owned if o.id != step.device] + [mine]
+        self._write(record, step, "intent")
+        _crashpoint("before-command")
+        try:
+            self.backend.begin(step)
+        except BackendUnsupported as exc:
+            reason: Reason = "BackendCannotShrink" if step.shrinks else "BackendCannotGrow"
+            raise _Stopped(
+                Stop("Infeasible", reason, f"{step.action} {step.device}: {_backend_text(exc)}")
+            ) from exc
+        except BackendError as exc:
+            raise _Stopped(
+                Stop(
+                    "InProgress",
+                    "BackendError",
+                    f"{step.action} {step.device}: {_backend_text(exc)}",
+                )
+            ) from exc
+        if step.action == "plug_dimm":
+            record.owned = [
+                replace(o, confirmed=True) if o.id == step.device else o for o in record.owned
+            ]
+        if step.action in ("plug_dimm", "unplug_dimm"):
+            # After a crash this tells an unplug "maybe pending" from "never sent", and a
+            # plug's entry in ``owned`` accepted from merely intended.
+            self._write(record, step, "issued")
+        _crashpoint("after-command")
+
+    def _wait(
+        self,
+        step: Step,
+        timeout_s: float,
+        watch: Optional[Callable[[], Optional[str]]] = None,
+    ) -> tuple[StepProgress, Optional[str]]:
+        """Poll ``step`` until it is no longer pending or ``timeout_s`` has passed.
+
+        ``watch``, asked about once a second while the step is pending, gives a reason
+        to stop waiting early (guest pressure); it is returned with the progress.
+        """
+        deadline = self.clock() + timeout_s
+        next_watch = self.clock() + PRESSURE_EVERY_S
+        while True:
+            try:
+                wait_s = max(min(POLL_WAIT_S, deadline - self.clock()), 0.0)
+                progress = self.backend.poll(step, wait_s)
+            except BackendError as exc:
+                return StepProgress("rejected", _backend_text(exc)), None
+            if progress.state != "pending":
+                return progress, None
+            now = self.clock()
+            if watch is not None and now >= next_watch:
+                next_watch = now + PRESSURE_EVERY_S
+                reason = watch()
+                if reason:
+                    return progress, reason
+            if now >= deadline:
+                return progress, None
+
+    # -- giving back -------------------------------------------------------------------
+
+    def _give_up(
+        self,
+        record: Record,
+        step: Step,
+        progress: StepProgress,
+        pressure: Optional[str],
+        vm: VmState,
+        after: VmState,
+        cfg: SizingConfig,
+    ) -> _Stopped:
+        """A step did not complete: keep counting a DIMM whose unplug may still happen,
+        put a shrink back, and say why the run stops."""
+        before, now = vm.device(step.device), after.device(step.device)
+        if step.action == "unplug_dimm":
+            if progress.state != "rejected":
+                record.pending_unplug.append(step.device)
+                self.state.save(record)
+        elif step.shrinks and before is not None and now is not None:
+            # Under pressure, give back what the step took; otherwise stop where the guest got
+            # to, so that the driver does not go on unplugging by itself after we have given up.
+            self._revert(record, step, before.size if pressure else now.size, after)
+            after = self._observe(record)
+        timeout_s = cfg.settings.step_timeout_s
+        return _Stopped(
+            outcomes.step_stopped(
+                step, progress, pressure, timeout_s=timeout_s, observed=after.total
+            )
+        )
+
+    def _settle(self, record: Record, step: Step) -> StepProgress:
+        """Journal, send and wait for a step that puts things back (a revert, a repair)."""
+        self._write(record, step, "intent")
+        self.backend.begin(step)
+        progress, _ = self._wait(step, SETTLE_S)
+        return progress
+
+    def _revert(self, record: Record, step: Step, size: int, vm: VmState) -> None:
+        self._note(f"reverting {step.device} requested-size to {fmt_bytes(size)}")
+        self._settle(record, Step("resize_virtio_mem", step.device, size, 0, vm.total))
+
+    def _relieve(
+        self, last: Step, vm: VmState, record: Record, cfg: SizingConfig, reader: UsageReader
+    ) -> None:
+        """Stopping mid-shrink: if the guest is now short of memory, give back the last
+        step (a virtio-mem one: an unplugged DIMM cannot be given back)."""
+        if not _resize_shrink(last):
+            return
+        block = vm.virtio_mem.block if vm.virtio_mem else 0
+        pressure = self._pressure(reader.since_last_step(), cfg, block)
+        if pressure:
+            self._note(f"{pressure}: the last step is given back")
+            self._revert(record, last, last.size - last.delta, vm)
+
+    @staticmethod
+    def _pressure(usage: Optional[GuestUsage], cfg: SizingConfig, block: int) -> Optional[str]:
+        return safety.under_pressure(usage, cfg.settings, block)
+
+    # -- records -------------------------------------------------------------------------
+
+    def _finish(self, record: Record, outcome: Outcome) -> None:
+        record.state, record.step, record.phase = "idle", None, ""
+        record.observed_mib = to_mib_floor(outcome.observed)
+        record.target_mib = None  # the grow is over: what it holds is what was observed
+        if outcome.status != "Deferred":
+            record.deferred = None
+        record.last_outcome = LastOutcome(
+            outcome.status, outcome.reason, outcome.message, self.clock()
+        )
+        self.state.save(record)
+
+    def _write(self, record: Record, step: Step, phase: Phase) -> None:
+        record.state, record.step, record.phase = "running", step, phase
+        self.state.save(record)
+
+    def _observe(self, record: Record) -> VmState:
+        """The VM now, with kata-mem's own devices marked. Entries of ``owned`` that no
+        longer name anything in it are dropped (written with the record's next save), but
+        not a plug the hypervisor accepted and does not show yet (libvirt shows a DIMM
+        once it is in the live XML): the next call's repair decides about that one."""
+        vm = owned_view(self.backend.observe(), record.owned)
+        kept = still_owned(vm, record.owned)
+        step = record.step
+        accepted = (
+            step.device
+            if step is not None and step.action == "plug_dimm" and record.phase == "issued"
+            else None
+        )
+        record.owned = [o for o in record.owned if o in kept or o.id == accepted]
+        return vm
+
+    def _observe_safely(self, vm: VmState, record: Record) -> VmState:
+        try:
+            return self._observe(record)
+        except KataMemError:
+            return vm
+
+    def _note(self, text: str) -> None:
+        log.warning("%s", text)
+        self.warnings.append(text)

@@ -1,0 +1,115 @@
+"""What the host side says about one sandbox, read just before it is planned: the
+VMM's memory cgroup and the node's total (README, "Host-side guards").
+
+The cgroup is the one given (``--host-cgroup``, a request's ``host.cgroup``), else
+the one the VMM's process is in (the backend reports its pid: ``SO_PEERCRED`` on
+the QMP socket, libvirt's pid file), with libvirt's ``<memtune><hard_limit>`` as
+one more limit. A cgroup kata-mem found itself and cannot read is a warning and
+no guard; one the user named and kata-mem cannot read is an input error. The
+node's total comes from the state directory, under the node-wide admission lock
+(:func:`kata_mem.edges.journal.node_admission`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Callable, Optional
+
+from kata_mem.core.errors import InputError
+from kata_mem.core.model import (
+    CgroupLevel,
+    Guards,
+    HostCgroup,
+    HostFacts,
+    NodeView,
+    Settings,
+    SizingConfig,
+    VmState,
+)
+from kata_mem.core.units import MiB, align_down, fmt_bytes
+from kata_mem.edges.host import mem_available
+
+#: The limit libvirt's ``<memtune><hard_limit>`` sets, named as a cgroup level.
+HARD_LIMIT = "libvirt <memtune><hard_limit>"
+
+
+def read_cgroup(vm: VmState, given: Optional[str], origin: str) -> tuple[Optional[HostCgroup], str]:
+    """The VMM's cgroup and a warning ("" when none): from ``given`` (a directory
+    the user named; ``origin`` says where) or from the VMM's pid.
+
+    :raises InputError: ``given`` is not a readable memory cgroup directory.
+    """
+    from kata_mem.edges.cgroups import CgroupUnreadable, cgroup_of_dir, cgroup_of_pid
+
+    found: Optional[HostCgroup] = None
+    try:
+        if given:
+            found = cgroup_of_dir(given, origin)
+        elif vm.vmm_pid is not None:
+            found = cgroup_of_pid(vm.vmm_pid)
+    except CgroupUnreadable as exc:
+        if given:  # the message names ``origin`` and ``given`` already
+            raise InputError(exc.message) from exc
+        return None, f"host cgroup guard off: {exc}; growth is not checked against the host side"
+    if found is not None and vm.vmm_hard_limit is not None:
+        hard = CgroupLevel(HARD_LIMIT, vm.vmm_hard_limit, found.usage)
+        found = replace(found, levels=(hard, *found.levels))
+    elif found is None and vm.vmm_hard_limit is not None:
+        return None, (
+            f"{HARD_LIMIT} is {fmt_bytes(vm.vmm_hard_limit)} but QEMU's cgroup was not found; "
+            "growth is not checked against it"
+        )
+    if found is not None and found.unread_usage:
+        return found, (
+            f"host cgroup usage unknown: {'; '.join(found.unread_usage)}; the guard counts "
+            "only the VMM overhead model there, not what else is charged"
+        )
+    return found, ""
+
+
+def node_budget(settings: Settings, host: HostFacts) -> Optional[int]:
+    """``(host - node_reserved) * node_overcommit``, floored to whole MiB (as every size
+    a plan sets is); ``None`` when ``node_overcommit`` is not set (the node's total is
+    then reported only)."""
+    if settings.node_overcommit is None:
+        return None
+    budget = int((host.memory - settings.node_reserved) * settings.node_overcommit)
+    return max(align_down(budget, MiB), 0)
+
+
+@dataclass(frozen=True)
+class HostSide:
+    """Reads the guards for one sandbox (:meth:`read`) and QEMU's charge after the
+    steps (:meth:`charge`)."""
+
+    cfg: SizingConfig
+    host: HostFacts
+    given_cgroup: Optional[str] = None
+    given_origin: str = "--host-cgroup"
+
+    def read(self, vm: VmState, committed_others: Optional[Callable[[], int]] = None) -> Guards:
+        """:raises InputError: the given cgroup is unreadable."""
+        cgroup, warning = read_cgroup(vm, self.given_cgroup, self.given_origin)
+        node = None
+        if committed_others is not None:
+            budget = node_budget(self.cfg.settings, self.host)
+            node = NodeView(
+                host=self.host.memory,
+                reserved=self.cfg.settings.node_reserved,
+                budget=budget,
+                # Read (a few files per sandbox) only when a budget needs them.
+                committed_others=None if budget is None else committed_others(),
+                available=mem_available(),
+            )
+        return Guards(cgroup=cgroup, cgroup_warning=warning, node=node)
+
+    def charge(self, cgroup: HostCgroup) -> Optional[int]:
+        """What the VMM's cgroup is charged now (``None`` when unreadable)."""
+        from kata_mem.edges.cgroups import CgroupUnreadable, cgroup_of_dir
+
+        if not cgroup.path:
+            return None
+        try:
+            return cgroup_of_dir(cgroup.path, cgroup.origin).usage
+        except CgroupUnreadable:
+            return None

@@ -1,0 +1,210 @@
+"""``kata-mem reconcile``: one pass over every sandbox in the state directory.
+
+For each sandbox it re-runs the last request (saved by ``apply`` and the shim):
+that retries a deferred shrink whose time has come (backoff 30 s doubling to
+5 min), settles DIMMs whose unplug was pending, and repairs what a crash left.
+
+Whether the VM is still there is decided first, from the saved request's backend
+alone (its QMP socket is missing or refuses connections, or libvirt has no such
+domain): a sandbox whose VM is gone is forgotten even when its configuration
+file no longer exists. Only sandbox directories kata-mem created are visited;
+anything else in the state directory is reported and left alone. One sandbox's
+trouble is reported for that sandbox and the pass goes on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import socket
+import stat
+import time
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from kata_mem.core.errors import BackendUnavailable, ConfigError, InputError, KataMemError
+from kata_mem.core.model import Outcome
+from kata_mem.core.request import Endpoint, SandboxRequest
+from kata_mem.edges.journal import Record, SandboxState, list_state_dir
+from kata_mem.orchestration.apply import serve
+
+
+@dataclass(frozen=True)
+class Visit:
+    """What one reconcile pass did for one sandbox: the outcome and warnings of a
+    retried request, the exit code of a failure."""
+
+    sandbox: str
+    action: str  # retried | waiting | cleaned | skipped | failed | idle (nothing due)
+    detail: str
+    outcome: Optional[Outcome] = None
+    warnings: tuple[str, ...] = ()
+    exit_code: int = 0
+
+
+def vm_gone(endpoint: Endpoint) -> Optional[str]:
+    """Why the endpoint's VM no longer exists, or None when it may still be there.
+
+    For QMP this is a bare ``connect(2)``: no QMP session is opened, so a monitor
+    busy with another kata-mem call (the connection waits in the backlog) counts as
+    there. For libvirt the domain is looked up.
+    """
+    if endpoint.kind == "qmp":
+        path = endpoint.target
+        try:
+            if not stat.S_ISSOCK(os.stat(path).st_mode):
+                return None  # not decided here: the call that connects says what it is
+        except FileNotFoundError:
+            return f"QMP socket {path}: no such file"
+        except OSError:
+            return None
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(1.0)
+            try:
+                sock.connect(path)
+            except ConnectionRefusedError:
+                return f"QMP socket {path}: connection refused"
+            except OSError as exc:
+                return f"QMP socket {path}: no such file" if exc.errno == errno.ENOENT else None
+            # Take the greeting before hanging up, as a client does; a monitor busy with
+            # another client sends none within the timeout, and that is fine too.
+            with contextlib.suppress(OSError):
+                sock.recv(4096)
+        return None
+    from kata_mem.orchestration.connect import open_backend
+
+    try:
+        open_backend(endpoint).close()
+    except BackendUnavailable as exc:
+        return exc.message if exc.gone else None
+    return None
+
+
+def _due(record: Record, now: float) -> bool:
+    """Whether the journal asks for a call: a step a crash cut short, an unplug the
+    guest may have finished, a deferred shrink whose retry time has come."""
+    deferred = record.deferred
+    return (
+        record.state == "running"
+        or bool(record.pending_unplug)
+        or (deferred is not None and deferred.retry_at <= now)
+    )
+
+
+def _visit(
+    state: SandboxState,
+    env: dict[str, str],
+    clock: Callable[[], float],
+    state_dir: str,
+    due_only: bool,
+) -> Visit:
+    sandbox = state.sandbox
+
+    def forget(why: str) -> Visit:
+        if state.remove(0.0) == "busy":
+            return Visit(sandbox, "waiting", f"{why}; another call holds its lock, left for now")
+        # clear() says what it kept, and why; else everything went.
+        done = "; ".join(state.warnings) or "its state was removed"
+        return Visit(sandbox, "cleaned", f"{why}; {done}")
+
+    if not state.owned():  # listed a moment ago; raises when another user could have written it
+        return Visit(sandbox, "skipped", "not created by kata-mem")
+    raw = state.read_request()
+    if raw is None:
+        if state.path.is_file():
+            return Visit(sandbox, "skipped", "no saved request (applied with --force only)")
+        return forget("no journal and no request: nothing was ever applied")
+    try:
+        saved = SandboxRequest.from_json(raw)
+    except InputError as exc:
+        # Input from disk like any other: refused (a libvirt URI that is not local, too)
+        # before anything it names is opened.
+        raise InputError(f"{state.request_path}: {exc.message}") from exc
+    if saved.sandbox != sandbox:
+        raise ConfigError(
+            f"{state.request_path}: is for sandbox {saved.sandbox!r}, not {sandbox!r}; "
+            f"remove {state.dir} once its VM is gone"
+        )
+    if saved.endpoint is not None:
+        gone = vm_gone(saved.endpoint)
+        if gone:
+            return forget(f"the VM is gone ({gone})")
+    record = state.load()
+    if due_only and not _due(record, clock()):
+        return Visit(sandbox, "idle", "nothing due")
+    deferred = record.deferred
+    if deferred is not None and deferred.retry_at > clock() and not record.pending_unplug:
+        return Visit(
+            sandbox,
+            "waiting",
+            f"deferred ({deferred.reason}), retry in {deferred.retry_at - clock():.0f} s",
+        )
+    try:
+        response = serve(saved, env, state_dir=state_dir)
+    except BackendUnavailable as exc:
+        if exc.gone:
+            return forget(f"the VM is gone ({exc.message})")
+        raise
+    outcome = response.outcome
+    detail = (
+        f"{outcome.status} {outcome.reason}".strip()
+        if outcome is not None
+        else "planned only (the saved request does not apply)"
+    )
+    return Visit(sandbox, "retried", detail, outcome, response.warnings)
+
+
+def visit(
+    state_dir: str,
+    sandbox: str,
+    env: dict[str, str],
+    clock: Callable[[], float] = time.time,
+    *,
+    due_only: bool = False,
+) -> Visit:
+    """One sandbox's part of a pass; never raises for its trouble.
+
+    ``due_only`` (the service's loop, every few seconds): a sandbox whose VM is there
+    and whose journal asks for nothing (see :func:`_due`) is left alone, action
+    ``idle``, instead of having its last request re-run.
+    """
+    try:
+        return _visit(SandboxState(state_dir, sandbox), env, clock, state_dir, due_only)
+    except KataMemError as exc:
+        return Visit(sandbox, "failed", exc.message, exit_code=exc.exit_code)
+    except Exception as exc:  # a bug, or worse: still only this sandbox's
+        return Visit(
+            sandbox,
+            "failed",
+            f"internal error: {type(exc).__name__}: {exc}",
+            exit_code=KataMemError.exit_code,
+        )
+
+
+def reconcile_all(
+    state_dir: str, env: dict[str, str], clock: Callable[[], float] = time.time
+) -> list[Visit]:
+    """Visit every sandbox once; never raises for one sandbox's trouble.
+
+    :raises ConfigError: the state directory is not a directory, is not kata-mem's, or
+        could have been written by another user. A sandbox directory that another user
+        could have written is that sandbox's failure (exit 3), and is not read.
+    """
+    listing = list_state_dir(state_dir)
+    visits = [visit(state_dir, sandbox, env, clock) for sandbox in listing.sandboxes]
+    visits += [
+        Visit(name, "failed", why, exit_code=ConfigError.exit_code) for name, why in listing.refused
+    ]
+    for name in listing.foreign:
+        shown = name.encode("utf-8", "backslashreplace").decode()
+        visits.append(Visit(shown, "skipped", "not created by kata-mem"))
+    return visits
+
+
+def exit_code(visits: list[Visit]) -> int:
+    """0 when no sandbox failed; else the exit code of the first failure."""
+    return next((v.exit_code or 1 for v in visits if v.action == "failed"), 0)
+
+
+__all__ = ["Visit", "exit_code", "reconcile_all", "visit", "vm_gone"]
