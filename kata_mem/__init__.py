@@ -1,8 +1,12 @@
 """kata-mem: size and resize the guest memory of Kata-style VM sandboxes.
 
-The public API is what ``__all__`` lists; every other module is internal. Names
-are imported on first use (PEP 562), so that ``kata-mem shim`` loads only what
-a request needs.
+The public API is what ``__all__`` lists: :func:`handle` (one request, the way every
+interface serves it), :func:`plan` (the pure planner), the configuration and host
+readers, the values and the error tree. The layer packages under ``kata_mem``
+(``core``, ``edges``, ``backends``, ``orchestration``, ``interfaces``) are internal.
+No name of the API is also a module of this package, so importing any module never
+changes what a name means. Names are imported on first use (PEP 562), so that
+``kata-mem shim`` loads only what a request needs.
 """
 
 from __future__ import annotations
@@ -14,9 +18,7 @@ __version__ = "0.1.0"
 
 #: Public name -> the module that defines it.
 _EXPORTS = {
-    "apply": "kata_mem.orchestration.apply:apply_request",
-    "serve": "kata_mem.orchestration.apply:serve",
-    "Response": "kata_mem.orchestration.apply:Response",
+    "handle": "kata_mem.orchestration.handle:handle",
     "plan": "kata_mem.core.planner:plan",
     "load_config": "kata_mem.edges.config:load_config",
     "find_config": "kata_mem.edges.config:find_config",
@@ -25,7 +27,11 @@ _EXPORTS = {
     "quantity_bytes": "kata_mem.core.quantity:quantity_bytes",
     **{
         name: "kata_mem.core.request:" + name
-        for name in ("Endpoint", "HostOverrides", "SandboxRequest")
+        for name in ("CallOptions", "Endpoint", "HostOverrides", "SandboxRequest")
+    },
+    **{
+        name: "kata_mem.core.results:" + name
+        for name in ("Applied", "Forgotten", "Planned", "Response")
     },
     **{
         name: "kata_mem.core.errors:" + name
@@ -37,20 +43,23 @@ _EXPORTS = {
     **{
         name: "kata_mem.core.model:" + name
         for name in (
-            "Clamp", "Container", "GuestUsage", "HostFacts", "MemoryDevice", "MemoryPlan", "Outcome", "Plan",
+            "Clamp", "Container", "GuestUsage", "HostFacts", "MemoryDevice", "MemoryPlan", "Note", "Origin", "Outcome", "Plan",
             "SandboxSizing", "Settings", "SizingConfig", "Step", "VcpuPlan", "VmState", "Workload",
         )
     },
 }  # fmt: skip
 
 __all__ = [
+    "Applied",
     "BackendError",
     "BackendUnavailable",
     "BackendUnsupported",
+    "CallOptions",
     "Clamp",
     "ConfigError",
     "Container",
     "Endpoint",
+    "Forgotten",
     "GuestUsage",
     "HostFacts",
     "HostOverrides",
@@ -59,8 +68,11 @@ __all__ = [
     "MemoryDevice",
     "MemoryPlan",
     "MissingDependency",
+    "Note",
+    "Origin",
     "Outcome",
     "Plan",
+    "Planned",
     "QuantityError",
     "Response",
     "SandboxRequest",
@@ -72,14 +84,13 @@ __all__ = [
     "VmState",
     "Workload",
     "__version__",
-    "apply",
     "find_config",
+    "handle",
     "load_config",
     "parse_quantity",
     "plan",
     "probe_host",
     "quantity_bytes",
-    "serve",
 ]
 
 
@@ -111,6 +122,8 @@ if TYPE_CHECKING:
         HostFacts,
         MemoryDevice,
         MemoryPlan,
+        Note,
+        Origin,
         Outcome,
         Plan,
         SandboxSizing,
@@ -123,8 +136,8 @@ if TYPE_CHECKING:
     )
     from kata_mem.core.planner import plan
     from kata_mem.core.quantity import parse_quantity, quantity_bytes
-    from kata_mem.core.request import Endpoint, HostOverrides, SandboxRequest
+    from kata_mem.core.request import CallOptions, Endpoint, HostOverrides, SandboxRequest
+    from kata_mem.core.results import Applied, Forgotten, Planned, Response
     from kata_mem.edges.config import find_config, load_config
     from kata_mem.edges.host import probe_host
-    from kata_mem.orchestration.apply import Response, serve
-    from kata_mem.orchestration.apply import apply_request as apply
+    from kata_mem.orchestration.handle import handle

@@ -140,8 +140,10 @@ def sandbox_requests(draw: st.DrawFn) -> SandboxRequest:
         config=draw(st.none() | request_text),
         workload=Workload(containers, sizing),
         endpoint=endpoint,
-        # A request that applies names its VM, unless it deletes.
-        apply=draw(st.booleans()) if endpoint is not None or event == "delete" else False,
+        # A request that applies names its VM; a delete event is the delete mode.
+        mode="delete"
+        if event == "delete"
+        else ("apply" if endpoint is not None and draw(st.booleans()) else "plan"),
         allow_shrink=draw(st.booleans()),
         host=host,
     )

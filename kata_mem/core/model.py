@@ -64,6 +64,83 @@ DIMM_PREFIX = "kmdimm"
 MEMDEV_PREFIX = "kmmem"
 
 
+#: What a note is about: the interfaces render each code in their own way (a JSON
+#: document's ``warnings``, a plan's text), and code never reads meaning from a note's text.
+NoteCode = Literal[
+    "memory_clamp",  # the memory target was clamped (a Clamp's detail)
+    "vcpu_clamp",  # the vCPU target was clamped
+    "shrink_not_allowed",  # a lower target kept where it is: shrinking is off
+    "shrink_planned",  # the plan shrinks: each step is checked first
+    "cri_annotations",  # CRI sandbox-sizing annotations used, ignored, or unparsable
+    "sizing",  # how the sizing model came to its size (a pod overhead unknown...)
+    "boot_memory",  # the boot memory above the host or the maximum
+    "static_sizing",  # static_sandbox_resource_mgmt
+    "host_cgroup",  # the VMM's host cgroup: guard off, or the VM already above it
+    "node",  # the node's total: the budget, MemAvailable
+    "vcpus",  # how the vCPU numbers were read
+    "force",  # --force skipped the shrink checks
+    "reverted",  # a step given back or a requested-size put back
+    "reconciled",  # repaired what a previous call left
+    "left_alone",  # devices or objects that look like kata-mem's and are not proven its own
+    "journal",  # the journal could not be read, was rebuilt, is shown as unknown
+    "state",  # the sandbox's state directory: removed, kept, absent
+]
+
+
+@dataclass(frozen=True)
+class Note:
+    """Something a plan or a call tells its user besides the numbers: a code that says
+    what it is about, and the text that says it."""
+
+    code: NoteCode
+    text: str
+
+
+#: Where a setting or a host fact came from.
+OriginKind = Literal["file", "default", "probe", "override", "option", "request"]
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where a value came from: a file's key (``where`` the file, ``key`` the table and
+    key, ``value`` as the file spells it), a default, a probe of the host (``where`` says
+    how), an override, a command-line option or a request field (``where`` names it).
+    ``note`` says what was done with the value (a fallback rule, a rounding)."""
+
+    kind: OriginKind
+    where: str = ""
+    key: str = ""
+    value: str = ""
+    note: str = ""
+
+    @property
+    def given_by_user(self) -> bool:
+        """Given in this call (an option, a request field), not read from a file: an
+        unusable value is then bad input (exit 4), not a configuration error (exit 3)."""
+        return self.kind in ("option", "request")
+
+    def name(self) -> str:
+        """The setting as its errors name it: ``FILE: [table] key``, ``--option`` or
+        ``request field``."""
+        if self.kind == "file":
+            return f"{self.where}: {self.key}"
+        if self.kind == "request":
+            return f"request {self.where}"
+        return self.where or self.kind
+
+    def describe(self) -> str:
+        """The origin in words, as ``config check`` and ``host`` show it."""
+        if self.kind == "file":
+            text = f"{self.where}: {self.key} = {self.value}"
+        elif self.kind == "default":
+            text = f"default ({self.value})"
+        elif self.kind == "override":
+            return "override" + (f", {self.note}" if self.note else "")
+        else:
+            text = self.name()
+        return text + (f"; {self.note}" if self.note else "")
+
+
 @dataclass(frozen=True)
 class Settings:
     """kata-mem's own settings (the ``[kata_mem]`` table); see the README for each."""
@@ -114,8 +191,12 @@ class SizingConfig:
     default_vcpus: Fraction
     default_maxvcpus: int
     settings: Settings = field(default_factory=Settings)
-    sources: tuple[tuple[str, str], ...] = ()
+    sources: tuple[tuple[str, Origin], ...] = ()
     files: tuple[str, ...] = ()
+
+    def origin(self, key: str) -> Origin:
+        """Where the setting ``key`` (``table.key``, e.g. ``kata_mem.state_dir``) came from."""
+        return dict(self.sources).get(key, Origin("default"))
 
 
 @dataclass(frozen=True)
@@ -130,7 +211,7 @@ class HostFacts:
     hugepages_free: int = 0
     cgroup_memory_limit: Optional[int] = None
     cgroup_path: str = ""
-    sources: tuple[tuple[str, str], ...] = ()
+    sources: tuple[tuple[str, Origin], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -157,13 +238,13 @@ class Container:
 class SandboxSizing:
     """Pod-level sizing from CRI annotations (``io.kubernetes.cri.sandbox-*``).
 
-    ``warnings`` name annotations that did not parse and were read as absent (as Kata does).
+    ``notes`` name annotations that did not parse and were read as absent (as Kata does).
     """
 
     memory: int
     cpu: Fraction
     origin: str = ""
-    warnings: tuple[str, ...] = ()
+    notes: tuple[Note, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -439,7 +520,7 @@ class Plan:
 
     memory: MemoryPlan
     vcpus: VcpuPlan
-    warnings: tuple[str, ...]
+    notes: tuple[Note, ...]
 
 
 @dataclass(frozen=True)
@@ -502,7 +583,7 @@ Reason = Literal[
 
 @dataclass(frozen=True)
 class Outcome:
-    """What an ``apply`` did, in KEP-1287's vocabulary (see DESIGN §4)."""
+    """What an ``apply`` did, in KEP-1287's vocabulary (README, "Outcomes")."""
 
     status: Status
     reason: Reason

@@ -1,4 +1,4 @@
-"""What an ``apply`` comes to, in KEP-1287's vocabulary (DESIGN §4). Pure.
+"""What an ``apply`` comes to, in KEP-1287's vocabulary (README, "Outcomes"). Pure.
 
 The executor asks three questions here and does what the answers say:
 
@@ -17,7 +17,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Optional
 
-from kata_mem.core.model import Outcome, Plan, Reason, Status, Step, VmState
+from kata_mem.core.model import Note, Outcome, Plan, Reason, Status, Step, VmState
 from kata_mem.core.reports import StepProgress
 from kata_mem.core.units import fmt_bytes
 
@@ -77,12 +77,12 @@ def refuse_shrink(p: Plan, vm: VmState, allowed: bool) -> tuple[Plan, Optional[s
         f"shrinking is off: the guest keeps {fmt_bytes(vm.total)}. To shrink, "
         f"{ALLOW_SHRINK_HOW}{whole}"
     )
-    warnings = tuple(w for w in p.warnings if not w.startswith("shrink planned:"))
+    notes = tuple(n for n in p.notes if n.code != "shrink_planned")
     return (
         dataclasses.replace(
             p,
             memory=dataclasses.replace(m, steps=()),
-            warnings=(*warnings, f"ShrinkNotAllowed: {message}"),
+            notes=(*notes, Note("shrink_not_allowed", message)),
         ),
         message,
     )

@@ -29,6 +29,8 @@ from kata_mem.core.model import (
     MemoryCause,
     MemoryDevice,
     MemoryPlan,
+    Note,
+    NoteCode,
     Plan,
     SizingConfig,
     Step,
@@ -261,24 +263,32 @@ def plan(
     mem_plan, warnings = _plan_memory(cfg, host, workload, vm, guards or Guards())
     vcpus, vcpu_notes = _plan_vcpus(cfg, host, workload)
     warnings += vcpu_notes
-    warnings += [f"vCPUs: {c.detail}" for c in vcpus.clamps]
+    warnings += [Note("vcpu_clamp", c.detail) for c in vcpus.clamps]
     if workload.sizing is not None:
-        warnings = [*workload.sizing.warnings, *warnings]
-    return Plan(memory=mem_plan, vcpus=vcpus, warnings=tuple(warnings))
+        warnings = [*workload.sizing.notes, *warnings]
+    return Plan(memory=mem_plan, vcpus=vcpus, notes=tuple(warnings))
 
 
-def _workload(cfg: SizingConfig, request: Workload) -> tuple[int, Fraction, list[str]]:
+def _workload(cfg: SizingConfig, request: Workload) -> tuple[int, Fraction, list[Note]]:
     mem, cpu = workload(request.containers)
-    notes: list[str] = []
+    notes: list[Note] = []
     sizing = request.sizing
     if sizing is not None:
         if not request.containers or cfg.static_sandbox_resource_mgmt:
             mem, cpu = sizing.memory, sizing.cpu
-            notes.append(f"sandbox sized from CRI annotations ({sizing.origin or 'sandbox spec'})")
+            notes.append(
+                Note(
+                    "cri_annotations",
+                    f"sandbox sized from CRI annotations ({sizing.origin or 'sandbox spec'})",
+                )
+            )
         else:
             notes.append(
-                "CRI sandbox-sizing annotations ignored: containers were given and "
-                "static_sandbox_resource_mgmt is off (Kata sums the containers then)"
+                Note(
+                    "cri_annotations",
+                    "CRI sandbox-sizing annotations ignored: containers were given and "
+                    "static_sandbox_resource_mgmt is off (Kata sums the containers then)",
+                )
             )
     return mem, cpu, notes
 
@@ -296,7 +306,7 @@ def pod_overhead(cfg: SizingConfig, request: Workload) -> tuple[Optional[int], s
 
 def sized(
     cfg: SizingConfig, host: HostFacts, request: Workload, work_mem: int
-) -> tuple[int, list[str]]:
+) -> tuple[int, list[Note]]:
     """The guest memory the sizing model asks for (README, "Sizing models").
 
     ``kata``: ``default_memory`` + limits (Kata). ``pod-overhead``: the pod overhead
@@ -306,13 +316,16 @@ def sized(
     in every model: a VM never has less than it booted with.
     """
     model = cfg.settings.sizing
-    notes: list[str] = []
+    notes: list[Note] = []
     overhead, _ = pod_overhead(cfg, request)
     if model == "pod-overhead" and overhead is None:
         notes.append(
-            "sizing pod-overhead: no pod overhead known (Pod spec.overhead.memory, the "
-            "kata-mem.io/pod-overhead-memory annotation, [kata_mem] pod_overhead_mib): "
-            "sized as kata (default_memory + limits)"
+            Note(
+                "sizing",
+                "sizing pod-overhead: no pod overhead known (Pod spec.overhead.memory, the "
+                "kata-mem.io/pod-overhead-memory annotation, [kata_mem] pod_overhead_mib): "
+                "sized as kata (default_memory + limits)",
+            )
         )
         model = "kata"
     if model == "kata":
@@ -358,7 +371,7 @@ def cgroup_room(
 
 def _plan_memory(
     cfg: SizingConfig, host: HostFacts, request: Workload, vm: VmState, guards: Guards
-) -> tuple[MemoryPlan, list[str]]:
+) -> tuple[MemoryPlan, list[Note]]:
     mech = mechanism(cfg)
     host_mem, _ = effective_host_memory(host)
     ceiling, ceiling_cause = max_memory(cfg, host)
@@ -368,17 +381,21 @@ def _plan_memory(
     requested, notes = sized(cfg, host, request, work_mem)
     warnings += notes
     if guards.cgroup_warning:
-        warnings.append(guards.cgroup_warning)
+        warnings.append(Note("host_cgroup", guards.cgroup_warning))
     clamps: list[Clamp] = []
 
     def clamp(cause: MemoryCause, limit: int, detail: str) -> None:
         clamps.append(Clamp(cause, limit, detail))
 
+    def note(code: NoteCode, text: str) -> None:
+        warnings.append(Note(code, text))
+
     if cfg.default_memory > host_mem:
-        warnings.append(
+        note(
+            "boot_memory",
             f"default_memory {fmt_bytes(cfg.default_memory)} is above the host's memory "
             f"{fmt_bytes(host_mem)}: a VM boots with at most {fmt_bytes(host_mem)}, as "
-            "runtime-rs lowers it (the Go runtime would ask QEMU for the full size)"
+            "runtime-rs lowers it (the Go runtime would ask QEMU for the full size)",
         )
     top, top_cause = host_ceiling(cfg, host)
     if mech == "static" and requested > ceiling and ceiling < top:
@@ -388,15 +405,17 @@ def _plan_memory(
         # maxmem at default_maxmemory + memory_offset + 1024 MiB, so QEMU refuses to
         # start above that. kata-mem follows runtime-rs, never above the host.
         raised = min(align_up(requested, MiB), top)  # whole MiB: a static VM's block
-        warnings.append(
+        note(
+            "static_sizing",
             f"static_sandbox_resource_mgmt: the maximum is raised from {fmt_bytes(ceiling)} "
-            f"({ceiling_cause}) to the boot size {fmt_bytes(raised)}, as runtime-rs does"
+            f"({ceiling_cause}) to the boot size {fmt_bytes(raised)}, as runtime-rs does",
         )
         ceiling, ceiling_cause = raised, top_cause
     if base > ceiling:
-        warnings.append(
+        note(
+            "boot_memory",
             f"boot memory {fmt_bytes(base)} is above the memory maximum {fmt_bytes(ceiling)}: "
-            "the sandbox keeps its boot memory and nothing is hotplugged"
+            "the sandbox keeps its boot memory and nothing is hotplugged",
         )
         ceiling = base
     target = requested
@@ -434,7 +453,7 @@ def _plan_memory(
     steps: tuple[Step, ...] = ()
     if mech == "static":
         # Sized at boot: the boot size is the target; nothing is plugged later.
-        warnings.append("static_sandbox_resource_mgmt: the VM is sized at boot, no hotplug")
+        note("static_sizing", "static_sandbox_resource_mgmt: the VM is sized at boot, no hotplug")
         current = target
     else:
         current = vm.total
@@ -452,34 +471,38 @@ def _plan_memory(
                 else _resize_virtio_mem(cfg, vm, target, block, clamp)
             )
             if steps:
-                warnings.append(
-                    "shrink planned: each step runs only after the guest-usage safety check"
+                note(
+                    "shrink_planned",
+                    "shrink planned: each step runs only after the guest-usage safety check",
                 )
     node = guards.node
     if node is not None and node.budget is not None and node.reserved >= node.host:
-        warnings.append(
+        note(
+            "node",
             f"node_reserved_mib ({fmt_bytes(node.reserved)}) is not below the host's memory "
             f"({fmt_bytes(node.host)}): the node budget is 0, so no sandbox can grow; lower "
-            "node_reserved_mib"
+            "node_reserved_mib",
         )
     if guards.node is not None and guards.node.available is not None:
         grow = target - vm.total
         if grow > guards.node.available:
-            warnings.append(
+            note(
+                "node",
                 f"the grow of {fmt_bytes(grow)} is more than the host's MemAvailable "
                 f"{fmt_bytes(guards.node.available)} now: the guest may touch memory the host "
-                "has to reclaim or swap first"
+                "has to reclaim or swap first",
             )
     if guards.cgroup is not None and mech != "static":
         found_room = cgroup_room(cfg, guards.cgroup, vm.total)
         if found_room is not None and vm.total > found_room[0]:
-            warnings.append(
+            note(
+                "host_cgroup",
                 f"the VM ({fmt_bytes(vm.total)}) is already more than its host cgroup "
                 f"{found_room[1].path} allows with the VMM overhead ({fmt_bytes(found_room[0])}): the host may "
-                "OOM-kill the VMM when the guest uses its memory; shrink it or raise the limit"
+                "OOM-kill the VMM when the guest uses its memory; shrink it or raise the limit",
             )
     overhead, overhead_origin = pod_overhead(cfg, request)
-    warnings.extend(f"memory: {c.detail}" for c in clamps)
+    warnings.extend(Note("memory_clamp", c.detail) for c in clamps)
     return (
         MemoryPlan(
             host=host_mem,
@@ -674,7 +697,7 @@ def _resize_virtio_mem(
 
 def _plan_vcpus(
     cfg: SizingConfig, host: HostFacts, request: Workload
-) -> tuple[VcpuPlan, list[str]]:
+) -> tuple[VcpuPlan, list[Note]]:
     """Kata ``defaultMaxVCPUs``/``defaultVCPUs``; target = ceil(default + sum of quota/period).
 
     ``default`` is the value the VM actually boots with: never above the maximum
@@ -703,13 +726,16 @@ def _plan_vcpus(
         default = Fraction(usable)
     elif default == 0:
         default = Fraction(1)
-    notes: list[str] = []
+    notes: list[Note] = []
     if cfg.static_sandbox_resource_mgmt:
         boot = max(math.ceil(default + work_cpu), 1)
         if boot > ceiling and boot <= arch_cap:
             notes.append(
-                f"static_sandbox_resource_mgmt: the vCPU maximum is raised from {ceiling} "
-                f"({cause}) to the {boot} vCPUs the VM boots with, as Kata does"
+                Note(
+                    "vcpus",
+                    f"static_sandbox_resource_mgmt: the vCPU maximum is raised from {ceiling} "
+                    f"({cause}) to the {boot} vCPUs the VM boots with, as Kata does",
+                )
             )
         ceiling, cause = min(boot, arch_cap), "arch"
     elif default > ceiling:

@@ -26,6 +26,8 @@ from kata_mem.core.model import (
     ARCHES,
     Arch,
     Container,
+    Note,
+    Origin,
     Role,
     SandboxSizing,
     State,
@@ -39,6 +41,8 @@ RESPONSE_SCHEMA = "kata-mem/shim-response/v1"
 MAX_REQUEST_BYTES = 1 << 20
 
 Event = Literal["create", "update", "delete", "reconcile"]
+#: What is to be done with a request (:class:`SandboxRequest`).
+Mode = Literal["plan", "apply", "dry-run", "delete"]
 EVENTS: tuple[Event, ...] = ("create", "update", "delete", "reconcile")
 STATES: tuple[State, ...] = ("running", "created", "stopped")
 ROLES: tuple[Role, ...] = ("app", "init", "sidecar")
@@ -228,7 +232,7 @@ def sandbox_sizing(annotations: dict[str, str], where: str) -> SandboxSizing:
     the pod from starting; the warnings travel in the result into the plan. An
     empty value is absent.
     """
-    warnings: list[str] = []
+    notes: list[Note] = []
 
     def number(key: str, signed: bool) -> int:
         raw = annotations.get(key, "")
@@ -246,9 +250,12 @@ def sandbox_sizing(annotations: dict[str, str], where: str) -> SandboxSizing:
             else (0, UINT64_MAX, "an unsigned 64-bit integer")
         )
         if value is None or not low <= value <= high:
-            warnings.append(
-                f"{where}: annotation {key}: {raw[:40]!r} is not {kind}; "
-                "read as absent (0), as Kata does"
+            notes.append(
+                Note(
+                    "cri_annotations",
+                    f"{where}: annotation {key}: {raw[:40]!r} is not {kind}; "
+                    "read as absent (0), as Kata does",
+                )
             )
             return 0
         return value
@@ -262,7 +269,7 @@ def sandbox_sizing(annotations: dict[str, str], where: str) -> SandboxSizing:
         cpu = Fraction(quota, period)
     elif quota < 0 and shares > 0:
         cpu = Fraction(math.ceil(Fraction(shares, 1024)))
-    return SandboxSizing(min(memory, INT64_MAX), cpu, where, tuple(warnings))
+    return SandboxSizing(min(memory, INT64_MAX), cpu, where, tuple(notes))
 
 
 def overhead_annotation(annotations: dict[str, str], where: str) -> Optional[int]:
@@ -376,6 +383,9 @@ class HostOverrides:
     hugepages: Optional[tuple[int, int]] = None
     #: The VMM's host memory cgroup directory, instead of finding it from the VMM's pid.
     cgroup: Optional[str] = None
+    #: Where ``cgroup`` was given (a request field, or the option that gave it), for its
+    #: errors. Not part of the request's value: a saved request reads back as a request's.
+    cgroup_origin: Origin = field(default=Origin("request", "host.cgroup"), compare=False)
 
     def given(self) -> bool:
         return any(
@@ -568,12 +578,17 @@ def _decode(raw: bytes) -> Any:
 
 @dataclass(frozen=True)
 class SandboxRequest:
-    """One request about one sandbox.
+    """One request about one sandbox, and what is to be done with it (``mode``):
 
-    ``event`` ``delete`` forgets the sandbox's state; any other sizes it. With
-    ``apply`` the VM at ``endpoint`` is resized; without, the sandbox is only planned
-    (against a freshly booted VM, as ``preview`` does). ``config`` ``None`` means
-    where Kata looks; ``host`` overrides the host probe.
+    - ``plan``: plan it against a freshly booted VM, as ``preview`` does; nothing runs;
+    - ``apply``: resize the VM at ``endpoint``;
+    - ``dry-run``: run the plan on an in-memory copy of the VM (read from ``endpoint``
+      when given) and change nothing (the command line's ``apply --dry-run``);
+    - ``delete``: forget the sandbox's state.
+
+    ``event`` is what the shim said happened (``create``, ``update``, ``delete``,
+    ``reconcile``); a ``delete`` event is the delete mode. ``config`` ``None`` means where
+    Kata looks; ``host`` overrides the host probe.
     """
 
     sandbox: str
@@ -581,9 +596,15 @@ class SandboxRequest:
     config: Optional[str] = None
     workload: Workload = field(default_factory=Workload)
     endpoint: Optional[Endpoint] = None
-    apply: bool = False
+    mode: Mode = "plan"
     allow_shrink: bool = False
     host: HostOverrides = field(default_factory=HostOverrides)
+
+    def __post_init__(self) -> None:
+        if self.mode == "apply" and self.endpoint is None:
+            raise InputError("request apply: true needs a backend")
+        if (self.event == "delete") != (self.mode == "delete"):
+            raise ValueError(f"event {self.event!r} with mode {self.mode!r}")
 
     def to_json(self) -> dict[str, Any]:
         """The request as the shim reads it (schema ``kata-mem/shim-request/v1``)."""
@@ -594,7 +615,7 @@ class SandboxRequest:
             "config": self.config,
             "containers": [_container_json(c) for c in self.workload.containers],
             "backend": None if self.endpoint is None else self.endpoint.to_json(),
-            "apply": self.apply,
+            "apply": self.mode == "apply",
             "allow_shrink": self.allow_shrink,
         }
         if self.host.given():
@@ -659,8 +680,7 @@ class SandboxRequest:
         backend = _REQUEST.mapping(doc, "backend")
         endpoint = None if backend is None else Endpoint.from_json(backend)
         apply = _REQUEST.boolean(doc, "apply")
-        if apply and endpoint is None and event != "delete":
-            raise InputError("request apply: true needs a backend")
+        mode: Mode = "delete" if event == "delete" else "apply" if apply else "plan"
         host = _REQUEST.mapping(doc, "host")
         overrides = HostOverrides() if host is None else HostOverrides.from_json(host)
         annotations = doc.get("annotations")
@@ -685,7 +705,17 @@ class SandboxRequest:
                 f"annotation {ANN_POD_OVERHEAD}" if overhead is not None else "",
             ),
             endpoint=endpoint,
-            apply=apply,
+            mode=mode,
             allow_shrink=_REQUEST.boolean(doc, "allow_shrink"),
             host=overrides,
         )
+
+
+@dataclass(frozen=True)
+class CallOptions:
+    """What one process adds to every request it serves, which no request carries: the
+    state directory (``--state-dir``; ``None``: the configuration's) and ``force``
+    (``apply --force``: skip the shrink checks, for tests and benchmarks only)."""
+
+    state_dir: Optional[str] = None
+    force: bool = False

@@ -12,14 +12,14 @@ import os
 import sys
 import time
 from collections.abc import Mapping
-from dataclasses import fields
+from dataclasses import fields, replace
 from fractions import Fraction
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 from kata_mem.core.errors import ConfigError
 from kata_mem.core.fields import Fields, is_bool, is_int, is_number, is_str, toml_value
-from kata_mem.core.model import SIZING_MODELS, Settings, SizingConfig
+from kata_mem.core.model import SIZING_MODELS, Origin, Settings, SizingConfig
 from kata_mem.core.units import INT64_MAX, MiB, to_mib_floor
 from kata_mem.edges.files import CONFIG_CAP, not_regular, read_capped
 
@@ -148,7 +148,7 @@ class _Reader:
         self.path = path
         self.origins = origins
         self.fallback_file = fallback_file
-        self.sources: list[tuple[str, str]] = []
+        self.sources: list[tuple[str, Origin]] = []
 
     def fields(self, key: str) -> Fields:
         """The file that set ``key`` (or would have), for its errors."""
@@ -163,16 +163,20 @@ class _Reader:
 
     def get(self, key: str, default: Any, check: Callable[[Any], bool], expected: str) -> Any:
         if key not in self.table:
-            self.sources.append((key, f"default ({toml_value(default)})"))
+            self.sources.append((key, Origin("default", value=toml_value(default))))
             return default
         value = self.table[key]
         if not check(value):
             raise self.fields(key).fail(self.at(key), expected, value)
-        self.sources.append((key, f"{self.where(key)} = {toml_value(value)}"))
+        file = self.origins.get((*self.path, key), self.fallback_file)
+        self.sources.append((key, Origin("file", str(file), self.at(key), toml_value(value))))
         return value
 
     def note(self, key: str, text: str) -> None:
-        self.sources = [(k, f"{s}; {text}" if k == key else s) for k, s in self.sources]
+        self.sources = [
+            (k, replace(s, note=f"{s.note}; {text}" if s.note else text) if k == key else s)
+            for k, s in self.sources
+        ]
 
 
 def _nonneg_int(v: Any) -> bool:
@@ -421,7 +425,7 @@ SETTINGS_KEYS: dict[str, tuple[str, int, Callable[[Any], bool], str]] = {
 
 def load_settings(
     data: Mapping[str, Any], origins: Origins, first: str
-) -> tuple[Settings, list[tuple[str, str]]]:
+) -> tuple[Settings, list[tuple[str, Origin]]]:
     """kata-mem's own ``[kata_mem]`` table; unknown keys are errors (it is our table)."""
     table = data.get("kata_mem", {})
     if not isinstance(table, dict):

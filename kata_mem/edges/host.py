@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Optional
 
 from kata_mem.core.errors import ConfigError, InputError
-from kata_mem.core.model import Arch, HostFacts
+from kata_mem.core.model import Arch, HostFacts, Origin
 from kata_mem.core.request import check_hugepages, normalize_arch
 from kata_mem.core.units import KiB, MiB, align_down
 
@@ -35,26 +35,24 @@ def mem_available(proc: Path = Path("/proc")) -> Optional[int]:
     return _meminfo(proc).get("MemAvailable")
 
 
-def read_cgroup_memory_limit(
-    cgroup_dir: str, origin: str = "[kata_mem] host_memory_cgroup"
-) -> tuple[Optional[int], str]:
+def read_cgroup_memory_limit(cgroup_dir: str, origin: Origin) -> tuple[Optional[int], str]:
     """The effective memory limit of a cgroup directory, v1 or v2 (the smallest along
     its ancestors up to the mount root; ``None`` when unlimited), and where it was read:
     the limit file of the level that binds.
 
-    ``origin`` names where the directory came from (the configuration key, or a
+    ``origin`` says where the directory came from (the configuration key, or a
     command-line flag such as ``--cgroup``), so that the error points at what the
     user wrote; a flag's value is bad input, a key's a configuration error.
 
-    :raises ConfigError: (``InputError`` for a flag) when the directory is not a
-        memory cgroup, or a limit on the way up cannot be read or parsed.
+    :raises ConfigError: (``InputError`` for a value given in the call) when the
+        directory is not a memory cgroup, or a limit on the way up cannot be read or parsed.
     """
     from kata_mem.edges.cgroups import FILES, CgroupUnreadable, cgroup_of_dir
 
     try:
-        cgroup = cgroup_of_dir(cgroup_dir, origin)
+        cgroup = cgroup_of_dir(cgroup_dir, origin.name())
     except CgroupUnreadable as exc:
-        raise (InputError if origin.startswith("--") else ConfigError)(str(exc)) from exc
+        raise (InputError if origin.given_by_user else ConfigError)(str(exc)) from exc
     limit_file = FILES[cgroup.version][0]
     where = f"cgroup v{cgroup.version} {limit_file} from {cgroup.path} up to the root"
     if cgroup.limit is None:
@@ -72,6 +70,10 @@ def machine_arch() -> Arch:
     return normalize_arch(machine, "this machine's architecture (uname -m; pass --host-arch)")
 
 
+#: Where ``[kata_mem] host_memory_cgroup`` is set, when no file is known.
+_CONFIGURED_CGROUP = Origin("file", key="[kata_mem] host_memory_cgroup")
+
+
 def probe_host(
     *,
     memory: Optional[int] = None,
@@ -79,7 +81,7 @@ def probe_host(
     arch: Optional[str] = None,
     hugepages: Optional[tuple[int, int]] = None,
     cgroup_dir: str = "",
-    cgroup_origin: str = "[kata_mem] host_memory_cgroup",
+    cgroup_origin: Origin = _CONFIGURED_CGROUP,
     proc: Path = Path("/proc"),
 ) -> HostFacts:
     """Host facts, each from its override when given, else from the machine.
@@ -93,45 +95,47 @@ def probe_host(
     :raises InputError: an unknown architecture (given, or this machine's), or a
         hugepage size the architecture does not have.
     """
-    sources: list[tuple[str, str]] = []
+    sources: list[tuple[str, Origin]] = []
     info = _meminfo(proc)
     if memory is None:
         import psutil
 
         # Kata reads sysinfo totalram, the same number as MemTotal, in whole MiB.
         memory = align_down(int(psutil.virtual_memory().total), MiB)
-        sources.append(("memory", "psutil (MemTotal), floored to MiB"))
+        sources.append(("memory", Origin("probe", "psutil (MemTotal), floored to MiB")))
     else:
         floored = align_down(memory, MiB)
-        sources.append(("memory", "override" if floored == memory else "override, floored to MiB"))
+        sources.append(
+            ("memory", Origin("override", note="" if floored == memory else "floored to MiB"))
+        )
         memory = floored
     if cpus is None:
         import psutil
 
         cpus = int(psutil.cpu_count(logical=True) or 1)
-        sources.append(("cpus", "psutil (online CPUs)"))
+        sources.append(("cpus", Origin("probe", "psutil (online CPUs)")))
     else:
-        sources.append(("cpus", "override"))
+        sources.append(("cpus", Origin("override")))
     if arch is None:
         go_arch = machine_arch()
-        sources.append(("arch", f"uname machine = {os.uname().machine}"))
+        sources.append(("arch", Origin("probe", f"uname machine = {os.uname().machine}")))
     else:
         go_arch = normalize_arch(arch, "host arch")
-        sources.append(("arch", "override"))
+        sources.append(("arch", Origin("override")))
     if hugepages is None:
         page_size, pages = info.get("Hugepagesize", 0), info.get("HugePages_Total", 0)
         free = info.get("HugePages_Free", 0)
-        sources.append(("hugepages", f"{proc}/meminfo"))
+        sources.append(("hugepages", Origin("probe", f"{proc}/meminfo")))
     else:
         pages, page_size = check_hugepages(
             *hugepages, "host hugepages (--host-hugepages, request host.hugepages)", go_arch
         )
         free = pages
-        sources.append(("hugepages", "override"))
+        sources.append(("hugepages", Origin("override")))
     limit = None
     if cgroup_dir:
         limit, where = read_cgroup_memory_limit(cgroup_dir, cgroup_origin)
-        sources.append(("cgroup_memory_limit", where))
+        sources.append(("cgroup_memory_limit", Origin("probe", where)))
     return HostFacts(
         memory=memory,
         cpus=cpus,

@@ -50,9 +50,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Optional, get_args
 
-from kata_mem.core.errors import ConfigError, KataMemError
+from kata_mem.core.errors import ConfigError, InputError, KataMemError
 from kata_mem.core.model import (
     SANDBOX_ID,
+    Note,
+    NoteCode,
     OwnedDevice,
     Reason,
     Status,
@@ -60,6 +62,7 @@ from kata_mem.core.model import (
     StepAction,
     check_sandbox_id,
 )
+from kata_mem.core.request import SandboxRequest
 from kata_mem.core.units import MiB, to_mib_floor
 from kata_mem.edges.files import STATE_CAP, read_open
 
@@ -772,7 +775,7 @@ class SandboxState:
         self.sandbox = check_sandbox_id(sandbox)
         self.dir = self.root / sandbox
         self.path = self.dir / "journal.json"
-        self.warnings: list[str] = []
+        self.notes: list[Note] = []
         #: Why the sandbox directory may not be used (another user could have written it).
         self.refusal = ""
 
@@ -968,7 +971,7 @@ class SandboxState:
         except FileNotFoundError:
             return Record(self.sandbox)
         except OSError as exc:
-            self._warn(f"journal {self.path} cannot be read ({_why(exc)}); {then}")
+            self._warn("journal", f"journal {self.path} cannot be read ({_why(exc)}); {then}")
             return Record(self.sandbox)
         try:
             info = os.fstat(fd)
@@ -978,10 +981,12 @@ class SandboxState:
                 raw = read_open(fd, self.path, cap=STATE_CAP, what="journal", error=ConfigError)
                 return Record.from_json(self.sandbox, json.loads(raw))
             except KataMemError as exc:
-                self._warn(f"journal unreadable ({exc.message}); {then}")
+                self._warn("journal", f"journal unreadable ({exc.message}); {then}")
             except (ValueError, TypeError, RecursionError) as exc:
                 why = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
-                self._warn(f"journal {self.path} is corrupt or truncated ({why}); {then}")
+                self._warn(
+                    "journal", f"journal {self.path} is corrupt or truncated ({why}); {then}"
+                )
         finally:
             os.close(fd)
         return Record(self.sandbox)
@@ -1001,7 +1006,30 @@ class SandboxState:
         """The last request applied to this sandbox (a shim request), for ``kata-mem reconcile``."""
         return self.dir / "request.json"
 
-    def read_request(self) -> Optional[bytes]:
+    def saved_request(self) -> Optional[SandboxRequest]:
+        """The last request applied to this sandbox, checked as any input is (it is input
+        from disk: a libvirt URI that is not local is refused before anything it names is
+        opened), or None when there is none. Reads only.
+
+        :raises ConfigError: it cannot be read, another user could have written it, or
+            it is for another sandbox.
+        :raises InputError: it is not a valid request (named by its path).
+        """
+        raw = self._read_request()
+        if raw is None:
+            return None
+        try:
+            saved = SandboxRequest.from_json(raw)
+        except InputError as exc:
+            raise InputError(f"{self.request_path}: {exc.message}") from exc
+        if saved.sandbox != self.sandbox:
+            raise ConfigError(
+                f"{self.request_path}: is for sandbox {saved.sandbox!r}, not {self.sandbox!r}; "
+                f"remove {self.dir} once its VM is gone"
+            )
+        return saved
+
+    def _read_request(self) -> Optional[bytes]:
         """The last request's bytes, or None when there is none. Reads only.
 
         :raises ConfigError: it cannot be read, is not a regular file, is too large, or
@@ -1070,8 +1098,9 @@ class SandboxState:
         others = names - removable - {SANDBOX_MARKER}
         if others:
             self._warn(
+                "state",
                 f"kata-mem's files were removed, but the directory {self.dir} was kept because "
-                "it holds entries kata-mem did not create: " + ", ".join(sorted(others)[:5])
+                "it holds entries kata-mem did not create: " + ", ".join(sorted(others)[:5]),
             )
             return
         away = self.root / f".removing.{self.sandbox}.{os.getpid()}.tmp"
@@ -1079,7 +1108,7 @@ class SandboxState:
             with _root_lock(self.root):
                 os.rename(self.dir, away)
         except OSError as exc:
-            self._warn(f"{self.dir}: could not be removed ({exc.strerror or exc})")
+            self._warn("state", f"{self.dir}: could not be removed ({exc.strerror or exc})")
             return
         for name in os.listdir(away):
             if (name in ("lock", SANDBOX_MARKER) or _TEMP.fullmatch(name)) and _is_file(
@@ -1089,11 +1118,11 @@ class SandboxState:
         with contextlib.suppress(OSError):
             away.rmdir()
 
-    def _warn(self, text: str) -> None:
+    def _warn(self, code: NoteCode, text: str) -> None:
         from kata_mem.edges.logs import get_logger
 
         get_logger(__name__).warning("%s", text)
-        self.warnings.append(text)
+        self.notes.append(Note(code, text))
 
 
 def _is_file(path: Path) -> bool:

@@ -19,12 +19,13 @@ import click
 from click.shell_completion import CompletionItem
 
 from kata_mem.core.errors import InputError, KataMemError
-from kata_mem.core.model import Settings, SizingConfig
+from kata_mem.core.model import Origin, Settings, SizingConfig
 from kata_mem.core.planner import current_problem
 from kata_mem.core.quantity import quantity_bytes
 from kata_mem.core.request import (
     GO_ARCH,
     MIN_HOST_MEMORY,
+    CallOptions,
     Endpoint,
     HostOverrides,
     SandboxRequest,
@@ -37,9 +38,9 @@ from kata_mem.edges import logs
 from kata_mem.edges.host import machine_arch
 from kata_mem.edges.sources import build_workload
 from kata_mem.interfaces import render
-from kata_mem.interfaces.shim import closed_stdout, stdout_closed
-from kata_mem.orchestration.apply import preview as plan_preview
-from kata_mem.orchestration.apply import probe, sandbox_host, serve
+from kata_mem.interfaces.pipes import closed_stdout, stdout_closed
+from kata_mem.orchestration.handle import apply_request, probe, sandbox_host
+from kata_mem.orchestration.handle import preview as plan_preview
 
 F = TypeVar("F", bound=Callable[..., Any])
 log = logging.getLogger("kata_mem")
@@ -451,9 +452,11 @@ def apply(
         )
     config, _ = _find_config(config_path)
     overrides = replace(
-        _host(host_memory, host_cpus, host_arch, host_hugepages), cgroup=host_cgroup
+        _host(host_memory, host_cpus, host_arch, host_hugepages),
+        cgroup=host_cgroup,
+        cgroup_origin=Origin("option", "--host-cgroup"),
     )
-    # The host's architecture, as serve() will probe it: it says which hugepage sizes exist.
+    # The host's architecture, as the request will probe it: it says which hugepage sizes exist.
     workload = build_workload(pod, oci, limit, cpu, overrides.arch or machine_arch())
     if force:
         log.warning("--force skips every shrink safety check; for tests and benchmarks only")
@@ -463,28 +466,22 @@ def apply(
         str(config),
         workload,
         endpoint,
-        apply=not dry_run,
+        mode="dry-run" if dry_run else "apply",
         allow_shrink=allow_shrink,
         host=overrides,
     )
-    response = serve(
-        request,
-        config_mod.env(),
-        state_dir=state_dir,
-        dry_run=dry_run,
-        force=force,
-        cgroup_origin="--host-cgroup",
+    applied = apply_request(
+        request, config_mod.env(), CallOptions(state_dir=state_dir, force=force)
     )
-    assert response.plan is not None and response.outcome is not None  # an apply has both
-    cfg, outcome = response.config, response.outcome
+    cfg, outcome = applied.config, applied.outcome
     if as_json:
-        doc = render.outcome_json(outcome, request.sandbox, response.warnings)
-        doc["plan"] = render.plan_json(response.plan, cfg)
+        doc = render.outcome_json(outcome, request.sandbox, applied.notes)
+        doc["plan"] = render.plan_json(applied.plan, cfg)
         _emit(doc)
     else:
-        click.echo(render.plan_text(response.plan, cfg, "plan (from the observed VM)"))
-        click.echo(render.outcome_text(outcome, response.warnings))
-    return response.exit_code
+        click.echo(render.plan_text(applied.plan, cfg, "plan (from the observed VM)"))
+        click.echo(render.outcome_text(outcome, applied.notes))
+    return applied.exit_code
 
 
 @cli.command()
@@ -524,7 +521,7 @@ def status(
 ) -> None:
     """Show what the hypervisor reports: boot memory, devices, plugged total, guest usage;
     with --all, every sandbox kata-mem manages and the node's totals."""
-    from kata_mem.orchestration.apply import read_status
+    from kata_mem.orchestration.status import read_status
 
     endpoint = _endpoint(qmp, libvirt_uri, domain)
     if every:
@@ -551,7 +548,7 @@ def status(
 def _status_all(
     config_path: Optional[str], state_dir: Optional[str], host_memory: Optional[str], as_json: bool
 ) -> None:
-    from kata_mem.orchestration.apply import node_status
+    from kata_mem.orchestration.status import node_status
 
     settings = _config(config_path)[0].settings if config_path else Settings()
     directory = state_dir or settings.state_dir
@@ -704,7 +701,9 @@ def host(
 ) -> None:
     """Show the host facts kata-mem sizes against."""
     facts = probe(
-        _host(host_memory, host_cpus, host_arch, host_hugepages), cgroup or "", "--cgroup"
+        _host(host_memory, host_cpus, host_arch, host_hugepages),
+        cgroup or "",
+        Origin("option", "--cgroup"),
     )
     if as_json:
         _emit(render.host_json(facts))
@@ -745,7 +744,7 @@ def run_cli(argv: Optional[list[str]] = None) -> int:
     """Run the CLI; return the process exit code (never raises for bad input).
 
     A closed stdout (``kata-mem preview ... | head -1``) exits quietly with
-    :data:`~kata_mem.interfaces.shim.CLOSED_STDOUT`, as the shim does.
+    :data:`~kata_mem.interfaces.pipes.CLOSED_STDOUT`, as the shim does.
     """
     args = list(sys.argv[1:] if argv is None else argv)
     try:

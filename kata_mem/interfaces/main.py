@@ -47,7 +47,7 @@ def _print(text: str) -> int:
         sys.stdout.write(text)
         sys.stdout.flush()
     except BrokenPipeError:
-        from kata_mem.interfaces.shim import closed_stdout
+        from kata_mem.interfaces.pipes import closed_stdout
 
         return closed_stdout()
     return 0
@@ -57,7 +57,7 @@ def _shim_usage(message: str) -> int:
     logs.emit(
         "error",
         f"{message} (see kata-mem shim --help)",
-        logger="kata_mem.interfaces.shim",
+        logger="kata_mem.shim",
         prefix="kata-mem shim",
         kind="usage",
         exit_code=2,

@@ -10,17 +10,20 @@ response documents it sent. One registry of its own, never the global one.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Optional
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
 
+from kata_mem.core.results import Applied, Planned
 from kata_mem.core.units import MiB
 
 if TYPE_CHECKING:
+    from kata_mem.core.errors import KataMemError
     from kata_mem.core.model import Outcome
+    from kata_mem.interfaces.protocol import Answer
 
 #: Backend error kinds (``error.kind`` of an error document); an outcome whose reason
 #: is ``BackendError`` counts as ``backend`` too.
@@ -118,22 +121,25 @@ class Metrics:
         if outcome is not None:
             self.outcomes.labels(outcome.status, outcome.reason).inc()
 
-    def count_response(self, doc: dict[str, Any]) -> None:
-        """Count what one shim response document says."""
-        error = doc.get("error")
-        if isinstance(error, dict):
-            if error.get("kind") in BACKEND_KINDS:
-                self.backend_errors.labels(error["kind"]).inc()
+    def count_answer(self, done: Answer) -> None:
+        """Count what one shim answer came to: its clamps and outcome, or its error."""
+        if done.error is not None:
+            self.count_error(done.error)
             return
-        plan = doc.get("plan")
-        if isinstance(plan, dict):
-            for cause in plan.get("memory", {}).get("clamped_by", []):
-                self.clamps.labels(cause).inc()
-        outcome = doc.get("outcome")
-        if isinstance(outcome, dict):
-            self.outcomes.labels(outcome["status"], outcome["reason"]).inc()
-            if outcome["reason"] == "BackendError":
+        response = done.response
+        if isinstance(response, (Planned, Applied)):
+            for clamp in response.plan.memory.clamps:
+                self.clamps.labels(clamp.cause).inc()
+        if isinstance(response, Applied):
+            outcome = response.outcome
+            self.outcomes.labels(outcome.status, outcome.reason).inc()
+            if outcome.reason == "BackendError":
                 self.backend_errors.labels("backend").inc()
+
+    def count_error(self, exc: KataMemError) -> None:
+        """Count an error the service answered with (a hypervisor's, by its kind)."""
+        if exc.kind in BACKEND_KINDS:
+            self.backend_errors.labels(exc.kind).inc()
 
     def text(self) -> bytes:
         return generate_latest(self.registry)

@@ -6,7 +6,8 @@ the text forms are for reading and may change.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional
+from collections.abc import Iterable
+from typing import Any, Optional
 
 from kata_mem.core.errors import KataMemError
 from kata_mem.core.model import (
@@ -17,23 +18,39 @@ from kata_mem.core.model import (
     MemoryDevice,
     MemoryPlan,
     NodeView,
+    Note,
+    NoteCode,
     Outcome,
     Plan,
     SizingConfig,
     Step,
     VmState,
 )
+from kata_mem.core.results import NodeStatus, Visit
 from kata_mem.core.units import MiB, to_kib_floor, to_mib_ceil, to_mib_floor
-
-if TYPE_CHECKING:
-    from kata_mem.orchestration.apply import NodeStatus
-    from kata_mem.orchestration.reconcile import Visit
 
 PLAN_SCHEMA = "kata-mem/plan/v1"
 HOST_SCHEMA = "kata-mem/host/v1"
 CONFIG_SCHEMA = "kata-mem/config/v1"
 ERROR_SCHEMA = "kata-mem/error/v1"
 NODE_SCHEMA = "kata-mem/node/v1"
+
+
+#: How a note's code shows in front of its text where the documents have always shown it so.
+_NOTE_PREFIX: dict[NoteCode, str] = {
+    "memory_clamp": "memory: ",
+    "vcpu_clamp": "vCPUs: ",
+    "shrink_not_allowed": "ShrinkNotAllowed: ",
+}
+
+
+def note_text(note: Note) -> str:
+    """A note as a document's ``warnings`` and the text forms show it."""
+    return _NOTE_PREFIX.get(note.code, "") + note.text
+
+
+def warnings_json(notes: Iterable[Note]) -> list[str]:
+    return [note_text(n) for n in notes]
 
 
 # Sizes the plan sets (targets, steps, clamp limits) are whole MiB by construction; any that is
@@ -90,7 +107,7 @@ def plan_json(plan: Plan, cfg: SizingConfig) -> dict[str, Any]:
             "target": v.target,
             "clamped_by": [c.cause for c in v.clamps],
         },
-        "warnings": list(plan.warnings),
+        "warnings": warnings_json(plan.notes),
     }
 
 
@@ -193,7 +210,7 @@ def plan_text(plan: Plan, cfg: SizingConfig, title: str = "") -> str:
                 f"  {i}. {s.action:<18} {s.device:<12} {j['size_mib']:>8} MiB  "
                 f"({j['delta_mib']:+d} MiB, guest {j['total_mib']} MiB)"
             )
-    elif any(w.startswith("ShrinkNotAllowed:") for w in plan.warnings):
+    elif any(n.code == "shrink_not_allowed" for n in plan.notes):
         lines.append("steps: none (shrinking is off: see the ShrinkNotAllowed note)")
     else:
         lines.append("steps: none")
@@ -228,8 +245,10 @@ def plan_text(plan: Plan, cfg: SizingConfig, title: str = "") -> str:
         f"vCPUs: target {v.target} (default {float(v.default):g} + containers = "
         f"{float(v.requested):g}), max {v.max}, host {v.host}{vc}"
     )
-    other = [w for w in plan.warnings if not w.startswith(("memory: ", "vCPUs: "))]
-    lines += [f"note: {w}" for w in other]
+    # The clamps are shown above ("why:", and the vCPU line).
+    lines += [
+        f"note: {note_text(n)}" for n in plan.notes if n.code not in ("memory_clamp", "vcpu_clamp")
+    ]
     return "\n".join(lines)
 
 
@@ -246,7 +265,7 @@ def host_json(host: HostFacts) -> dict[str, Any]:
         "cgroup_memory_limit_mib": None
         if host.cgroup_memory_limit is None
         else to_mib_floor(host.cgroup_memory_limit),
-        "sources": dict(host.sources),
+        "sources": {key: origin.describe() for key, origin in host.sources},
     }
 
 
@@ -264,7 +283,7 @@ def host_text(host: HostFacts) -> str:
         lines.append(
             f"cgroup   {host.cgroup_path}: {'unlimited' if limit is None else f'{limit} MiB'}"
         )
-    lines += [f"  {k}: {s}" for k, s in host.sources]
+    lines += [f"  {k}: {origin.describe()}" for k, origin in host.sources]
     return "\n".join(lines)
 
 
@@ -309,7 +328,7 @@ def config_json(cfg: SizingConfig, chosen_by: str) -> dict[str, Any]:
             "node_reserved_mib": to_mib_floor(s.node_reserved),
             "node_overcommit": None if s.node_overcommit is None else float(s.node_overcommit),
         },
-        "sources": dict(cfg.sources),
+        "sources": {key: origin.describe() for key, origin in cfg.sources},
     }
 
 
@@ -319,7 +338,7 @@ def config_text(cfg: SizingConfig, chosen_by: str) -> str:
         f"{cfg.path} (chosen by {chosen_by}); files read: {', '.join(cfg.files)}",
         "effective values:",
     ]
-    src = dict(cfg.sources)
+    src = {key: origin.describe() for key, origin in cfg.sources}
     for key, value in d["effective"].items():
         base = key.removesuffix("_mib")
         section = (
@@ -358,7 +377,7 @@ OUTCOME_SCHEMA = "kata-mem/outcome/v1"
 STATUS_SCHEMA = "kata-mem/status/v1"
 
 
-def outcome_json(outcome: Outcome, sandbox: str, warnings: tuple[str, ...] = ()) -> dict[str, Any]:
+def outcome_json(outcome: Outcome, sandbox: str, notes: Iterable[Note] = ()) -> dict[str, Any]:
     return {
         "schema": OUTCOME_SCHEMA,
         "sandbox": sandbox,
@@ -369,11 +388,11 @@ def outcome_json(outcome: Outcome, sandbox: str, warnings: tuple[str, ...] = ())
         "target_mib": to_mib_ceil(outcome.target),
         "steps": [step_json(s) for s in outcome.steps],
         "retry_after_s": outcome.retry_after_s,
-        "warnings": list(warnings),
+        "warnings": warnings_json(notes),
     }
 
 
-def outcome_text(outcome: Outcome, warnings: tuple[str, ...] = ()) -> str:
+def outcome_text(outcome: Outcome, notes: Iterable[Note] = ()) -> str:
     head = f"{outcome.status}{f' ({outcome.reason})' if outcome.reason else ''}: {outcome.message}"
     lines = [
         head,
@@ -386,7 +405,7 @@ def outcome_text(outcome: Outcome, warnings: tuple[str, ...] = ()) -> str:
         )
     if outcome.retry_after_s is not None:
         lines.append(f"retry after {outcome.retry_after_s:g} s")
-    lines += [f"note: {w}" for w in warnings]
+    lines += [f"note: {note_text(n)}" for n in notes]
     return "\n".join(lines)
 
 
@@ -517,7 +536,7 @@ def reconcile_json(visits: list[Visit]) -> dict[str, Any]:
                 "detail": v.detail,
                 "outcome": None
                 if v.outcome is None
-                else outcome_json(v.outcome, v.sandbox, v.warnings),
+                else outcome_json(v.outcome, v.sandbox, v.notes),
             }
             for v in visits
         ],

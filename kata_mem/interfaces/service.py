@@ -6,7 +6,7 @@ what the one-shot commands print: ``POST /v1/shim`` runs :func:`kata_mem.interfa
 (the body ``kata-mem shim`` prints, byte for byte), ``GET /v1/node`` is ``status --all
 --json``, ``GET /v1/sandboxes/{id}`` is ``status --json``.
 
-:func:`~kata_mem.orchestration.apply.serve` is synchronous and may wait seconds for a guest, so it
+:func:`~kata_mem.orchestration.handle.handle` is synchronous and may wait seconds for a guest, so it
 runs in a thread pool; an asyncio lock per sandbox keeps one sandbox's requests in
 order (the journal's flock still orders them against CLI calls), and different
 sandboxes run side by side. The event loop itself only reads bodies, checks the
@@ -41,7 +41,6 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable, Optional, TypeVar, cast
 
 from aiohttp import web
@@ -49,11 +48,11 @@ from aiohttp.http_exceptions import HttpProcessingError
 
 from kata_mem.core.errors import BackendUnavailable, ConfigError, InputError, KataMemError
 from kata_mem.core.model import Settings, check_sandbox_id
-from kata_mem.core.request import MAX_REQUEST_BYTES, HostOverrides, SandboxRequest
+from kata_mem.core.request import MAX_REQUEST_BYTES, CallOptions, HostOverrides, SandboxRequest
 from kata_mem.edges.logs import describe, get_logger
 from kata_mem.interfaces import render
 from kata_mem.interfaces.metrics import CONTENT_TYPE, Metrics
-from kata_mem.interfaces.shim import answer
+from kata_mem.interfaces.protocol import Answer, answer, parse, too_large
 
 log = get_logger("kata_mem.interfaces.service")
 T = TypeVar("T")
@@ -587,34 +586,6 @@ class _Protocol(web.RequestHandler):
         return resp
 
 
-@dataclass(frozen=True)
-class _Glance:
-    """What the service needs to know of a request before :func:`answer` checks it:
-    the sandbox (for the lock), whether it names a VM, and whether it only plans
-    (no VM, no state: a few small file reads, answered on the event loop)."""
-
-    sandbox: Optional[str] = None
-    names_vm: bool = False
-    plan_only: bool = False
-    deletes: bool = False
-
-
-def _glance(body: bytes) -> _Glance:
-    try:
-        doc = json.loads(body)
-    except (ValueError, RecursionError):
-        return _Glance()
-    if not isinstance(doc, dict):
-        return _Glance()
-    sandbox = doc.get("sandbox_id")
-    return _Glance(
-        sandbox if isinstance(sandbox, str) else None,
-        doc.get("backend") is not None,
-        doc.get("apply") is not True and doc.get("event") in ("create", "update", None),
-        doc.get("event") == "delete",
-    )
-
-
 class Service:
     """The handlers and what they share: the thread pool, the sandbox locks, the metrics."""
 
@@ -637,8 +608,6 @@ class Service:
         self.metrics = Metrics(state_dir)
         # sandbox id -> its lock and how many requests hold or wait for it
         self._locks: dict[str, tuple[asyncio.Lock, list[int]]] = {}
-        # sandboxes whose balloon was told to report statistics (by this process)
-        self._stats_on: set[str] = set()
         # why the last reconcile pass could not read the state directory
         self._unusable: Optional[str] = None
 
@@ -650,13 +619,6 @@ class Service:
         app.router.add_get("/metrics", self.metrics_text, name="metrics")
         app.router.add_get("/healthz", self.healthz, name="healthz")
         return app
-
-    def reply(
-        self, doc: dict[str, Any], status: int, exit_code: Optional[int] = None
-    ) -> web.Response:
-        """Every JSON document the service sends goes out here, and is counted here."""
-        self.metrics.count_response(doc)
-        return _json(doc, status, exit_code)
 
     def refuse(
         self,
@@ -672,7 +634,8 @@ class Service:
         log.log(
             level, "%s from %s: %d: %s", what, _peer_text(peer), status, exc.message, exc_info=cause
         )
-        return self.reply(render.error_json(exc), status, exc.exit_code)
+        self.metrics.count_error(exc)
+        return _json(render.error_json(exc), status, exc.exit_code)
 
     def forbidden(self, peer: Optional[Peer], what: str) -> web.Response:
         """403 for a peer that may not ask; the connection is closed, its body unread."""
@@ -796,33 +759,31 @@ class Service:
             return resp
         if body is None:
             # The shim's own answer to a request that large (exit code 4), as 413.
-            doc, code = answer(lambda: bytes(MAX_REQUEST_BYTES + 1), self.env)
-            resp = self.reply(doc, 413, code)
+            resp = self.send(too_large(), 413)
             resp.force_close()  # the rest of the body is not read
             return resp
-        glance = _glance(body)
-        sandbox = glance.sandbox
-        async with self._serialized(sandbox):
-            if glance.plan_only:
+        # Parsed once, here: what follows reads the typed request.
+        parsed = parse(body)
+        if not isinstance(parsed, SandboxRequest):
+            return self.send(parsed)
+        options = CallOptions(state_dir=self.state_dir)
+        async with self._serialized(parsed.sandbox):
+            if parsed.mode == "plan":
                 # Waits for no VM, no lock and no guest; a thread hop would be most of its cost.
-                doc, code = answer(lambda: body, self.env, state_dir=self.state_dir)
+                done = answer(parsed, self.env, options)
             else:
-                doc, code = await self._run(
-                    lambda: answer(lambda: body, self.env, state_dir=self.state_dir)
-                )
-            if glance.deletes:
-                self._stats_on.discard(sandbox or "")
-            elif (
-                sandbox is not None
-                and code == 0
-                and glance.names_vm
-                and sandbox not in self._stats_on
-            ):
-                await self._run(lambda: self._enable_stats(body))
-        return self.reply(doc, http_status(code), code)
+                done = await self._run(lambda: answer(parsed, self.env, options))
+        return self.send(done)
+
+    def send(self, done: Answer, status: Optional[int] = None) -> web.Response:
+        """A shim answer, counted from its typed response or error, rendered once."""
+        self.metrics.count_answer(done)
+        code = done.exit_code
+        return _json(done.document(), status or http_status(code), code)
 
     async def node(self, request: web.Request) -> web.StreamResponse:
-        from kata_mem.orchestration.apply import node_status, probe
+        from kata_mem.orchestration.handle import probe
+        from kata_mem.orchestration.status import node_status
 
         def read() -> dict[str, Any]:
             return render.node_status_json(
@@ -830,7 +791,7 @@ class Service:
             )
 
         try:
-            return self.reply(await self._run(read), 200)
+            return _json(await self._run(read), 200)
         except KataMemError as exc:
             return self._failed(request, exc)
 
@@ -852,7 +813,7 @@ class Service:
                 ) from exc
         except KataMemError as exc:
             return self._failed(request, exc)
-        return self.reply(doc, 200)
+        return _json(doc, 200)
 
     def _failed(
         self, request: web.Request, exc: KataMemError, status: Optional[int] = None
@@ -863,33 +824,6 @@ class Service:
             request.get("peer"),
             f"{request.method} {request.path}",
         )
-
-    def _enable_stats(self, body: bytes) -> None:
-        """Have the VM's balloon report statistics from the sandbox's first request on,
-        so that its first shrink has the guest's usage to go by (an apply does this as
-        it connects; a plan-only request that names the VM gets one connection for it).
-        A VM that cannot be reached yet is tried again on the next request."""
-        from kata_mem.edges.config import find_config, load_config
-        from kata_mem.orchestration.connect import open_backend
-
-        request = SandboxRequest.from_json(body)  # answered with 0: it parses
-        if request.event == "delete":
-            self._stats_on.discard(request.sandbox)
-            return
-        if request.endpoint is None:
-            return
-        if not request.apply:
-            try:
-                cfg = load_config(find_config(request.config, self.env)[0])
-                open_backend(request.endpoint, stats_interval=cfg.settings.stats_interval_s).close()
-            except KataMemError as exc:
-                log.warning(
-                    "sandbox %s: balloon statistics not enabled yet: %s",
-                    request.sandbox,
-                    exc.message,
-                )
-                return
-        self._stats_on.add(request.sandbox)
 
     # --- the reconcile loop ------------------------------------------------------------
 
@@ -940,12 +874,10 @@ class Service:
         self.metrics.count_visit(done.action, done.outcome)
         if done.action == "idle":
             return
-        if done.action == "cleaned":
-            self._stats_on.discard(sandbox)
         level = logging.WARNING if done.action == "failed" else logging.INFO
         log.log(level, "reconcile: sandbox %s: %s: %s", sandbox, done.action, done.detail)
-        for warning in done.warnings:
-            log.warning("reconcile: sandbox %s: %s", sandbox, warning)
+        for note in done.notes:
+            log.warning("reconcile: sandbox %s: %s", sandbox, note.text)
 
     def _saved_endpoint(self, sandbox: str) -> Any:
         """The sandbox's endpoint from its saved request, or why there is none.
@@ -957,19 +889,13 @@ class Service:
         state = SandboxState(self.state_dir, sandbox)
         if not state.owned():
             return f"sandbox {sandbox}: unknown (kata-mem has no state for it in {self.state_dir})"
-        saved = _read_own(state.request_path, "saved request")
+        saved = state.saved_request()
         if saved is None:
             return f"sandbox {sandbox}: no resize recorded, so its VM is not known"
-        request = SandboxRequest.from_json(saved)
-        if request.sandbox != sandbox:
-            raise ConfigError(
-                f"{state.request_path}: is for sandbox {request.sandbox!r}, not {sandbox!r}; "
-                "its VM was not asked"
-            )
-        return request.endpoint or f"sandbox {sandbox}: its saved request names no VM"
+        return saved.endpoint or f"sandbox {sandbox}: its saved request names no VM"
 
     def _status(self, endpoint: Any, sandbox: str) -> dict[str, Any]:
-        from kata_mem.orchestration.apply import read_status
+        from kata_mem.orchestration.status import read_status
 
         return render.status_json(*read_status(endpoint, sandbox, self.state_dir))
 
@@ -988,8 +914,9 @@ class Service:
             await self._run(lambda: state_dir_state(self.state_dir))
         except KataMemError as exc:
             # Not logged: probes ask every few seconds, and the answer says why.
-            return self.reply(render.error_json(exc), 503, exc.exit_code)
-        return self.reply({"status": "ok"}, 200)
+            self.metrics.count_error(exc)
+            return _json(render.error_json(exc), 503, exc.exit_code)
+        return _json({"status": "ok"}, 200)
 
 
 async def _serve(service: Service, sock: socket.socket, where: str) -> None:
@@ -1026,37 +953,6 @@ async def _serve(service: Service, sock: socket.socket, where: str) -> None:
     listening.close()
     # Waits for the handlers still running; the loop finishes the visits it started.
     await asyncio.gather(runner.cleanup(), loop_task)
-
-
-def _read_own(path: Path, what: str) -> Optional[bytes]:
-    """A file of the state directory that only kata-mem can have written: a regular
-    file of this user's that no one else may write, checked on the opened descriptor
-    (not a symlink, no race with a rename); None when there is none. What it names
-    (a VM's socket or URI) is then asked as root.
-
-    :raises ConfigError: it is someone else's, not a regular file, or too large.
-    """
-    from kata_mem.edges.files import STATE_CAP
-
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:  # ELOOP: a symlink
-        raise ConfigError(
-            f"{path}: cannot use the {what} ({exc.strerror or exc}); it was not read"
-        ) from exc
-    with open(fd, "rb") as f:
-        info = os.fstat(fd)
-        why = _foreign(info, False) if stat.S_ISREG(info.st_mode) else "not a regular file"
-        if not why and info.st_uid != os.geteuid():
-            why = f"owned by {_who(info.st_uid)}, not by this user"
-        if why:
-            raise ConfigError(f"{path}: {why}: not a {what} kata-mem wrote; it was not read")
-        data = f.read(STATE_CAP + 1)
-    if len(data) > STATE_CAP:
-        raise ConfigError(f"{path}: larger than a {what} may be ({STATE_CAP} bytes)")
-    return data
 
 
 def _check_not_in_state_dir(path: str, state_dir: str) -> None:

@@ -27,6 +27,7 @@ from kata_mem.core.errors import BackendError, BackendUnsupported, KataMemError
 from kata_mem.core.model import (
     GuestUsage,
     HostFacts,
+    Note,
     Outcome,
     OwnedDevice,
     Plan,
@@ -75,11 +76,11 @@ class Options:
 
 @dataclass(frozen=True)
 class Result:
-    """The plan made from the observed VM, what came of it, and the warnings."""
+    """The plan made from the observed VM, what came of it, and the call's notes."""
 
     plan: Plan
     outcome: Outcome
-    warnings: tuple[str, ...] = ()
+    notes: tuple[Note, ...] = ()
 
 
 class _Stopped(Exception):
@@ -168,7 +169,7 @@ class Executor:
         self.state = state
         self.clock = clock
         self.sleep = sleep
-        self.warnings: list[str] = []
+        self.notes: list[Note] = []
 
     def apply(
         self,
@@ -209,7 +210,7 @@ class Executor:
         if host_side is not None and cgroup is not None and outcome.steps:
             after = replace(cgroup, usage_after=host_side.charge(cgroup))
             p = replace(p, memory=replace(p.memory, host_cgroup=after))
-        return Result(p, outcome, tuple(self.state.warnings + self.warnings))
+        return Result(p, outcome, (*self.state.notes, *self.notes))
 
     # -- the step loop ---------------------------------------------------------------
 
@@ -227,7 +228,11 @@ class Executor:
         stop: Optional[Stop] = None
         baseline: Optional[GuestUsage] = None
         if reader is None:
-            self._note("--force: shrink safety checks skipped (for tests and benchmarks only)")
+            self._note(
+                Note(
+                    "force", "--force: shrink safety checks skipped (for tests and benchmarks only)"
+                )
+            )
         elif m.shrink:
             # The whole shrink is checked first, as the kubelet does: skip, don't half-do.
             verdict, baseline = reader.check(vm, m.target, m.block, None)
@@ -404,7 +409,7 @@ class Executor:
         return progress
 
     def _revert(self, record: Record, step: Step, size: int, vm: VmState) -> None:
-        self._note(f"reverting {step.device} requested-size to {fmt_bytes(size)}")
+        self._note(Note("reverted", f"reverting {step.device} requested-size to {fmt_bytes(size)}"))
         self._settle(record, Step("resize_virtio_mem", step.device, size, 0, vm.total))
 
     def _relieve(
@@ -417,7 +422,7 @@ class Executor:
         block = vm.virtio_mem.block if vm.virtio_mem else 0
         pressure = self._pressure(reader.since_last_step(), cfg, block)
         if pressure:
-            self._note(f"{pressure}: the last step is given back")
+            self._note(Note("reverted", f"{pressure}: the last step is given back"))
             self._revert(record, last, last.size - last.delta, vm)
 
     @staticmethod
@@ -463,6 +468,6 @@ class Executor:
         except KataMemError:
             return vm
 
-    def _note(self, text: str) -> None:
-        log.warning("%s", text)
-        self.warnings.append(text)
+    def _note(self, note: Note) -> None:
+        log.warning("%s", note.text)
+        self.notes.append(note)

@@ -22,6 +22,7 @@ from kata_mem.core.model import (
     HostCgroup,
     HostFacts,
     NodeView,
+    Origin,
     Settings,
     SizingConfig,
     VmState,
@@ -29,11 +30,16 @@ from kata_mem.core.model import (
 from kata_mem.core.units import MiB, align_down, fmt_bytes
 from kata_mem.edges.host import mem_available
 
+#: Where a cgroup given by hand came from, unless the caller says.
+_HOST_CGROUP_OPTION = Origin("option", "--host-cgroup")
+
 #: The limit libvirt's ``<memtune><hard_limit>`` sets, named as a cgroup level.
 HARD_LIMIT = "libvirt <memtune><hard_limit>"
 
 
-def read_cgroup(vm: VmState, given: Optional[str], origin: str) -> tuple[Optional[HostCgroup], str]:
+def read_cgroup(
+    vm: VmState, given: Optional[str], origin: Origin
+) -> tuple[Optional[HostCgroup], str]:
     """The VMM's cgroup and a warning ("" when none): from ``given`` (a directory
     the user named; ``origin`` says where) or from the VMM's pid.
 
@@ -44,7 +50,7 @@ def read_cgroup(vm: VmState, given: Optional[str], origin: str) -> tuple[Optiona
     found: Optional[HostCgroup] = None
     try:
         if given:
-            found = cgroup_of_dir(given, origin)
+            found = cgroup_of_dir(given, origin.name())
         elif vm.vmm_pid is not None:
             found = cgroup_of_pid(vm.vmm_pid)
     except CgroupUnreadable as exc:
@@ -85,7 +91,7 @@ class HostSide:
     cfg: SizingConfig
     host: HostFacts
     given_cgroup: Optional[str] = None
-    given_origin: str = "--host-cgroup"
+    given_origin: Origin = _HOST_CGROUP_OPTION
 
     def read(self, vm: VmState, committed_others: Optional[Callable[[], int]] = None) -> Guards:
         """:raises InputError: the given cgroup is unreadable."""

@@ -20,27 +20,13 @@ import os
 import socket
 import stat
 import time
-from dataclasses import dataclass
 from typing import Callable, Optional
 
-from kata_mem.core.errors import BackendUnavailable, ConfigError, InputError, KataMemError
-from kata_mem.core.model import Outcome
-from kata_mem.core.request import Endpoint, SandboxRequest
+from kata_mem.core.errors import BackendUnavailable, ConfigError, KataMemError
+from kata_mem.core.request import CallOptions, Endpoint
+from kata_mem.core.results import Applied, Visit
 from kata_mem.edges.journal import Record, SandboxState, list_state_dir
-from kata_mem.orchestration.apply import serve
-
-
-@dataclass(frozen=True)
-class Visit:
-    """What one reconcile pass did for one sandbox: the outcome and warnings of a
-    retried request, the exit code of a failure."""
-
-    sandbox: str
-    action: str  # retried | waiting | cleaned | skipped | failed | idle (nothing due)
-    detail: str
-    outcome: Optional[Outcome] = None
-    warnings: tuple[str, ...] = ()
-    exit_code: int = 0
+from kata_mem.orchestration.handle import handle
 
 
 def vm_gone(endpoint: Endpoint) -> Optional[str]:
@@ -105,27 +91,16 @@ def _visit(
         if state.remove(0.0) == "busy":
             return Visit(sandbox, "waiting", f"{why}; another call holds its lock, left for now")
         # clear() says what it kept, and why; else everything went.
-        done = "; ".join(state.warnings) or "its state was removed"
+        done = "; ".join(n.text for n in state.notes) or "its state was removed"
         return Visit(sandbox, "cleaned", f"{why}; {done}")
 
     if not state.owned():  # listed a moment ago; raises when another user could have written it
         return Visit(sandbox, "skipped", "not created by kata-mem")
-    raw = state.read_request()
-    if raw is None:
+    saved = state.saved_request()
+    if saved is None:
         if state.path.is_file():
             return Visit(sandbox, "skipped", "no saved request (applied with --force only)")
         return forget("no journal and no request: nothing was ever applied")
-    try:
-        saved = SandboxRequest.from_json(raw)
-    except InputError as exc:
-        # Input from disk like any other: refused (a libvirt URI that is not local, too)
-        # before anything it names is opened.
-        raise InputError(f"{state.request_path}: {exc.message}") from exc
-    if saved.sandbox != sandbox:
-        raise ConfigError(
-            f"{state.request_path}: is for sandbox {saved.sandbox!r}, not {sandbox!r}; "
-            f"remove {state.dir} once its VM is gone"
-        )
     if saved.endpoint is not None:
         gone = vm_gone(saved.endpoint)
         if gone:
@@ -141,18 +116,16 @@ def _visit(
             f"deferred ({deferred.reason}), retry in {deferred.retry_at - clock():.0f} s",
         )
     try:
-        response = serve(saved, env, state_dir=state_dir)
+        response = handle(saved, env, CallOptions(state_dir=state_dir))
     except BackendUnavailable as exc:
         if exc.gone:
             return forget(f"the VM is gone ({exc.message})")
         raise
+    if not isinstance(response, Applied):
+        return Visit(sandbox, "retried", "planned only (the saved request does not apply)")
     outcome = response.outcome
-    detail = (
-        f"{outcome.status} {outcome.reason}".strip()
-        if outcome is not None
-        else "planned only (the saved request does not apply)"
-    )
-    return Visit(sandbox, "retried", detail, outcome, response.warnings)
+    detail = f"{outcome.status} {outcome.reason}".strip()
+    return Visit(sandbox, "retried", detail, outcome, response.notes)
 
 
 def visit(
@@ -207,4 +180,4 @@ def exit_code(visits: list[Visit]) -> int:
     return next((v.exit_code or 1 for v in visits if v.action == "failed"), 0)
 
 
-__all__ = ["Visit", "exit_code", "reconcile_all", "visit", "vm_gone"]
+__all__ = ["exit_code", "reconcile_all", "visit", "vm_gone"]

@@ -21,24 +21,25 @@ import dataclasses
 from typing import Callable
 
 from kata_mem.backends import Backend
-from kata_mem.core.model import Step, VmState
+from kata_mem.core.model import Note, Step, VmState
 from kata_mem.core.reports import owned_view, still_owned
 from kata_mem.core.units import fmt_bytes, to_mib_floor
 from kata_mem.edges.journal import Record, SandboxState
 
 
-def unproven_note(vm: VmState, legacy: bool) -> str:
+def unproven_note(vm: VmState, legacy: bool) -> Note:
     """What a call says about look-alikes it leaves alone (``vm.unproven``), and why."""
     why = (
         "the journal was written by an older kata-mem, which did not record the devices it created"
         if legacy
         else "kata-mem's journal does not record creating them"
     )
-    return (
+    return Note(
+        "left_alone",
         f"left alone: {', '.join(vm.unproven)} {'is' if len(vm.unproven) == 1 else 'are'} named "
         f"like kata-mem's but not provably its own ({why}); kata-mem never unplugs or deletes "
         "them. If they should go, remove them by hand (QMP device_del, then object-del of the "
-        "backend object; or virsh detach-device)"
+        "backend object; or virsh detach-device)",
     )
 
 
@@ -47,7 +48,7 @@ def repair(
     state: SandboxState,
     record: Record,
     run: Callable[[Step], object],
-    note: Callable[[str], None],
+    note: Callable[[Note], None],
 ) -> VmState:
     """Repair what the previous call left, and return the VM observed after it,
     with DIMMs whose unplug is pending marked so.
@@ -59,8 +60,11 @@ def repair(
     if record.state == "running" and record.step is not None:
         step = record.step
         note(
-            f"reconciled: the previous call stopped during {step.action} {step.device} "
-            f"({record.phase or 'phase unknown'})"
+            Note(
+                "reconciled",
+                f"reconciled: the previous call stopped during {step.action} {step.device} "
+                f"({record.phase or 'phase unknown'})",
+            )
         )
         dev = vm.device(step.device)
         if step.action == "unplug_dimm" and record.phase == "issued" and dev and dev.ours:
@@ -85,7 +89,7 @@ def repair(
             )
         )
     for text, step in repairs:
-        note(text)
+        note(Note("reconciled", text))
         run(step)
     if repairs:
         vm = owned_view(backend.observe(), record.owned)
@@ -95,10 +99,13 @@ def repair(
     pending = [d for d in record.pending_unplug if d in ours]
     for dropped in sorted(set(record.pending_unplug) - set(pending)):
         note(
-            f"reconciled: pending unplug of {dropped} completed"
-            if vm.device(dropped) is None
-            else f"reconciled: {dropped} is no longer waited for as a pending unplug: it is "
-            "not provably kata-mem's"
+            Note(
+                "reconciled",
+                f"reconciled: pending unplug of {dropped} completed"
+                if vm.device(dropped) is None
+                else f"reconciled: {dropped} is no longer waited for as a pending unplug: it is "
+                "not provably kata-mem's",
+            )
         )
     owned = still_owned(vm, record.owned)
     changed = pending != record.pending_unplug or owned != record.owned

@@ -203,7 +203,7 @@ def _sandbox(
         if endpoint is not None:
             state.save_request(
                 SandboxRequest(
-                    name, "reconcile", "/etc/kata/c.toml", Workload(), endpoint, apply=True
+                    name, "reconcile", "/etc/kata/c.toml", Workload(), endpoint, mode="apply"
                 ).to_json()
             )
 

@@ -17,7 +17,8 @@ from typing import Any, Optional
 import jsonschema
 import pytest
 
-from kata_mem.interfaces.shim import CLOSED_STDOUT, run_shim
+from kata_mem.interfaces.pipes import CLOSED_STDOUT
+from kata_mem.interfaces.shim import run_shim
 from tests.conftest import PODS, REPO, kata_mem_process, shim_request_doc, write_config
 
 if sys.version_info >= (3, 11):
@@ -153,19 +154,20 @@ def test_every_exit_code_is_in_the_readme() -> None:
 
 
 def test_a_bug_in_the_shim_is_still_a_json_document(monkeypatch: pytest.MonkeyPatch) -> None:
-    def broken(raw: bytes, env: dict[str, str], **_: Any) -> dict[str, Any]:
+    def broken(*_: Any) -> dict[str, Any]:
         raise ZeroDivisionError("a bug")
 
-    monkeypatch.setattr("kata_mem.interfaces.shim.handle", broken)
+    monkeypatch.setattr("kata_mem.orchestration.handle.handle", broken)
+    request = b'{"schema": "kata-mem/shim-request/v1", "sandbox_id": "sb", "event": "update"}'
     out = io.StringIO()
-    assert run_shim(io.BytesIO(b"{}"), out, {}) == 1
+    assert run_shim(io.BytesIO(request), out, {}) == 1
     doc = json.loads(out.getvalue())
     jsonschema.validate(doc, RESPONSE_SCHEMA)
     assert (
         doc["error"]["kind"] == "internal" and "ZeroDivisionError: a bug" in doc["error"]["message"]
     )
     with pytest.raises(ZeroDivisionError):  # KATA_MEM_DEBUG=1: the traceback, for a developer
-        run_shim(io.BytesIO(b"{}"), io.StringIO(), {"KATA_MEM_DEBUG": "1"})
+        run_shim(io.BytesIO(request), io.StringIO(), {"KATA_MEM_DEBUG": "1"})
 
 
 # -- schemas as package data ----------------------------------------------------------------

@@ -405,16 +405,16 @@ def test_reconcile_reports_each_sandboxs_trouble_and_goes_on(
         json.dumps({**journal_of(state, "a-damaged"), "deferred": {"retry_at": "soon"}})
     )
     other.unlink()  # its VM is still there, its configuration is not
-    from kata_mem.core.request import SandboxRequest
-    from kata_mem.orchestration.apply import Response
-    from kata_mem.orchestration.apply import serve as real_serve
+    from kata_mem.core.request import CallOptions, SandboxRequest
+    from kata_mem.core.results import Response
+    from kata_mem.orchestration.handle import handle as real_handle
 
-    def serve(request: SandboxRequest, env: dict[str, str], **kwargs: Any) -> Response:
+    def handle(request: SandboxRequest, env: dict[str, str], options: CallOptions) -> Response:
         if request.sandbox == "c-bug":
             raise ZeroDivisionError("a bug")
-        return real_serve(request, env, **kwargs)
+        return real_handle(request, env, options)
 
-    monkeypatch.setattr("kata_mem.orchestration.reconcile.serve", serve)
+    monkeypatch.setattr("kata_mem.orchestration.reconcile.handle", handle)
     r = run_cli("reconcile", "--state-dir", str(state))
     lines = r.out.splitlines()
     assert lines[0].startswith("a-damaged: retried: NoChange"), r.out
@@ -424,7 +424,7 @@ def test_reconcile_reports_each_sandboxs_trouble_and_goes_on(
     assert r.code == 3  # the first failure's: a configuration error
     assert "corrupt or truncated (deferred is not a deferral" in r.err
     assert journal_of(state, "a-damaged")["deferred"] is None  # rebuilt
-    monkeypatch.setattr("kata_mem.orchestration.reconcile.serve", real_serve)
+    monkeypatch.setattr("kata_mem.orchestration.reconcile.handle", real_handle)
     (state / "b-noconfig" / "request.json").unlink()
     (state / "b-noconfig" / "journal.json").unlink()
     r = run_cli("reconcile", "--state-dir", str(state), "--json")

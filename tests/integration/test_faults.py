@@ -212,7 +212,7 @@ def test_reconcile_settles_a_pending_unplug(run_cli: Run, tmp_path: Path) -> Non
             "NoChange",
             512 * MiB,
         )
-        assert any("pending unplug of kmdimm0 completed" in w for w in visit.warnings)
+        assert any("pending unplug of kmdimm0 completed" in n.text for n in visit.notes)
         assert qemu.objects == {}  # kmmem0 was deleted as an orphan
 
 

@@ -113,7 +113,7 @@ def test_no_limit_is_the_unguarded_plan(
     vm = assumed_vm(cfg, host, current)
     guarded_plan = plan(cfg, host, req, vm, Guards(cgroup=HostCgroup("/pod", 2, usage)))
     free = plan(cfg, host, req, vm)
-    assert guarded_plan.warnings == free.warnings
+    assert guarded_plan.notes == free.notes
     assert dataclasses.replace(guarded_plan.memory, host_cgroup=None, vmm_overhead=None) == (
         free.memory
     )

@@ -61,8 +61,8 @@ def test_dropins_apply_alphabetically_later_wins(tmp_path: Path) -> None:
     assert cfg.default_maxmemory == 8192 * MiB
     assert cfg.memory_slots == 4
     sources = dict(cfg.sources)
-    assert "20-later.toml" in sources["hypervisor.qemu.default_maxmemory"]
-    assert "10-first.toml" in sources["hypervisor.qemu.memory_slots"]
+    assert "20-later.toml" in sources["hypervisor.qemu.default_maxmemory"].describe()
+    assert "10-first.toml" in sources["hypervisor.qemu.memory_slots"].describe()
     assert [Path(f).name for f in cfg.files] == [
         "configuration.toml",
         "10-first.toml",
@@ -84,9 +84,9 @@ def test_bundled_samples_load() -> None:
 def test_fallback_is_recorded(tmp_path: Path) -> None:
     cfg = load_config(write_config(tmp_path / "c.toml", {"default_memory": 100, "memory_slots": 0}))
     sources = dict(cfg.sources)
-    assert "Kata uses 2048" in sources["hypervisor.qemu.default_memory"]
-    assert "0 means 10" in sources["hypervisor.qemu.memory_slots"]
-    assert sources["kata_mem.headroom_percent"] == "default (10)"
+    assert "Kata uses 2048" in sources["hypervisor.qemu.default_memory"].describe()
+    assert "0 means 10" in sources["hypervisor.qemu.memory_slots"].describe()
+    assert sources["kata_mem.headroom_percent"].describe() == "default (10)"
 
 
 def test_settings_table(tmp_path: Path) -> None:

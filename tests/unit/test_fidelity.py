@@ -31,7 +31,7 @@ from kata_mem.core.units import GiB, MiB
 from kata_mem.edges.config import load_config
 from kata_mem.edges.host import probe_host
 from kata_mem.edges.sources import read_oci
-from kata_mem.orchestration.apply import reconcile_request
+from kata_mem.orchestration.handle import saved_request
 from tests.conftest import write_config
 
 HOST = HostFacts(memory=8 * GiB, cpus=8, arch="amd64")
@@ -144,8 +144,8 @@ def test_a_malformed_annotation_is_read_as_absent_with_a_warning(key: str, raw: 
         ANN_SANDBOX_CPU_SHARES: "2048",
     }
     sizing = sandbox_sizing({**good, key: raw}, "spec.json")
-    assert len(sizing.warnings) == 1
-    assert key in sizing.warnings[0] and "read as absent (0)" in sizing.warnings[0]
+    assert len(sizing.notes) == 1
+    assert key in sizing.notes[0].text and "read as absent (0)" in sizing.notes[0].text
     expected = sandbox_sizing({**good, key: "0"}, "spec.json")
     assert (sizing.memory, sizing.cpu) == (expected.memory, expected.cpu)
 
@@ -153,7 +153,7 @@ def test_a_malformed_annotation_is_read_as_absent_with_a_warning(key: str, raw: 
 def test_empty_annotations_are_absent_without_a_warning() -> None:
     keys = (ANN_SANDBOX_MEMORY, ANN_SANDBOX_CPU_QUOTA, ANN_SANDBOX_CPU_PERIOD)
     sizing = sandbox_sizing(dict.fromkeys(keys, ""), "spec.json")
-    assert (sizing.memory, sizing.cpu, sizing.warnings) == (0, Fraction(0), ())
+    assert (sizing.memory, sizing.cpu, sizing.notes) == (0, Fraction(0), ())
 
 
 def test_go_integer_syntax_is_accepted() -> None:
@@ -165,7 +165,7 @@ def test_go_integer_syntax_is_accepted() -> None:
         },
         "spec.json",
     )
-    assert (sizing.memory, sizing.cpu, sizing.warnings) == ((1 << 63) - 1, Fraction(3, 2), ())
+    assert (sizing.memory, sizing.cpu, sizing.notes) == ((1 << 63) - 1, Fraction(3, 2), ())
 
 
 def test_shares_size_the_sandbox_only_when_the_quota_is_unconstrained() -> None:
@@ -193,7 +193,7 @@ def test_annotation_warnings_reach_the_plan(tmp_path: Path) -> None:
     container, sizing, _ = read_oci(spec, "amd64")
     assert container is None and sizing is not None
     result = plan(_cfg(), HOST, Workload((), sizing))
-    assert any(ANN_SANDBOX_MEMORY in w and "'2Gi'" in w for w in result.warnings)
+    assert any(ANN_SANDBOX_MEMORY in n.text and "'2Gi'" in n.text for n in result.notes)
     assert result.memory.requested == 2048 * MiB  # the annotation counted as 0
 
 
@@ -244,9 +244,13 @@ def test_shim_containers_carry_a_cpuset_and_it_survives_the_saved_request() -> N
     workload = req.workload
     assert [c.cpuset_cpus for c in workload.containers] == [2, 3]
     assert plan(_cfg(), HOST, workload).vcpus.target == 6
-    saved = reconcile_request("sb", _cfg(), workload, Endpoint("qmp", "/q"), False, HOST)
+    saved = saved_request(_applying("sb", workload), _cfg(), HOST)
     again = SandboxRequest.from_json(json.dumps(saved.to_json()).encode())
     assert [c.cpuset_cpus for c in again.workload.containers] == [2, 3]
+
+
+def _applying(sandbox: str, workload: Workload) -> SandboxRequest:
+    return SandboxRequest(sandbox, workload=workload, endpoint=Endpoint("qmp", "/q"), mode="apply")
 
 
 # --- host hugepages in the shim request and the saved request ---------------------------
@@ -255,7 +259,7 @@ def test_shim_containers_carry_a_cpuset_and_it_survives_the_saved_request() -> N
 def test_hugepages_override_survives_the_saved_request() -> None:
     host = probe_host(memory=16 * GiB, cpus=8, arch="x86_64", hugepages=(512, 2 * MiB))
     assert (host.hugepages_total, host.hugepage_size) == (512, 2 * MiB)
-    doc = reconcile_request("sb", _cfg(), Workload(), Endpoint("qmp", "/q"), False, host).to_json()
+    doc = saved_request(_applying("sb", Workload()), _cfg(), host).to_json()
     assert doc["host"]["hugepages"] == {"count": 512, "size_bytes": 2 * MiB}
     assert SandboxRequest.from_json(json.dumps(doc).encode()).host.hugepages == (512, 2 * MiB)
 
@@ -282,7 +286,9 @@ def test_the_boot_memory_never_exceeds_the_host() -> None:
     result = plan(cfg, host, Workload((Container("c", memory_limit=GiB),)))
     m = result.memory
     assert m.base == m.max == m.target == m.current == 31753 * MiB
-    assert any("default_memory 40000 MiB is above the host's memory" in w for w in result.warnings)
+    assert any(
+        "default_memory 40000 MiB is above the host's memory" in n.text for n in result.notes
+    )
 
 
 def _cfg(**changes: Any) -> SizingConfig:

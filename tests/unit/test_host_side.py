@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from kata_mem.core.errors import InputError
-from kata_mem.core.model import CgroupLevel, HostFacts, Settings, VmState
+from kata_mem.core.model import CgroupLevel, HostFacts, Origin, Settings, VmState
 from kata_mem.core.units import GiB, MiB
 from kata_mem.edges.journal import Record, SandboxState, commitment, node_admission
 from kata_mem.orchestration.guards import HARD_LIMIT, HostSide, node_budget, read_cgroup
@@ -47,7 +47,7 @@ VM = VmState(base=512 * MiB)
 
 
 def test_given_v2_directory_is_read_with_every_limit(pod: Path) -> None:
-    cg, warning = read_cgroup(VM, str(pod), "--host-cgroup")
+    cg, warning = read_cgroup(VM, str(pod), Origin("option", "--host-cgroup"))
     assert warning == ""
     assert cg is not None
     assert (cg.path, cg.version, cg.usage, cg.origin) == (str(pod), 2, 590 * MiB, "--host-cgroup")
@@ -60,7 +60,7 @@ def test_given_v2_directory_is_read_with_every_limit(pod: Path) -> None:
 def test_given_directory_missing_is_an_input_error_naming_the_flag(tmp_path: Path) -> None:
     missing = tmp_path / "gone"
     with pytest.raises(InputError) as err:
-        read_cgroup(VM, str(missing), "--host-cgroup")
+        read_cgroup(VM, str(missing), Origin("option", "--host-cgroup"))
     # Named once, as given: the flag, the path, what is wrong and what was expected.
     assert err.value.message.startswith(
         f"--host-cgroup {str(missing)!r}: does not exist; expected a "
@@ -73,7 +73,7 @@ def test_given_directory_unreadable_limit_is_an_input_error(pod: Path) -> None:
     (pod.parent / "memory.max").unlink()
     (pod.parent / "memory.max").mkdir()
     with pytest.raises(InputError) as err:
-        read_cgroup(VM, str(pod), "request host.cgroup")
+        read_cgroup(VM, str(pod), Origin("request", "host.cgroup"))
     text = err.value.message
     assert text.startswith(f"request host.cgroup {str(pod)!r}: ") and text.count("host.cgroup") == 1
     assert "memory.max" in text and "cannot be skipped" in text
@@ -81,26 +81,28 @@ def test_given_directory_unreadable_limit_is_an_input_error(pod: Path) -> None:
 
 def test_given_directory_without_memory_files_is_an_input_error(tmp_path: Path) -> None:
     with pytest.raises(InputError) as err:
-        read_cgroup(VM, str(tmp_path), "--host-cgroup")
+        read_cgroup(VM, str(tmp_path), Origin("option", "--host-cgroup"))
     assert "has neither memory.max" in err.value.message
 
 
 def test_vanished_vmm_pid_is_a_warning_and_no_guard() -> None:
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     child.wait()
-    cg, warning = read_cgroup(VmState(base=512 * MiB, vmm_pid=child.pid), None, "--host-cgroup")
+    cg, warning = read_cgroup(
+        VmState(base=512 * MiB, vmm_pid=child.pid), None, Origin("option", "--host-cgroup")
+    )
     assert cg is None
     assert warning.startswith("host cgroup guard off: ")
     assert f"pid {child.pid}" in warning and "growth is not checked" in warning
 
 
 def test_no_pid_and_nothing_given_is_no_guard_and_no_warning() -> None:
-    assert read_cgroup(VM, None, "--host-cgroup") == (None, "")
+    assert read_cgroup(VM, None, Origin("option", "--host-cgroup")) == (None, "")
 
 
 def test_libvirt_hard_limit_is_one_more_level_and_binds_when_smaller(pod: Path) -> None:
     vm = VmState(base=512 * MiB, vmm_hard_limit=700 * MiB)
-    cg, warning = read_cgroup(vm, str(pod), "--host-cgroup")
+    cg, warning = read_cgroup(vm, str(pod), Origin("option", "--host-cgroup"))
     assert warning == "" and cg is not None
     assert cg.levels[0] == CgroupLevel(HARD_LIMIT, 700 * MiB, 590 * MiB)
     assert len(cg.levels) == 3 and cg.limit == 700 * MiB
@@ -108,7 +110,7 @@ def test_libvirt_hard_limit_is_one_more_level_and_binds_when_smaller(pod: Path) 
 
 def test_libvirt_hard_limit_without_a_cgroup_is_a_warning() -> None:
     vm = VmState(base=512 * MiB, vmm_hard_limit=700 * MiB)
-    cg, warning = read_cgroup(vm, None, "--host-cgroup")
+    cg, warning = read_cgroup(vm, None, Origin("option", "--host-cgroup"))
     assert cg is None and HARD_LIMIT in warning and "not checked" in warning
 
 

@@ -131,7 +131,7 @@ def test_a_corrupt_journal_is_rebuilt_with_a_warning(tmp_path: Path) -> None:
     with state.locked(0):
         state.path.write_text(json.dumps(doc))
     assert state.load() == Record("sb")
-    assert state.warnings == [
+    assert [n.text for n in state.notes] == [
         f"journal {state.path} is corrupt or truncated (observed_mib is not a size in MiB); "
         "rebuilt from the hypervisor"
     ]

@@ -150,8 +150,8 @@ def test_the_readme_draws_these_layers() -> None:
 
 def test_the_checks_see_function_level_and_type_checking_imports() -> None:
     known = modules()
-    shim = {target for target, _ in imports("interfaces/shim", known)}
-    # apply and render only inside functions
-    assert {"orchestration/apply", "interfaces/render", "core/request"} <= shim
-    # TYPE_CHECKING
-    assert "orchestration/reconcile" in {t for t, _ in imports("interfaces/render", known)}
+    # handle and render are imported only inside protocol's functions
+    protocol = {target for target, _ in imports("interfaces/protocol", known)}
+    assert {"orchestration/handle", "interfaces/render"} <= protocol
+    # and Answer only under TYPE_CHECKING in metrics
+    assert "interfaces/protocol" in {t for t, _ in imports("interfaces/metrics", known)}

@@ -13,6 +13,7 @@ from kata_mem.core.model import (
     Clamp,
     MemoryDevice,
     MemoryPlan,
+    Note,
     Outcome,
     Plan,
     Step,
@@ -21,6 +22,7 @@ from kata_mem.core.model import (
 )
 from kata_mem.core.reports import StepProgress
 from kata_mem.core.units import GiB, MiB
+from kata_mem.interfaces.render import warnings_json
 from tests.conftest import case_table
 
 CASES = case_table("outcome-cases")
@@ -77,7 +79,7 @@ def build_plan(spec: dict[str, Any], vm: VmState) -> Plan:
         steps=build_steps(spec.get("steps", []), vm.total),
     )
     vcpus = VcpuPlan(host=4, max=4, default=Fraction(1), requested=Fraction(1), target=1, clamps=())
-    return Plan(memory, vcpus, tuple(spec.get("warnings", [])))
+    return Plan(memory, vcpus, tuple(Note(code, text) for code, text in spec.get("notes", [])))
 
 
 def check_outcome(got: Optional[Outcome], want: Optional[dict[str, Any]]) -> None:
@@ -127,8 +129,9 @@ def test_outcome_case(case: dict[str, Any]) -> None:
         if "plan_steps" in expect:
             assert len(p.memory.steps) == expect["plan_steps"]
         if "warnings" in expect:
-            assert len(p.warnings) == len(expect["warnings"]), p.warnings
-            assert all(w.startswith(want) for w, want in zip(p.warnings, expect["warnings"]))
+            shown = warnings_json(p.notes)
+            assert len(shown) == len(expect["warnings"]), shown
+            assert all(w.startswith(want) for w, want in zip(shown, expect["warnings"]))
     elif "busy" in case:
         check_outcome(outcomes.busy(p, case["busy"]["waited_s"]), expect["outcome"])
     else:

@@ -24,7 +24,7 @@ from kata_mem.core.planner import assumed_vm, plan
 from kata_mem.core.quantity import parse_quantity, quantity_bytes
 from kata_mem.core.request import cpuset_size
 from kata_mem.core.units import MiB
-from kata_mem.interfaces.render import plan_json
+from kata_mem.interfaces.render import plan_json, warnings_json
 from tests.conftest import case_table
 
 CASES = case_table("plan-cases")
@@ -188,9 +188,9 @@ def test_plan_case(case: dict[str, Any], make_config: Callable[..., SizingConfig
             for vkey, vwant in want.items():
                 assert got_v[vkey] == vwant, f"vcpus.{vkey}"
         elif key == "warning":
-            assert any(want in w for w in result.warnings), result.warnings
+            assert any(want in w for w in warnings_json(result.notes)), result.notes
         elif key == "no_warning":
-            assert not any(want in w for w in result.warnings), result.warnings
+            assert not any(want in w for w in warnings_json(result.notes)), result.notes
         elif key == "plan_json":
             _subset(plan_json(result, cfg)["memory"], want, "memory")
         else:

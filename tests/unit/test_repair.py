@@ -86,7 +86,7 @@ def test_orphan_is_deleted_by_a_journaled_step(
     assert (r.outcome.status, backend.state.loose) == ("Resized", ())
     assert (
         "reconciled: deleting orphaned backend object kmmem3 (kata-mem created it for kmdimm3, "
-        "which is gone)" in r.warnings
+        "which is gone)" in [n.text for n in r.notes]
     )
     journal = json.loads(backend.journal.read_text())
     assert [o["id"] for o in journal["owned"]] == ["kmdimm0"]  # kmdimm3 is forgotten
@@ -114,9 +114,9 @@ def test_a_repair_cut_short_is_repaired_by_the_next_call(
     backend.lose_on = ""
     r = run(backend)
     assert r.outcome.status == "Resized" and backend.state.loose == ()
-    assert (
-        "reconciled: the previous call stopped during delete_memdev kmmem3 (intent)" in r.warnings
-    )
+    assert "reconciled: the previous call stopped during delete_memdev kmmem3 (intent)" in [
+        n.text for n in r.notes
+    ]
 
 
 def test_what_only_looks_like_kata_mems_is_left_alone(
@@ -134,5 +134,6 @@ def test_what_only_looks_like_kata_mems_is_left_alone(
     assert not [c for c in backend.calls if c.startswith(("delete_memdev", "unplug_dimm"))]
     assert backend.state.loose == left and backend.state.device("kmdimm3") is not None
     assert any(
-        w.startswith("left alone: kmdimm3, kmmem7 are named like kata-mem's") for w in r.warnings
+        w.startswith("left alone: kmdimm3, kmmem7 are named like kata-mem's")
+        for w in [n.text for n in r.notes]
     )

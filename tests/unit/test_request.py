@@ -4,6 +4,7 @@ the saved request that ``kata-mem reconcile`` re-runs, and errors that name the 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -13,11 +14,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from kata_mem.core.errors import InputError
-from kata_mem.core.model import Container, HostFacts, SandboxSizing, Workload
+from kata_mem.core.model import Container, HostFacts, Origin, SandboxSizing, Workload
 from kata_mem.core.request import Endpoint, SandboxRequest
 from kata_mem.core.units import GiB, MiB
 from kata_mem.edges.config import load_config
-from kata_mem.orchestration.apply import reconcile_request
+from kata_mem.orchestration.handle import saved_request
 from tests.conftest import REPO, write_config
 from tests.property.test_fuzz import valid_requests
 from tests.strategies import sandbox_requests
@@ -57,10 +58,10 @@ def test_the_saved_request_is_written_as_before(tmp_path: Path) -> None:
         hugepage_size=2 * MiB,
         hugepages_total=512,
         sources=(
-            ("memory", "override"),
-            ("cpus", "psutil (online CPUs)"),
-            ("arch", "uname machine = x86_64"),
-            ("hugepages", "override"),
+            ("memory", Origin("override")),
+            ("cpus", Origin("probe", "psutil (online CPUs)")),
+            ("arch", Origin("probe", "uname machine = x86_64")),
+            ("hugepages", Origin("override")),
         ),
     )
     workload = Workload(
@@ -71,7 +72,8 @@ def test_the_saved_request_is_written_as_before(tmp_path: Path) -> None:
         SandboxSizing(GiB, Fraction(3, 2)),
     )
     endpoint = Endpoint("libvirt", "qemu:///system", "dom")
-    doc = reconcile_request("sb-1", cfg, workload, endpoint, True, host).to_json()
+    applied = SandboxRequest("sb-1", workload=workload, endpoint=endpoint, mode="apply")
+    doc = saved_request(replace(applied, allow_shrink=True), cfg, host).to_json()
     assert json.dumps(doc) == (
         '{"schema": "kata-mem/shim-request/v1", "sandbox_id": "sb-1", "event": "reconcile", '
         f'"config": "{tmp_path / "c.toml"}", "containers": [{{"id": "app", "state": "running", '
@@ -86,7 +88,8 @@ def test_the_saved_request_is_written_as_before(tmp_path: Path) -> None:
         '"io.kubernetes.cri.sandbox-cpu-period": "2"}}'
     )
     probed = HostFacts(memory=16 * GiB, cpus=2, arch="amd64")
-    doc = reconcile_request("sb-2", cfg, Workload(), Endpoint("qmp", "/q"), False, probed).to_json()
+    applied = SandboxRequest("sb-2", endpoint=Endpoint("qmp", "/q"), mode="apply")
+    doc = saved_request(applied, cfg, probed).to_json()
     assert "host" not in doc and "annotations" not in doc
 
 

@@ -1,0 +1,116 @@
+"""The shim protocol's answers: one typed request answered with the typed response, or
+the error that refused it (:class:`Answer`), and its document (schema
+``kata-mem/shim-response/v1``), rendered once. What ``kata-mem shim`` prints for the request
+on its stdin and ``kata-mem serve`` sends for ``POST /v1/shim``: both parse their input
+once into a :class:`~kata_mem.core.request.SandboxRequest` and answer it here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Optional, Union
+
+from kata_mem.core.errors import InputError, KataMemError
+from kata_mem.core.request import (
+    MAX_REQUEST_BYTES,
+    RESPONSE_SCHEMA,
+    CallOptions,
+    SandboxRequest,
+)
+from kata_mem.core.results import Applied, Planned, Response
+from kata_mem.edges.logs import describe, emit_error
+
+#: What a process that adds nothing to its requests passes.
+NO_OPTIONS = CallOptions()
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One request answered: its typed response, or the error that refused it (exactly
+    one of the two)."""
+
+    response: Optional[Response] = None
+    error: Optional[KataMemError] = None
+
+    @property
+    def exit_code(self) -> int:
+        """The shim's exit code (README, "Exit codes")."""
+        if self.error is not None:
+            return self.error.exit_code
+        assert self.response is not None  # one of the two, by construction
+        return self.response.exit_code
+
+    def document(self) -> dict[str, Any]:
+        """The response document (schema ``kata-mem/shim-response/v1``)."""
+        from kata_mem.interfaces import render
+
+        if self.error is not None:
+            return {
+                **render.error_json(self.error, RESPONSE_SCHEMA),
+                "plan": None,
+                "outcome": None,
+                "warnings": [],
+            }
+        r = self.response
+        assert r is not None
+        plan = r.plan if isinstance(r, (Planned, Applied)) else None
+        outcome = r.outcome if isinstance(r, Applied) else None
+        return {
+            "schema": RESPONSE_SCHEMA,
+            "sandbox_id": r.sandbox,
+            "plan": None if plan is None else render.plan_json(plan, r.config),
+            "outcome": None
+            if outcome is None
+            else render.outcome_json(outcome, r.sandbox, r.notes),
+            "warnings": render.warnings_json((*(plan.notes if plan else ()), *r.notes)),
+        }
+
+
+def refused(exc: KataMemError) -> Answer:
+    """A request refused before it was handled (it does not parse, it is too large), with
+    its line on stderr."""
+    _error_line(exc)
+    return Answer(error=exc)
+
+
+def too_large() -> Answer:
+    """The answer to a request larger than :data:`MAX_REQUEST_BYTES`."""
+    return refused(InputError(f"request larger than {MAX_REQUEST_BYTES} bytes"))
+
+
+def parse(raw: bytes) -> Union[SandboxRequest, Answer]:
+    """The request in ``raw``, or the answer that refuses it."""
+    try:
+        return SandboxRequest.from_json(raw)
+    except KataMemError as exc:
+        return refused(exc)
+
+
+def answer(
+    request: SandboxRequest, env: Mapping[str, str], options: CallOptions = NO_OPTIONS
+) -> Answer:
+    """Handle ``request`` (:func:`kata_mem.orchestration.handle.handle`) and say what came
+    of it. Every failure, a bug included, is answered with an error (and one line on
+    stderr): a shim reads JSON, never a traceback (``KATA_MEM_DEBUG=1`` re-raises bugs).
+    """
+    from kata_mem.orchestration.handle import handle
+
+    try:
+        return Answer(response=handle(request, env, options))
+    except KataMemError as exc:
+        return refused(exc)
+    except Exception as exc:  # a bug: still one JSON response and one stderr line
+        if env.get("KATA_MEM_DEBUG"):
+            raise
+        return refused(
+            KataMemError(
+                f"internal error: {describe(exc)} (a bug in kata-mem; set KATA_MEM_DEBUG=1 "
+                "for the traceback)"
+            )
+        )
+
+
+def _error_line(exc: KataMemError) -> None:
+    # In the format the command line chose (kata-mem --log-format json shim).
+    emit_error(exc, logger="kata_mem.shim", prefix="kata-mem shim")

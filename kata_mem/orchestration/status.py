@@ -1,0 +1,99 @@
+"""What ``kata-mem status`` shows: one sandbox's VM as its hypervisor reports it
+(:func:`read_status`), and every sandbox of the node from the state directory, asking no
+VM (:func:`node_status`)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Optional
+
+from kata_mem.core.errors import ConfigError
+from kata_mem.core.model import GuestUsage, HostFacts, Settings, VmState
+from kata_mem.core.request import Endpoint
+from kata_mem.core.results import NodeStatus, SandboxSummary
+
+
+def read_status(
+    endpoint: Endpoint, sandbox: str, state_dir: str
+) -> tuple[VmState, Optional[GuestUsage], Optional[dict[str, Any]]]:
+    """What the hypervisor reports, with the devices the sandbox's journal proves are
+    kata-mem's marked, the guest's usage, and the journal (if any).
+
+    :raises BackendUnavailable: the VM's hypervisor cannot be reached.
+    :raises ConfigError: the state directory is not kata-mem's, or it or the sandbox's
+        directory could have been written by another user (nothing is created).
+    """
+    from kata_mem.core.reports import owned_view
+    from kata_mem.edges.journal import SandboxState, state_dir_state
+    from kata_mem.orchestration.connect import open_backend
+    from kata_mem.orchestration.usage import fresh_usage
+
+    # Refuse, before connecting, a state dir that is not kata-mem's, and one or a sandbox
+    # directory that another user could have written.
+    state_dir_state(state_dir)
+    state = SandboxState(state_dir, sandbox)
+    owned = state.owned()
+    backend = open_backend(endpoint)
+    try:
+        vm, usage = backend.observe(), fresh_usage(backend, 1)
+    finally:
+        backend.close()
+    record = state.load(read_only=True) if owned and state.path.is_file() else None
+    vm = owned_view(vm, record.owned if record is not None else ())
+    return vm, usage, None if record is None else record.to_json()
+
+
+def node_status(settings: Settings, host: HostFacts, state_dir: str) -> NodeStatus:
+    """What ``status --all`` shows: read from the state directory, which is left as it is.
+
+    :raises ConfigError: the state directory is not kata-mem's, or it or a sandbox
+        directory in it could have been written by another user (named, with its
+        owner and mode: a listing that leaves it out would hide it).
+    """
+    from kata_mem.core.errors import KataMemError
+    from kata_mem.core.units import MiB
+    from kata_mem.edges.journal import SandboxState, commitment, list_state_dir
+    from kata_mem.orchestration.guards import node_budget
+
+    listing = list_state_dir(state_dir)
+    if listing.refused:
+        raise ConfigError("; ".join(why for _name, why in listing.refused))
+    rows: list[SandboxSummary] = []
+    committed = 0
+    for name in listing.sandboxes:
+        state = SandboxState(state_dir, name)
+        record = state.load(read_only=True)
+        committed += commitment(record)
+        endpoint = None
+        try:
+            saved = state.saved_request()
+            endpoint = None if saved is None else saved.endpoint
+        except KataMemError:
+            pass  # an unreadable saved request leaves the backend unknown; reconcile reports it
+        target = record.target_mib
+        if target is None and record.deferred is not None:
+            target = record.deferred.target_mib
+        if target is None:
+            target = record.observed_mib
+        last = record.last_outcome
+        status = "running" if record.state == "running" else (last.status if last else "unknown")
+        rows.append(
+            SandboxSummary(
+                name,
+                endpoint,
+                None if record.observed_mib is None else record.observed_mib * MiB,
+                None if target is None else target * MiB,
+                status,
+                last.reason if last and record.state != "running" else "",
+            )
+        )
+    return NodeStatus(
+        host=host.memory,
+        reserved=settings.node_reserved,
+        budget=node_budget(settings, host),
+        committed=committed,
+        sandboxes=tuple(rows),
+        skipped=tuple(listing.foreign),
+        state_dir=state_dir,
+        found=os.path.lexists(state_dir),
+    )
