@@ -45,7 +45,8 @@ from typing import Optional
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kata_mem.edges.journal import Record, SandboxState  # noqa: E402
+from kata_mem.core.record import Record  # noqa: E402
+from kata_mem.edges.journal import SandboxState  # noqa: E402
 from tests.support.guestvm import GuestSpec, GuestVM  # noqa: E402
 from tests.support.qmp_min import QMPClient  # noqa: E402
 
@@ -284,7 +285,7 @@ def main() -> None:
             for n in range(args.others):  # other sandboxes: the node's total reads them
                 other = SandboxState(state, f"other-{n}")
                 with other.locked(5.0):
-                    other.save(Record(other.sandbox, observed_mib=1024))
+                    other.save(Record(other.sandbox, observed=1024 << 20))
             steady = pairs(on, off, args.pairs)
             reads = None
             if shutil.which("strace") is not None:

@@ -14,6 +14,7 @@ case in ``tests/fixtures/outcome-cases/``.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Optional
 
@@ -46,8 +47,12 @@ class Stop:
 
 
 def backoff(attempts: int) -> float:
-    """Seconds until a shrink deferred ``attempts`` times in a row is retried."""
-    return float(min(BACKOFF_START_S * 2 ** max(attempts - 1, 0), BACKOFF_MAX_S))
+    """Seconds until a shrink deferred ``attempts`` times in a row is retried: doubling
+    from the start to the cap. The doublings are counted only up to the cap, so that no
+    count (a shrink deferred for days, or a journal edited by hand) overflows or costs time."""
+    doublings = max(attempts - 1, 0)
+    cap = math.ceil(math.log2(BACKOFF_MAX_S / BACKOFF_START_S))
+    return float(min(BACKOFF_START_S * 2 ** min(doublings, cap), BACKOFF_MAX_S))
 
 
 def refuse_shrink(p: Plan, vm: VmState, allowed: bool) -> tuple[Plan, Optional[str]]:

@@ -18,7 +18,6 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
 
 from kata_mem.core.results import Applied, Planned
-from kata_mem.core.units import MiB
 
 if TYPE_CHECKING:
     from kata_mem.core.errors import KataMemError
@@ -39,7 +38,8 @@ class _Journals(Collector):
 
     def collect(self) -> Iterator[Metric]:
         from kata_mem.core.errors import KataMemError
-        from kata_mem.edges.journal import SandboxState, list_state_dir
+        from kata_mem.edges.journal import SandboxState
+        from kata_mem.edges.statedir import list_state_dir
 
         current = GaugeMetricFamily(
             "kata_mem_sandbox_current_bytes",
@@ -58,16 +58,15 @@ class _Journals(Collector):
         except KataMemError:
             names = []  # not kata-mem's: GET /v1/node says why
         for name in names:
-            record = SandboxState(self.state_dir, name).load()
-            goal = record.target_mib
-            if record.deferred is not None:
-                deferred += 1
-                goal = goal if goal is not None else record.deferred.target_mib
-            goal = goal if goal is not None else record.observed_mib
-            if record.observed_mib is not None:
-                current.add_metric([name], record.observed_mib * MiB)
-            if goal is not None:
-                target.add_metric([name], goal * MiB)
+            try:
+                record = SandboxState(self.state_dir, name).load(read_only=True)
+            except KataMemError:
+                continue  # refused (another user could have written it): GET /v1/node says so
+            deferred += record.deferred is not None
+            if record.observed is not None:
+                current.add_metric([name], record.observed)
+            if record.goal is not None:
+                target.add_metric([name], record.goal)
         pending = GaugeMetricFamily(
             "kata_mem_deferred_shrinks",
             "Sandboxes whose shrink is deferred and waits for a retry.",

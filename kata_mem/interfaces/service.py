@@ -72,6 +72,8 @@ SHUTDOWN_TIMEOUT_S = 120.0
 WORKERS = 64
 #: Seconds between two passes of the reconcile loop (``--reconcile-interval``).
 RECONCILE_INTERVAL_S = 5.0
+#: How often the loop checks the node's ledger against the journals (and mends it).
+LEDGER_CHECK_S = 60.0
 #: Sandboxes the loop visits at once; the rest of the pool stays for requests.
 RECONCILE_WORKERS = 8
 #: Where HTTP statuses come from: the one-shot shim's exit code (README, "Exit codes").
@@ -610,6 +612,8 @@ class Service:
         self._locks: dict[str, tuple[asyncio.Lock, list[int]]] = {}
         # why the last reconcile pass could not read the state directory
         self._unusable: Optional[str] = None
+        # when the loop last checked the node's ledger against the journals (monotonic)
+        self._ledger_checked = -LEDGER_CHECK_S
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[self._guard], client_max_size=MAX_REQUEST_BYTES)
@@ -846,7 +850,7 @@ class Service:
         A sandbox a request holds is left to that request (it reconciles first as
         well) and visited on a later pass.
         """
-        from kata_mem.edges.journal import list_state_dir
+        from kata_mem.edges.statedir import list_state_dir
 
         try:
             names = await self._run(lambda: list_state_dir(self.state_dir).sandboxes)
@@ -866,6 +870,12 @@ class Service:
                     await self._visit(sandbox)
 
         await asyncio.gather(*(one(name) for name in names))
+        if time.monotonic() - self._ledger_checked >= LEDGER_CHECK_S:
+            # Reads every journal under the node lock: not every pass.
+            from kata_mem.orchestration.reconcile import mend_ledger
+
+            self._ledger_checked = time.monotonic()
+            await self._run(lambda: mend_ledger(self.state_dir))
 
     async def _visit(self, sandbox: str) -> None:
         from kata_mem.orchestration.reconcile import visit
@@ -908,7 +918,7 @@ class Service:
     async def healthz(self, request: web.Request) -> web.StreamResponse:
         """ok while the state directory can be used: kata-mem's, empty, or not made yet
         (the first apply makes it); checked each time (a stat and a listing)."""
-        from kata_mem.edges.journal import state_dir_state
+        from kata_mem.edges.statedir import state_dir_state
 
         try:
             await self._run(lambda: state_dir_state(self.state_dir))
@@ -961,7 +971,7 @@ def _check_not_in_state_dir(path: str, state_dir: str) -> None:
 
     :raises ConfigError: it has another name.
     """
-    from kata_mem.edges.journal import SERVICE_ENTRIES
+    from kata_mem.edges.statedir import SERVICE_ENTRIES
 
     with contextlib.suppress(OSError):  # no state directory yet: nothing to share
         parent = os.path.dirname(os.path.abspath(path))
@@ -987,7 +997,7 @@ def run_service(
     :raises ConfigError: the socket cannot be had (in use, not a socket, no such group),
         or the state directory is not kata-mem's.
     """
-    from kata_mem.edges.journal import state_dir_state
+    from kata_mem.edges.statedir import state_dir_state
 
     gid = group_id(group)
     state_dir_state(state_dir)  # kata-mem's, empty or absent; checked before anything is made

@@ -40,17 +40,10 @@ from kata_mem.core.model import (
 from kata_mem.core.outcomes import Stop
 from kata_mem.core.planner import assumed_vm
 from kata_mem.core.planner import plan as make_plan
+from kata_mem.core.record import Phase, Record
 from kata_mem.core.reports import owned_view, still_owned
-from kata_mem.core.units import MiB, fmt_bytes, to_mib_ceil, to_mib_floor
-from kata_mem.edges.journal import (
-    LOCK_WAIT_S,
-    Deferral,
-    LastOutcome,
-    Phase,
-    Record,
-    SandboxState,
-    node_admission,
-)
+from kata_mem.core.units import fmt_bytes
+from kata_mem.edges.journal import LOCK_WAIT_S, SandboxState, node_admission, record_commitment
 from kata_mem.edges.logs import get_logger
 from kata_mem.orchestration.guards import HostSide
 from kata_mem.orchestration.repair import repair
@@ -124,9 +117,8 @@ def run_locked(
     """
     with state.locked(LOCK_WAIT_S) as got:
         if not got:
-            record = state.load()
-            current = record.observed_mib * MiB if record.observed_mib else None
-            p = make_plan(cfg, host, request, assumed_vm(cfg, host, current))
+            record, _ = state.load().bounded(host.memory)
+            p = make_plan(cfg, host, request, assumed_vm(cfg, host, record.observed or None))
             return Result(p, outcomes.busy(p, LOCK_WAIT_S))
         try:
             backend = connect()
@@ -170,6 +162,8 @@ class Executor:
         self.clock = clock
         self.sleep = sleep
         self.notes: list[Note] = []
+        #: The sandbox's record as last written (the executor's changes go through _save).
+        self.record = Record(state.sandbox)
 
     def apply(
         self,
@@ -190,22 +184,35 @@ class Executor:
         :raises InputError: a host cgroup the caller named cannot be read (nothing changed).
         """
         reader = UsageReader(self.backend, cfg.settings, self.clock, self.sleep)
-        record = self.state.load()
-        vm = repair(self.backend, self.state, record, lambda s: self._settle(record, s), self._note)
+        loaded, dropped = self.state.load().bounded(host.memory)
+        if dropped:
+            self._note(Note("journal", f"journal {self.state.path}: {dropped}"))
+        self.record = loaded
+        held = loaded.commitment
+        vm, self.record = repair(self.backend, self.state, loaded, self._settle, self._note)
         allowed = options.allow_shrink or options.force or cfg.settings.allow_shrink
-        with node_admission(self.state.root) as committed:
+        sandbox = self.state.sandbox
+        budget = cfg.settings.node_overcommit is not None
+        with node_admission(self.state.root, host.memory, budget) as ledger:
             guards = None
             if host_side is not None:
-                guards = host_side.read(vm, lambda: committed(self.state.sandbox))
+                guards = host_side.read(vm, lambda: ledger.others(sandbox) if ledger else 0)
             p, outcome = outcomes.before_steps(
                 make_plan(cfg, host, request, vm, guards), vm, shrink_allowed=allowed
             )
             if outcome is None and p.memory.target > vm.total:
-                record.target_mib = to_mib_ceil(p.memory.target)
-                self.state.save(record)
+                admitted = self.record.admit(p.memory.target)
+                # The ledger first: a crash leaves it counting the grow, never missing it.
+                if ledger is not None:
+                    ledger.record(sandbox, admitted.commitment)
+                    held = admitted.commitment
+                self._save(admitted)
         if outcome is None:
-            outcome = self._run(p, vm, record, cfg, None if options.force else reader)
-        self._finish(record, outcome)
+            outcome = self._run(p, vm, cfg, None if options.force else reader)
+        self._finish(outcome)
+        if self.record.commitment != held:
+            # After the journal: the ledger falls only once the journal says it may.
+            record_commitment(self.state.root, sandbox, self.record.commitment, host.memory)
         cgroup = p.memory.host_cgroup
         if host_side is not None and cgroup is not None and outcome.steps:
             after = replace(cgroup, usage_after=host_side.charge(cgroup))
@@ -218,7 +225,6 @@ class Executor:
         self,
         p: Plan,
         vm: VmState,
-        record: Record,
         cfg: SizingConfig,
         reader: Optional[UsageReader],
     ) -> Outcome:
@@ -241,29 +247,23 @@ class Executor:
         if stop is None:
             try:
                 for step in m.steps:
-                    vm = self._step(step, vm, record, cfg, reader, baseline, m.target)
+                    vm = self._step(step, vm, cfg, reader, baseline, m.target)
                     done.append(step)
             except _Stopped as stopped:
                 stop = stopped.stop
                 if stop.status == "Deferred" and done and reader is not None:
-                    self._relieve(done[-1], vm, record, cfg, reader)
-                vm = self._observe_safely(vm, record)
-        deferrals = record.deferred.attempts if record.deferred else 0
-        outcome = outcomes.after_steps(p, vm, tuple(done), stop, deferrals)
+                    self._relieve(done[-1], vm, cfg, reader)
+                vm = self._observe_safely(vm)
+        outcome = outcomes.after_steps(p, vm, tuple(done), stop, self.record.attempts)
         if outcome.status == "Deferred":
-            record.deferred = Deferral(
-                reason=outcome.reason,
-                attempts=deferrals + 1,
-                retry_at=self.clock() + (outcome.retry_after_s or 0.0),
-                target_mib=to_mib_floor(m.target),
-            )
+            retry_at = self.clock() + (outcome.retry_after_s or 0.0)
+            self.record = self.record.defer(outcome.reason, retry_at, m.target)
         return outcome
 
     def _step(
         self,
         step: Step,
         vm: VmState,
-        record: Record,
         cfg: SizingConfig,
         reader: Optional[UsageReader],
         baseline: Optional[GuestUsage],
@@ -279,7 +279,7 @@ class Executor:
             verdict, _ = reader.check(vm, step.total_after, block, baseline)
             if verdict.action == "defer":
                 raise _Stopped(Stop("Deferred", verdict.reason, verdict.message))
-        self._issue(record, step)
+        self._issue(step)
         # A virtio-mem shrink is watched: the guest may run short while it gives memory back.
         watched = reader if _resize_shrink(step) else None
         progress, pressure = self._wait(
@@ -287,7 +287,7 @@ class Executor:
             cfg.settings.step_timeout_s,
             None if watched is None else lambda: self._pressure(watched.latest(), cfg, block),
         )
-        after = self._observe(record)
+        after = self._observe()
         if progress.state == "done" and watched is not None:
             watched.step_done(vm.total)
             # After the last step, wait for a reading that shows it; between steps the
@@ -301,9 +301,9 @@ class Executor:
                 "step %s %s done: guest memory %s", step.action, step.device, fmt_bytes(after.total)
             )
             return after
-        raise self._give_up(record, step, progress, pressure, vm, after, cfg)
+        raise self._give_up(step, progress, pressure, vm, after, cfg)
 
-    def _issue(self, record: Record, step: Step) -> None:
+    def _issue(self, step: Step) -> None:
         """Journal the step, send its commands, and journal that they were sent.
 
         :raises _Stopped: the hypervisor refused the commands.
@@ -311,9 +311,8 @@ class Executor:
         if step.action == "plug_dimm":
             # Recorded before the command: after a crash between object-add and device_add
             # this entry is what proves that the backend object is kata-mem's to delete.
-            mine = OwnedDevice(step.device, step.memdev, step.size)
-            record.owned = [o for o in record.owned if o.id != step.device] + [mine]
-        self._write(record, step, "intent")
+            self.record = self.record.plugging(OwnedDevice(step.device, step.memdev, step.size))
+        self._write(step, "intent")
         _crashpoint("before-command")
         try:
             self.backend.begin(step)
@@ -331,13 +330,11 @@ class Executor:
                 )
             ) from exc
         if step.action == "plug_dimm":
-            record.owned = [
-                replace(o, confirmed=True) if o.id == step.device else o for o in record.owned
-            ]
+            self.record = self.record.plugged(step.device)
         if step.action in ("plug_dimm", "unplug_dimm"):
             # After a crash this tells an unplug "maybe pending" from "never sent", and a
             # plug's entry in ``owned`` accepted from merely intended.
-            self._write(record, step, "issued")
+            self._write(step, "issued")
         _crashpoint("after-command")
 
     def _wait(
@@ -374,7 +371,6 @@ class Executor:
 
     def _give_up(
         self,
-        record: Record,
         step: Step,
         progress: StepProgress,
         pressure: Optional[str],
@@ -387,13 +383,12 @@ class Executor:
         before, now = vm.device(step.device), after.device(step.device)
         if step.action == "unplug_dimm":
             if progress.state != "rejected":
-                record.pending_unplug.append(step.device)
-                self.state.save(record)
+                self._save(self.record.unplug_pending(step.device))
         elif step.shrinks and before is not None and now is not None:
             # Under pressure, give back what the step took; otherwise stop where the guest got
             # to, so that the driver does not go on unplugging by itself after we have given up.
-            self._revert(record, step, before.size if pressure else now.size, after)
-            after = self._observe(record)
+            self._revert(step, before.size if pressure else now.size, after)
+            after = self._observe()
         timeout_s = cfg.settings.step_timeout_s
         return _Stopped(
             outcomes.step_stopped(
@@ -401,20 +396,18 @@ class Executor:
             )
         )
 
-    def _settle(self, record: Record, step: Step) -> StepProgress:
+    def _settle(self, step: Step) -> StepProgress:
         """Journal, send and wait for a step that puts things back (a revert, a repair)."""
-        self._write(record, step, "intent")
+        self._write(step, "intent")
         self.backend.begin(step)
         progress, _ = self._wait(step, SETTLE_S)
         return progress
 
-    def _revert(self, record: Record, step: Step, size: int, vm: VmState) -> None:
+    def _revert(self, step: Step, size: int, vm: VmState) -> None:
         self._note(Note("reverted", f"reverting {step.device} requested-size to {fmt_bytes(size)}"))
-        self._settle(record, Step("resize_virtio_mem", step.device, size, 0, vm.total))
+        self._settle(Step("resize_virtio_mem", step.device, size, 0, vm.total))
 
-    def _relieve(
-        self, last: Step, vm: VmState, record: Record, cfg: SizingConfig, reader: UsageReader
-    ) -> None:
+    def _relieve(self, last: Step, vm: VmState, cfg: SizingConfig, reader: UsageReader) -> None:
         """Stopping mid-shrink: if the guest is now short of memory, give back the last
         step (a virtio-mem one: an unplugged DIMM cannot be given back)."""
         if not _resize_shrink(last):
@@ -423,7 +416,7 @@ class Executor:
         pressure = self._pressure(reader.since_last_step(), cfg, block)
         if pressure:
             self._note(Note("reverted", f"{pressure}: the last step is given back"))
-            self._revert(record, last, last.size - last.delta, vm)
+            self._revert(last, last.size - last.delta, vm)
 
     @staticmethod
     def _pressure(usage: Optional[GuestUsage], cfg: SizingConfig, block: int) -> Optional[str]:
@@ -431,26 +424,25 @@ class Executor:
 
     # -- records -------------------------------------------------------------------------
 
-    def _finish(self, record: Record, outcome: Outcome) -> None:
-        record.state, record.step, record.phase = "idle", None, ""
-        record.observed_mib = to_mib_floor(outcome.observed)
-        record.target_mib = None  # the grow is over: what it holds is what was observed
-        if outcome.status != "Deferred":
-            record.deferred = None
-        record.last_outcome = LastOutcome(
-            outcome.status, outcome.reason, outcome.message, self.clock()
+    def _finish(self, outcome: Outcome) -> None:
+        self._save(
+            self.record.finish(
+                outcome.status, outcome.reason, outcome.message, outcome.observed, self.clock()
+            )
         )
-        self.state.save(record)
 
-    def _write(self, record: Record, step: Step, phase: Phase) -> None:
-        record.state, record.step, record.phase = "running", step, phase
-        self.state.save(record)
+    def _write(self, step: Step, phase: Phase) -> None:
+        self._save(self.record.begin(step, phase))
 
-    def _observe(self, record: Record) -> VmState:
+    def _save(self, record: Record) -> None:
+        self.record = self.state.save(record)
+
+    def _observe(self) -> VmState:
         """The VM now, with kata-mem's own devices marked. Entries of ``owned`` that no
         longer name anything in it are dropped (written with the record's next save), but
         not a plug the hypervisor accepted and does not show yet (libvirt shows a DIMM
         once it is in the live XML): the next call's repair decides about that one."""
+        record = self.record
         vm = owned_view(self.backend.observe(), record.owned)
         kept = still_owned(vm, record.owned)
         step = record.step
@@ -459,12 +451,14 @@ class Executor:
             if step is not None and step.action == "plug_dimm" and record.phase == "issued"
             else None
         )
-        record.owned = [o for o in record.owned if o in kept or o.id == accepted]
+        self.record = record.keep_owned(
+            tuple(o for o in record.owned if o in kept or o.id == accepted)
+        )
         return vm
 
-    def _observe_safely(self, vm: VmState, record: Record) -> VmState:
+    def _observe_safely(self, vm: VmState) -> VmState:
         try:
-            return self._observe(record)
+            return self._observe()
         except KataMemError:
             return vm
 

@@ -199,7 +199,8 @@ def forget(sandbox: str, state_dir: str) -> tuple[Note, ...]:
     :raises ConfigError: the state directory is not kata-mem's, or it or the sandbox's
         directory could have been written by another user (nothing is changed).
     """
-    from kata_mem.edges.journal import LOCK_WAIT_S, SandboxState, state_dir_state
+    from kata_mem.edges.journal import LOCK_WAIT_S, SandboxState
+    from kata_mem.edges.statedir import state_dir_state
 
     state = SandboxState(state_dir, sandbox)
     # state_dir_state refuses (exit 3) a state dir that is not kata-mem's, and creates nothing.
@@ -293,7 +294,8 @@ def _resize(
     endpoint when given) and a throw-away journal: nothing changes.
     """
     from kata_mem.backends.fake import VirtualTime
-    from kata_mem.edges.journal import SandboxState, state_dir_state
+    from kata_mem.edges.journal import SandboxState
+    from kata_mem.edges.statedir import state_dir_state
     from kata_mem.orchestration.executor import Options, run_locked
     from kata_mem.orchestration.guards import HostSide
 

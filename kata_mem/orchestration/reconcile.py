@@ -25,7 +25,8 @@ from typing import Callable, Optional
 from kata_mem.core.errors import BackendUnavailable, ConfigError, KataMemError
 from kata_mem.core.request import CallOptions, Endpoint
 from kata_mem.core.results import Applied, Visit
-from kata_mem.edges.journal import Record, SandboxState, list_state_dir
+from kata_mem.edges.journal import SandboxState, check_ledger
+from kata_mem.edges.statedir import list_state_dir
 from kata_mem.orchestration.handle import handle
 
 
@@ -67,17 +68,6 @@ def vm_gone(endpoint: Endpoint) -> Optional[str]:
     return None
 
 
-def _due(record: Record, now: float) -> bool:
-    """Whether the journal asks for a call: a step a crash cut short, an unplug the
-    guest may have finished, a deferred shrink whose retry time has come."""
-    deferred = record.deferred
-    return (
-        record.state == "running"
-        or bool(record.pending_unplug)
-        or (deferred is not None and deferred.retry_at <= now)
-    )
-
-
 def _visit(
     state: SandboxState,
     env: dict[str, str],
@@ -106,7 +96,7 @@ def _visit(
         if gone:
             return forget(f"the VM is gone ({gone})")
     record = state.load()
-    if due_only and not _due(record, clock()):
+    if due_only and not record.due(clock()):
         return Visit(sandbox, "idle", "nothing due")
     deferred = record.deferred
     if deferred is not None and deferred.retry_at > clock() and not record.pending_unplug:
@@ -139,7 +129,7 @@ def visit(
     """One sandbox's part of a pass; never raises for its trouble.
 
     ``due_only`` (the service's loop, every few seconds): a sandbox whose VM is there
-    and whose journal asks for nothing (see :func:`_due`) is left alone, action
+    and whose journal asks for nothing (:meth:`~kata_mem.core.record.Record.due`) is left alone, action
     ``idle``, instead of having its last request re-run.
     """
     try:
@@ -172,7 +162,18 @@ def reconcile_all(
     for name in listing.foreign:
         shown = name.encode("utf-8", "backslashreplace").decode()
         visits.append(Visit(shown, "skipped", "not created by kata-mem"))
+    mend_ledger(state_dir)
     return visits
+
+
+def mend_ledger(state_dir: str) -> None:
+    """Check the node's ledger against the journals and mend it (a crash may have left it
+    counting too much); what differed is logged."""
+    from kata_mem.edges.host import probe_host
+    from kata_mem.edges.logs import get_logger
+
+    for note in check_ledger(state_dir, probe_host().memory):
+        get_logger(__name__).warning("%s", note.text)
 
 
 def exit_code(visits: list[Visit]) -> int:
@@ -180,4 +181,4 @@ def exit_code(visits: list[Visit]) -> int:
     return next((v.exit_code or 1 for v in visits if v.action == "failed"), 0)
 
 
-__all__ = ["exit_code", "reconcile_all", "visit", "vm_gone"]
+__all__ = ["exit_code", "mend_ledger", "reconcile_all", "visit", "vm_gone"]

@@ -22,9 +22,10 @@ from typing import Callable
 
 from kata_mem.backends import Backend
 from kata_mem.core.model import Note, Step, VmState
+from kata_mem.core.record import Record
 from kata_mem.core.reports import owned_view, still_owned
-from kata_mem.core.units import fmt_bytes, to_mib_floor
-from kata_mem.edges.journal import Record, SandboxState
+from kata_mem.core.units import fmt_bytes
+from kata_mem.edges.journal import SandboxState
 
 
 def unproven_note(vm: VmState, legacy: bool) -> Note:
@@ -49,14 +50,15 @@ def repair(
     record: Record,
     run: Callable[[Step], object],
     note: Callable[[Note], None],
-) -> VmState:
-    """Repair what the previous call left, and return the VM observed after it,
-    with DIMMs whose unplug is pending marked so.
+) -> tuple[VmState, Record]:
+    """Repair what the previous call left, and return the VM observed after it, with
+    DIMMs whose unplug is pending marked so, and the record as it was written.
 
     ``run`` journals, issues and waits for one step; ``note`` reports what was
     repaired (as ``reconciled: ...`` warnings).
     """
     vm = owned_view(backend.observe(), record.owned)
+    pending = record.pending_unplug
     if record.state == "running" and record.step is not None:
         step = record.step
         note(
@@ -68,7 +70,7 @@ def repair(
         )
         dev = vm.device(step.device)
         if step.action == "unplug_dimm" and record.phase == "issued" and dev and dev.ours:
-            record.pending_unplug.append(step.device)
+            pending = (*pending, step.device)
     made = {o.memdev: o for o in record.owned}
     repairs = [
         (
@@ -96,8 +98,9 @@ def repair(
     if vm.unproven:
         note(unproven_note(vm, record.legacy))
     ours = {d.id for d in vm.dimms if d.ours}
-    pending = [d for d in record.pending_unplug if d in ours]
-    for dropped in sorted(set(record.pending_unplug) - set(pending)):
+    waited = pending
+    pending = tuple(dict.fromkeys(d for d in waited if d in ours))
+    for dropped in sorted(set(waited) - set(pending)):
         note(
             Note(
                 "reconciled",
@@ -107,17 +110,15 @@ def repair(
                 "not provably kata-mem's",
             )
         )
-    owned = still_owned(vm, record.owned)
+    owned = tuple(still_owned(vm, record.owned))
     changed = pending != record.pending_unplug or owned != record.owned
     if repairs or record.state != "idle" or changed:
-        record.pending_unplug, record.owned = pending, owned
-        record.state, record.step, record.phase = "idle", None, ""
-        record.observed_mib = to_mib_floor(vm.total)
-        state.save(record)
-    return dataclasses.replace(
+        record = state.save(record.repaired(vm.total, pending, owned))
+    marked = dataclasses.replace(
         vm,
         devices=tuple(
             dataclasses.replace(d, pending_unplug=True) if d.id in pending else d
             for d in vm.devices
         ),
     )
+    return marked, record

@@ -8,7 +8,7 @@ import os
 from typing import Any, Optional
 
 from kata_mem.core.errors import ConfigError
-from kata_mem.core.model import GuestUsage, HostFacts, Settings, VmState
+from kata_mem.core.model import GuestUsage, HostFacts, Note, Settings, VmState
 from kata_mem.core.request import Endpoint
 from kata_mem.core.results import NodeStatus, SandboxSummary
 
@@ -24,7 +24,8 @@ def read_status(
         directory could have been written by another user (nothing is created).
     """
     from kata_mem.core.reports import owned_view
-    from kata_mem.edges.journal import SandboxState, state_dir_state
+    from kata_mem.edges.journal import SandboxState
+    from kata_mem.edges.statedir import state_dir_state
     from kata_mem.orchestration.connect import open_backend
     from kata_mem.orchestration.usage import fresh_usage
 
@@ -51,38 +52,37 @@ def node_status(settings: Settings, host: HostFacts, state_dir: str) -> NodeStat
         owner and mode: a listing that leaves it out would hide it).
     """
     from kata_mem.core.errors import KataMemError
-    from kata_mem.core.units import MiB
-    from kata_mem.edges.journal import SandboxState, commitment, list_state_dir
+    from kata_mem.edges.journal import SandboxState
+    from kata_mem.edges.statedir import list_state_dir
     from kata_mem.orchestration.guards import node_budget
 
     listing = list_state_dir(state_dir)
     if listing.refused:
         raise ConfigError("; ".join(why for _name, why in listing.refused))
     rows: list[SandboxSummary] = []
+    notes: list[Note] = []
     committed = 0
     for name in listing.sandboxes:
         state = SandboxState(state_dir, name)
-        record = state.load(read_only=True)
-        committed += commitment(record)
+        record, dropped = state.load(read_only=True).bounded(host.memory)
+        notes += state.notes
+        if dropped:
+            notes.append(Note("journal", f"sandbox {name}: {dropped}"))
+        committed += record.commitment
         endpoint = None
         try:
             saved = state.saved_request()
             endpoint = None if saved is None else saved.endpoint
         except KataMemError:
             pass  # an unreadable saved request leaves the backend unknown; reconcile reports it
-        target = record.target_mib
-        if target is None and record.deferred is not None:
-            target = record.deferred.target_mib
-        if target is None:
-            target = record.observed_mib
         last = record.last_outcome
         status = "running" if record.state == "running" else (last.status if last else "unknown")
         rows.append(
             SandboxSummary(
                 name,
                 endpoint,
-                None if record.observed_mib is None else record.observed_mib * MiB,
-                None if target is None else target * MiB,
+                record.observed,
+                record.goal,
                 status,
                 last.reason if last and record.state != "running" else "",
             )
@@ -96,4 +96,5 @@ def node_status(settings: Settings, host: HostFacts, state_dir: str) -> NodeStat
         skipped=tuple(listing.foreign),
         state_dir=state_dir,
         found=os.path.lexists(state_dir),
+        notes=tuple(notes),
     )

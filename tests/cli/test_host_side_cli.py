@@ -12,9 +12,10 @@ import jsonschema
 import pytest
 
 from kata_mem.core.model import Workload
+from kata_mem.core.record import Record
 from kata_mem.core.request import ANN_POD_OVERHEAD, Endpoint, SandboxRequest
 from kata_mem.core.units import GiB, MiB
-from kata_mem.edges.journal import Record, SandboxState
+from kata_mem.edges.journal import SandboxState
 from tests.conftest import (
     HOST_ARGS,
     PODS,
@@ -213,10 +214,10 @@ def test_status_all_lists_the_sandboxes_and_the_node(run_cli: Run, tmp_path: Pat
     _sandbox(
         state,
         "sb-a",
-        Record("sb-a", observed_mib=2048, target_mib=4096, state="running"),
+        Record("sb-a", observed=2048 * MiB, target=4096 * MiB, state="running"),
         Endpoint("qmp", "/run/vc/sb-a/qmp.sock"),
     )
-    _sandbox(state, "sb-b", Record("sb-b", observed_mib=3072))
+    _sandbox(state, "sb-b", Record("sb-b", observed=3072 * MiB))
     (state / "stray").mkdir()
     cfg = write_config(
         tmp_path / "c.toml",

@@ -15,8 +15,9 @@ from typing import Any, Callable
 import pytest
 
 from kata_mem.core.model import OwnedDevice
+from kata_mem.core.record import Record
 from kata_mem.edges.config import DEFAULT_PATHS
-from kata_mem.edges.journal import Record, SandboxState
+from kata_mem.edges.journal import SandboxState
 from tests.conftest import HOST_ARGS, KATA_CONFIGS, REPO, CliResult, kata_mem_process, write_config
 from tests.support.fake_qmp import FakeQemu, FakeQmpServer
 
@@ -357,7 +358,9 @@ def dimm_apply(run_cli: Run, tmp_path: Path) -> Iterator[Callable[..., dict[str,
     )
     state = SandboxState(tmp_path / "state", "sb")
     with state.locked(0):  # kata-mem plugged both DIMMs: its journal says so
-        owned = [OwnedDevice(f"kmdimm{i}", f"kmmem{i}", 512 * MiB, confirmed=True) for i in (0, 1)]
+        owned = tuple(
+            OwnedDevice(f"kmdimm{i}", f"kmmem{i}", 512 * MiB, confirmed=True) for i in (0, 1)
+        )
         state.save(Record("sb", owned=owned))
     with FakeQmpServer(tmp_path / "qmp.sock", _two_dimms()) as srv:
 

@@ -31,13 +31,9 @@ from typing import Any, Callable
 import pytest
 
 from kata_mem.core.errors import ConfigError
-from kata_mem.edges.journal import (
-    STATE_MARKER,
-    Record,
-    SandboxState,
-    ensure_state_dir,
-    state_dir_state,
-)
+from kata_mem.core.record import Record
+from kata_mem.edges.journal import SandboxState
+from kata_mem.edges.statedir import STATE_MARKER, ensure_state_dir, state_dir_state
 from tests.cli.test_state_dir import Run, apply, config_for, snapshot
 from tests.conftest import CliResult, kata_mem_process
 from tests.support.fake_qmp import FakeQemu, FakeQmpServer

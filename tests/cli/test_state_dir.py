@@ -22,7 +22,9 @@ from typing import Any, Callable
 
 import pytest
 
-from kata_mem.edges.journal import STATE_MARKER, Record, SandboxState, ensure_state_dir
+from kata_mem.core.record import Record
+from kata_mem.edges.journal import SandboxState
+from kata_mem.edges.statedir import STATE_MARKER, ensure_state_dir
 from tests.conftest import HOST_ARGS, CliResult, kata_mem_process, write_config
 from tests.support.fake_qmp import FakeQemu, FakeQmpServer
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from kata_mem.edges.journal import STATE_MARKER
+from kata_mem.edges.statedir import STATE_MARKER
 from tests.conftest import guest_config, kata_mem_process
 from tests.support.guestvm import GuestError, GuestSpec, GuestVM
 from tests.support.memcg import CgroupGuestVM, CgroupUnavailable, MemoryCgroup

@@ -13,7 +13,8 @@ from typing import Any, Callable
 import pytest
 
 from kata_mem.core.model import OwnedDevice
-from kata_mem.edges.journal import Record, SandboxState
+from kata_mem.core.record import Record
+from kata_mem.edges.journal import SandboxState
 from tests.conftest import CliResult, write_config
 
 libvirt = pytest.importorskip("libvirt", reason="libvirt-python is part of the test extra")
@@ -68,7 +69,9 @@ def record_dimm(tmp_path: Path) -> None:
     makes it kata-mem's (libvirt shows no backend object, so none is recorded)."""
     state = SandboxState(tmp_path / "state", "sb")
     with state.locked(0):
-        state.save(Record("sb", owned=[OwnedDevice("kmdimm0", "", 256 << 20, confirmed=True)]))
+        state.save(
+            Record("sb", owned=tuple([OwnedDevice("kmdimm0", "", 256 << 20, confirmed=True)]))
+        )
 
 
 def apply(

@@ -22,8 +22,9 @@ from kata_mem.core.model import (
     VmState,
     Workload,
 )
+from kata_mem.core.record import Record
 from kata_mem.core.units import GiB, MiB
-from kata_mem.edges.journal import Record, SandboxState
+from kata_mem.edges.journal import SandboxState
 from kata_mem.orchestration.executor import Options, run_locked
 from tests.conftest import HOST
 

@@ -15,8 +15,9 @@ import pytest
 
 from kata_mem.core.errors import InputError
 from kata_mem.core.model import CgroupLevel, HostFacts, Origin, Settings, VmState
+from kata_mem.core.record import Record
 from kata_mem.core.units import GiB, MiB
-from kata_mem.edges.journal import Record, SandboxState, commitment, node_admission
+from kata_mem.edges.journal import SandboxState, node_admission
 from kata_mem.orchestration.guards import HARD_LIMIT, HostSide, node_budget, read_cgroup
 from tests.conftest import HOST, REPO
 
@@ -138,15 +139,21 @@ def _journal(state_dir: Path, sandbox: str, observed: int | None, target: int | 
     state = SandboxState(state_dir, sandbox)
     with state.locked(5) as got:
         assert got
-        state.save(Record(sandbox, observed_mib=observed, target_mib=target))
+        state.save(
+            Record(
+                sandbox,
+                observed=None if observed is None else observed * MiB,
+                target=None if target is None else target * MiB,
+            )
+        )
 
 
 def test_commitment_is_the_target_while_a_grow_is_in_flight() -> None:
-    assert commitment(Record("a", observed_mib=2048, target_mib=4096)) == 4096 * MiB
-    assert commitment(Record("a", observed_mib=3072)) == 3072 * MiB
+    assert Record("a", observed=2048 * MiB, target=4096 * MiB).commitment == 4096 * MiB
+    assert Record("a", observed=3072 * MiB).commitment == 3072 * MiB
     # A shrink in flight has no target journaled; what it holds is what was observed.
-    assert commitment(Record("a", observed_mib=3072, target_mib=None)) == 3072 * MiB
-    assert commitment(Record("a")) == 0
+    assert Record("a", observed=3072 * MiB, target=None).commitment == 3072 * MiB
+    assert Record("a").commitment == 0
 
 
 def test_node_admission_sums_the_other_sandboxes(tmp_path: Path) -> None:
@@ -154,15 +161,16 @@ def test_node_admission_sums_the_other_sandboxes(tmp_path: Path) -> None:
     _journal(state, "a", 2048, 4096)  # growing: its target counts
     _journal(state, "b", 3072, None)  # idle: what was observed counts
     (state / "not-ours").mkdir()  # no marker: not a sandbox, not counted
-    with node_admission(state) as committed:
-        assert committed("a") == 3072 * MiB
-        assert committed("b") == 4096 * MiB
-        assert committed("new") == 7168 * MiB
+    with node_admission(state, HOST.memory) as ledger:
+        assert ledger is not None
+        assert ledger.others("a") == 3072 * MiB
+        assert ledger.others("b") == 4096 * MiB
+        assert ledger.others("new") == 7168 * MiB
 
 
 def test_node_admission_on_a_state_dir_not_made_yet_has_no_commitments(tmp_path: Path) -> None:
-    with node_admission(tmp_path / "absent") as committed:
-        assert committed("a") == 0
+    with node_admission(tmp_path / "absent", HOST.memory) as ledger:
+        assert ledger is None
     assert not (tmp_path / "absent").exists()
 
 
@@ -194,8 +202,8 @@ def test_host_side_read_gives_the_node_view(pod: Path) -> None:
 HOLD = """
 import sys
 from kata_mem.edges.journal import node_admission
-with node_admission(sys.argv[1]) as committed:
-    print("held", committed("x"), flush=True)
+with node_admission(sys.argv[1], 1 << 40) as ledger:
+    print("held", ledger.others("x"), flush=True)
     sys.stdin.readline()
 print("released", flush=True)
 """

@@ -14,8 +14,11 @@ from typing import Any
 import pytest
 
 from kata_mem.core.model import OwnedDevice, Step
+from kata_mem.core.record import Deferral, LastOutcome, Record
 from kata_mem.core.units import MiB
-from kata_mem.edges.journal import Deferral, LastOutcome, Record, SandboxState
+
+#: A journal as the executor writes it mid-unplug, with every field set.
+from kata_mem.edges.journal import SandboxState
 
 #: A journal as the executor writes it mid-unplug, with every field set.
 RECORD = Record(
@@ -23,14 +26,16 @@ RECORD = Record(
     state="running",
     step=Step("unplug_dimm", "kmdimm1", 256 * MiB, -256 * MiB, 768 * MiB, "kmmem1"),
     phase="issued",
-    owned=[
-        OwnedDevice("kmdimm0", "kmmem0", 256 * MiB, confirmed=True),
-        OwnedDevice("kmdimm1", "kmmem1", 256 * MiB, confirmed=True),
-    ],
-    pending_unplug=["kmdimm1"],
-    observed_mib=1024,
-    target_mib=1024,
-    deferred=Deferral("UsageAboveTarget", 2, 1_700_000_060.0, 512),
+    owned=tuple(
+        [
+            OwnedDevice("kmdimm0", "kmmem0", 256 * MiB, confirmed=True),
+            OwnedDevice("kmdimm1", "kmmem1", 256 * MiB, confirmed=True),
+        ]
+    ),
+    pending_unplug=tuple(["kmdimm1"]),
+    observed=1024 * MiB,
+    target=1024 * MiB,
+    deferred=Deferral("UsageAboveTarget", 2, 1_700_000_060.0, 512 * MiB),
     last_outcome=LastOutcome("Deferred", "UsageAboveTarget", "guest usage ...", 1_700_000_000.0),
     updated_at=1_700_000_000.5,
 )
@@ -108,7 +113,7 @@ def test_a_value_out_of_range_or_inconsistent_is_corrupt(path: str, value: Any, 
 
 
 def test_an_idle_journal_has_no_step_and_no_phase() -> None:
-    idle = Record("sb", owned=[OwnedDevice("kmdimm0", "", 128 * MiB)], observed_mib=640)
+    idle = Record("sb", owned=tuple([OwnedDevice("kmdimm0", "", 128 * MiB)]), observed=640 * MiB)
     assert Record.from_json("sb", idle.to_json()) == idle  # libvirt: no backend object
 
 
@@ -117,7 +122,7 @@ def test_a_journal_from_before_ownership_loads_and_owns_nothing() -> None:
     del doc["owned"]
     del doc["step"]["memdev"]
     record = Record.from_json("sb", doc)
-    assert (record.owned, record.legacy, record.pending_unplug) == ([], True, ["kmdimm1"])
+    assert (record.owned, record.legacy, record.pending_unplug) == ((), True, ("kmdimm1",))
     assert record.step is not None and record.step.memdev == ""
     # Written back, it is a current journal (repair drops the pending unplug of a DIMM
     # that is not provably kata-mem's).
@@ -126,7 +131,7 @@ def test_a_journal_from_before_ownership_loads_and_owns_nothing() -> None:
 
 def test_a_corrupt_journal_is_rebuilt_with_a_warning(tmp_path: Path) -> None:
     state = SandboxState(tmp_path / "state", "sb")
-    doc = Record("sb", observed_mib=768).to_json()
+    doc = Record("sb", observed=768 * MiB).to_json()
     doc["observed_mib"] = -5
     with state.locked(0):
         state.path.write_text(json.dumps(doc))

@@ -23,8 +23,9 @@ from kata_mem.core.model import (
     VmState,
     Workload,
 )
+from kata_mem.core.record import Record
 from kata_mem.core.units import GiB, MiB
-from kata_mem.edges.journal import Record, SandboxState
+from kata_mem.edges.journal import SandboxState
 from kata_mem.orchestration.executor import Options, Result, run_locked
 
 HOST = HostFacts(memory=16 * GiB, cpus=4, arch="amd64")
@@ -55,7 +56,7 @@ def record_owning(state_dir: Path, *owned: OwnedDevice) -> None:
     """A journal that records ``owned`` as devices kata-mem created (as an earlier call would)."""
     state = SandboxState(state_dir, "sb")
     with state.locked(0):
-        state.save(Record("sb", owned=list(owned)))
+        state.save(Record("sb", owned=owned))
 
 
 @pytest.fixture

@@ -1,0 +1,78 @@
+"""The node's ledger: each managed sandbox's commitment (bytes it holds or is growing
+to), in one file at the root of the state directory, ``.kata-mem-ledger`` (schema
+``kata-mem/ledger/v1``). Admitting a grow against the node's budget reads this one file,
+so it costs the same at a thousand sandboxes as at one, where reading every journal cost
+~0.2 ms a sandbox (issue 16).
+
+The journals stay the truth; the ledger is kept from them under the node lock
+(:func:`kata_mem.edges.statedir.node_lock`) and is never lower than they are: a
+commitment that grows is written here before the journal, one that falls after it, so a
+crash leaves it counting too much, never too little. A ledger that is missing, damaged or
+could have been written by another user is rebuilt from the journals
+(:func:`kata_mem.edges.journal.node_ledger`), and ``kata-mem reconcile`` checks it against
+them. This module reads and writes the file; it decides nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Optional
+
+from kata_mem.core.errors import ConfigError, KataMemError
+from kata_mem.core.model import SANDBOX_ID
+from kata_mem.edges.files import STATE_CAP, read_open
+from kata_mem.edges.statedir import LEDGER, READ, atomic_write, others_could_write, refusal
+
+LEDGER_SCHEMA = "kata-mem/ledger/v1"
+#: Sizes in bytes are what QEMU takes: unsigned 64-bit.
+_SIZE_LIMIT = 1 << 64
+
+
+def read_ledger(root: Path) -> tuple[Optional[dict[str, int]], str]:
+    """The ledger's commitments by sandbox, or ``None`` with why it cannot be used (it is
+    missing, damaged, or another user could have written it): the caller rebuilds it.
+    Call it with the node lock held."""
+    path = root / LEDGER
+    try:
+        fd = os.open(path, READ)
+    except FileNotFoundError:
+        return None, "missing"
+    except OSError as exc:
+        return None, f"cannot be read ({exc.strerror or exc})"
+    try:
+        info = os.fstat(fd)
+        if others_could_write(info):
+            return None, refusal(root, path, info).message
+        try:
+            doc = json.loads(read_open(fd, path, cap=STATE_CAP, what="ledger", error=ConfigError))
+        except (KataMemError, ValueError, RecursionError) as exc:
+            return None, f"damaged ({exc})"
+    finally:
+        os.close(fd)
+    entries = doc.get("commitments") if isinstance(doc, dict) else None
+    if (
+        not isinstance(doc, dict)
+        or doc.get("schema") != LEDGER_SCHEMA
+        or not isinstance(entries, dict)
+        or not all(
+            isinstance(name, str)
+            and SANDBOX_ID.fullmatch(name)
+            and isinstance(size, int)
+            and not isinstance(size, bool)
+            and 0 <= size < _SIZE_LIMIT
+            for name, size in entries.items()
+        )
+    ):
+        return None, "damaged (not a kata-mem ledger)"
+    return dict(entries), ""
+
+
+def write_ledger(root: Path, commitments: dict[str, int]) -> None:
+    """Write the ledger atomically and durably. Call it with the node lock held.
+
+    :raises ConfigError: the state directory cannot be written.
+    """
+    doc = {"schema": LEDGER_SCHEMA, "commitments": dict(sorted(commitments.items()))}
+    atomic_write(root, root / LEDGER, json.dumps(doc, separators=(",", ":")).encode(), root)

@@ -1,0 +1,169 @@
+"""The node's ledger (issue 16 §2): admission reads one file whatever the number of
+sandboxes; the ledger is rebuilt from the journals when missing, damaged or not
+kata-mem's, never counts less than they do, and is mended by reconcile."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kata_mem.backends.fake import FakeBackend, VirtualTime
+from kata_mem.core.model import Container, SizingConfig, VmState, Workload
+from kata_mem.core.record import Record
+from kata_mem.core.units import GiB, MiB
+from kata_mem.edges import journal
+from kata_mem.edges.journal import SandboxState, check_ledger, node_admission
+from kata_mem.edges.statedir import LEDGER
+from kata_mem.orchestration.executor import Options, run_locked
+from tests.conftest import HOST
+
+
+def _sandboxes(state: Path, count: int, size: int = GiB) -> None:
+    for n in range(count):
+        sb = SandboxState(state, f"sb{n}")
+        with sb.locked(5):
+            sb.save(Record(sb.sandbox, observed=size))
+
+
+def _ledger(state: Path) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads((state / LEDGER).read_text())
+    return doc
+
+
+def test_admission_reads_the_ledger_not_every_journal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    state = tmp_path / "state"
+    _sandboxes(state, 30)
+    with node_admission(state, HOST.memory) as ledger:  # no ledger yet: built once
+        assert ledger is not None and ledger.others("new") == 30 * GiB
+    assert len(_ledger(state)["commitments"]) == 30
+    loads = []
+    real = SandboxState.load
+
+    def counted(self: SandboxState, **kwargs: Any) -> Record:
+        loads.append(self.sandbox)
+        return real(self, **kwargs)
+
+    monkeypatch.setattr(SandboxState, "load", counted)
+    with node_admission(state, HOST.memory) as ledger:
+        assert ledger is not None and ledger.others("sb0") == 29 * GiB
+    assert loads == []  # one file read, whatever the number of sandboxes
+
+
+@pytest.mark.parametrize(
+    "damage",
+    ["missing", "not json", "wrong schema", "negative", "above the host", "group-writable"],
+)
+def test_a_ledger_that_cannot_be_used_is_rebuilt_from_the_journals(
+    tmp_path: Path, damage: str
+) -> None:
+    state = tmp_path / "state"
+    _sandboxes(state, 3)
+    with node_admission(state, HOST.memory):
+        pass
+    path = state / LEDGER
+    good = _ledger(state)
+    if damage == "missing":
+        path.unlink()
+    elif damage == "not json":
+        path.write_text("{")
+    elif damage == "wrong schema":
+        path.write_text(json.dumps({**good, "schema": "something/else"}))
+    elif damage == "negative":
+        path.write_text(json.dumps({**good, "commitments": {"sb0": -1}}))
+    elif damage == "above the host":
+        path.write_text(json.dumps({**good, "commitments": {"sb0": HOST.memory + 1}}))
+    else:
+        os.chmod(path, 0o660)
+    with node_admission(state, HOST.memory) as ledger:
+        assert ledger is not None and ledger.others("new") == 3 * GiB
+        assert bool(ledger.notes) == (damage != "missing")
+    assert _ledger(state) == good
+    assert os.stat(path).st_mode & 0o777 == 0o600
+
+
+def test_a_grow_is_in_the_ledger_before_its_journal_and_settles_after(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    state = SandboxState(tmp_path / "state", "sb")
+    fake = FakeBackend(VmState(base=512 * MiB, slots=4, device_space=8 * GiB))
+    time = VirtualTime()
+    fake.clock, fake.sleep = time.clock, time.sleep
+    seen: list[tuple[str, Any, Any]] = []
+    real_save = SandboxState.save
+
+    def save(self: SandboxState, record: Record) -> Record:
+        path = self.root / LEDGER
+        ledger = json.loads(path.read_text())["commitments"] if path.exists() else {}
+        seen.append((record.state, record.target, ledger.get("sb")))
+        return real_save(self, record)
+
+    monkeypatch.setattr(SandboxState, "save", save)
+    workload = Workload((Container("c", memory_limit=GiB),))
+    result = run_locked(
+        state, lambda: fake, _mk(tmp_path), HOST, workload, Options(), time.clock, time.sleep
+    )
+    assert result.outcome.status == "Resized"
+    # Each journal write that records the grow's target found the ledger counting it already.
+    admitted = [ledger for _, target, ledger in seen if target is not None]
+    assert admitted and all(ledger == 1536 * MiB for ledger in admitted)
+    assert _ledger(state.root)["commitments"] == {"sb": 1536 * MiB}
+
+
+def _mk(tmp_path: Path) -> SizingConfig:
+    from kata_mem.edges.config import load_config
+    from tests.conftest import write_config
+
+    return load_config(
+        write_config(
+            tmp_path / "c.toml",
+            {"default_memory": 512, "memory_slots": 4},
+            kata_mem={"node_overcommit": 1.0},
+        )
+    )
+
+
+def test_forgetting_a_sandbox_takes_it_out_of_the_ledger(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    _sandboxes(state, 2)
+    assert check_ledger(state, HOST.memory) == []  # none yet: nothing to mend, none made
+    assert not (state / LEDGER).exists()
+    with node_admission(state, HOST.memory):  # made from the journals
+        pass
+    assert SandboxState(state, "sb0").remove(5) == "removed"
+    assert _ledger(state)["commitments"] == {"sb1": GiB}
+
+
+def test_reconcile_mends_a_ledger_that_counts_too_much(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    _sandboxes(state, 2)
+    with node_admission(state, HOST.memory):
+        pass
+    # What a crash between the ledger's write and the journal's leaves: more, never less.
+    doc = _ledger(state)
+    doc["commitments"]["sb0"] = 4 * GiB
+    doc["commitments"]["gone"] = GiB
+    (state / LEDGER).write_text(json.dumps(doc))
+    notes = check_ledger(state, HOST.memory)
+    assert [n.code for n in notes] == ["journal"]
+    assert "gone, sb0" in notes[0].text
+    assert _ledger(state)["commitments"] == {"sb0": GiB, "sb1": GiB}
+    assert journal.journal_commitments(state, HOST.memory) == {"sb0": GiB, "sb1": GiB}
+
+
+def test_without_a_budget_no_ledger_is_made_but_one_that_exists_is_kept(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    _sandboxes(state, 2)
+    with node_admission(state, HOST.memory, budget=False) as ledger:
+        assert ledger is not None
+        ledger.record("sb0", 2 * GiB)
+    assert not (state / LEDGER).exists()  # no budget needs it: nothing is written
+    with node_admission(state, HOST.memory, budget=True):
+        pass  # a budget: made from the journals
+    journal.record_commitment(state, "sb0", 3 * GiB, HOST.memory)
+    assert _ledger(state)["commitments"] == {"sb0": 3 * GiB, "sb1": GiB}
