@@ -27,14 +27,6 @@ KATA_CONFIGS = FIXTURES / "kata-configs"
 PODS = REPO / "examples" / "pods"
 
 
-def case_table(*parts: str) -> list[dict[str, Any]]:
-    """The ``cases`` of the JSON case files under ``tests/fixtures/PARTS`` (a folder:
-    every ``*.json`` in it, in name order; a file: that one)."""
-    where = FIXTURES.joinpath(*parts)
-    files = sorted(where.glob("*.json")) if where.is_dir() else [where]
-    return [case for f in files for case in json.loads(f.read_text())["cases"]]
-
-
 def shim_request_doc(cfg: Path, **fields: Any) -> dict[str, Any]:
     """A plan-only shim request for one 1 GiB container on a 16 GiB, 4-CPU host."""
     doc: dict[str, Any] = {
