@@ -18,7 +18,10 @@ import jsonschema
 import pytest
 
 from kata_mem.interfaces.shim import CLOSED_STDOUT, run_shim
-from tests.conftest import PODS, REPO, kata_mem_process, shim_request_doc, write_config
+from tests.support.cli import kata_mem_process
+from tests.support.configs import write_config
+from tests.support.paths import PODS, REPO
+from tests.support.shim import shim_request_doc
 
 if sys.version_info >= (3, 11):
     import tomllib

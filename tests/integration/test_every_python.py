@@ -22,25 +22,19 @@ from typing import Any, Callable
 
 import pytest
 
-from tests.conftest import (
-    HOST_ARGS,
-    REPO,
-    CliResult,
-    apply_qmp,
-    guest_config,
-    kata_mem_process,
-)
-from tests.integration.conftest import guest_dir  # noqa: F401 (the session fixture)
-from tests.service.conftest import Service, start
+from tests.support.cli import CliResult, apply_qmp, kata_mem_process
+from tests.support.configs import HOST_ARGS, guest_config
 from tests.support.guestvm import GuestSpec, GuestVM
+from tests.support.paths import REPO
 from tests.support.qmp_min import QMPClient
+from tests.support.service import Service, start
 
 Run = Callable[..., CliResult]
 MiB, KiB_PER_MiB = 1 << 20, 1024
 
 
 @pytest.fixture(scope="module")
-def booted(guest_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GuestVM]:  # noqa: F811
+def booted(guest_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GuestVM]:
     """One guest with a virtio-mem device and free DIMM slots."""
     guest = GuestVM(guest_dir, tmp_path_factory.mktemp("guest"), GuestSpec(virtio_mem_mib=2048))
     try:

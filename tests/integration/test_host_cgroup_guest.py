@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from kata_mem.edges.journal import STATE_MARKER
-from tests.conftest import guest_config, kata_mem_process
+from tests.support.cli import kata_mem_process
+from tests.support.configs import guest_config
 from tests.support.guestvm import GuestError, GuestSpec, GuestVM
 from tests.support.memcg import CgroupGuestVM, CgroupUnavailable, MemoryCgroup
 from tests.support.qmp_min import QMPClient

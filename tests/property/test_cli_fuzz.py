@@ -22,8 +22,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kata_mem.edges.files import CONFIG_CAP, MANIFEST_CAP
-from tests.conftest import HOST_ARGS, KATA_CONFIGS, PODS, CliResult, kata_mem_process
-from tests.property.test_fuzz import mutated
+from tests.strategies import mutated
+from tests.support.cli import CliResult, kata_mem_process
+from tests.support.configs import HOST_ARGS
+from tests.support.paths import KATA_CONFIGS, PODS
 
 # A read that blocks (a FIFO, /dev/urandom) fails the test here instead of hanging CI.
 pytestmark = pytest.mark.timeout(300)

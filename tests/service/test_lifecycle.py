@@ -19,10 +19,11 @@ from typing import Any
 
 import pytest
 
-from tests.cli.test_shim import request
-from tests.conftest import REPO, write_config
-from tests.service.conftest import Answer, curl_answer, serve_argv, start
+from tests.support.configs import small_vm_config
 from tests.support.fake_qmp import FakeQemu, FakeQmpServer
+from tests.support.paths import REPO
+from tests.support.service import LAUNCHER, Answer, curl_answer, serve_argv, start
+from tests.support.shim import request
 
 #: How long the slow guest takes to answer one query.
 SLOW_S = 2.0
@@ -38,11 +39,7 @@ class SlowQemu(FakeQemu):
 
 
 def _apply_request(tmp_path: Path, sandbox: str, qmp: Path) -> dict[str, Any]:
-    cfg = write_config(
-        tmp_path / "configuration.toml",
-        {"default_memory": 512, "default_maxmemory": 4096, "memory_slots": 4},
-        kata_mem={"step_timeout_s": 5},
-    )
+    cfg = small_vm_config(tmp_path)
     return request(
         sandbox_id=sandbox,
         config=str(cfg),
@@ -169,20 +166,6 @@ def test_a_path_that_is_not_a_socket_is_refused(tmp_path: Path) -> None:
     assert svc.proc.wait(30) == 3
     assert "exists and is not a socket" in svc.stderr()
     assert (tmp_path / "kata-mem.sock").read_text() == "mine"
-
-
-LAUNCHER = """
-import os, socket, sys
-path, argv = sys.argv[1], sys.argv[2:]
-sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-sock.bind(path)
-sock.listen(16)
-if sock.fileno() != 3:
-    os.dup2(sock.fileno(), 3)
-os.set_inheritable(3, True)  # as systemd passes it
-os.environ.update(LISTEN_FDS="1", LISTEN_PID=str(os.getpid()))
-os.execv(argv[0], argv)
-"""
 
 
 def test_socket_activation_serves_the_passed_socket(tmp_path: Path) -> None:

@@ -8,10 +8,10 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from tests.cli.test_shim import request
-from tests.conftest import write_config
-from tests.service.conftest import start
+from tests.support.configs import write_config
 from tests.support.fake_qmp import FakeQemu, FakeQmpServer
+from tests.support.service import start
+from tests.support.shim import request
 
 MiB = 1 << 20
 

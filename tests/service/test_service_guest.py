@@ -17,11 +17,10 @@ from typing import Any, Callable
 
 import pytest
 
-from tests.conftest import guest_config
-from tests.integration.conftest import guest_dir  # noqa: F401 (the session fixture)
-from tests.service.conftest import Answer, Service, start
+from tests.support.configs import guest_config
 from tests.support.guestvm import GuestSpec, GuestVM
 from tests.support.qmp_min import QMPClient
+from tests.support.service import Answer, Service, start
 
 pytestmark = pytest.mark.guest
 MiB = 1 << 20
@@ -29,7 +28,7 @@ HOST = {"memory_bytes": 16 << 30, "cpus": 4}
 
 
 @pytest.fixture(scope="module")
-def guests(guest_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[GuestVM]]:  # noqa: F811
+def guests(guest_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[GuestVM]]:
     where = tmp_path_factory.mktemp("guests")
     vms = [GuestVM(guest_dir, where / f"g{i}", GuestSpec(virtio_mem_mib=2048)) for i in range(2)]
     errors: list[BaseException] = []

@@ -25,7 +25,7 @@ from kata_mem.core.model import (
 from kata_mem.core.units import GiB, MiB
 from kata_mem.edges.journal import Record, SandboxState
 from kata_mem.orchestration.executor import Options, run_locked
-from tests.conftest import HOST
+from tests.support.configs import HOST
 
 
 def request(*limits_mib: int) -> Workload:

@@ -18,7 +18,8 @@ from kata_mem.core.model import CgroupLevel, HostFacts, Settings, VmState
 from kata_mem.core.units import GiB, MiB
 from kata_mem.edges.journal import Record, SandboxState, commitment, node_admission
 from kata_mem.orchestration.guards import HARD_LIMIT, HostSide, node_budget, read_cgroup
-from tests.conftest import HOST, REPO
+from tests.support.configs import HOST
+from tests.support.paths import REPO
 
 
 def _cgroup(path: Path, files: dict[str, str]) -> Path:
@@ -167,7 +168,7 @@ def test_node_admission_on_a_state_dir_not_made_yet_has_no_commitments(tmp_path:
 def test_host_side_read_gives_the_node_view(pod: Path) -> None:
     cfg_settings = Settings(node_reserved=1024 * MiB, node_overcommit=Fraction(1))
     from kata_mem.edges.config import load_config
-    from tests.conftest import write_config
+    from tests.support.configs import write_config
 
     cfg = load_config(
         write_config(

@@ -1,10 +1,12 @@
-"""Rules the test suite keeps about itself: no test that cannot fail."""
+"""Rules the test suite keeps about itself: no test that cannot fail, and nothing shared
+through a test module or a conftest."""
 
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
 
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 #: Helpers that return a value that is always true (or raise): asserting on the call
 #: itself checks nothing, so assert on a field of what they return.
@@ -32,3 +34,65 @@ def test_no_assert_on_a_call_that_is_always_true() -> None:
 def test_the_rule_sees_what_it_looks_for() -> None:
     tree = ast.parse("assert vm.wait_mem(p)\nassert vm.wait_mem(p).total_kb == 1\n")
     assert [_asserts_an_always_true_call(n) for n in tree.body] == [True, False]
+
+
+# -- what tests share, they share through tests/support and tests/strategies ---------------
+
+#: The modules of the tests package that anything may import: plain modules, never a
+#: test module (importing one runs its tests' module code again, and binds a change
+#: there to every importer) nor a conftest (pytest loads those itself).
+SHARED = ("tests.support", "tests.strategies")
+
+
+def _imported(tree: ast.AST) -> Iterator[tuple[int, str]]:
+    """Each module of the tests package that ``tree`` imports, with its line; a relative
+    import shows as ``.``."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            yield from (
+                (node.lineno, a.name) for a in node.names if a.name.split(".")[0] == "tests"
+            )
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                yield node.lineno, "." * node.level + (node.module or "")
+            elif node.module == "tests":
+                yield from ((node.lineno, f"tests.{a.name}") for a in node.names)
+            elif node.module and node.module.split(".")[0] == "tests":
+                yield node.lineno, node.module
+
+
+def _shared(module: str) -> bool:
+    return any(module == m or module.startswith(f"{m}.") for m in SHARED)
+
+
+def test_nothing_imports_a_test_module_or_a_conftest() -> None:
+    sources = [*(REPO / "tests").rglob("*.py"), *(REPO / "scripts").rglob("*.py")]
+    found = [
+        f"{path.relative_to(REPO)}:{line}: {module}"
+        for path in sorted(sources)
+        for line, module in _imported(ast.parse(path.read_text()))
+        if not _shared(module)
+    ]
+    assert found == [], "import what tests share from tests/support or tests/strategies.py"
+
+
+def test_the_import_rule_sees_what_it_looks_for() -> None:
+    source = (
+        "import tests.conftest\n"
+        "from tests.cli.test_shim import request\n"
+        "from tests import conftest, support\n"
+        "from .conftest import x\n"
+        "def f():\n    from tests.service.conftest import start\n"
+        "from tests.support.paths import REPO\n"
+        "from tests.strategies import hosts\n"
+        "import tests.support.waits\n"
+    )
+    modules = [m for _, m in _imported(ast.parse(source))]
+    assert [m for m in modules if not _shared(m)] == [
+        "tests.conftest",
+        "tests.cli.test_shim",
+        "tests.conftest",
+        ".conftest",
+        "tests.service.conftest",
+    ]
+    assert len(modules) == 9
