@@ -14,27 +14,32 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from tests.support.configs import small_vm_config
 from tests.support.fake_qmp import FakeQemu, FakeQmpServer
 from tests.support.paths import REPO
 from tests.support.service import LAUNCHER, Answer, curl_answer, serve_argv, start
 from tests.support.shim import request
+from tests.support.waits import wait_until
 
 #: How long the slow guest takes to answer one query.
 SLOW_S = 2.0
 
 
+@dataclass
 class SlowQemu(FakeQemu):
     """A VM whose monitor answers ``query-memory-devices`` only after SLOW_S."""
 
+    #: Set when the first such query arrives: its apply holds the sandbox from then on.
+    asked: threading.Event = field(default_factory=threading.Event)
+
     def handle(self, cmd: str, args: dict[str, Any]) -> Any:
         if cmd == "query-memory-devices":
-            time.sleep(SLOW_S)
+            self.asked.set()
+            time.sleep(SLOW_S)  # not a wait: the slow guest is the behaviour under test
         return super().handle(cmd, args)
 
 
@@ -64,11 +69,12 @@ def _in_thread(fn: Any) -> tuple[threading.Thread, dict[str, Any]]:
 def test_a_slow_guest_delays_only_its_own_sandbox(tmp_path: Path) -> None:
     svc = start(tmp_path)
     try:
-        with FakeQmpServer(tmp_path / "qmp.sock", SlowQemu()) as qmp:
+        guest = SlowQemu()
+        with FakeQmpServer(tmp_path / "qmp.sock", guest) as qmp:
             slow, slow_out = _in_thread(
                 lambda: svc.post(_apply_request(tmp_path, "slow", qmp.path))
             )
-            time.sleep(0.5)  # the slow apply is waiting for its guest now
+            wait_until(guest.asked.is_set, "the slow apply asks its guest for its memory")
             same, same_out = _in_thread(lambda: svc.post(request(sandbox_id="slow")))
             t0 = time.monotonic()
             other = svc.post(request(sandbox_id="fast"))
@@ -88,13 +94,21 @@ def test_a_slow_guest_delays_only_its_own_sandbox(tmp_path: Path) -> None:
 
 def test_sigterm_finishes_the_request_in_flight_then_exits_0(tmp_path: Path) -> None:
     svc = start(tmp_path)
-    with FakeQmpServer(tmp_path / "qmp.sock", SlowQemu()) as qmp:
+    guest = SlowQemu()
+    with FakeQmpServer(tmp_path / "qmp.sock", guest) as qmp:
         slow, out = _in_thread(lambda: svc.post(_apply_request(tmp_path, "slow", qmp.path)))
-        time.sleep(0.5)
+        wait_until(guest.asked.is_set, "the slow apply asks its guest for its memory")
         svc.proc.send_signal(signal.SIGTERM)
-        time.sleep(0.3)
-        with pytest.raises(OSError):  # no new connections
-            svc.request("GET", "/healthz", timeout=2)
+
+        def refused() -> bool:
+            try:
+                svc.request("GET", "/healthz", timeout=2)
+            except OSError:
+                return True
+            return False
+
+        wait_until(refused, "no new connection after SIGTERM")
+        assert slow.is_alive()  # refused while the request in flight was still going on
         slow.join(30)
         code = svc.proc.wait(30)
     assert code == 0, svc.stderr()

@@ -3,12 +3,15 @@
 
 from __future__ import annotations
 
+import fcntl
 import http.client
 import json
 import signal
 import socket
+import struct
 import subprocess
 import sys
+import termios
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -141,6 +144,14 @@ def start(
     if wait:
         wait_ready(sock, proc, log)
     return service
+
+
+def all_read(sock: socket.socket) -> bool:
+    """Whether the peer has read everything sent on the unix stream socket ``sock``: on a
+    unix socket Linux's SIOCOUTQ (TIOCOUTQ) is the memory of the messages the peer has not
+    read yet (net/unix/af_unix.c, unix_outq_len), 0 once it has read them all."""
+    unread = fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, struct.pack("i", 0))
+    return bool(struct.unpack("i", unread)[0] == 0)
 
 
 def read_response(sock: socket.socket) -> bytes:

@@ -102,3 +102,12 @@ def still_locked(lock: Path) -> bool:
     finally:
         os.close(fd)
     return False
+
+
+def lock_waiters(path: Path) -> int:
+    """How many processes are blocked waiting for a lock on ``path``: the ``->`` lines of
+    /proc/locks (proc(5)) for its device and inode."""
+    info = os.stat(path)
+    node = f"{os.major(info.st_dev):02x}:{os.minor(info.st_dev):02x}:{info.st_ino}"
+    lines = Path("/proc/locks").read_text().splitlines()
+    return sum(1 for line in lines if line.split()[1:2] == ["->"] and node in line.split())

@@ -7,7 +7,6 @@ from __future__ import annotations
 import select
 import subprocess
 import sys
-import time
 from fractions import Fraction
 from pathlib import Path
 
@@ -16,10 +15,18 @@ import pytest
 from kata_mem.core.errors import InputError
 from kata_mem.core.model import CgroupLevel, HostFacts, Settings, VmState
 from kata_mem.core.units import GiB, MiB
-from kata_mem.edges.journal import Record, SandboxState, commitment, node_admission
+from kata_mem.edges.journal import (
+    STATE_MARKER,
+    Record,
+    SandboxState,
+    commitment,
+    node_admission,
+)
 from kata_mem.orchestration.guards import HARD_LIMIT, HostSide, node_budget, read_cgroup
 from tests.support.configs import HOST
 from tests.support.paths import REPO
+from tests.support.state_dir import lock_waiters
+from tests.support.waits import wait_until
 
 
 def _cgroup(path: Path, files: dict[str, str]) -> Path:
@@ -220,7 +227,9 @@ def test_the_node_lock_excludes_a_second_process(tmp_path: Path) -> None:
         assert first.stdout.readline().split() == ["held", str(1024 * MiB)]
         second = start()
         assert second.stdout is not None and second.stdin is not None
-        time.sleep(1.0)  # time enough to start and reach the lock
+        wait_until(
+            lambda: lock_waiters(state / STATE_MARKER) == 1, "the second process waits for the lock"
+        )
         assert second.poll() is None
         # Still waiting for the lock: it has printed nothing, so a read would block.
         assert select.select([second.stdout], [], [], 0)[0] == []

@@ -1,5 +1,5 @@
-"""Rules the test suite keeps about itself: no test that cannot fail, and nothing shared
-through a test module or a conftest."""
+"""Rules the test suite keeps about itself: no test that cannot fail, nothing shared
+through a test module or a conftest, and waits instead of sleeps."""
 
 from __future__ import annotations
 
@@ -96,3 +96,55 @@ def test_the_import_rule_sees_what_it_looks_for() -> None:
         "tests.service.conftest",
     ]
     assert len(modules) == 9
+
+
+# -- waits, not sleeps -----------------------------------------------------------------------
+
+#: Said in a comment on a sleep's line, or in the comment just above it: the sleep is
+#: not a wait for something (a slow client or guest is what the test is about).
+NOT_A_WAIT = "not a wait:"
+
+
+def _sleeps(source: str) -> Iterator[int]:
+    """The lines of the sleeps in ``source`` that do not say they are not a wait."""
+    lines = source.splitlines()
+    for node in ast.walk(ast.parse(source)):
+        if (
+            isinstance(node, ast.Call)
+            and getattr(node.func, "attr", getattr(node.func, "id", None)) == "sleep"
+        ):
+            above = node.lineno - 1
+            comment = [lines[above]]
+            while above > 0 and lines[above - 1].strip().startswith("#"):
+                above -= 1
+                comment.append(lines[above])
+            if not any(NOT_A_WAIT in line for line in comment):
+                yield node.lineno
+
+
+def test_tests_wait_for_a_condition_instead_of_sleeping() -> None:
+    """A fixed sleep is too short on a loaded machine and too long on an idle one: wait
+    for what the sleep hoped for (tests/support/waits.py, wait_until). The harnesses in
+    tests/support poll with sleeps of their own."""
+    support = REPO / "tests" / "support"
+    found = [
+        f"{path.relative_to(REPO)}:{line}"
+        for path in sorted((REPO / "tests").rglob("*.py"))
+        if support not in path.parents
+        for line in _sleeps(path.read_text())
+    ]
+    assert found == [], f"wait_until(condition, what), or say '# {NOT_A_WAIT} why'"
+
+
+def test_the_sleep_rule_sees_what_it_looks_for() -> None:
+    source = (
+        "import time\n"
+        "time.sleep(0.5)  # the apply is waiting now\n"
+        "time.sleep(1)  # not a wait: a slow client\n"
+        "# not a wait: the slow guest\n# is what this test is about\n"
+        "time.sleep(2)\n"
+        "# a comment\n\n"
+        "sleep(3)\n"
+        "code = 'time.sleep(60)'\n"
+    )
+    assert list(_sleeps(source)) == [2, 9]
