@@ -11,10 +11,13 @@ module (tests/unit/test_suite_rules.py holds the suite to that).
   Missing QEMU is a failure, not a skip. The other guest fixtures are in
   ``tests/integration/conftest.py``.
 
+The hypothesis profiles are registered here: ``HYPOTHESIS_PROFILE=ci`` (or pytest's
+``--hypothesis-profile ci``) runs the full one, the default ``dev`` a quick one.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -33,6 +36,22 @@ from tests.support.configs import write_config
 from tests.support.guestvm import QEMU_BINARY
 from tests.support.paths import REPO
 from tests.support.state_dir import LockHolder, lock_holders
+
+#: Examples per property test in each hypothesis profile: "dev", the default, is quick for
+#: working on the code; "ci" is the full run, which scripts/test selects. A test whose
+#: examples cost much more or less than most asks for a multiple (tests.strategies.examples).
+PROFILES = {"dev": 10, "ci": 100}
+
+# Guarded: the real-guest module that scripts/test-pythons runs on further Pythons has the
+# test-qmp extra only (pyproject.toml), without hypothesis.
+if importlib.util.find_spec("hypothesis") is not None:
+    from hypothesis import settings
+
+    for _name, _examples in PROFILES.items():
+        settings.register_profile(_name, max_examples=_examples)
+    # Loaded before any test module is collected, so that their @settings see it;
+    # pytest's --hypothesis-profile, read later, wins over the variable.
+    settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 
 @pytest.fixture

@@ -1,10 +1,11 @@
 """Hypothesis strategies: the single home of generated configs, hosts, workloads, requests
-and mutated inputs."""
+and mutated inputs; and the example counts of tests that are not like most."""
 
 from __future__ import annotations
 
 from fractions import Fraction
 
+from hypothesis import settings
 from hypothesis import strategies as st
 
 from kata_mem.core.model import (
@@ -212,3 +213,9 @@ valid_requests = st.fixed_dictionaries(
         ),
     },
 ).map(lambda d: {**d, "apply": d.get("backend") is not None and d["event"] != "delete"})
+
+
+def examples(times: float) -> int:
+    """``times`` the examples per test of the loaded hypothesis profile (tests/conftest.py),
+    at least 1: for a test whose examples cost much less (more) than most."""
+    return max(1, round(settings().max_examples * times))

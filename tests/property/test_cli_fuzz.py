@@ -5,7 +5,7 @@ OCI file) and, when it fails, exactly one ``kata-mem: error:`` line: never "inte
 error", never a traceback. Deep nesting, files around their size caps and special files
 (FIFOs, devices, sockets, directories) included. Most runs are in-process (``run_cli``);
 a few real processes check the same with a timeout. About a minute on a slow 2-core
-machine; KATA_MEM_CLI_FUZZ_EXAMPLES (default 100 per test) scales it.
+machine with the full hypothesis profile (100 examples per test).
 """
 
 from __future__ import annotations
@@ -30,9 +30,7 @@ from tests.support.paths import KATA_CONFIGS, PODS
 # A read that blocks (a FIFO, /dev/urandom) fails the test here instead of hanging CI.
 pytestmark = pytest.mark.timeout(300)
 
-EXAMPLES = int(os.environ.get("KATA_MEM_CLI_FUZZ_EXAMPLES", "100"))
 FUZZ = settings(
-    max_examples=EXAMPLES,
     deadline=None,
     suppress_health_check=[
         HealthCheck.too_slow,

@@ -1,7 +1,7 @@
 """Fuzzing the input edges with hypothesis: generated and mutated TOML, Pod manifests,
 OCI specs and shim requests. Every input either parses or is rejected with a
-documented kata-mem error; nothing else escapes. CI runs thousands of examples
-(KATA_MEM_FUZZ_EXAMPLES, default 1000 per test); scripts/fuzz.sh runs many more.
+documented kata-mem error; nothing else escapes. Ten times the examples of the hypothesis
+profile per test (1000 in CI's), or KATA_MEM_FUZZ_EXAMPLES; scripts/fuzz.sh runs many more.
 """
 
 from __future__ import annotations
@@ -25,10 +25,11 @@ from kata_mem.core.request import LIBVIRT_URIS, SandboxRequest
 from kata_mem.edges.config import load_config
 from kata_mem.edges.sources import pod_containers, read_oci, read_pod
 from kata_mem.interfaces.shim import run_shim
-from tests.strategies import mutated, valid_requests
+from tests.strategies import examples, mutated, valid_requests
 from tests.support.paths import KATA_CONFIGS, PODS, REPO
 
-EXAMPLES = int(os.environ.get("KATA_MEM_FUZZ_EXAMPLES", "1000"))
+# Ten times the profile's (1000 in CI); scripts/fuzz.sh asks for many more.
+EXAMPLES = int(os.environ.get("KATA_MEM_FUZZ_EXAMPLES") or examples(10))
 FUZZ = settings(
     max_examples=EXAMPLES,
     deadline=None,

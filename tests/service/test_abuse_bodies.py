@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kata_mem.core.request import Endpoint
-from tests.strategies import sandbox_requests
+from tests.strategies import examples, sandbox_requests
 from tests.support.service import Service
 from tests.support.shim import CONFIG, RESPONSE_SCHEMA, request
 
@@ -58,7 +58,7 @@ bodies = st.one_of(
 
 
 @settings(
-    max_examples=50,
+    max_examples=examples(0.5),  # each example is a request to the service: half the profile's
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )

@@ -1,5 +1,6 @@
 """Rules the test suite keeps about itself: no test that cannot fail, nothing shared
-through a test module or a conftest, and waits instead of sleeps."""
+through a test module or a conftest, waits instead of sleeps, and example counts from the
+hypothesis profile."""
 
 from __future__ import annotations
 
@@ -148,3 +149,34 @@ def test_the_sleep_rule_sees_what_it_looks_for() -> None:
         "code = 'time.sleep(60)'\n"
     )
     assert list(_sleeps(source)) == [2, 9]
+
+
+# -- hypothesis: the profile says how many examples ------------------------------------------
+
+
+def _example_counts(tree: ast.AST) -> Iterator[int]:
+    """The lines that give ``max_examples`` as a number."""
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.keyword)
+            and node.arg == "max_examples"
+            and isinstance(node.value, ast.Constant)
+        ):
+            yield node.value.lineno
+
+
+def test_the_hypothesis_profile_sets_the_number_of_examples() -> None:
+    """tests/conftest.py registers a quick profile and the full one; a test that needs
+    more or fewer examples than most asks for a multiple of the profile's
+    (tests.strategies.examples), so that the quick profile stays quick."""
+    found = [
+        f"{path.relative_to(REPO)}:{line}"
+        for path in sorted((REPO / "tests").rglob("*.py"))
+        for line in _example_counts(ast.parse(path.read_text()))
+    ]
+    assert found == [], "max_examples=examples(N) or the profile's own"
+
+
+def test_the_examples_rule_sees_what_it_looks_for() -> None:
+    source = "@settings(max_examples=50)\ndef f(): ...\ns = settings(max_examples=examples(2))\n"
+    assert list(_example_counts(ast.parse(source))) == [1]
