@@ -24,7 +24,7 @@ from kata_mem.core.model import HostFacts, Workload  # noqa: E402
 from kata_mem.edges.config import load_config  # noqa: E402
 from kata_mem.edges.journal import SandboxState  # noqa: E402
 from kata_mem.orchestration.executor import Options, run_locked  # noqa: E402
-from tests.conftest import write_config  # noqa: E402
+from tests.support.configs import write_config  # noqa: E402
 from tests.support.guestvm import GuestSpec, GuestVM  # noqa: E402
 from tests.support.qmp_min import QMPClient  # noqa: E402
 

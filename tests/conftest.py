@@ -1,88 +1,57 @@
-"""Shared test helpers: building configurations through the real loader, and
-running the CLI in-process the way a user runs it."""
+"""Fixtures for every test directory. What the tests share besides fixtures (helpers,
+constants, strategies) lives in plain modules, ``tests/support/`` and
+``tests/strategies.py``, that tests import; no test imports a conftest or another test
+module (tests/unit/test_suite_rules.py holds the suite to that).
+
+* ``make_config``: ``make_config(**keys) -> SizingConfig`` through the real loader.
+* ``run_cli``: ``run_cli(*args) -> CliResult``, the CLI in-process as a user runs it.
+* ``lock_holder``: ``lock_holder(lock) -> Popen``, another process holding a sandbox's lock.
+* ``guest_dir`` (session): builds (or reuses) the test guest's kernel and initramfs with
+  ``scripts/build-guest.sh`` into ``$KATA_MEM_GUEST_DIR`` (default ``<repo>/.cache/guest``).
+  Missing QEMU is a failure, not a skip. The other guest fixtures are in
+  ``tests/integration/conftest.py``.
+
+The hypothesis profiles are registered here: ``HYPOTHESIS_PROFILE=ci`` (or pytest's
+``--hypothesis-profile ci``) runs the full one, the default ``dev`` a quick one.
+"""
 
 from __future__ import annotations
 
-import json
+import importlib.util
 import os
+import shutil
 import subprocess
-import sys
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
-from fractions import Fraction
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Callable
 
 import pytest
 
-from kata_mem.core.model import HostFacts, SizingConfig
-from kata_mem.core.quantity import format_quantity
-from kata_mem.core.units import GiB
+from kata_mem.core.model import SizingConfig
 from kata_mem.edges.config import load_config
 from kata_mem.interfaces.main import main
+from tests.support.cli import CliResult, Run
+from tests.support.configs import write_config
+from tests.support.guestvm import QEMU_BINARY
+from tests.support.paths import REPO
+from tests.support.state_dir import LockHolder, lock_holders
 
-REPO = Path(__file__).resolve().parent.parent
-FIXTURES = REPO / "tests" / "fixtures"
-KATA_CONFIGS = FIXTURES / "kata-configs"
-PODS = REPO / "examples" / "pods"
+#: Examples per property test in each hypothesis profile: "dev", the default, is quick for
+#: working on the code; "ci" is the full run, which scripts/test selects. A test whose
+#: examples cost much more or less than most asks for a multiple (tests.strategies.examples).
+PROFILES = {"dev": 10, "ci": 100}
 
+# Guarded: the real-guest module that scripts/test-pythons runs on further Pythons has the
+# test-qmp extra only (pyproject.toml), without hypothesis.
+if importlib.util.find_spec("hypothesis") is not None:
+    from hypothesis import settings
 
-def case_table(*parts: str) -> list[dict[str, Any]]:
-    """The ``cases`` of the JSON case files under ``tests/fixtures/PARTS`` (a folder:
-    every ``*.json`` in it, in name order; a file: that one)."""
-    where = FIXTURES.joinpath(*parts)
-    files = sorted(where.glob("*.json")) if where.is_dir() else [where]
-    return [case for f in files for case in json.loads(f.read_text())["cases"]]
-
-
-def shim_request_doc(cfg: Path, **fields: Any) -> dict[str, Any]:
-    """A plan-only shim request for one 1 GiB container on a 16 GiB, 4-CPU host."""
-    doc: dict[str, Any] = {
-        "schema": "kata-mem/shim-request/v1",
-        "sandbox_id": "sb-1",
-        "event": "update",
-        "config": str(cfg),
-        "containers": [{"id": "c1", "memory_limit_bytes": 1 << 30}],
-        "host": {"memory_bytes": 16 << 30, "cpus": 4},
-    }
-    doc.update(fields)
-    return doc
-
-
-#: The host the tests plan for unless they say otherwise, so that no plan depends on the
-#: machine: as host facts, and as the command-line options that give the same host.
-HOST = HostFacts(memory=16 * GiB, cpus=4, arch="amd64")
-HOST_ARGS = (
-    *("--host-memory", format_quantity(Fraction(HOST.memory))),
-    *("--host-cpus", str(HOST.cpus)),
-    *("--host-arch", HOST.arch),
-)
-
-
-def toml_value(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, str):
-        return f'"{v}"'
-    return str(v)
-
-
-def write_config(
-    path: Path,
-    hypervisor: Mapping[str, Any] | None = None,
-    runtime: Mapping[str, Any] | None = None,
-    kata_mem: Mapping[str, Any] | None = None,
-    name: str = "qemu",
-) -> Path:
-    """A minimal Kata configuration with the given sizing keys (unset: Kata defaults)."""
-    lines = [f"[hypervisor.{name}]", 'path = "/usr/bin/qemu-system-x86_64"']
-    lines += [f"{k} = {toml_value(v)}" for k, v in (hypervisor or {}).items()]
-    if runtime:
-        lines += ["[runtime]", *(f"{k} = {toml_value(v)}" for k, v in runtime.items())]
-    if kata_mem:
-        lines += ["[kata_mem]", *(f"{k} = {toml_value(v)}" for k, v in kata_mem.items())]
-    path.write_text("\n".join(lines) + "\n")
-    return path
+    for _name, _examples in PROFILES.items():
+        settings.register_profile(_name, max_examples=_examples)
+    # Loaded before any test module is collected, so that their @settings see it;
+    # pytest's --hypothesis-profile, read later, wins over the variable.
+    settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 
 @pytest.fixture
@@ -97,78 +66,8 @@ def make_config(tmp_path: Path) -> Callable[..., SizingConfig]:
     return build
 
 
-@dataclass(frozen=True)
-class CliResult:
-    code: int
-    out: str
-    err: str
-
-
-def guest_config(
-    tmp_path: Path,
-    *,
-    virtio: bool,
-    maxmem: int = 4096,
-    slots: int = 8,
-    timeout: int = 20,
-    **kata_mem: Any,
-) -> Path:
-    """The configuration of the tests' guest: 512 MiB at boot, state under ``tmp_path``;
-    ``kata_mem`` adds ``[kata_mem]`` settings."""
-    return write_config(
-        tmp_path / "configuration.toml",
-        {
-            "default_memory": 512,
-            "default_maxmemory": maxmem,
-            "memory_slots": slots,
-            "enable_virtio_mem": virtio,
-        },
-        kata_mem={"state_dir": str(tmp_path / "state"), "step_timeout_s": timeout, **kata_mem},
-    )
-
-
-def kata_mem_process(
-    *args: str, input: str | None = None, env: Mapping[str, str] | None = None, timeout: float = 120
-) -> subprocess.CompletedProcess[str]:
-    """``python -m kata_mem ARGS`` as a real process from the repository root (``env`` is
-    added to this process's environment)."""
-    return subprocess.run(
-        [sys.executable, "-m", "kata_mem", *args],
-        input=input,
-        env=None if env is None else {**os.environ, **env},
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=timeout,
-        check=False,
-    )
-
-
-def apply_qmp(
-    run_cli: Callable[..., CliResult], cfg: Path, sock: Path, *args: str
-) -> tuple[int, dict[str, Any]]:
-    """``kata-mem apply --json`` on sandbox ``sb`` through a QMP socket: exit code and outcome."""
-    r = run_cli(
-        "apply",
-        "--config",
-        str(cfg),
-        "--qmp",
-        str(sock),
-        "--sandbox",
-        "sb",
-        *HOST_ARGS,
-        "--json",
-        *args,
-    )
-    assert r.out.strip(), r.err
-    doc: dict[str, Any] = json.loads(r.out)
-    return r.code, doc
-
-
 @pytest.fixture
-def run_cli(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> Iterator[Callable[..., CliResult]]:
+def run_cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Iterator[Run]:
     monkeypatch.delenv("KATA_CONF_FILE", raising=False)
     monkeypatch.delenv("KATA_MEM_DEBUG", raising=False)
 
@@ -179,3 +78,43 @@ def run_cli(
         return CliResult(code, captured.out, captured.err)
 
     yield run
+
+
+@pytest.fixture
+def lock_holder() -> Iterator[LockHolder]:
+    """Another process that holds the flock on a sandbox's lock file until the test ends."""
+    with lock_holders() as hold:
+        yield hold
+
+
+@pytest.fixture(scope="session")
+def guest_dir() -> Path:
+    """Directory with ``vmlinuz`` and ``initramfs.gz`` of the test guest."""
+    build_script = REPO / "scripts" / "build-guest.sh"
+    qemu = os.environ.get("KATA_MEM_QEMU") or QEMU_BINARY
+    if shutil.which(qemu) is None:
+        pytest.fail(
+            f"{qemu} not found: the guest tests need QEMU. "
+            "Run `sudo scripts/install-system-deps.sh` first.",
+            pytrace=False,
+        )
+    out = Path(os.environ.get("KATA_MEM_GUEST_DIR") or REPO / ".cache" / "guest")
+    t0 = time.monotonic()
+    proc = subprocess.run(
+        [str(build_script), str(out)],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        pytest.fail(
+            f"{build_script.relative_to(REPO)} {out} failed (exit {proc.returncode}); "
+            "missing tools? run `sudo scripts/install-system-deps.sh`\n"
+            f"--- stderr ---\n{proc.stderr[-4000:]}",
+            pytrace=False,
+        )
+    elapsed = time.monotonic() - t0
+    if elapsed > 1.0:
+        print(f"\nbuilt test guest in {out} ({elapsed:.1f} s)")
+    return out

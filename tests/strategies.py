@@ -1,9 +1,11 @@
-"""Hypothesis strategies: the single home of generated configs, hosts, workloads and requests."""
+"""Hypothesis strategies: the single home of generated configs, hosts, workloads, requests
+and mutated inputs; and the example counts of tests that are not like most."""
 
 from __future__ import annotations
 
 from fractions import Fraction
 
+from hypothesis import settings
 from hypothesis import strategies as st
 
 from kata_mem.core.model import (
@@ -147,3 +149,75 @@ def sandbox_requests(draw: st.DrawFn) -> SandboxRequest:
         allow_shrink=draw(st.booleans()),
         host=host,
     )
+
+
+@st.composite
+def mutated(draw: st.DrawFn, data: bytes) -> bytes:
+    """A few random byte flips, insertions and deletions of ``data``."""
+    buf = bytearray(data)
+    for _ in range(draw(st.integers(min_value=1, max_value=8))):
+        pos = draw(st.integers(min_value=0, max_value=max(len(buf) - 1, 0)))
+        op = draw(st.sampled_from(["flip", "insert", "delete", "truncate"]))
+        if op == "flip" and buf:
+            buf[pos] = draw(st.integers(min_value=0, max_value=255))
+        elif op == "insert":
+            buf[pos:pos] = draw(st.binary(min_size=1, max_size=4))
+        elif op == "delete" and buf:
+            del buf[pos]
+        else:
+            del buf[pos:]
+    return bytes(buf)
+
+
+_int64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
+_uint63 = st.integers(min_value=0, max_value=2**63 - 1)
+_valid_containers = st.fixed_dictionaries(
+    {"id": st.text(min_size=1, max_size=6).filter(lambda t: "\0" not in t)},
+    optional={
+        "state": st.sampled_from(["running", "created", "stopped"]),
+        "role": st.sampled_from(["app", "init", "sidecar"]),
+        "memory_limit_bytes": st.one_of(st.none(), _int64),
+        "hugepages_limit_bytes": st.one_of(st.none(), _uint63),
+        "cpu_quota": st.one_of(st.none(), _int64),
+        "cpu_period": st.one_of(st.none(), _uint63),
+    },
+)
+#: Shim request documents (JSON values) that the shipped schema and the reader accept.
+valid_requests = st.fixed_dictionaries(
+    {
+        "schema": st.just("kata-mem/shim-request/v1"),
+        "sandbox_id": st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,8}", fullmatch=True),
+        "event": st.sampled_from(["create", "update", "delete", "reconcile"]),
+    },
+    optional={
+        "containers": st.lists(_valid_containers, max_size=3, unique_by=lambda c: c["id"]),
+        "backend": st.one_of(
+            st.none(), st.just({"type": "qmp", "socket": "/nonexistent/qmp.sock"})
+        ),
+        "allow_shrink": st.booleans(),
+        "host": st.one_of(
+            st.none(),
+            st.fixed_dictionaries(
+                {},
+                optional={
+                    "memory_bytes": st.integers(min_value=2**20, max_value=2**63 - 1),
+                    "cpus": st.integers(min_value=1, max_value=512),
+                },
+            ),
+        ),
+        "annotations": st.one_of(
+            st.none(),
+            st.dictionaries(
+                st.sampled_from(["io.kubernetes.cri.sandbox-memory", "x"]),
+                st.from_regex(r"[0-9]{1,12}", fullmatch=True),
+                max_size=2,
+            ),
+        ),
+    },
+).map(lambda d: {**d, "apply": d.get("backend") is not None and d["event"] != "delete"})
+
+
+def examples(times: float) -> int:
+    """``times`` the examples per test of the loaded hypothesis profile (tests/conftest.py),
+    at least 1: for a test whose examples cost much less (more) than most."""
+    return max(1, round(settings().max_examples * times))

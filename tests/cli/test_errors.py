@@ -11,15 +11,9 @@ from typing import Callable
 import pytest
 
 from kata_mem.core import errors
-from tests.conftest import (
-    HOST_ARGS,
-    KATA_CONFIGS,
-    PODS,
-    REPO,
-    CliResult,
-    kata_mem_process,
-    write_config,
-)
+from tests.support.cli import CliResult, kata_mem_process
+from tests.support.configs import HOST_ARGS, write_config
+from tests.support.paths import KATA_CONFIGS, PODS, REPO
 
 UPSTREAM_QEMU = str(KATA_CONFIGS / "configuration-qemu.toml")
 Run = Callable[..., CliResult]

@@ -16,15 +16,10 @@ from kata_mem.core.record import Record
 from kata_mem.core.request import ANN_POD_OVERHEAD, Endpoint, SandboxRequest
 from kata_mem.core.units import GiB, MiB
 from kata_mem.edges.journal import SandboxState
-from tests.conftest import (
-    HOST_ARGS,
-    PODS,
-    REPO,
-    CliResult,
-    kata_mem_process,
-    shim_request_doc,
-    write_config,
-)
+from tests.support.cli import CliResult, kata_mem_process
+from tests.support.configs import HOST_ARGS, write_config
+from tests.support.paths import PODS, REPO
+from tests.support.shim import shim_request_doc
 
 Run = Callable[..., CliResult]
 SCHEMAS = REPO / "kata_mem" / "schemas"

@@ -24,15 +24,11 @@ import pytest
 
 from kata_mem.core.units import GiB, MiB
 from kata_mem.interfaces.cli import cli
-from tests.conftest import (
-    HOST_ARGS,
-    REPO,
-    CliResult,
-    kata_mem_process,
-    shim_request_doc,
-    write_config,
-)
+from tests.support.cli import CliResult, kata_mem_process
+from tests.support.configs import HOST_ARGS, write_config
 from tests.support.memcg import CgroupUnavailable, MemoryCgroup
+from tests.support.paths import REPO
+from tests.support.shim import shim_request_doc
 
 Run = Callable[..., CliResult]
 HOST = ("--host-cpus", "4", "--host-arch", "amd64")  # HOST_ARGS without the memory

@@ -22,15 +22,9 @@ import yaml
 
 from kata_mem.edges.files import CONFIG_CAP, MANIFEST_CAP
 from kata_mem.edges.sources import read_pod
-from tests.conftest import (
-    HOST_ARGS,
-    KATA_CONFIGS,
-    PODS,
-    REPO,
-    CliResult,
-    kata_mem_process,
-    write_config,
-)
+from tests.support.cli import CliResult, kata_mem_process
+from tests.support.configs import HOST_ARGS, write_config
+from tests.support.paths import KATA_CONFIGS, PODS, REPO
 
 UPSTREAM_QEMU = str(KATA_CONFIGS / "configuration-qemu.toml")
 BOOM = str(PODS / "memory-boom.yaml")

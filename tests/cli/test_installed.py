@@ -20,7 +20,9 @@ import jsonschema
 import pytest
 
 import kata_mem
-from tests.conftest import PODS, REPO, shim_request_doc, write_config
+from tests.support.configs import write_config
+from tests.support.paths import PODS, REPO
+from tests.support.shim import shim_request_doc
 
 pytestmark = pytest.mark.installed
 

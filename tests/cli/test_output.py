@@ -18,8 +18,10 @@ from kata_mem.core.model import OwnedDevice
 from kata_mem.core.record import Record
 from kata_mem.edges.config import DEFAULT_PATHS
 from kata_mem.edges.journal import SandboxState
-from tests.conftest import HOST_ARGS, KATA_CONFIGS, REPO, CliResult, kata_mem_process, write_config
+from tests.support.cli import CliResult, kata_mem_process
+from tests.support.configs import HOST_ARGS, write_config
 from tests.support.fake_qmp import FakeQemu, FakeQmpServer
+from tests.support.paths import KATA_CONFIGS, REPO
 
 Run = Callable[..., CliResult]
 MiB = 1 << 20

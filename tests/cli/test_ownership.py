@@ -34,9 +34,9 @@ from kata_mem.core.errors import ConfigError
 from kata_mem.core.record import Record
 from kata_mem.edges.journal import SandboxState
 from kata_mem.edges.statedir import STATE_MARKER, ensure_state_dir, state_dir_state
-from tests.cli.test_state_dir import Run, apply, config_for, snapshot
-from tests.conftest import CliResult, kata_mem_process
+from tests.support.cli import CliResult, Run, kata_mem_process
 from tests.support.fake_qmp import FakeQemu, FakeQmpServer
+from tests.support.state_dir import apply, config_for, snapshot
 
 NOBODY = pwd.getpwnam("nobody").pw_uid
 NOGROUP = grp.getgrnam("nogroup").gr_gid

@@ -19,7 +19,10 @@ import pytest
 
 from kata_mem.interfaces.pipes import CLOSED_STDOUT
 from kata_mem.interfaces.shim import run_shim
-from tests.conftest import PODS, REPO, kata_mem_process, shim_request_doc, write_config
+from tests.support.cli import kata_mem_process
+from tests.support.configs import write_config
+from tests.support.paths import PODS, REPO
+from tests.support.shim import shim_request_doc
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -12,7 +12,9 @@ from typing import Any, Callable
 import jsonschema
 import pytest
 
-from tests.conftest import KATA_CONFIGS, REPO, CliResult, kata_mem_process, write_config
+from tests.support.cli import CliResult, kata_mem_process
+from tests.support.configs import write_config
+from tests.support.paths import KATA_CONFIGS, REPO
 
 Run = Callable[..., CliResult]
 UPSTREAM_QEMU = str(KATA_CONFIGS / "configuration-qemu.toml")

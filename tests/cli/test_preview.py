@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from tests.conftest import KATA_CONFIGS, PODS, REPO, CliResult
+from tests.support.cli import CliResult
+from tests.support.paths import KATA_CONFIGS, PODS, REPO
 
 UPSTREAM_QEMU = str(KATA_CONFIGS / "configuration-qemu.toml")
 BOOM = str(PODS / "memory-boom.yaml")

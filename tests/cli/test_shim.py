@@ -13,36 +13,9 @@ import jsonschema
 import pytest
 
 from kata_mem.interfaces.shim import run_shim
-from tests.conftest import KATA_CONFIGS, REPO, kata_mem_process
-
-SCHEMAS = REPO / "kata_mem" / "schemas"
-REQUEST_SCHEMA = json.loads((SCHEMAS / "shim-request.v1.json").read_text())
-RESPONSE_SCHEMA = json.loads((SCHEMAS / "shim-response.v1.json").read_text())
-CONFIG = str(KATA_CONFIGS / "configuration-qemu.toml")
-
-
-def request(**fields: Any) -> dict[str, Any]:
-    doc: dict[str, Any] = {
-        "schema": "kata-mem/shim-request/v1",
-        "sandbox_id": "sb-1",
-        "event": "update",
-        "config": CONFIG,
-        "containers": [
-            {
-                "id": "c1",
-                "state": "running",
-                "memory_limit_bytes": 268435456,
-                "cpu_quota": 50000,
-                "cpu_period": 100000,
-            }
-        ],
-        "backend": None,
-        "apply": False,
-        "allow_shrink": False,
-        "host": {"memory_bytes": 34359738368, "cpus": 8},
-    }
-    doc.update(fields)
-    return doc
+from tests.support.cli import kata_mem_process
+from tests.support.paths import REPO
+from tests.support.shim import BAD_REQUESTS, REQUEST_SCHEMA, RESPONSE_SCHEMA, request
 
 
 def run(raw: bytes) -> tuple[int, dict[str, Any]]:
@@ -75,43 +48,7 @@ def test_memory_boom_through_the_shim_is_clamped() -> None:
     )
 
 
-@pytest.mark.parametrize(
-    ("raw", "code", "needle"),
-    [
-        (b"{", 4, "not JSON"),
-        (b"[]", 4, "expected a JSON object"),
-        (
-            json.dumps(request(schema="kata-mem/shim-request/v2")).encode(),
-            4,
-            "expected 'kata-mem/shim-request/v1'",
-        ),
-        (json.dumps(request(sandbox_id="../etc")).encode(), 4, "sandbox id '../etc'"),
-        (
-            json.dumps(request(event="resize")).encode(),
-            4,
-            "request event: expected create | update | delete | reconcile",
-        ),
-        (
-            json.dumps(request(containers=[{"id": "c", "memory_limit_bytes": "1Gi"}])).encode(),
-            4,
-            "containers[0].memory_limit_bytes: expected an integer",
-        ),
-        (
-            json.dumps(request(containers=[{"id": "c", "limit": 1}])).encode(),
-            4,
-            "containers[0]: unknown field 'limit'",
-        ),
-        (json.dumps(request(apply=True)).encode(), 4, "apply: true needs a backend"),
-        (json.dumps(request(backend={"type": "xen"})).encode(), 4, "backend.type"),
-        (json.dumps(request(host={"memory_bytes": True})).encode(), 4, "host.memory_bytes"),
-        (
-            json.dumps(request(config="/nonexistent/kata.toml")).encode(),
-            3,
-            "/nonexistent/kata.toml: no such configuration file",
-        ),
-        (b" " * (1 << 20) + b"{}", 4, "larger than 1048576 bytes"),
-    ],
-)
+@pytest.mark.parametrize(("raw", "code", "needle"), BAD_REQUESTS)
 def test_bad_requests_get_an_error_response(
     raw: bytes, code: int, needle: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import stat
 import subprocess
 import sys
 import time
@@ -25,12 +24,9 @@ import pytest
 from kata_mem.core.record import Record
 from kata_mem.edges.journal import SandboxState
 from kata_mem.edges.statedir import STATE_MARKER, ensure_state_dir
-from tests.conftest import HOST_ARGS, CliResult, kata_mem_process, write_config
+from tests.support.cli import Run, kata_mem_process
 from tests.support.fake_qmp import FakeQemu, FakeQmpServer
-
-Run = Callable[..., CliResult]
-Snapshot = dict[str, tuple[Any, ...]]
-
+from tests.support.state_dir import Snapshot, apply, config_for, snapshot, still_locked
 
 # -- helpers --------------------------------------------------------------------------------
 
@@ -60,56 +56,11 @@ def unrelated_content(root: Path) -> None:
         os.utime(path, (1_000_000_000, 1_000_000_000), follow_symlinks=False)
 
 
-def snapshot(root: Path) -> Snapshot:
-    """Mode, inode, mtime, size and content of everything under ``root`` (not following links)."""
-    shot: Snapshot = {}
-    paths = [root, *sorted(root.rglob("*"))] if root.is_dir() else [root]
-    for path in paths:
-        info = os.lstat(path)
-        content: Any = None
-        if stat.S_ISREG(info.st_mode) and os.access(path, os.R_OK):
-            content = path.read_bytes()
-        elif stat.S_ISLNK(info.st_mode):
-            content = os.readlink(path)
-        shot[str(path.relative_to(root)) if path != root else "."] = (
-            stat.filemode(info.st_mode),
-            info.st_ino,
-            info.st_mtime_ns,
-            info.st_size,
-            content,
-        )
-    return shot
-
-
 @pytest.fixture
 def qemu(tmp_path: Path) -> Iterator[tuple[FakeQemu, FakeQmpServer]]:
     fake = FakeQemu()
     with FakeQmpServer(tmp_path / "qmp.sock", fake) as server:
         yield fake, server
-
-
-def config_for(tmp_path: Path, state_dir: Path, name: str = "configuration.toml") -> Path:
-    return write_config(
-        tmp_path / name,
-        {"default_memory": 512, "default_maxmemory": 4096, "memory_slots": 4},
-        kata_mem={"state_dir": str(state_dir), "step_timeout_s": 1},
-    )
-
-
-def apply(run_cli: Run, cfg: Path, sock: Path, state: Path, sandbox: str, *args: str) -> CliResult:
-    return run_cli(
-        "apply",
-        "--config",
-        str(cfg),
-        "--qmp",
-        str(sock),
-        "--sandbox",
-        sandbox,
-        "--state-dir",
-        str(state),
-        *HOST_ARGS,
-        *args,
-    )
 
 
 def shim_delete(cfg: Path, sandbox: str) -> tuple[int, dict[str, Any]]:
@@ -245,43 +196,6 @@ def test_read_only_commands_create_nothing(
 # -- the lock: one wait, then change nothing ---------------------------------------------------
 
 
-@pytest.fixture
-def lock_holder() -> Iterator[Callable[[Path], subprocess.Popen[str]]]:
-    """Another process that holds the flock on a sandbox's lock file until killed."""
-    procs: list[subprocess.Popen[str]] = []
-
-    def hold(lock: Path) -> subprocess.Popen[str]:
-        code = (
-            "import fcntl, os, sys, time\n"
-            f"fd = os.open({str(lock)!r}, os.O_RDWR)\n"
-            "fcntl.flock(fd, fcntl.LOCK_EX)\n"
-            "print('held', flush=True)\n"
-            "time.sleep(60)\n"
-        )
-        proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
-        procs.append(proc)
-        assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
-        return proc
-
-    yield hold
-    for proc in procs:
-        proc.kill()
-        proc.communicate()
-
-
-def still_locked(lock: Path) -> bool:
-    import fcntl
-
-    fd = os.open(lock, os.O_RDWR)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-    return False
-
-
 WAIT_S = 1.0
 
 
@@ -349,7 +263,7 @@ def test_shim_delete_that_does_not_get_the_lock_removes_nothing(
 def test_concurrent_calls_and_deletes_hold_the_lock_one_at_a_time(tmp_path: Path) -> None:
     """Processes that lock, write, forget and delete one sandbox at once: never two
     holders (a delete unlinks the lock file), never a refusal, never an unmarked directory."""
-    from tests.conftest import REPO
+    from tests.support.paths import REPO
 
     state, inside = tmp_path / "state", tmp_path / "inside"
     code = (

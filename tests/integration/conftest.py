@@ -1,8 +1,7 @@
 """Fixtures for tests that boot the real tiny guest under QEMU TCG.
 
-* ``guest_dir`` (session): builds (or reuses) the guest kernel + initramfs with
-  ``scripts/build-guest.sh`` into ``$KATA_MEM_GUEST_DIR`` (default
-  ``<repo>/.cache/guest``). Missing QEMU is a failure, not a skip.
+* ``guest_dir`` (session, in ``tests/conftest.py``: the service tests boot guests too):
+  the guest kernel + initramfs.
 * ``boot_guest`` (function): ``boot_guest(spec=GuestSpec()) -> GuestVM``, booted
   under the test's ``tmp_path``; every guest it booted is stopped at teardown.
 * ``libvirtd`` (session): a real libvirtd serving ``qemu:///system`` (its URI), from
@@ -27,8 +26,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.support.guestvm import QEMU_BINARY, GuestSpec, GuestVM
+from tests.support.guestvm import GuestSpec, GuestVM
 from tests.support.libvirt_guest import DEFAULT_URI, LibvirtGuest
+from tests.support.paths import REPO
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -36,8 +36,6 @@ if TYPE_CHECKING:
     from tests.support.guestvm import BootGuest
     from tests.support.libvirt_guest import BootLibvirtGuest
 
-REPO = Path(__file__).resolve().parents[2]
-BUILD_SCRIPT = REPO / "scripts" / "build-guest.sh"
 LIBVIRTD_SCRIPT = REPO / "scripts" / "libvirtd.sh"
 
 
@@ -46,38 +44,6 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "libvirt: needs a real libvirtd (the libvirtd fixture starts one)"
     )
-
-
-@pytest.fixture(scope="session")
-def guest_dir() -> Path:
-    """Directory with ``vmlinuz`` and ``initramfs.gz`` of the test guest."""
-    qemu = os.environ.get("KATA_MEM_QEMU") or QEMU_BINARY
-    if shutil.which(qemu) is None:
-        pytest.fail(
-            f"{qemu} not found: the guest tests need QEMU. "
-            "Run `sudo scripts/install-system-deps.sh` first.",
-            pytrace=False,
-        )
-    out = Path(os.environ.get("KATA_MEM_GUEST_DIR") or REPO / ".cache" / "guest")
-    t0 = time.monotonic()
-    proc = subprocess.run(
-        [str(BUILD_SCRIPT), str(out)],
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if proc.returncode != 0:
-        pytest.fail(
-            f"{BUILD_SCRIPT.relative_to(REPO)} {out} failed (exit {proc.returncode}); "
-            "missing tools? run `sudo scripts/install-system-deps.sh`\n"
-            f"--- stderr ---\n{proc.stderr[-4000:]}",
-            pytrace=False,
-        )
-    elapsed = time.monotonic() - t0
-    if elapsed > 1.0:
-        print(f"\nbuilt test guest in {out} ({elapsed:.1f} s)")
-    return out
 
 
 @pytest.fixture

@@ -9,7 +9,8 @@ from typing import Callable
 
 import pytest
 
-from tests.conftest import HOST_ARGS, CliResult, guest_config, kata_mem_process
+from tests.support.cli import CliResult, kata_mem_process
+from tests.support.configs import HOST_ARGS, guest_config
 from tests.support.guestvm import BootGuest, GuestSpec
 
 pytestmark = pytest.mark.guest

@@ -22,25 +22,20 @@ from typing import Any, Callable
 
 import pytest
 
-from tests.conftest import (
-    HOST_ARGS,
-    REPO,
-    CliResult,
-    apply_qmp,
-    guest_config,
-    kata_mem_process,
-)
-from tests.integration.conftest import guest_dir  # noqa: F401 (the session fixture)
-from tests.service.conftest import Service, start
+from tests.support.cli import CliResult, apply_qmp, kata_mem_process
+from tests.support.configs import HOST_ARGS, guest_config
 from tests.support.guestvm import GuestSpec, GuestVM
+from tests.support.paths import REPO
 from tests.support.qmp_min import QMPClient
+from tests.support.service import Service, start
+from tests.support.waits import wait_until
 
 Run = Callable[..., CliResult]
 MiB, KiB_PER_MiB = 1 << 20, 1024
 
 
 @pytest.fixture(scope="module")
-def booted(guest_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GuestVM]:  # noqa: F811
+def booted(guest_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GuestVM]:
     """One guest with a virtio-mem device and free DIMM slots."""
     guest = GuestVM(guest_dir, tmp_path_factory.mktemp("guest"), GuestSpec(virtio_mem_mib=2048))
     try:
@@ -96,17 +91,16 @@ def _hold(vm: GuestVM, mib: int) -> None:
     before the allocation would call the shrink safe)."""
     vm.alloc(mib)
     held_at = time.time()
-    deadline = time.monotonic() + 10
     with QMPClient(vm.qmp_socket) as q:
-        while True:
+
+        def read_after() -> bool:
             stats = q.execute(
                 "qom-get", {"path": "/machine/peripheral/balloon0", "property": "guest-stats"}
             )
             # QEMU stamps a reading in whole seconds (time of its arrival, truncated).
-            if stats["last-update"] > held_at:
-                return
-            assert time.monotonic() < deadline, f"no balloon reading after the allocation: {stats}"
-            time.sleep(0.1)
+            return bool(stats["last-update"] > held_at)
+
+        wait_until(read_after, "a balloon reading after the allocation", interval=0.1)
 
 
 def _grow_then_defer(run_cli: Run, cfg: Path, vm: GuestVM, grow_mib: int, hold_mib: int) -> int:

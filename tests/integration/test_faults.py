@@ -22,7 +22,8 @@ from kata_mem.edges.config import load_config
 from kata_mem.edges.journal import SandboxState
 from kata_mem.orchestration.executor import Options, run_locked
 from kata_mem.orchestration.reconcile import reconcile_all
-from tests.conftest import HOST, HOST_ARGS, CliResult, apply_qmp, guest_config, kata_mem_process
+from tests.support.cli import CliResult, apply_qmp, kata_mem_process
+from tests.support.configs import HOST, HOST_ARGS, guest_config
 from tests.support.fake_qmp import FakeQemu, FakeQmpServer
 from tests.support.guestvm import BootGuest, GuestSpec
 

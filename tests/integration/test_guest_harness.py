@@ -6,13 +6,13 @@ the memory checks, one minimal guest for the power-off path.
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from tests.support.guestvm import GuestBootError, GuestMem, GuestSpec, GuestVM
 from tests.support.qmp_min import QMPClient
+from tests.support.waits import wait_until
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -106,10 +106,11 @@ def test_virtio_mem_resize(guest: GuestVM) -> None:
 
         qmp.execute("qom-set", {"path": vm0, "property": "requested-size", "value": 0})
         guest.wait_mem(lambda m: m.total_kb <= before.total_kb, timeout=20)
-        deadline = time.monotonic() + 10
-        while qmp.execute("qom-get", {"path": vm0, "property": "size"}) != 0:
-            assert time.monotonic() < deadline, "virtio-mem size did not return to 0"
-            time.sleep(0.1)
+        wait_until(
+            lambda: qmp.execute("qom-get", {"path": vm0, "property": "size"}) == 0,
+            "the virtio-mem size returns to 0",
+            interval=0.1,
+        )
 
 
 def test_balloon_guest_stats(guest: GuestVM) -> None:
@@ -119,15 +120,15 @@ def test_balloon_guest_stats(guest: GuestVM) -> None:
             "qom-set",
             {"path": balloon, "property": "guest-stats-polling-interval", "value": 1},
         )
-        deadline = time.monotonic() + 15
-        stats: dict[str, Any] = {}
-        while True:
-            stats = qmp.execute("qom-get", {"path": balloon, "property": "guest-stats"})
-            total = stats["stats"]["stat-total-memory"]
-            if total not in (-1, U64_MINUS_1):
-                break
-            assert time.monotonic() < deadline, f"no balloon stats: {stats}"
-            time.sleep(0.25)
+
+        def reported() -> dict[str, Any]:
+            stats: dict[str, Any] = qmp.execute(
+                "qom-get", {"path": balloon, "property": "guest-stats"}
+            )
+            return stats if stats["stats"]["stat-total-memory"] not in (-1, U64_MINUS_1) else {}
+
+        stats = wait_until(reported, "the balloon reports the guest's statistics", 15, 0.25)
+        total = stats["stats"]["stat-total-memory"]
         assert stats["last-update"] > 0
         mem = guest.status()
         assert abs(total // 1024 - mem.total_kb) <= 4 * MIB_KB, (total, mem)

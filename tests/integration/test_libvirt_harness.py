@@ -15,6 +15,7 @@ import pytest
 
 from tests.support.guestvm import READY_MARKER, GuestBootError, GuestSpec
 from tests.support.libvirt_guest import NAME_PREFIX, LibvirtGuest, virsh
+from tests.support.waits import wait_until
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -45,9 +46,12 @@ def _virtio_mem(guest: LibvirtGuest, inactive: bool = False) -> DomainMemoryDevi
 def _wait_current(guest: LibvirtGuest, kib: int, timeout: float = 15.0) -> float:
     """Wait until the live XML's ``<current>`` is ``kib``; return the seconds it took."""
     t0 = time.monotonic()
-    while (current := _virtio_mem(guest).current_kib) != kib:
-        assert time.monotonic() - t0 < timeout, f"<current> is {current} KiB, want {kib}"
-        time.sleep(0.1)
+    wait_until(
+        lambda: _virtio_mem(guest).current_kib == kib,
+        lambda: f"<current> is {kib} KiB, not {_virtio_mem(guest).current_kib}",
+        timeout,
+        0.1,
+    )
     return time.monotonic() - t0
 
 
@@ -88,17 +92,17 @@ def test_live_domain_xml(guest: LibvirtGuest) -> None:
 
 
 def test_dommemstat(guest: LibvirtGuest) -> None:
-    deadline = time.monotonic() + 15
-    while True:
+
+    def guest_stats() -> dict[str, int]:
         stats = {}
         for line in guest.virsh("dommemstat", guest.name).splitlines():
             key, _, value = line.partition(" ")
             if value.strip().isdigit():
                 stats[key] = int(value)
-        if "available" in stats:  # guest stats arrive with the 1 s stats period
-            break
-        assert time.monotonic() < deadline, f"no guest stats from dommemstat: {stats}"
-        time.sleep(0.25)
+        return stats if "available" in stats else {}
+
+    # Guest stats arrive with the 1 s stats period.
+    stats = wait_until(guest_stats, "guest stats from dommemstat", 15, 0.25)
     mem = guest.status()
     assert stats["actual"] == 512 * MIB_KB  # balloon: the base memory, not the devices
     assert abs(stats["available"] - mem.total_kb) <= 4 * MIB_KB, (stats, mem)

@@ -15,7 +15,8 @@ import pytest
 from kata_mem.core.model import OwnedDevice
 from kata_mem.core.record import Record
 from kata_mem.edges.journal import SandboxState
-from tests.conftest import CliResult, write_config
+from tests.support.cli import CliResult
+from tests.support.configs import write_config
 
 libvirt = pytest.importorskip("libvirt", reason="libvirt-python is part of the test extra")
 Run = Callable[..., CliResult]

@@ -15,7 +15,8 @@ from typing import Callable
 
 import pytest
 
-from tests.conftest import HOST_ARGS, CliResult
+from tests.support.cli import CliResult
+from tests.support.configs import HOST_ARGS
 from tests.support.fake_qmp import FakeQemu, FakeQmpServer
 
 Run = Callable[..., CliResult]
@@ -139,7 +140,7 @@ def test_error_reply_without_description(run_cli: Run, qemu: tuple[FakeQemu, Pat
 def test_error_reply_in_a_step_is_not_doubled(
     run_cli: Run, qemu: tuple[FakeQemu, Path], tmp_path: Path
 ) -> None:
-    from tests.conftest import write_config
+    from tests.support.configs import write_config
 
     fake, sock = qemu
     fake.fail["device_add"] = ("GenericError", "no free slots available")

@@ -12,7 +12,8 @@ from typing import Any, Callable
 
 import pytest
 
-from tests.conftest import HOST_ARGS, CliResult, write_config
+from tests.support.cli import CliResult
+from tests.support.configs import HOST_ARGS, write_config
 from tests.support.fake_qmp import FakeQemu, FakeQmpServer
 
 Run = Callable[..., CliResult]

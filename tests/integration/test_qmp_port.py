@@ -16,7 +16,8 @@ from kata_mem.backends.qmp import QmpBackend
 from kata_mem.core.errors import BackendError
 from kata_mem.core.model import BackendObject, OwnedDevice, Step
 from kata_mem.core.reports import owned_view
-from tests.conftest import CliResult, write_config
+from tests.support.cli import CliResult
+from tests.support.configs import write_config
 from tests.support.fake_qmp import FakeQemu, FakeQmpServer
 
 Run = Callable[..., CliResult]

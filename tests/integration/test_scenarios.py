@@ -11,9 +11,11 @@ from typing import Any, Callable, Union
 
 import pytest
 
-from tests.conftest import HOST_ARGS, PODS, CliResult, write_config
+from tests.support.cli import CliResult
+from tests.support.configs import HOST_ARGS, write_config
 from tests.support.guestvm import GuestSpec, GuestVM
 from tests.support.libvirt_guest import LibvirtGuest
+from tests.support.paths import PODS
 
 pytestmark = pytest.mark.guest
 Run = Callable[..., CliResult]

@@ -9,7 +9,8 @@ from typing import Callable
 
 import pytest
 
-from tests.conftest import CliResult, apply_qmp, guest_config
+from tests.support.cli import CliResult, apply_qmp
+from tests.support.configs import guest_config
 from tests.support.guestvm import BootGuest, GuestSpec
 
 pytestmark = pytest.mark.guest

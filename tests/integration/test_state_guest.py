@@ -13,9 +13,10 @@ from typing import Callable
 
 import pytest
 
-from tests.cli.test_state_dir import lock_holder, snapshot, still_locked  # noqa: F401
-from tests.conftest import CliResult, apply_qmp, guest_config
+from tests.support.cli import CliResult, apply_qmp
+from tests.support.configs import guest_config
 from tests.support.guestvm import BootGuest, GuestSpec
+from tests.support.state_dir import snapshot, still_locked
 
 Run = Callable[..., CliResult]
 pytestmark = pytest.mark.guest
@@ -26,7 +27,7 @@ def test_busy_then_killed_vm_without_its_configuration(
     run_cli: Run,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
-    lock_holder: Callable[[Path], subprocess.Popen[str]],  # noqa: F811
+    lock_holder: Callable[[Path], subprocess.Popen[str]],
 ) -> None:
     vm = boot_guest(GuestSpec(virtio_mem_mib=0))
     cfg = guest_config(tmp_path, virtio=False)

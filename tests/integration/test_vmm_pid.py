@@ -9,7 +9,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +21,7 @@ from kata_mem.backends.qmp import QmpBackend
 from kata_mem.core.errors import BackendUnavailable
 from kata_mem.core.model import VmState
 from tests.support.fake_qmp import FakeQemu, FakeQmpServer
+from tests.support.waits import wait_until
 
 MiB = 1 << 20
 KiB = 1 << 10
@@ -94,10 +94,12 @@ def sleeper() -> Iterator[Any]:
         proc = subprocess.Popen([sys.executable, "-c", code, *args])
         procs.append(proc)
         cmdline = Path(f"/proc/{proc.pid}/cmdline")
-        deadline = time.monotonic() + 10
-        while args[-1].encode() not in cmdline.read_bytes():  # empty until exec is done
-            assert time.monotonic() < deadline, "the sleeper never showed its argv"
-            time.sleep(0.01)
+        wait_until(  # empty until exec is done
+            lambda: args[-1].encode() in cmdline.read_bytes(),
+            "the sleeper shows its argv",
+            10,
+            0.01,
+        )
         return proc.pid
 
     yield start

@@ -5,7 +5,7 @@ OCI file) and, when it fails, exactly one ``kata-mem: error:`` line: never "inte
 error", never a traceback. Deep nesting, files around their size caps and special files
 (FIFOs, devices, sockets, directories) included. Most runs are in-process (``run_cli``);
 a few real processes check the same with a timeout. About a minute on a slow 2-core
-machine; KATA_MEM_CLI_FUZZ_EXAMPLES (default 100 per test) scales it.
+machine with the full hypothesis profile (100 examples per test).
 """
 
 from __future__ import annotations
@@ -22,15 +22,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kata_mem.edges.files import CONFIG_CAP, MANIFEST_CAP
-from tests.conftest import HOST_ARGS, KATA_CONFIGS, PODS, CliResult, kata_mem_process
-from tests.property.test_fuzz import mutated
+from tests.strategies import mutated
+from tests.support.cli import CliResult, kata_mem_process
+from tests.support.configs import HOST_ARGS
+from tests.support.paths import KATA_CONFIGS, PODS
 
 # A read that blocks (a FIFO, /dev/urandom) fails the test here instead of hanging CI.
 pytestmark = pytest.mark.timeout(300)
 
-EXAMPLES = int(os.environ.get("KATA_MEM_CLI_FUZZ_EXAMPLES", "100"))
 FUZZ = settings(
-    max_examples=EXAMPLES,
     deadline=None,
     suppress_health_check=[
         HealthCheck.too_slow,

@@ -1,7 +1,7 @@
 """Fuzzing the input edges with hypothesis: generated and mutated TOML, Pod manifests,
 OCI specs and shim requests. Every input either parses or is rejected with a
-documented kata-mem error; nothing else escapes. CI runs thousands of examples
-(KATA_MEM_FUZZ_EXAMPLES, default 1000 per test); scripts/fuzz.sh runs many more.
+documented kata-mem error; nothing else escapes. Ten times the examples of the hypothesis
+profile per test (1000 in CI's), or KATA_MEM_FUZZ_EXAMPLES; scripts/fuzz.sh runs many more.
 """
 
 from __future__ import annotations
@@ -25,9 +25,11 @@ from kata_mem.core.request import LIBVIRT_URIS, SandboxRequest
 from kata_mem.edges.config import load_config
 from kata_mem.edges.sources import pod_containers, read_oci, read_pod
 from kata_mem.interfaces.shim import run_shim
-from tests.conftest import KATA_CONFIGS, PODS, REPO
+from tests.strategies import examples, mutated, valid_requests
+from tests.support.paths import KATA_CONFIGS, PODS, REPO
 
-EXAMPLES = int(os.environ.get("KATA_MEM_FUZZ_EXAMPLES", "1000"))
+# Ten times the profile's (1000 in CI); scripts/fuzz.sh asks for many more.
+EXAMPLES = int(os.environ.get("KATA_MEM_FUZZ_EXAMPLES") or examples(10))
 FUZZ = settings(
     max_examples=EXAMPLES,
     deadline=None,
@@ -56,24 +58,6 @@ json_values = st.recursive(
     ),
     max_leaves=20,
 )
-
-
-@st.composite
-def mutated(draw: st.DrawFn, data: bytes) -> bytes:
-    """A few random byte flips, insertions and deletions of ``data``."""
-    buf = bytearray(data)
-    for _ in range(draw(st.integers(min_value=1, max_value=8))):
-        pos = draw(st.integers(min_value=0, max_value=max(len(buf) - 1, 0)))
-        op = draw(st.sampled_from(["flip", "insert", "delete", "truncate"]))
-        if op == "flip" and buf:
-            buf[pos] = draw(st.integers(min_value=0, max_value=255))
-        elif op == "insert":
-            buf[pos:pos] = draw(st.binary(min_size=1, max_size=4))
-        elif op == "delete" and buf:
-            del buf[pos]
-        else:
-            del buf[pos:]
-    return bytes(buf)
 
 
 def toml_value(v: Any) -> str:
@@ -208,51 +192,6 @@ container_fields = st.fixed_dictionaries(
         "extra": st.integers(),
     },
 )
-int64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
-uint63 = st.integers(min_value=0, max_value=2**63 - 1)
-valid_containers = st.fixed_dictionaries(
-    {"id": st.text(min_size=1, max_size=6).filter(lambda t: "\0" not in t)},
-    optional={
-        "state": st.sampled_from(["running", "created", "stopped"]),
-        "role": st.sampled_from(["app", "init", "sidecar"]),
-        "memory_limit_bytes": st.one_of(st.none(), int64),
-        "hugepages_limit_bytes": st.one_of(st.none(), uint63),
-        "cpu_quota": st.one_of(st.none(), int64),
-        "cpu_period": st.one_of(st.none(), uint63),
-    },
-)
-valid_requests = st.fixed_dictionaries(
-    {
-        "schema": st.just("kata-mem/shim-request/v1"),
-        "sandbox_id": st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,8}", fullmatch=True),
-        "event": st.sampled_from(["create", "update", "delete", "reconcile"]),
-    },
-    optional={
-        "containers": st.lists(valid_containers, max_size=3, unique_by=lambda c: c["id"]),
-        "backend": st.one_of(
-            st.none(), st.just({"type": "qmp", "socket": "/nonexistent/qmp.sock"})
-        ),
-        "allow_shrink": st.booleans(),
-        "host": st.one_of(
-            st.none(),
-            st.fixed_dictionaries(
-                {},
-                optional={
-                    "memory_bytes": st.integers(min_value=2**20, max_value=2**63 - 1),
-                    "cpus": st.integers(min_value=1, max_value=512),
-                },
-            ),
-        ),
-        "annotations": st.one_of(
-            st.none(),
-            st.dictionaries(
-                st.sampled_from(["io.kubernetes.cri.sandbox-memory", "x"]),
-                st.from_regex(r"[0-9]{1,12}", fullmatch=True),
-                max_size=2,
-            ),
-        ),
-    },
-).map(lambda d: {**d, "apply": d.get("backend") is not None and d["event"] != "delete"})
 noisy_requests = st.fixed_dictionaries(
     {
         "schema": st.sampled_from(

@@ -11,9 +11,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kata_mem.core.request import Endpoint
-from tests.cli.test_shim import CONFIG, RESPONSE_SCHEMA, request
-from tests.service.conftest import Service
-from tests.strategies import sandbox_requests
+from tests.strategies import examples, sandbox_requests
+from tests.support.service import Service
+from tests.support.shim import CONFIG, RESPONSE_SCHEMA, request
 
 #: The statuses an exit code maps to (README, "The node service"); 500 is a bug.
 STATUS = {0: 200, 2: 400, 3: 400, 4: 400, 6: 503, 7: 503, 8: 503, 9: 503}
@@ -58,7 +58,7 @@ bodies = st.one_of(
 
 
 @settings(
-    max_examples=50,
+    max_examples=examples(0.5),  # each example is a request to the service: half the profile's
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )

@@ -12,17 +12,17 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from tests.cli import test_shim
-from tests.cli.test_shim import RESPONSE_SCHEMA, request
-from tests.conftest import REPO, kata_mem_process, write_config
-from tests.service.conftest import Service, curl_answer
+from tests.support.cli import kata_mem_process
+from tests.support.configs import small_vm_config
 from tests.support.fake_qmp import FakeQemu, FakeQmpServer
+from tests.support.paths import REPO
+from tests.support.service import Service, curl_answer, read_response
+from tests.support.shim import BAD_REQUESTS, ERROR_SCHEMA, RESPONSE_SCHEMA, request
 
 MiB = 1 << 20
 
 #: The shim corpus: the requests tests/cli/test_shim.py sends (its README example, the
 #: memory-boom pod, and every refused request), as raw bodies.
-_BAD = test_shim.test_bad_requests_get_an_error_response.__dict__["pytestmark"][0]
 CORPUS: list[bytes] = [
     json.dumps(request()).encode(),
     json.dumps(
@@ -31,21 +31,9 @@ CORPUS: list[bytes] = [
             host={"memory_bytes": 31753 * 2**20, "cpus": 8},
         )
     ).encode(),
-    *(case[0] for case in _BAD.args[1]),
+    *(raw for raw, _, _ in BAD_REQUESTS),
 ]
 EXPECTED_STATUS = {0: 200, 3: 400, 4: 400, 6: 503, 7: 503, 8: 503}
-ERROR_SCHEMA = {
-    "type": "object",
-    "required": ["schema", "error"],
-    "properties": {
-        "schema": {"const": "kata-mem/error/v1"},
-        "error": {
-            "type": "object",
-            "required": ["kind", "message", "exit_code"],
-            "properties": {"exit_code": {"type": "integer"}},
-        },
-    },
-}
 
 
 @pytest.mark.parametrize("raw", CORPUS, ids=lambda raw: raw[:60].decode(errors="replace"))
@@ -86,16 +74,8 @@ def test_a_vm_that_is_gone_is_503_with_the_shims_exit_code(
     )
 
 
-def _guest_config(tmp_path: Path) -> Path:
-    return write_config(
-        tmp_path / "configuration.toml",
-        {"default_memory": 512, "default_maxmemory": 4096, "memory_slots": 4},
-        kata_mem={"step_timeout_s": 5},
-    )
-
-
 def test_apply_then_sandbox_status_node_and_metrics(service: Service, tmp_path: Path) -> None:
-    cfg = _guest_config(tmp_path)
+    cfg = small_vm_config(tmp_path)
     with FakeQmpServer(tmp_path / "qmp.sock", FakeQemu()) as qmp:
         req = request(
             sandbox_id="sb-applied",
@@ -213,35 +193,9 @@ def test_an_oversized_chunked_body_is_413(service: Service) -> None:
                 sock.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
         except (BrokenPipeError, ConnectionResetError):
             pass  # refused before the end, as it should be
-        reply = _read_response(sock)
+        reply = read_response(sock)
     assert reply.startswith(b"HTTP/1.1 413"), reply[:200]
     assert b"larger than 1048576 bytes" in reply
-
-
-def _read_response(sock: socket.socket) -> bytes:
-    """One response, headers and Content-Length body (not waiting for the server to close:
-    aiohttp lingers to drain a body it refused)."""
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = sock.recv(65536)
-        if not chunk:
-            return data
-        data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    length = next(
-        (
-            int(line.split(b":", 1)[1])
-            for line in head.split(b"\r\n")
-            if line.lower().startswith(b"content-length:")
-        ),
-        0,
-    )
-    while len(body) < length:
-        chunk = sock.recv(65536)
-        if not chunk:
-            break
-        body += chunk
-    return head + b"\r\n\r\n" + body
 
 
 def _read_all(sock: socket.socket) -> bytes:

@@ -14,35 +14,37 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from tests.cli.test_shim import request
-from tests.conftest import REPO, write_config
-from tests.service.conftest import Answer, curl_answer, serve_argv, start
+from tests.support.configs import small_vm_config
 from tests.support.fake_qmp import FakeQemu, FakeQmpServer
+from tests.support.paths import REPO
+from tests.support.service import LAUNCHER, Answer, curl_answer, serve_argv, start
+from tests.support.shim import request
+from tests.support.waits import wait_until
 
 #: How long the slow guest takes to answer one query.
 SLOW_S = 2.0
 
 
+@dataclass
 class SlowQemu(FakeQemu):
     """A VM whose monitor answers ``query-memory-devices`` only after SLOW_S."""
 
+    #: Set when the first such query arrives: its apply holds the sandbox from then on.
+    asked: threading.Event = field(default_factory=threading.Event)
+
     def handle(self, cmd: str, args: dict[str, Any]) -> Any:
         if cmd == "query-memory-devices":
-            time.sleep(SLOW_S)
+            self.asked.set()
+            time.sleep(SLOW_S)  # not a wait: the slow guest is the behaviour under test
         return super().handle(cmd, args)
 
 
 def _apply_request(tmp_path: Path, sandbox: str, qmp: Path) -> dict[str, Any]:
-    cfg = write_config(
-        tmp_path / "configuration.toml",
-        {"default_memory": 512, "default_maxmemory": 4096, "memory_slots": 4},
-        kata_mem={"step_timeout_s": 5},
-    )
+    cfg = small_vm_config(tmp_path)
     return request(
         sandbox_id=sandbox,
         config=str(cfg),
@@ -67,11 +69,12 @@ def _in_thread(fn: Any) -> tuple[threading.Thread, dict[str, Any]]:
 def test_a_slow_guest_delays_only_its_own_sandbox(tmp_path: Path) -> None:
     svc = start(tmp_path)
     try:
-        with FakeQmpServer(tmp_path / "qmp.sock", SlowQemu()) as qmp:
+        guest = SlowQemu()
+        with FakeQmpServer(tmp_path / "qmp.sock", guest) as qmp:
             slow, slow_out = _in_thread(
                 lambda: svc.post(_apply_request(tmp_path, "slow", qmp.path))
             )
-            time.sleep(0.5)  # the slow apply is waiting for its guest now
+            wait_until(guest.asked.is_set, "the slow apply asks its guest for its memory")
             same, same_out = _in_thread(lambda: svc.post(request(sandbox_id="slow")))
             t0 = time.monotonic()
             other = svc.post(request(sandbox_id="fast"))
@@ -91,13 +94,21 @@ def test_a_slow_guest_delays_only_its_own_sandbox(tmp_path: Path) -> None:
 
 def test_sigterm_finishes_the_request_in_flight_then_exits_0(tmp_path: Path) -> None:
     svc = start(tmp_path)
-    with FakeQmpServer(tmp_path / "qmp.sock", SlowQemu()) as qmp:
+    guest = SlowQemu()
+    with FakeQmpServer(tmp_path / "qmp.sock", guest) as qmp:
         slow, out = _in_thread(lambda: svc.post(_apply_request(tmp_path, "slow", qmp.path)))
-        time.sleep(0.5)
+        wait_until(guest.asked.is_set, "the slow apply asks its guest for its memory")
         svc.proc.send_signal(signal.SIGTERM)
-        time.sleep(0.3)
-        with pytest.raises(OSError):  # no new connections
-            svc.request("GET", "/healthz", timeout=2)
+
+        def refused() -> bool:
+            try:
+                svc.request("GET", "/healthz", timeout=2)
+            except OSError:
+                return True
+            return False
+
+        wait_until(refused, "no new connection after SIGTERM")
+        assert slow.is_alive()  # refused while the request in flight was still going on
         slow.join(30)
         code = svc.proc.wait(30)
     assert code == 0, svc.stderr()
@@ -169,20 +180,6 @@ def test_a_path_that_is_not_a_socket_is_refused(tmp_path: Path) -> None:
     assert svc.proc.wait(30) == 3
     assert "exists and is not a socket" in svc.stderr()
     assert (tmp_path / "kata-mem.sock").read_text() == "mine"
-
-
-LAUNCHER = """
-import os, socket, sys
-path, argv = sys.argv[1], sys.argv[2:]
-sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-sock.bind(path)
-sock.listen(16)
-if sock.fileno() != 3:
-    os.dup2(sock.fileno(), 3)
-os.set_inheritable(3, True)  # as systemd passes it
-os.environ.update(LISTEN_FDS="1", LISTEN_PID=str(os.getpid()))
-os.execv(argv[0], argv)
-"""
 
 
 def test_socket_activation_serves_the_passed_socket(tmp_path: Path) -> None:

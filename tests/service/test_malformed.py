@@ -11,7 +11,6 @@ import re
 import socket
 import subprocess
 import sys
-import time
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,10 +18,11 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from tests.cli.test_shim import request
-from tests.service.conftest import Service, curl_answer, start
-from tests.service.test_endpoints import ERROR_SCHEMA, _guest_config, _read_response
+from tests.support.configs import small_vm_config
 from tests.support.fake_qmp import FakeQemu, FakeQmpServer
+from tests.support.service import Service, all_read, curl_answer, read_response, start
+from tests.support.shim import ERROR_SCHEMA, request
+from tests.support.waits import wait_until
 
 REQUEST = json.dumps(request()).encode()
 
@@ -44,7 +44,7 @@ def _exchange(service: Service, raw: bytes) -> tuple[int, dict[str, str], bytes]
         sock.settimeout(10)
         sock.connect(str(service.socket))
         sock.sendall(raw)
-        reply = _read_response(sock)
+        reply = read_response(sock)
     head, _, body = reply.partition(b"\r\n\r\n")
     status_line, *fields = head.decode("latin-1").split("\r\n")
     headers = {k.lower(): v.strip() for k, _, v in (f.partition(":") for f in fields)}
@@ -181,7 +181,7 @@ def _samples(service: Service) -> dict[str, float]:
 def test_every_backend_error_document_is_counted(service: Service, tmp_path: Path) -> None:
     """The 503 of GET /v1/sandboxes/ID counts as the 503 of POST /v1/shim does."""
     name = 'kata_mem_backend_errors_total{kind="backend-unavailable"}'
-    cfg = _guest_config(tmp_path)
+    cfg = small_vm_config(tmp_path)
     with FakeQmpServer(tmp_path / "qmp.sock", FakeQemu()) as qmp:
         applied = service.post(
             request(
@@ -237,9 +237,10 @@ def test_a_chunk_that_cannot_be_parsed_after_the_headers_is_400(tmp_path: Path) 
             sock.settimeout(5)
             sock.connect(str(svc.socket))
             sock.sendall(b"POST /v1/shim HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
-            time.sleep(0.3)  # the handler is reading the body now
+            # The bad chunk comes in a read of its own, after the service has the headers.
+            wait_until(lambda: all_read(sock), "the service reads the request's headers")
             sock.sendall(b"zz\r\n{}\r\n0\r\n\r\n")
-            reply = _read_response(sock)
+            reply = read_response(sock)
         assert reply.startswith(b"HTTP/1.1 400"), reply
         doc = json.loads(reply.partition(b"\r\n\r\n")[2])
         assert doc["error"]["message"] == "request body: zz; expected an HTTP/1.1 body"

@@ -4,14 +4,16 @@ request, against the fake QEMU monitor (the real guests: test_service_guest.py).
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from tests.cli.test_shim import request
-from tests.conftest import write_config
-from tests.service.conftest import start
+from tests.support.configs import write_config
 from tests.support.fake_qmp import FakeQemu, FakeQmpServer
+from tests.support.service import Service, start
+from tests.support.shim import request
+from tests.support.waits import wait_until
 
 MiB = 1 << 20
 
@@ -34,13 +36,18 @@ def _req(tmp_path: Path, qmp: Path, **fields: Any) -> dict[str, Any]:
     )
 
 
-def _until(what: Callable[[], bool], timeout: float = 10) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if what():
-            return True
-        time.sleep(0.05)
-    return what()
+def _idle_visits(svc: Service) -> float:
+    """Visits of the loop that found nothing due, as /metrics counts them."""
+    metrics = svc.request("GET", "/metrics").body.decode()
+    found = re.search(r'^kata_mem_reconcile_visits_total\{action="idle"\} (\S+)$', metrics, re.M)
+    return float(found.group(1)) if found else 0.0
+
+
+def _two_idle_passes(svc: Service) -> None:
+    """Wait until the loop has visited the sandbox and left it twice from now on (at least
+    one of those passes began after this call)."""
+    seen = _idle_visits(svc)
+    wait_until(lambda: _idle_visits(svc) >= seen + 2, "two more idle visits", timeout=20)
 
 
 def test_a_plan_only_request_never_touches_the_vm(tmp_path: Path) -> None:
@@ -64,10 +71,13 @@ def test_the_loop_forgets_a_sandbox_whose_vm_is_gone(tmp_path: Path) -> None:
         with FakeQmpServer(tmp_path / "qmp.sock", FakeQemu()) as qmp:
             got = svc.post(_req(tmp_path, qmp.path, apply=True))
             assert (got.status, got.json()["outcome"]["status"]) == (200, "Resized"), got.body
-            time.sleep(0.5)  # passes go by: the VM is there, nothing is due
+            _two_idle_passes(svc)  # the VM is there, nothing is due
             assert (svc.state / "sb").is_dir()
         # The VM is gone (its monitor socket with it); no request comes.
-        assert _until(lambda: not (svc.state / "sb").exists()), svc.stderr()
+        wait_until(
+            lambda: not (svc.state / "sb").exists(),
+            lambda: f"the loop removes the state of sb: {svc.stderr()}",
+        )
         assert "sb: cleaned: the VM is gone" in svc.stderr()
     finally:
         assert svc.stop() == 0, svc.stderr()
@@ -87,7 +97,7 @@ def test_the_loop_retries_a_deferred_shrink_when_it_is_due(tmp_path: Path) -> No
             journal = svc.state / "sb" / "journal.json"
             doc = json.loads(journal.read_text())
             assert doc["deferred"]["retry_at"] > time.time() + 20  # the 30 s backoff
-            time.sleep(0.6)
+            _two_idle_passes(svc)
             assert json.loads(journal.read_text())["observed_mib"] == 1024  # not due: left
             fake.guest_used = 64 * MiB
             # The backoff has passed (the clock moved on, as far as the journal says).
@@ -95,13 +105,14 @@ def test_the_loop_retries_a_deferred_shrink_when_it_is_due(tmp_path: Path) -> No
             tmp = journal.with_suffix(".tmp")
             tmp.write_text(json.dumps(doc))
             tmp.rename(journal)
-            assert _until(lambda: json.loads(journal.read_text())["observed_mib"] == 512), (
-                svc.stderr()
+            wait_until(
+                lambda: json.loads(journal.read_text())["observed_mib"] == 512,
+                lambda: f"the loop retries the shrink: {svc.stderr()}",
             )
             assert json.loads(journal.read_text())["deferred"] is None
             # The visit is counted after its journal is written: wait for the count.
             retried = 'kata_mem_reconcile_visits_total{action="retried"} 1.0'
-            assert _until(lambda: retried in svc.request("GET", "/metrics").body.decode())
+            wait_until(lambda: retried in svc.request("GET", "/metrics").body.decode(), retried)
             metrics = svc.request("GET", "/metrics").body.decode()
             assert 'kata_mem_outcomes_total{reason="",status="Resized"}' in metrics
     finally:

@@ -13,15 +13,15 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
-from tests.conftest import guest_config
-from tests.integration.conftest import guest_dir  # noqa: F401 (the session fixture)
-from tests.service.conftest import Answer, Service, start
+from tests.support.configs import guest_config
 from tests.support.guestvm import GuestSpec, GuestVM
 from tests.support.qmp_min import QMPClient
+from tests.support.service import Answer, Service, start
+from tests.support.waits import wait_until
 
 pytestmark = pytest.mark.guest
 MiB = 1 << 20
@@ -29,7 +29,7 @@ HOST = {"memory_bytes": 16 << 30, "cpus": 4}
 
 
 @pytest.fixture(scope="module")
-def guests(guest_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[GuestVM]]:  # noqa: F811
+def guests(guest_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[GuestVM]]:
     where = tmp_path_factory.mktemp("guests")
     vms = [GuestVM(guest_dir, where / f"g{i}", GuestSpec(virtio_mem_mib=2048)) for i in range(2)]
     errors: list[BaseException] = []
@@ -105,15 +105,6 @@ def _journal(svc: Service, sandbox: str) -> dict[str, Any]:
     return doc
 
 
-def _until(what: Callable[[], bool], timeout: float, pause: float = 0.05) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if what():
-            return True
-        time.sleep(pause)
-    return what()
-
-
 def _post_in_thread(svc: Service, doc: dict[str, Any]) -> tuple[threading.Thread, dict[str, Any]]:
     out: dict[str, Any] = {}
 
@@ -175,7 +166,7 @@ def test_two_sandboxes_resize_side_by_side(guests: list[GuestVM], tmp_path: Path
             states.append([_journal(svc, n).get("state", "") for n in "cd"])
             return states[-1] == ["running"] * 2 or not any(t.is_alive() for t, _ in runs)
 
-        _until(both_or_done, 60, 0.01)
+        wait_until(both_or_done, "both shrinks in a step at once, or both done", 60, 0.01)
         both_running = states[-1] == ["running"] * 2
         for thread, _ in runs:
             thread.join(120)
@@ -215,7 +206,7 @@ def test_the_loop_completes_a_deferred_shrink(guests: list[GuestVM], tmp_path: P
         def shrunk() -> bool:
             return bool(svc.request("GET", "/v1/sandboxes/sb").json()["total_mib"] == 512)
 
-        assert _until(shrunk, 60, 0.5), svc.stderr()
+        wait_until(shrunk, lambda: f"the loop shrinks sb to 512 MiB: {svc.stderr()}", 60, 0.5)
         assert _journal(svc, "sb")["deferred"] is None
         assert _virtio_mem_mib(vm) == 0
         assert "reconcile: sandbox sb: retried: Resized" in svc.stderr()
@@ -229,7 +220,7 @@ def test_sigterm_during_a_step_finishes_it(guests: list[GuestVM], tmp_path: Path
     svc = start(tmp_path, env=_env())
     assert _outcome(svc.post(_req(cfg, "sb", vm, 1024)))["observed_mib"] == 1536
     thread, out = _post_in_thread(svc, _req(cfg, "sb", vm, 0))
-    assert _until(lambda: _journal(svc, "sb").get("state") == "running", 30, 0.01)
+    wait_until(lambda: _journal(svc, "sb").get("state") == "running", "a step runs", 30, 0.01)
     code = svc.stop(timeout=120)
     thread.join(10)
     assert code == 0, svc.stderr()
@@ -267,8 +258,18 @@ def test_sigkill_during_a_step_is_recovered_on_restart(
     try:
         # The repair leaves the journal idle before the loop re-runs the request: wait
         # for the re-run itself, then read what it recorded.
-        assert _until(lambda: "retried: Resized" in svc.stderr(), 60, 0.2), svc.stderr()
-        assert _until(lambda: _journal(svc, "sb").get("state") == "idle", 60, 0.2), svc.stderr()
+        wait_until(
+            lambda: "retried: Resized" in svc.stderr(),
+            lambda: f"the loop re-runs the request: {svc.stderr()}",
+            60,
+            0.2,
+        )
+        wait_until(
+            lambda: _journal(svc, "sb").get("state") == "idle",
+            lambda: f"the journal of sb is idle: {svc.stderr()}",
+            60,
+            0.2,
+        )
         journal = _journal(svc, "sb")
         assert journal["observed_mib"] == 512 + _virtio_mem_mib(vm), journal
         log = svc.stderr()

@@ -15,12 +15,11 @@ from typing import Any
 import jsonschema
 import pytest
 
-from tests.cli.test_shim import request
-from tests.conftest import REPO
-from tests.service.conftest import serve_argv, start
-from tests.service.test_endpoints import ERROR_SCHEMA, _guest_config
-from tests.service.test_lifecycle import LAUNCHER
+from tests.support.configs import small_vm_config
 from tests.support.fake_qmp import FakeQemu, FakeQmpServer
+from tests.support.paths import REPO
+from tests.support.service import LAUNCHER, serve_argv, start
+from tests.support.shim import ERROR_SCHEMA, request
 
 
 def _listing(where: Path) -> set[str]:
@@ -74,7 +73,7 @@ def test_healthz_is_503_while_the_state_dir_is_unusable(tmp_path: Path) -> None:
 def _apply_request(tmp_path: Path, qmp: Path) -> dict[str, Any]:
     return request(
         sandbox_id="sb-here",
-        config=str(_guest_config(tmp_path)),
+        config=str(small_vm_config(tmp_path)),
         apply=True,
         backend={"type": "qmp", "socket": str(qmp)},
         host={"memory_bytes": 16 << 30, "cpus": 4},

@@ -17,8 +17,8 @@ from typing import Optional
 
 import pytest
 
-from tests.conftest import REPO
-from tests.service.conftest import serve_argv, start
+from tests.support.paths import REPO
+from tests.support.service import serve_argv, start
 
 NOBODY = 65534
 

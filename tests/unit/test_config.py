@@ -10,7 +10,8 @@ import pytest
 from kata_mem.core.errors import ConfigError
 from kata_mem.core.units import MiB
 from kata_mem.edges.config import find_config, load_config
-from tests.conftest import KATA_CONFIGS, REPO, write_config
+from tests.support.configs import write_config
+from tests.support.paths import KATA_CONFIGS, REPO
 
 UPSTREAM = sorted(KATA_CONFIGS.glob("*.toml"))
 

@@ -18,7 +18,7 @@ from kata_mem.core.quantity import quantity_bytes
 from kata_mem.edges.config import load_config
 from kata_mem.edges.files import MANIFEST_CAP, read_capped, read_capped_text
 from kata_mem.edges.sources import cli_containers, read_oci
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 #: Files whose ``from None`` other work on issue 10 removes; empty this once it is merged.
 PENDING: set[str] = set()

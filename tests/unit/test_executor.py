@@ -26,7 +26,7 @@ from kata_mem.core.record import Record
 from kata_mem.core.units import GiB, MiB
 from kata_mem.edges.journal import SandboxState
 from kata_mem.orchestration.executor import Options, run_locked
-from tests.conftest import HOST
+from tests.support.configs import HOST
 
 
 def request(*limits_mib: int) -> Workload:

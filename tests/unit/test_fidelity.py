@@ -32,7 +32,7 @@ from kata_mem.edges.config import load_config
 from kata_mem.edges.host import probe_host
 from kata_mem.edges.sources import read_oci
 from kata_mem.orchestration.handle import saved_request
-from tests.conftest import write_config
+from tests.support.configs import write_config
 
 HOST = HostFacts(memory=8 * GiB, cpus=8, arch="amd64")
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import select
 import subprocess
 import sys
-import time
 from fractions import Fraction
 from pathlib import Path
 
@@ -18,8 +17,12 @@ from kata_mem.core.model import CgroupLevel, HostFacts, Origin, Settings, VmStat
 from kata_mem.core.record import Record
 from kata_mem.core.units import GiB, MiB
 from kata_mem.edges.journal import SandboxState, node_admission
+from kata_mem.edges.statedir import STATE_MARKER
 from kata_mem.orchestration.guards import HARD_LIMIT, HostSide, node_budget, read_cgroup
-from tests.conftest import HOST, REPO
+from tests.support.configs import HOST
+from tests.support.paths import REPO
+from tests.support.state_dir import lock_waiters
+from tests.support.waits import wait_until
 
 
 def _cgroup(path: Path, files: dict[str, str]) -> Path:
@@ -177,7 +180,7 @@ def test_node_admission_on_a_state_dir_not_made_yet_has_no_commitments(tmp_path:
 def test_host_side_read_gives_the_node_view(pod: Path) -> None:
     cfg_settings = Settings(node_reserved=1024 * MiB, node_overcommit=Fraction(1))
     from kata_mem.edges.config import load_config
-    from tests.conftest import write_config
+    from tests.support.configs import write_config
 
     cfg = load_config(
         write_config(
@@ -229,7 +232,9 @@ def test_the_node_lock_excludes_a_second_process(tmp_path: Path) -> None:
         assert first.stdout.readline().split() == ["held", str(1024 * MiB)]
         second = start()
         assert second.stdout is not None and second.stdin is not None
-        time.sleep(1.0)  # time enough to start and reach the lock
+        wait_until(
+            lambda: lock_waiters(state / STATE_MARKER) == 1, "the second process waits for the lock"
+        )
         assert second.poll() is None
         # Still waiting for the lock: it has printed nothing, so a read would block.
         assert select.select([second.stdout], [], [], 0)[0] == []

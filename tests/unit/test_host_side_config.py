@@ -12,7 +12,8 @@ import pytest
 from kata_mem.core.errors import ConfigError
 from kata_mem.core.units import MiB
 from kata_mem.edges.config import load_config
-from tests.conftest import kata_mem_process, write_config
+from tests.support.cli import kata_mem_process
+from tests.support.configs import write_config
 
 KEYS = {
     "sizing": "pod-limit",

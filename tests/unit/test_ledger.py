@@ -19,7 +19,7 @@ from kata_mem.edges import journal
 from kata_mem.edges.journal import SandboxState, check_ledger, node_admission
 from kata_mem.edges.statedir import LEDGER
 from kata_mem.orchestration.executor import Options, run_locked
-from tests.conftest import HOST
+from tests.support.configs import HOST
 
 
 def _sandboxes(state: Path, count: int, size: int = GiB) -> None:
@@ -117,7 +117,7 @@ def test_a_grow_is_in_the_ledger_before_its_journal_and_settles_after(
 
 def _mk(tmp_path: Path) -> SizingConfig:
     from kata_mem.edges.config import load_config
-    from tests.conftest import write_config
+    from tests.support.configs import write_config
 
     return load_config(
         write_config(

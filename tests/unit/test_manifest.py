@@ -38,7 +38,7 @@ from kata_mem.core.errors import InputError
 from kata_mem.core.manifest import go_json_float, go_yaml_scalar
 from kata_mem.core.units import INT64_MAX
 from kata_mem.edges.sources import read_pod
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 REFUSED = None
 F = Fraction

@@ -1,4 +1,5 @@
-"""The planner against the JSON case table (tests/fixtures/plan-cases), one case per rule."""
+"""The planner against the JSON case table (tests/fixtures/plan-cases), one case per rule;
+what a case may hold: tests/fixtures/schemas/plan.schema.json."""
 
 from __future__ import annotations
 
@@ -13,11 +14,9 @@ from kata_mem.core.model import (
     Guards,
     HostCgroup,
     HostFacts,
-    MemoryDevice,
     NodeView,
     SandboxSizing,
     SizingConfig,
-    VmState,
     Workload,
 )
 from kata_mem.core.planner import assumed_vm, plan
@@ -25,9 +24,7 @@ from kata_mem.core.quantity import parse_quantity, quantity_bytes
 from kata_mem.core.request import cpuset_size
 from kata_mem.core.units import MiB
 from kata_mem.interfaces.render import plan_json, warnings_json
-from tests.conftest import case_table
-
-CASES = case_table("plan-cases")
+from tests.support.cases import build_vm, case_params
 
 
 def build_host(spec: dict[str, Any]) -> HostFacts:
@@ -62,7 +59,7 @@ def build_workload(case: dict[str, Any]) -> Workload:
         if sizing is None
         else SandboxSizing(quantity_bytes(sizing["memory"]), parse_quantity(sizing["cpu"])),
         None if overhead is None else overhead * MiB,
-        "" if overhead is None else case.get("overhead_from", "pod.yaml: spec.overhead.memory"),
+        "" if overhead is None else "pod.yaml: spec.overhead.memory",
     )
 
 
@@ -81,7 +78,7 @@ def build_guards(case: dict[str, Any]) -> Guards | None:
         cg = case["cgroup"]
         levels = tuple(
             CgroupLevel(lvl["path"], lvl["limit_mib"] * MiB, _mib(lvl, "usage_mib"))
-            for lvl in cg.get("levels", [])
+            for lvl in cg["levels"]
         )
         cgroup = HostCgroup(
             cg.get("path", "/sys/fs/cgroup/kubepods.slice/pod1"),
@@ -114,39 +111,7 @@ def _subset(got: Any, want: Any, where: str) -> None:
         assert got == want, where
 
 
-def build_vm(spec: dict[str, Any]) -> VmState:
-    devices = tuple(
-        MemoryDevice(
-            id=d["id"],
-            kind=d["kind"],
-            size=d["size_mib"] * MiB,
-            requested=d["size_mib"] * MiB,
-            max_size=d.get("max_mib", d["size_mib"]) * MiB,
-            block=d.get("block_mib", 0) * MiB,
-            slot=d.get("slot"),
-            pending_unplug=d.get("pending", False),
-            memdev=d.get("memdev", ""),
-            ours=d.get("ours", False),
-        )
-        for d in spec["devices"]
-    )
-    return VmState(
-        spec["base_mib"] * MiB,
-        devices,
-        spec["slots"],
-        spec["device_space_mib"] * MiB,
-        other_ids=tuple(spec.get("other_ids", ())),
-    )
-
-
-def test_every_case_says_why() -> None:
-    ids = [c["id"] for c in CASES]
-    assert len(set(ids)) == len(ids), "case ids are unique"
-    missing = [c["id"] for c in CASES if not (isinstance(c.get("why"), str) and c["why"].strip())]
-    assert missing == [], "every plan case has a why: the rule it pins, and its numbers"
-
-
-@pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])
+@pytest.mark.parametrize("case", case_params("plan"))
 def test_plan_case(case: dict[str, Any], make_config: Callable[..., SizingConfig]) -> None:
     config = dict(case.get("config", {}))
     if "settings" in case:  # the [kata_mem] table, read by the real loader

@@ -12,7 +12,7 @@ import json
 import subprocess
 import sys
 
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 _CHECK = """
 import importlib, inspect, json, pkgutil, types, typing

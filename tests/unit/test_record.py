@@ -16,7 +16,7 @@ from kata_mem.core.record import MAX_ATTEMPTS, Deferral, Record
 from kata_mem.core.units import GiB, MiB
 from kata_mem.edges.journal import SandboxState
 from kata_mem.orchestration.executor import Options, run_locked
-from tests.conftest import HOST
+from tests.support.configs import HOST
 
 #: A journal as the kata-mem of issue 15 wrote it (MiB on disk), every field set.
 V1 = {
@@ -105,7 +105,7 @@ def test_the_executor_defers_past_a_thousand_times(tmp_path: Path) -> None:
         base=512 * MiB,
         devices=(MemoryDevice("vm0", "virtio-mem", GiB, GiB, 4 * GiB, 2 * MiB),),
     )
-    from tests.conftest import write_config
+    from tests.support.configs import write_config
 
     cfg_path = write_config(
         tmp_path / "c.toml", {"default_memory": 512, "enable_virtio_mem": True, "memory_slots": 1}

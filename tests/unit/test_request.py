@@ -19,15 +19,16 @@ from kata_mem.core.request import Endpoint, SandboxRequest
 from kata_mem.core.units import GiB, MiB
 from kata_mem.edges.config import load_config
 from kata_mem.orchestration.handle import saved_request
-from tests.conftest import REPO, write_config
-from tests.property.test_fuzz import valid_requests
-from tests.strategies import sandbox_requests
+from tests.strategies import examples, sandbox_requests, valid_requests
+from tests.support.configs import write_config
+from tests.support.paths import REPO
 
 REQUEST_SCHEMA = jsonschema.Draft202012Validator(
     json.loads((REPO / "kata_mem" / "schemas" / "shim-request.v1.json").read_text())
 )
+# Cheap examples: twice the profile's.
 ROUND_TRIPS = settings(
-    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    max_examples=examples(2), deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 
 

@@ -1,11 +1,10 @@
 """The shrink-safety decision against its JSON case tables (tests/fixtures/safety-cases):
-every branch of :func:`kata_mem.core.safety.check_step` and :func:`kata_mem.core.safety.under_pressure`."""
+every branch of :func:`kata_mem.core.safety.check_step` and :func:`kata_mem.core.safety.under_pressure`;
+what a case may hold: tests/fixtures/schemas/{check-step,under-pressure}.schema.json."""
 
 from __future__ import annotations
 
 import dataclasses
-import json
-from pathlib import Path
 from typing import Any, Optional
 
 import pytest
@@ -13,14 +12,9 @@ import pytest
 from kata_mem.core import safety
 from kata_mem.core.model import GuestUsage, Settings
 from kata_mem.core.units import MiB
-from tests.conftest import FIXTURES, case_table
+from tests.support.cases import case_params
 
-CASES = FIXTURES / "safety-cases"
 NOW = 1_000_000.0
-
-
-def load(name: str) -> list[dict[str, Any]]:
-    return case_table("safety-cases", name)
 
 
 def usage(spec: Optional[dict[str, Any]]) -> Optional[GuestUsage]:
@@ -28,10 +22,10 @@ def usage(spec: Optional[dict[str, Any]]) -> Optional[GuestUsage]:
         return None
 
     def mib(key: str) -> Optional[int]:
-        value = spec.get(key)
+        value = spec[key]
         return None if value is None else int(value * MiB)
 
-    age = spec.get("age_s")
+    age = spec["age_s"]
     return GuestUsage(
         total=mib("total"),
         available=mib("available"),
@@ -50,7 +44,7 @@ def settings(spec: dict[str, Any]) -> Settings:
     return dataclasses.replace(Settings(), **values)
 
 
-@pytest.mark.parametrize("case", load("check-step.json"), ids=lambda c: c["name"])
+@pytest.mark.parametrize("case", case_params("check-step"))
 def test_check_step(case: dict[str, Any]) -> None:
     verdict = safety.check_step(
         current_total=case["current_mib"] * MiB,
@@ -62,11 +56,11 @@ def test_check_step(case: dict[str, Any]) -> None:
     )
     expect = case["expect"]
     assert verdict.action == expect["action"], verdict.message
-    assert verdict.reason == expect.get("reason", ""), verdict.message
+    assert verdict.reason == expect["reason"], verdict.message
     assert verdict.message
 
 
-@pytest.mark.parametrize("case", load("under-pressure.json"), ids=lambda c: c["name"])
+@pytest.mark.parametrize("case", case_params("under-pressure"))
 def test_under_pressure(case: dict[str, Any]) -> None:
     reason = safety.under_pressure(
         usage(case["usage"]),
@@ -74,9 +68,3 @@ def test_under_pressure(case: dict[str, Any]) -> None:
         case.get("block_mib", 128) * MiB,
     )
     assert (reason is not None) == case["expect"]["pressure"], reason
-
-
-def test_every_case_says_why() -> None:
-    for f in sorted(CASES.glob("*.json")):
-        for case in json.loads(Path(f).read_text())["cases"]:
-            assert case.get("why"), f"{f.name}: {case['name']} has no why"

@@ -13,7 +13,7 @@ from kata_mem.core.model import MemoryDevice, SizingConfig, Step, VmState, Workl
 from kata_mem.core.units import GiB, MiB
 from kata_mem.edges.journal import SandboxState
 from kata_mem.orchestration.executor import Options, run_locked
-from tests.conftest import HOST
+from tests.support.configs import HOST
 
 EMPTY = Workload(())
 

@@ -12,7 +12,7 @@ from kata_mem.core.errors import InputError, QuantityError
 from kata_mem.core.planner import workload
 from kata_mem.core.units import MiB
 from kata_mem.edges.sources import build_workload, read_oci, read_pod
-from tests.conftest import PODS
+from tests.support.paths import PODS
 
 
 def test_memory_boom_pod() -> None:

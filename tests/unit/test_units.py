@@ -19,7 +19,7 @@ from kata_mem.core.units import (
     to_mib_floor,
     to_mib_nearest,
 )
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 #: Files that other work on issue 10 changes; empty these once it is merged.
 PENDING_ROUNDING: set[str] = set()

@@ -7,7 +7,7 @@ import re
 from typing import get_args
 
 from kata_mem.core.model import Cause, MemoryCause, Reason, SafetyReason, Status, VcpuCause
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 README = (REPO / "README.md").read_text()
 

@@ -1,0 +1,105 @@
+"""Shim requests (``kata-mem/shim-request/v1``) for the shim and service tests, the
+shipped schemas of the protocol, and the requests it refuses."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from tests.support.paths import KATA_CONFIGS, REPO
+
+SCHEMAS = REPO / "kata_mem" / "schemas"
+REQUEST_SCHEMA = json.loads((SCHEMAS / "shim-request.v1.json").read_text())
+RESPONSE_SCHEMA = json.loads((SCHEMAS / "shim-response.v1.json").read_text())
+#: What an error answer of ``kata-mem serve`` is (beside the shim's response schema).
+ERROR_SCHEMA = {
+    "type": "object",
+    "required": ["schema", "error"],
+    "properties": {
+        "schema": {"const": "kata-mem/error/v1"},
+        "error": {
+            "type": "object",
+            "required": ["kind", "message", "exit_code"],
+            "properties": {"exit_code": {"type": "integer"}},
+        },
+    },
+}
+CONFIG = str(KATA_CONFIGS / "configuration-qemu.toml")
+
+
+def request(**fields: Any) -> dict[str, Any]:
+    """The README's example request (upstream QEMU configuration, one 256 MiB container,
+    a 32 GiB 8-CPU host), with ``fields`` replaced."""
+    doc: dict[str, Any] = {
+        "schema": "kata-mem/shim-request/v1",
+        "sandbox_id": "sb-1",
+        "event": "update",
+        "config": CONFIG,
+        "containers": [
+            {
+                "id": "c1",
+                "state": "running",
+                "memory_limit_bytes": 268435456,
+                "cpu_quota": 50000,
+                "cpu_period": 100000,
+            }
+        ],
+        "backend": None,
+        "apply": False,
+        "allow_shrink": False,
+        "host": {"memory_bytes": 34359738368, "cpus": 8},
+    }
+    doc.update(fields)
+    return doc
+
+
+def shim_request_doc(cfg: Path, **fields: Any) -> dict[str, Any]:
+    """A plan-only shim request for one 1 GiB container on a 16 GiB, 4-CPU host."""
+    doc: dict[str, Any] = {
+        "schema": "kata-mem/shim-request/v1",
+        "sandbox_id": "sb-1",
+        "event": "update",
+        "config": str(cfg),
+        "containers": [{"id": "c1", "memory_limit_bytes": 1 << 30}],
+        "host": {"memory_bytes": 16 << 30, "cpus": 4},
+    }
+    doc.update(fields)
+    return doc
+
+
+#: Requests the shim refuses: the raw body, the exit code, and a fragment of the message.
+BAD_REQUESTS: list[tuple[bytes, int, str]] = [
+    (b"{", 4, "not JSON"),
+    (b"[]", 4, "expected a JSON object"),
+    (
+        json.dumps(request(schema="kata-mem/shim-request/v2")).encode(),
+        4,
+        "expected 'kata-mem/shim-request/v1'",
+    ),
+    (json.dumps(request(sandbox_id="../etc")).encode(), 4, "sandbox id '../etc'"),
+    (
+        json.dumps(request(event="resize")).encode(),
+        4,
+        "request event: expected create | update | delete | reconcile",
+    ),
+    (
+        json.dumps(request(containers=[{"id": "c", "memory_limit_bytes": "1Gi"}])).encode(),
+        4,
+        "containers[0].memory_limit_bytes: expected an integer",
+    ),
+    (
+        json.dumps(request(containers=[{"id": "c", "limit": 1}])).encode(),
+        4,
+        "containers[0]: unknown field 'limit'",
+    ),
+    (json.dumps(request(apply=True)).encode(), 4, "apply: true needs a backend"),
+    (json.dumps(request(backend={"type": "xen"})).encode(), 4, "backend.type"),
+    (json.dumps(request(host={"memory_bytes": True})).encode(), 4, "host.memory_bytes"),
+    (
+        json.dumps(request(config="/nonexistent/kata.toml")).encode(),
+        3,
+        "/nonexistent/kata.toml: no such configuration file",
+    ),
+    (b" " * (1 << 20) + b"{}", 4, "larger than 1048576 bytes"),
+]
