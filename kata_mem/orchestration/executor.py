@@ -189,6 +189,9 @@ class Executor:
         :raises ConfigError: the state directory cannot be written (nothing changed).
         :raises InputError: a host cgroup the caller named cannot be read (nothing changed).
         """
+        # The guest's statistics polling, which the shrink checks read: set here, by an
+        # apply, never by connecting or reading (issue 16).
+        self.backend.set_stats_interval(cfg.settings.stats_interval_s)
         reader = UsageReader(self.backend, cfg.settings, self.clock, self.sleep)
         record = self.state.load()
         vm = repair(self.backend, self.state, record, lambda s: self._settle(record, s), self._note)

@@ -13,6 +13,7 @@ are imported only on the paths that use them, so a plan-only request loads none.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import tempfile
 from collections.abc import Mapping
@@ -29,6 +30,7 @@ from kata_mem.edges.host import probe_host
 if TYPE_CHECKING:
     from kata_mem.backends import Backend
     from kata_mem.backends.fake import FakeBackend
+    from kata_mem.orchestration.connect import Opened
 
 #: A process that adds nothing to its requests (the configuration's state directory).
 NO_OPTIONS = CallOptions()
@@ -218,28 +220,26 @@ def forget(sandbox: str, state_dir: str) -> tuple[Note, ...]:
     return (*(Note("state", text) for text in said), *state.notes)
 
 
-def _connect(cfg: SizingConfig, endpoint: Endpoint) -> Backend:
+def _connect(cfg: SizingConfig, endpoint: Endpoint) -> Opened:
     from kata_mem.orchestration.connect import open_backend
 
     return open_backend(
-        endpoint,
-        hugepages_path=cfg.settings.hugepages_path if cfg.enable_hugepages else None,
-        stats_interval=cfg.settings.stats_interval_s,
+        endpoint, hugepages_path=cfg.settings.hugepages_path if cfg.enable_hugepages else None
     )
 
 
 def _dry_run_backend(
     cfg: SizingConfig, host: HostFacts, endpoint: Optional[Endpoint]
 ) -> FakeBackend:
-    """An in-memory copy of the VM (observed, read-only, when an endpoint is given)."""
+    """An in-memory copy of the VM: observed when an endpoint is given, with the guest's
+    latest usage reading as it is. Reading it changes nothing on the VM."""
     from kata_mem.backends.fake import FakeBackend, FakeGuest
-    from kata_mem.orchestration.usage import fresh_usage
 
     if endpoint is None:
         return FakeBackend(assumed_vm(cfg, host))
-    real = _connect(cfg, endpoint)
+    real = _connect(cfg, endpoint).backend
     try:
-        vm, usage = real.observe(), fresh_usage(real, cfg.settings.stats_interval_s)
+        vm, usage = real.observe(), real.guest_usage()
     finally:
         real.close()
     guest = FakeGuest(stats=False)
@@ -329,15 +329,25 @@ def _resize(
     else:
         assert endpoint is not None  # a request in mode apply has one (SandboxRequest)
         real_endpoint = endpoint
-        again = None if options.force else saved_request(request, cfg, host).to_json()
+        again = None if options.force else saved_request(request, cfg, host)
+        saved = None if again is None else again.to_json()
+
+        def connect() -> Backend:
+            opened = _connect(cfg, real_endpoint)
+            if again is not None and saved is not None:
+                # Saved with the VMM it reached: a later call through the saved request
+                # talks to that VMM only (adversarial finding A8).
+                saved.update(dataclasses.replace(again, endpoint=opened.endpoint).to_json())
+            return opened.backend
+
         result = run_locked(
             SandboxState(directory, sandbox),
-            lambda: _connect(cfg, real_endpoint),
+            connect,
             cfg,
             host,
             workload,
             allowed,
-            saved_request=again,
+            saved_request=saved,
             host_side=host_side,
         )
     return Applied(sandbox, cfg, result.plan, result.outcome, result.notes)
