@@ -329,10 +329,12 @@ class VmmIdentity:
     service's loop and ``GET /v1/sandboxes/ID`` talk only to the VMM that was applied to.
     A socket path in a directory others may write (sticky, as ``/tmp``) can be bound
     again by another user once that VMM is gone; what listens there then is another
-    socket, or another process, and its VM is gone (adversarial finding A8). Binding
-    makes a new inode, and the listener's credentials are the kernel's (unix(7),
-    ``SO_PEERCRED``: those of the process that called ``listen``), so neither can be
-    forged by whoever binds the path.
+    socket, or another process, and its VM is gone (adversarial finding A8). A path bound
+    again is a new socket file (a new inode; a filesystem may reuse a freed inode number,
+    which is why its owner and the listener are compared too), and the listener's
+    credentials are the kernel's (unix(7), ``SO_PEERCRED``: those of the process that
+    last called ``listen`` on the socket), so none of these is chosen by whoever binds
+    the path.
     """
 
     device: int

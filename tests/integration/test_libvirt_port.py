@@ -7,6 +7,7 @@ from __future__ import annotations
 import uuid
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, Callable, Optional
 
 import pytest
@@ -61,6 +62,23 @@ def test_connecting_and_reading_change_nothing_and_the_port_sets_the_period(
         assert backend.set_stats_interval(2) == 2
     finally:
         backend.close()
+
+
+def test_status_and_the_presence_check_change_nothing(
+    domain: Callable[[str, int], tuple[str, Any]], tmp_path: Path
+) -> None:
+    from kata_mem.core.request import Endpoint
+    from kata_mem.orchestration.connect import vm_gone
+    from kata_mem.orchestration.status import read_status
+
+    name, dom = domain("<memballoon model='virtio'/>", 512)
+    dom.setMemoryStatsPeriod(5, libvirt.VIR_DOMAIN_AFFECT_LIVE)  # the domain's own
+    endpoint = Endpoint("libvirt", URI, name)
+    assert vm_gone(endpoint) is None  # reconcile's question: a read-only connection
+    assert _period(dom) == "5"
+    vm, usage, _record = read_status(endpoint, "sb", str(tmp_path / "state"))
+    assert vm.base == 512 * MiB and usage is not None
+    assert _period(dom) == "5"
 
 
 def test_a_domain_without_a_balloon_has_no_period_to_set(
