@@ -28,6 +28,7 @@ from kata_mem.core.request import (
     Endpoint,
     HostOverrides,
     SandboxRequest,
+    VmmIdentity,
 )
 from kata_mem.core.units import INT64_MAX, MiB
 
@@ -88,6 +89,17 @@ request_text = st.text(
 _int63 = st.integers(min_value=0, max_value=INT64_MAX)
 
 
+#: The VMM a saved request's QMP socket led to (what SO_PEERCRED and stat(2) give).
+vmm_identities = st.builds(
+    VmmIdentity,
+    st.integers(min_value=0, max_value=(1 << 64) - 1),
+    st.integers(min_value=0, max_value=(1 << 64) - 1),
+    st.integers(min_value=0, max_value=(1 << 32) - 1),
+    st.integers(min_value=0, max_value=(1 << 32) - 1),
+    st.none() | st.integers(min_value=1, max_value=(1 << 31) - 1),
+)
+
+
 @st.composite
 def sandbox_requests(draw: st.DrawFn) -> SandboxRequest:
     """Requests as :meth:`SandboxRequest.from_json` returns them: every field in its range,
@@ -119,7 +131,7 @@ def sandbox_requests(draw: st.DrawFn) -> SandboxRequest:
     )
     endpoint = draw(
         st.none()
-        | st.builds(Endpoint, st.just("qmp"), request_text)
+        | st.builds(Endpoint, st.just("qmp"), request_text, vmm=st.none() | vmm_identities)
         | st.builds(Endpoint, st.just("libvirt"), st.sampled_from(LIBVIRT_URIS), request_text)
     )
     event = draw(st.sampled_from(EVENTS))

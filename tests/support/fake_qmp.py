@@ -198,13 +198,21 @@ def _event(name: str, data: dict[str, Any]) -> dict[str, Any]:
 
 
 class FakeQmpServer:
-    """Serves :class:`FakeQemu` on a unix socket, one client at a time, in a thread."""
+    """Serves :class:`FakeQemu` on a unix socket, one client at a time, in a thread.
 
-    def __init__(self, path: Path, qemu: FakeQemu) -> None:
+    ``bound`` is a socket already bound to ``path`` (inherited from another process, say)
+    to serve instead of binding a new one: this process's ``listen`` makes it the
+    listener that ``SO_PEERCRED`` names. ``sessions`` counts the connections accepted.
+    """
+
+    def __init__(self, path: Path, qemu: FakeQemu, bound: Optional[socket.socket] = None) -> None:
         self.path = path
         self.qemu = qemu
-        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._sock.bind(str(path))
+        self.sessions = 0
+        if bound is None:
+            bound = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            bound.bind(str(path))
+        self._sock = bound
         self._sock.listen(4)
         self._sock.settimeout(0.2)
         self._stop = threading.Event()
@@ -229,6 +237,7 @@ class FakeQmpServer:
                 conn, _ = self._sock.accept()
             except socket.timeout:
                 continue
+            self.sessions += 1
             with conn:
                 try:
                     self._session(conn)
