@@ -98,13 +98,12 @@ class FileName(click.Path):
     """A non-empty file or directory name: the shell completes it, kata-mem checks it
     (click's own checks are off, so that the errors and exit codes stay kata-mem's)."""
 
-    def __init__(self, *, directory: bool = False, utf8: bool = True, path_type: Any = None):
+    def __init__(self, *, directory: bool = False, path_type: Any = None):
         super().__init__(exists=False, file_okay=not directory, path_type=path_type)
-        self.utf8 = utf8
 
     def convert(self, value: Any, param: Optional[click.Parameter], ctx: Any) -> Any:
         _given(self, value, param, ctx)
-        return self.coerce_path_result(_utf8(value, param, "a path") if self.utf8 else value)
+        return self.coerce_path_result(_utf8(value, param, "a path"))
 
 
 def _emit(data: dict[str, Any]) -> None:
@@ -248,13 +247,13 @@ def request_options(fn: F) -> F:
         ),
         click.option(
             "--pod",
-            type=FileName(utf8=False, path_type=Path),
+            type=FileName(path_type=Path),
             metavar="FILE",
             help="Kubernetes Pod manifest (YAML or JSON).",
         ),
         click.option(
             "--oci",
-            type=FileName(utf8=False, path_type=Path),
+            type=FileName(path_type=Path),
             multiple=True,
             metavar="FILE",
             help="OCI config.json (repeatable).",

@@ -537,12 +537,19 @@ def test_a_drop_in_that_adds_a_hypervisor_is_named(run_cli: Run, tmp_path: Path)
            f"[hypervisor.clh] (in {dropin}), [hypervisor.qemu] (in {cfg})")  # fmt: skip
 
 
-@pytest.mark.parametrize("option", ["--limit", "--cpu", "--host-memory", "--current", "--pod"])
-def test_a_value_that_is_not_utf8_is_shown_as_typed(cfg: Path, option: str) -> None:
-    # Before: --limit $'\xff' was shown as '\udcff'.
+@pytest.mark.parametrize(
+    "option", ["--limit", "--cpu", "--host-memory", "--current", "--pod", "--oci"]
+)
+def test_a_value_that_is_not_utf8_is_shown_as_typed(cfg: Path, tmp_path: Path, option: str) -> None:
+    # Before: --limit $'\xff' was shown as '\udcff'; --pod and --oci took such a file name
+    # (exit 0, the file planned) where every other option refuses it.
+    named = os.fsencode(tmp_path) + b"/\xff.json"
+    if option in ("--pod", "--oci"):
+        pod = {"kind": "Pod", "spec": {"containers": [{"name": "a"}]}}
+        Path(os.fsdecode(named)).write_text(json.dumps(pod if option == "--pod" else {}))
     given: dict[bytes, bytes] = {
         b"--host-memory": b"16Gi",
-        option.encode(): b"/tmp/\xff" if option == "--pod" else b"\xff",
+        option.encode(): named if option in ("--pod", "--oci") else b"\xff",
     }
     args = [b"preview", b"--config", os.fsencode(cfg), *map(os.fsencode, HOST)]
     args += [part for pair in given.items() for part in pair]
@@ -555,9 +562,7 @@ def test_a_value_that_is_not_utf8_is_shown_as_typed(cfg: Path, option: str) -> N
     )
     err = r.stderr.decode()
     assert r.returncode == 4 and "udcff" not in err, err
-    assert "\\xff" in err
-    if option != "--pod":
-        assert f"{option} b'\\xff': not valid UTF-8" in err, err
+    assert f"{option} {given[option.encode()]!r}: not valid UTF-8" in err, err
 
 
 def test_pod_overhead_sizing_without_an_overhead_says_it_sized_as_kata(
