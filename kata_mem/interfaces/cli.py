@@ -96,14 +96,24 @@ class ArchName(Text):
 
 class FileName(click.Path):
     """A non-empty file or directory name: the shell completes it, kata-mem checks it
-    (click's own checks are off, so that the errors and exit codes stay kata-mem's)."""
+    (click's own checks are off, so that the errors and exit codes stay kata-mem's).
 
-    def __init__(self, *, directory: bool = False, path_type: Any = None):
+    ``absolute``: made absolute against the current directory, for a path the sandbox's
+    saved request keeps (``reconcile``, ``serve`` and timers run from other directories,
+    where a relative one names something else, or nothing), as ``os.path.abspath`` makes
+    the saved configuration path.
+    """
+
+    def __init__(
+        self, *, directory: bool = False, absolute: bool = False, path_type: Any = None
+    ) -> None:
         super().__init__(exists=False, file_okay=not directory, path_type=path_type)
+        self.absolute = absolute
 
     def convert(self, value: Any, param: Optional[click.Parameter], ctx: Any) -> Any:
         _given(self, value, param, ctx)
-        return self.coerce_path_result(_utf8(value, param, "a path"))
+        name = _utf8(value, param, "a path")
+        return self.coerce_path_result(os.path.abspath(name) if self.absolute else name)
 
 
 def _emit(data: dict[str, Any]) -> None:
@@ -274,7 +284,7 @@ def request_options(fn: F) -> F:
         ),
         click.option(
             "--host-cgroup",
-            type=FileName(directory=True),
+            type=FileName(directory=True, absolute=True),
             metavar="DIR",
             help="The VM's host memory cgroup (v1 or v2 directory); default: the one its "
             "QEMU is in. Growth is kept under its limit with the VMM's overhead.",
@@ -369,7 +379,12 @@ def _sandbox_id(sandbox: Optional[str], endpoint: Optional[Endpoint]) -> str:
 
 def backend_options(fn: F) -> F:
     options = [
-        click.option("--qmp", type=FileName(), metavar="SOCKET", help="The VM's QMP unix socket."),
+        click.option(
+            "--qmp",
+            type=FileName(absolute=True),
+            metavar="SOCKET",
+            help="The VM's QMP unix socket.",
+        ),
         click.option(
             "--libvirt",
             "libvirt_uri",
@@ -462,7 +477,7 @@ def apply(
     request = SandboxRequest(
         _sandbox_id(sandbox, endpoint),
         "update",
-        str(config),
+        os.path.abspath(config),  # kept in the saved request: reconcile runs elsewhere
         workload,
         endpoint,
         mode="dry-run" if dry_run else "apply",

@@ -111,6 +111,21 @@ def test_the_saved_request_is_written_as_before(tmp_path: Path) -> None:
             {"backend": {"type": "qmp", "socket": "", "x": 1}},
             "request backend: unknown field 'x'; expected only socket, type",
         ),
+        # A shim runs in a directory of its own, and reconcile re-runs a saved request from
+        # another: a relative path there names something else, or nothing.
+        (
+            {"backend": {"type": "qmp", "socket": "qmp.sock"}},
+            'request backend.socket: expected an absolute path (a QMP unix socket), got "qmp.sock"',
+        ),
+        (
+            {"config": "configuration.toml"},
+            "request config: expected an absolute path (a Kata configuration file), got "
+            '"configuration.toml"',
+        ),
+        (
+            {"host": {"cgroup": "."}},
+            'request host.cgroup: expected an absolute path (a cgroup directory), got "."',
+        ),
     ],
 )
 def test_errors_name_the_field_once(doc: dict[str, Any], message: str) -> None:
