@@ -38,7 +38,7 @@ from kata_mem.edges import logs
 from kata_mem.edges.host import machine_arch
 from kata_mem.edges.sources import build_workload
 from kata_mem.interfaces import render
-from kata_mem.interfaces.pipes import closed_stdout, stdout_closed
+from kata_mem.interfaces.pipes import ResultLost, lost
 from kata_mem.orchestration.handle import apply_request, probe, sandbox_host
 from kata_mem.orchestration.handle import preview as plan_preview
 
@@ -224,8 +224,9 @@ def global_options(fn: F) -> F:
 
 
 class _BrokenPipe(Exception):
-    """A BrokenPipeError out of a command, kept from click, which would answer it with a
-    quiet exit 1 wherever it came from (``BaseCommand.main`` catches every EPIPE)."""
+    """A BrokenPipeError out of a command (a socket's: stdout's is a ResultLost), kept
+    from click, which would answer it with a quiet exit 1 (``BaseCommand.main`` catches
+    every EPIPE): it is a bug, reported as one."""
 
 
 class _Group(click.Group):
@@ -757,21 +758,14 @@ def _report(exc: KataMemError, as_json: bool) -> int:
 def run_cli(argv: Optional[list[str]] = None) -> int:
     """Run the CLI; return the process exit code (never raises for bad input).
 
-    A closed stdout (``kata-mem preview ... | head -1``) exits quietly with
-    :data:`~kata_mem.interfaces.pipes.CLOSED_STDOUT`, as the shim does.
+    A stdout that does not take the result (``kata-mem preview ... | head -1``, a full
+    disk) exits as the shim does (:func:`~kata_mem.interfaces.pipes.lost`).
     """
     args = list(sys.argv[1:] if argv is None else argv)
     try:
         return _run(args)
-    except (BrokenPipeError, _BrokenPipe) as exc:  # a command's, or an error document's
-        cause = exc.__cause__ if isinstance(exc, _BrokenPipe) else exc
-        assert isinstance(cause, BrokenPipeError)
-        return closed_stdout() if stdout_closed() else _internal_error(cause)
-    except SystemExit as exc:
-        # kata-mem --help: click has already muted the broken pipe into exit 1.
-        if exc.code == 1 and stdout_closed():
-            return closed_stdout()
-        raise
+    except ResultLost as exc:  # the result's, or an error document's
+        return lost(exc)
 
 
 def _run(args: list[str]) -> int:
@@ -799,7 +793,10 @@ def _run(args: list[str]) -> int:
         else:
             exc.show()
         return exc.exit_code
-    except _BrokenPipe:
+    except _BrokenPipe as exc:
+        assert isinstance(exc.__cause__, BrokenPipeError)
+        return _internal_error(exc.__cause__)
+    except ResultLost:
         raise
     except Exception as exc:  # a bug: say so briefly, with the traceback only on request
         return _internal_error(exc)

@@ -17,7 +17,7 @@ from typing import Any, Optional
 import jsonschema
 import pytest
 
-from kata_mem.interfaces.pipes import CLOSED_STDOUT
+from kata_mem.interfaces.pipes import CLOSED_STDOUT, STDOUT_FAILED
 from kata_mem.interfaces.shim import run_shim
 from tests.conftest import REPO, kata_mem_process, shim_request_doc, write_config
 
@@ -147,9 +147,9 @@ def test_every_exit_code_is_in_the_readme() -> None:
         if isinstance(cls, type) and issubclass(cls, errors.KataMemError)
     }
     # 0: done; 2: click's usage error; 8: an outcome (the guest timed out), not an error;
-    # 141: stdout closed before the result was written.
+    # 74 and 141: stdout could not take the result, or was closed before it was written.
     assert errors.MissingDependency.exit_code == 9
-    assert codes | {0, 2, errors.GUEST_TIMEOUT_EXIT, CLOSED_STDOUT} == documented
+    assert codes | {0, 2, errors.GUEST_TIMEOUT_EXIT, STDOUT_FAILED, CLOSED_STDOUT} == documented
     assert "pip install 'kata-mem[libvirt]'" in table
 
 
