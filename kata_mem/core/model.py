@@ -364,6 +364,8 @@ class MemoryDevice:
     pending_unplug: bool = False
     #: A DIMM kata-mem plugged itself, as its journal proves: the only kind it unplugs.
     ours: bool = False
+    #: Where its region starts in the device-memory area (None: the hypervisor does not say).
+    addr: Optional[int] = None
 
     @property
     def space(self) -> int:
@@ -402,6 +404,9 @@ class VmState:
     #: hypervisor manager set on it (libvirt ``<memtune><hard_limit>``).
     vmm_pid: Optional[int] = None
     vmm_hard_limit: Optional[int] = None
+    #: The regions the other memory devices (nvdimm, virtio-pmem) take in the
+    #: device-memory area, where known: (what, start, size).
+    other_regions: tuple[tuple[str, int, int], ...] = ()
 
     @property
     def plugged(self) -> int:
@@ -425,6 +430,14 @@ class VmState:
 
     def device(self, device_id: str) -> Optional[MemoryDevice]:
         return next((d for d in self.devices if d.id == device_id), None)
+
+    def regions(self) -> tuple[tuple[str, int, int], ...]:
+        """Every region of the device-memory area whose place is known: (what, start,
+        size); a virtio-mem device takes its whole ``max-size``, plugged or not."""
+        return (
+            *((f"{d.kind} {d.id}", d.addr, d.space) for d in self.devices if d.addr is not None),
+            *self.other_regions,
+        )
 
     @property
     def taken_ids(self) -> frozenset[str]:
