@@ -18,6 +18,7 @@ from kata_mem.core.errors import InputError
 from kata_mem.core.model import (
     ARCHES,
     DIMM_PREFIX,
+    KATA_VIRTIO_MEM_ID,
     MEMDEV_PREFIX,
     CgroupLevel,
     Clamp,
@@ -227,7 +228,7 @@ def assumed_vm(cfg: SizingConfig, host: HostFacts, current: Optional[int] = None
         block = block_size(cfg, host)
         devices = (
             MemoryDevice(
-                id="virtiomem0",
+                id=KATA_VIRTIO_MEM_ID,
                 kind="virtio-mem",
                 size=plugged,
                 requested=plugged,
@@ -484,6 +485,14 @@ def _plan_memory(
     target = origin + aligned
     aligned_target = target
 
+    others = [d.id for d in vm.virtio_mems if vm.virtio_mem is not None and d is not vm.virtio_mem]
+    if mech == "virtio-mem" and others:
+        note(
+            "left_alone",
+            f"left alone: virtio-mem {', '.join(others)}: kata-mem resizes only the sandbox's "
+            f"{vm.virtio_mem.id if vm.virtio_mem else ''} (Kata's {KATA_VIRTIO_MEM_ID}), and counts "
+            "the others' memory as it is",
+        )
     steps: tuple[Step, ...] = ()
     if mech == "static":
         # Sized at boot: the boot size is the target; nothing is plugged later.
@@ -706,7 +715,15 @@ def _resize_virtio_mem(
     """Growth in one ``requested-size`` change; shrink in bounded, block-aligned steps."""
     dev = vm.virtio_mem
     if dev is None:
-        clamp("device_space", vm.total, "no virtio-mem device in the VM: nothing can be resized")
+        found = ", ".join(d.id for d in vm.virtio_mems)
+        clamp(
+            "device_space",
+            vm.total,
+            f"the VM has virtio-mem devices {found}, none of them Kata's {KATA_VIRTIO_MEM_ID}: "
+            "kata-mem cannot tell which is the sandbox's, and resizes none"
+            if found
+            else "no virtio-mem device in the VM: nothing can be resized",
+        )
         return (), vm.total
     others = vm.plugged - dev.size
     want = target - vm.base - others

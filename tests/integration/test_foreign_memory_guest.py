@@ -6,6 +6,7 @@ guest's own MemTotal shows what it got."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -87,3 +88,47 @@ def test_a_dimm_is_whole_blocks_on_top_of_memory_that_is_not(
     assert _dimms(vm)["kmdimm0"] == 256 * MiB
     grown = before + 256 * KiB_PER_MiB
     assert vm.wait_mem(lambda m: m.total_kb >= grown, timeout=15).total_kb == grown
+
+
+def _virtio_mems(vm: GuestVM) -> dict[str, tuple[int, int]]:
+    """QEMU's virtio-mem devices: id -> (size, requested-size) in MiB."""
+    with QMPClient(vm.qmp_socket) as q:
+        return {
+            d["data"]["id"]: (d["data"]["size"] // MiB, d["data"]["requested-size"] // MiB)
+            for d in q.execute("query-memory-devices")
+            if d["type"] == "virtio-mem"
+        }
+
+
+def test_of_two_virtio_mem_devices_only_katas_is_resized(
+    boot_guest: BootGuest, tmp_path: Path, run_cli: Run
+) -> None:
+    # Another tool's device first (QEMU lists it first), then Kata's virtiomem0. Before:
+    # kata-mem grew othervmem, then shrank it to 2 MiB under its owner, and left vm0 alone.
+    other = (
+        "-object", "memory-backend-ram,id=othermem,size=1024M",
+        "-device", "pcie-root-port,id=rp0,bus=pcie.0,chassis=1,slot=1",
+        "-device", "virtio-mem-pci,id=othervmem,memdev=othermem,requested-size=256M,"
+        "block-size=2M,bus=rp0",
+        "-object", "memory-backend-ram,id=katamem,size=2048M",
+        "-device", "pcie-root-port,id=rp1,bus=pcie.0,chassis=2,slot=2",
+        "-device", "virtio-mem-pci,id=virtiomem0,memdev=katamem,requested-size=0,"
+        "block-size=2M,bus=rp1",
+    )  # fmt: skip
+    vm = boot_guest(GuestSpec(virtio_mem_mib=0, extra_qemu_args=other))
+    deadline = time.monotonic() + 30
+    while _virtio_mems(vm)["othervmem"] != (256, 256):  # its driver plugs it as the guest boots
+        assert time.monotonic() < deadline, _virtio_mems(vm)
+        time.sleep(0.2)
+    cfg = guest_config(tmp_path, virtio=True)
+    before = vm.status().total_kb
+    code, out = _apply(run_cli, cfg, vm, "--limit", "512Mi")
+    assert (code, out["status"]) == (0, "Resized"), out
+    assert {s["device"] for s in out["steps"]} == {"virtiomem0"}
+    # 512 + 512 MiB asked; othervmem's 256 MiB count as what the guest has.
+    assert _virtio_mems(vm) == {"othervmem": (256, 256), "virtiomem0": (256, 256)}
+    grown = before + 256 * KiB_PER_MiB
+    assert vm.wait_mem(lambda m: m.total_kb >= grown, timeout=15).total_kb == grown
+    code, out = _apply(run_cli, cfg, vm, "--allow-shrink")
+    assert (code, out["status"]) == (0, "Resized"), out
+    assert _virtio_mems(vm) == {"othervmem": (256, 256), "virtiomem0": (0, 0)}
