@@ -334,16 +334,31 @@ def _open_lock(lock: str, where: str) -> Optional[int]:
     return fd
 
 
-def _clear_path(path: str, where: str, lock: str, names: Optional[tuple[int, int, int]]) -> None:
-    """Make room for the socket: nothing there, or a dead socket the held lock names
-    (``names``), which is removed. Anything else is left as it is.
+def _clear_path(path: str, where: str, lock: str, held: Optional[int]) -> None:
+    """Make room for the socket: nothing there and no lock beside it, or a dead socket
+    that the lock beside it (``held``, open and flocked) names, which is removed. A lock
+    that names no socket there is not adopted: it proves nothing is kata-mem's (another
+    program's ``PATH.lock``, or a lock whose socket is gone), and serve would overwrite
+    it and remove it at its stop. Anything else is left as it is.
 
-    :raises ConfigError: something else is at ``path``.
+    :raises ConfigError: something else is at ``path``, or a lock that proves nothing.
     """
+    names = None if held is None else _lock_names(held)
     try:
         info = os.lstat(path)
     except FileNotFoundError:
-        return
+        if held is None:
+            return
+        what = (
+            "does not hold what kata-mem serve writes in its lock"
+            if names is None
+            else "names a socket that is no longer there"
+        )
+        raise ConfigError(
+            f"{where}: {lock} is there without a socket beside it, and {what}: it is not a "
+            "lock this serve can prove kata-mem's, so nothing was changed (remove it if it "
+            "is a stale kata-mem lock, or give another --socket)"
+        ) from None
     if not stat.S_ISSOCK(info.st_mode):
         raise ConfigError(
             f"{where}: exists and is not a socket; nothing was changed (remove it, or give "
@@ -355,7 +370,13 @@ def _clear_path(path: str, where: str, lock: str, names: Optional[tuple[int, int
             "another service); nothing was changed"
         )
     if names is None or names != (info.st_dev, info.st_ino, info.st_ctime_ns):
-        beside = f"no {lock} beside it" if names is None else f"{lock} does not name it"
+        beside = (
+            f"no {lock} beside it"
+            if held is None
+            else f"{lock} does not name it"
+            if names is not None
+            else f"{lock} is not a lock kata-mem serve wrote"
+        )
         raise ConfigError(
             f"{where}: a socket nobody listens on, but not one kata-mem serve made ({beside}); "
             "nothing was changed (remove it, or give another --socket)"
@@ -421,7 +442,7 @@ def _bind_once(path: str, group: Optional[int], where: str) -> Optional[Listener
         if lock_fd is not None and not _same_file(lock_fd, lock):
             os.close(lock_fd)  # removed by the serve that was stopping as we opened it
             return None
-        _clear_path(path, where, lock, None if lock_fd is None else _lock_names(lock_fd))
+        _clear_path(path, where, lock, lock_fd)
         if lock_fd is None:
             try:
                 lock_fd = os.open(
