@@ -22,6 +22,7 @@ from kata_mem.core.fields import Fields, is_bool, is_int, is_number, is_str, tom
 from kata_mem.core.model import SIZING_MODELS, Origin, Settings, SizingConfig
 from kata_mem.core.units import INT64_MAX, MiB, to_mib_floor
 from kata_mem.edges.files import CONFIG_CAP, not_regular, read_capped
+from kata_mem.edges.ownership import check_way, mode, others_could_write, who
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -74,8 +75,36 @@ def find_config(explicit: Optional[str], env: Mapping[str, str]) -> tuple[Path, 
     )
 
 
+def _trusted(path: Path) -> Optional[Callable[[int], None]]:
+    """As root, the check that no other user could have written the configuration file
+    ``path`` (:mod:`kata_mem.edges.ownership`): it chooses where root creates directories
+    and files (``state_dir``), what it hands QEMU (``hugepages_path``) and whether shrink
+    safety holds (``allow_shrink``, the headroom). None for another user, whose files are
+    its own business (root's configuration is readable by it, and used as it is).
+
+    :raises ConfigError: a directory or symlink on the way to it is another user's.
+    """
+    if os.geteuid() != 0:
+        return None
+    check_way(path, str(path), "this configuration file")
+
+    def check(fd: int) -> None:
+        info = os.fstat(fd)
+        if others_could_write(info):
+            raise ConfigError(
+                f"{path}: owned by {who(info.st_uid)}, mode {mode(info)}; kata-mem runs as "
+                "root and reads a configuration file only when root owns it and no group or "
+                "other user can write it (as sudo reads sudoers), so it was not read. If it is "
+                f"trusted: chown root {path}; chmod go-w {path}"
+            )
+
+    return check
+
+
 def _read_toml(path: Path) -> dict[str, Any]:
-    data = read_capped(path, cap=CONFIG_CAP, what="configuration", error=ConfigError)
+    data = read_capped(
+        path, cap=CONFIG_CAP, what="configuration", error=ConfigError, check=_trusted(path)
+    )
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -129,6 +158,8 @@ def load_raw(path: Path) -> tuple[dict[str, Any], Origins, tuple[str, ...]]:
     files = [path]
     dropin_dir = path.parent / "config.d"
     if dropin_dir.is_dir():
+        if os.geteuid() == 0:  # whoever may write it may add a drop-in
+            check_way(dropin_dir, str(path), "its drop-ins", itself=True)
         # Not only regular files: a FIFO or device named *.toml is refused when read,
         # rather than skipped so that the configuration silently differs from the files.
         files += sorted(p for p in dropin_dir.glob("*.toml") if not p.is_dir())
