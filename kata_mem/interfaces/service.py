@@ -43,7 +43,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, TypeVar, cast
 
-from aiohttp import web
+from aiohttp import HttpVersion11, web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from kata_mem.core.errors import BackendUnavailable, ConfigError, InputError, KataMemError
@@ -536,6 +536,27 @@ def _parse_error(exc: Optional[BaseException], message: Optional[str] = None) ->
     return " ".join(w for w in str(text).split() if w.strip("^~")) or "malformed"
 
 
+async def _expect_later(request: web.Request) -> None:
+    """An Expect header is answered after the peer check (``Service._guard``)."""
+
+
+def _expectations(request: web.Request) -> list[str]:
+    """The request's expectations, lower case (every Expect header, each a list)."""
+    return [e.strip().lower() for h in request.headers.getall("Expect", []) for e in h.split(",")]
+
+
+async def _unrouted(request: web.Request) -> web.StreamResponse:
+    """A path or method no endpoint takes: 405 when another method of the path is one,
+    else 404, as aiohttp's router says."""
+    allowed: set[str] = set()
+    for endpoint in request.app.router.resources():
+        if endpoint.name is not None:  # the endpoints are named; this route is not
+            allowed |= (await endpoint.resolve(request))[1]
+    if allowed:
+        raise web.HTTPMethodNotAllowed(request.method, allowed)
+    raise web.HTTPNotFound()
+
+
 class _Protocol(web.RequestHandler):
     """aiohttp's connection handler, answering what aiohttp refuses before any handler
     runs (a request line, header or chunk it cannot parse) and a handler's bug as the
@@ -634,11 +655,19 @@ class Service:
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[self._guard], client_max_size=MAX_REQUEST_BYTES)
-        app.router.add_post("/v1/shim", self.shim, name="shim")
-        app.router.add_get("/v1/node", self.node, name="node")
-        app.router.add_get("/v1/sandboxes/{id}", self.sandbox, name="sandbox")
-        app.router.add_get("/metrics", self.metrics_text, name="metrics")
-        app.router.add_get("/healthz", self.healthz, name="healthz")
+        # aiohttp answers an Expect header before any middleware runs, so before the peer
+        # check, in plain text (web_app ``Application._handle``, its default
+        # ``_default_expect_handler``): 100 Continue invites a refused peer's body, and
+        # anything else is its own 417. So no route takes it there (``_guard`` does), and
+        # every path and method has a route, the last one answering as the router would
+        # (404, 405): a path no route takes would get aiohttp's handler again.
+        later = _expect_later
+        app.router.add_post("/v1/shim", self.shim, name="shim", expect_handler=later)
+        app.router.add_get("/v1/node", self.node, name="node", expect_handler=later)
+        app.router.add_get("/v1/sandboxes/{id}", self.sandbox, name="sandbox", expect_handler=later)
+        app.router.add_get("/metrics", self.metrics_text, name="metrics", expect_handler=later)
+        app.router.add_get("/healthz", self.healthz, name="healthz", expect_handler=later)
+        app.router.add_route("*", "/{path:.*}", _unrouted, expect_handler=later)
         return app
 
     def refuse(
@@ -700,11 +729,27 @@ class Service:
         what = f"{request.method} {request.path}"
         peer = cast(_Protocol, request.protocol).peer
         # The peer first: nothing of a refused peer's request is read or decoded.
+        expected = _expectations(request)
         if peer is None or not peer_allowed(peer, self.group):
             response: web.StreamResponse = self.forbidden(peer, what)
             request.content.feed_eof()  # not even drained: closed once the 403 is sent
+        elif any(e != "100-continue" for e in expected):
+            # RFC 9110, 10.1.1: an expectation the server cannot meet is a 417.
+            response = self.refuse(
+                InputError(
+                    f"Expect {', '.join(request.headers.getall('Expect'))!r}: not an "
+                    "expectation kata-mem serve meets; send none, or 100-continue"
+                ),
+                417,
+                peer,
+                what,
+            )
+            response.force_close()
+            request.content.feed_eof()  # the body is not read
         else:
             request["peer"] = peer
+            # 100 Continue once the body is about to be read (``_body``), never before.
+            request["continue"] = bool(expected) and request.version >= HttpVersion11
             try:
                 response = await handler(request)
             except web.HTTPException as exc:  # the router's 404 and 405, as documents
@@ -724,6 +769,10 @@ class Service:
         """The body, or None when it is larger than a request may be."""
         if (request.content_length or 0) > MAX_REQUEST_BYTES:
             return None
+        if request.get("continue"):
+            # What aiohttp's _default_expect_handler writes; no response has started yet.
+            await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            request.writer.output_size = 0
         chunks: list[bytes] = []
         size = 0
         while chunk := await request.content.read(1 << 16):
@@ -735,8 +784,10 @@ class Service:
 
     async def shim(self, request: web.Request) -> web.StreamResponse:
         peer, what = request.get("peer"), f"{request.method} {request.path}"
-        coding = request.headers.get("Content-Encoding", "").strip()
-        if coding.lower() not in ("", "identity"):
+        # Every Content-Encoding header, each a list of codings (RFC 9110, 8.4 and 5.3).
+        codings = request.headers.getall("Content-Encoding", [])
+        coding = ", ".join(c.strip() for c in codings)
+        if any(c.strip().lower() not in ("", "identity") for h in codings for c in h.split(",")):
             # A request is a small document on a local socket: nothing to gain from
             # compression, and no decoder to feed what a client chose. 415 with the
             # codings accepted, as RFC 9110 (sections 15.5.16 and 12.5.3) asks.
