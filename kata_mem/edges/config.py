@@ -392,6 +392,9 @@ def _mib(v: Any) -> bool:
     return is_int(v) and 0 <= v <= to_mib_floor(INT64_MAX)
 
 
+#: The longest balloon statistics interval both hypervisors take (libvirt's ``int``).
+STATS_INTERVAL_MAX = (1 << 31) - 1
+
 #: The ``[kata_mem]`` table: key -> (Settings field, scale, check, expected).
 SETTINGS_KEYS: dict[str, tuple[str, int, Callable[[Any], bool], str]] = {
     "dimm_block_mib": ("dimm_block", MiB, _power_of_two_mib, "a power of two (MiB), e.g. 128"),
@@ -407,11 +410,14 @@ SETTINGS_KEYS: dict[str, tuple[str, int, Callable[[Any], bool], str]] = {
     "shrink_step_percent": ("shrink_step_percent", 1, _percent, "an integer from 0 to 100"),
     "step_timeout_s": ("step_timeout_s", 1, _positive_number, "a positive number of seconds"),
     "usage_max_age_s": ("usage_max_age_s", 1, _positive_number, "a positive number of seconds"),
+    # Set on the guest's balloon: QEMU refuses more than UINT32_MAX seconds ("timer value
+    # is too big", hw/virtio/virtio-balloon.c balloon_stats_set_poll_interval), libvirt
+    # takes a C int (virDomainSetMemoryStatsPeriod).
     "stats_interval_s": (
         "stats_interval_s",
         1,
-        lambda v: is_int(v) and v >= 1,
-        "an integer >= 1 (seconds)",
+        lambda v: is_int(v) and 1 <= v <= STATS_INTERVAL_MAX,
+        f"an integer from 1 to {STATS_INTERVAL_MAX} (seconds; libvirt's and QEMU's range)",
     ),
     "allow_shrink": ("allow_shrink", 1, is_bool, "true or false"),
     # Absolute: reconcile, serve and the shim run from other directories than the one a
@@ -481,6 +487,15 @@ def load_settings(
         else:
             values[attr] = raw * scale if scale > 1 else raw
     assert {f.name for f in fields(Settings)} == set(values)
+    if values["stats_interval_s"] >= values["usage_max_age_s"]:
+        # A reading is then as old as usage_max_age_s or older between two reports, and
+        # unknown: every shrink would defer, or wait up to three intervals for a fresh one.
+        raise ConfigError(
+            f"{reader.where('stats_interval_s')}: {values['stats_interval_s']} is not below "
+            f"[kata_mem] usage_max_age_s ({toml_value(values['usage_max_age_s'])}): the guest "
+            "reports its usage every stats_interval_s seconds and a reading older than "
+            "usage_max_age_s is unknown; expected stats_interval_s below usage_max_age_s"
+        )
     return Settings(**values), [(f"kata_mem.{k}", s) for k, s in reader.sources]
 
 

@@ -582,6 +582,24 @@ def test_a_usage_file_that_is_not_a_number_is_a_warning(
     ), plan["warnings"]
 
 
+@pytest.mark.parametrize(
+    ("settings", "key"),
+    [
+        ({"stats_interval_s": 4294967296}, "stats_interval_s"),
+        ({"stats_interval_s": 6, "usage_max_age_s": 6}, "stats_interval_s"),
+    ],
+)
+def test_a_setting_the_hypervisor_cannot_use_is_refused_by_config_check(
+    run_cli: Run, tmp_path: Path, settings: dict[str, Any], key: str
+) -> None:
+    # Before: config check exit 0, then every apply failed with QMP's "timer value is too
+    # big" (exit 7), or every shrink waited for statistics that are never fresh.
+    cfg = write_config(tmp_path / "c.toml", kata_mem=settings)
+    for args in (("config", "check", str(cfg)), ("preview", "--config", str(cfg), *HOST_ARGS)):
+        r = run_cli(*args)
+        assert r.code == 3 and f"{cfg}: [kata_mem] {key}: " in r.err, r.err
+
+
 def test_config_check_says_what_unset_means(run_cli: Run, cfg: Path) -> None:
     r = run_cli("config", "check", str(cfg))
     assert r.code == 0 and "None" not in r.out, r.out
