@@ -378,8 +378,21 @@ class LibvirtBackend:
         slot = (
             int(slot_el.get("slot", "0")) if slot_el is not None and slot_el.get("slot") else None
         )
+        # libvirt copies QEMU's address of a DIMM into the live XML: <address type='dimm'
+        # slot='0' base='0x100000000'/> (qemuDomainUpdateMemoryDeviceInfo).
+        base = slot_el.get("base", "") if slot_el is not None else ""
+        try:
+            addr = int(base, 16) if base else None
+        except ValueError:  # not libvirt's form: unknown, as when it gives none
+            addr = None
         return MemoryDevice(
-            id=device_id, kind="dimm", size=size, requested=size, max_size=size, slot=slot
+            id=device_id,
+            kind="dimm",
+            size=size,
+            requested=size,
+            max_size=size,
+            slot=slot,
+            addr=addr,
         )
 
     def begin(self, step: Step) -> None:

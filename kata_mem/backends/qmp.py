@@ -422,8 +422,9 @@ class QmpBackend:
 
     # -- the Backend protocol ---------------------------------------------------------
 
-    def _query_devices(self) -> tuple[list[MemoryDevice], list[int]]:
-        """The DIMM and virtio-mem devices, and the sizes of the other memory devices."""
+    def _query_devices(self) -> tuple[list[MemoryDevice], list[int], list[tuple[str, int, int]]]:
+        """The DIMM and virtio-mem devices, the sizes of the other memory devices, and the
+        regions of those in the device-memory area (nvdimm, virtio-pmem: sgx-epc has its own)."""
         raw = self._execute("query-memory-devices")
         if not isinstance(raw, list):
             raise BackendError(
@@ -431,6 +432,7 @@ class QmpBackend:
             )
         devices: list[MemoryDevice] = []
         others: list[int] = []
+        regions: list[tuple[str, int, int]] = []
         for i, item in enumerate(raw):
             at = f"query-memory-devices[{i}]"
             entry = _REPLY.object(item, at)
@@ -447,6 +449,7 @@ class QmpBackend:
                         slot=_REPLY.required_integer(data, "slot", f"{at}.data"),
                         memdev=str(data.get("memdev", "")).removeprefix("/objects/"),
                         hotplugged=bool(data.get("hotplugged", False)),
+                        addr=_REPLY.integer(data, "addr", f"{at}.data", minimum=0),
                     )
                 )
             elif kind == "virtio-mem":
@@ -459,11 +462,15 @@ class QmpBackend:
                         max_size=_REPLY.required_integer(data, "max-size", f"{at}.data"),
                         block=_REPLY.required_integer(data, "block-size", f"{at}.data"),
                         memdev=str(data.get("memdev", "")).removeprefix("/objects/"),
+                        addr=_REPLY.integer(data, "memaddr", f"{at}.data", minimum=0),
                     )
                 )
             elif isinstance(data.get("size"), int):
                 others.append(int(data["size"]))  # nvdimm, virtio-pmem, sgx-epc
-        return devices, others
+                start = data.get("addr", data.get("memaddr"))
+                if kind in ("nvdimm", "virtio-pmem") and isinstance(start, int):
+                    regions.append((f"{kind} {data.get('id') or ''}".strip(), start, data["size"]))
+        return devices, others, regions
 
     def _machine_memory(self) -> tuple[int, int, Optional[int]]:
         """Boot memory, DIMM slots and ``maxmem``: fixed for the VM's life, so asked once."""
@@ -514,13 +521,14 @@ class QmpBackend:
 
     def observe(self) -> VmState:
         base, slots, maxmem = self._machine_memory()
-        devices, others = self._query_devices()
+        devices, others, regions = self._query_devices()
         state = vm_state(
             base=base,
             maxmem=maxmem,
             slots=slots,
             devices=devices,
             unmanaged=others,
+            unmanaged_regions=regions,
             memory_backends=self._memory_backends(),
             other_ids=[
                 n for n, _ in self._children("/objects") + self._children("/machine/peripheral")

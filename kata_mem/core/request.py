@@ -507,9 +507,9 @@ class HostOverrides:
             architecture, a bad hugepage pool, or an unknown field.
         """
         _REQUEST.only(doc, ("memory_bytes", "cpus", "arch", "hugepages", "cgroup"), at)
-        cgroup = _REQUEST.string(doc, "cgroup", at)
-        if cgroup is not None and not cgroup.startswith("/"):
-            raise _REQUEST.fail(path(at, "cgroup"), "an absolute path (a cgroup directory)", cgroup)
+        cgroup = _absolute(
+            _REQUEST.string(doc, "cgroup", at), path(at, "cgroup"), "cgroup directory"
+        )
         name = _REQUEST.string(doc, "arch", at)
         arch = None if name is None else normalize_arch(name, _REQUEST.name(path(at, "arch")))
         pool = None
@@ -530,6 +530,18 @@ class HostOverrides:
             hugepages=pool,
             cgroup=cgroup,
         )
+
+
+def _absolute(value: Optional[str], at: str, what: str) -> Optional[str]:
+    """``value``, a path a request names, which must be absolute: a shim runs in a
+    directory of its own, and ``kata-mem reconcile`` (or ``serve``) re-runs the request
+    from another, where a relative path names something else, or nothing.
+
+    :raises InputError: naming the field ``at``.
+    """
+    if value is not None and not value.startswith("/"):
+        raise _REQUEST.fail(at, f"an absolute path (a {what})", value)
+    return value
 
 
 def _container_json(c: Container) -> dict[str, Any]:
@@ -762,7 +774,7 @@ class SandboxRequest:
         except InputError as exc:
             raise InputError(f"request sandbox_id: {exc.message}") from exc
         event = _REQUEST.choice(doc, "event", EVENTS)
-        config = _REQUEST.string(doc, "config")
+        config = _absolute(_REQUEST.string(doc, "config"), "config", "Kata configuration file")
         items = doc.get("containers", [])
         if not isinstance(items, list):
             raise _REQUEST.fail("containers", "a list", items)
@@ -771,6 +783,8 @@ class SandboxRequest:
         )
         backend = _REQUEST.mapping(doc, "backend")
         endpoint = None if backend is None else Endpoint.from_json(backend)
+        if endpoint is not None and endpoint.kind == "qmp":
+            _absolute(endpoint.target, "backend.socket", "QMP unix socket")
         apply = _REQUEST.boolean(doc, "apply")
         mode: Mode = "delete" if event == "delete" else "apply" if apply else "plan"
         host = _REQUEST.mapping(doc, "host")

@@ -116,16 +116,31 @@ _VMM = {"device": 1, "inode": 2, "owner_uid": 0, "peer_uid": 0, "peer_pid": 3}
             "request backend: unknown field 'x'; expected only socket, type",
         ),
         (
-            {"backend": {"type": "qmp", "socket": "s", "vmm": {"device": 1, "owner_uid": 0}}},
+            {"backend": {"type": "qmp", "socket": "/s", "vmm": {"device": 1, "owner_uid": 0}}},
             "request backend.vmm.inode: expected an integer, got null",
         ),
         (
-            {"backend": {"type": "qmp", "socket": "s", "vmm": {**_VMM, "owner_uid": -1}}},
+            {"backend": {"type": "qmp", "socket": "/s", "vmm": {**_VMM, "owner_uid": -1}}},
             "request backend.vmm.owner_uid: expected an integer from 0, got -1",
         ),
         (
-            {"backend": {"type": "qmp", "socket": "s", "vmm": {**_VMM, "peer_pid": 0}}},
+            {"backend": {"type": "qmp", "socket": "/s", "vmm": {**_VMM, "peer_pid": 0}}},
             "request backend.vmm.peer_pid: expected an integer from 1, got 0",
+        ),
+        # A shim runs in a directory of its own, and reconcile re-runs a saved request from
+        # another: a relative path there names something else, or nothing.
+        (
+            {"backend": {"type": "qmp", "socket": "qmp.sock"}},
+            'request backend.socket: expected an absolute path (a QMP unix socket), got "qmp.sock"',
+        ),
+        (
+            {"config": "configuration.toml"},
+            "request config: expected an absolute path (a Kata configuration file), got "
+            '"configuration.toml"',
+        ),
+        (
+            {"host": {"cgroup": "."}},
+            'request host.cgroup: expected an absolute path (a cgroup directory), got "."',
         ),
     ],
 )
