@@ -9,6 +9,7 @@ files (Kata ignores tables it does not know).
 from __future__ import annotations
 
 import os
+import stat
 import sys
 import time
 from collections.abc import Mapping
@@ -90,6 +91,8 @@ def _trusted(path: Path) -> Optional[Callable[[int], None]]:
 
     def check(fd: int) -> None:
         info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return  # a device or FIFO: read_open refuses it for what it is, before reading
         if others_could_write(info):
             raise ConfigError(
                 f"{path}: owned by {who(info.st_uid)}, mode {mode(info)}; kata-mem runs as "

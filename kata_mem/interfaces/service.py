@@ -348,7 +348,7 @@ def _clear_path(path: str, where: str, lock: str, held: Optional[int]) -> None:
     names = None if held is None else _lock_names(held)
     try:
         info = os.lstat(path)
-    except FileNotFoundError:
+    except FileNotFoundError as exc:
         if held is None:
             return
         what = (
@@ -360,7 +360,7 @@ def _clear_path(path: str, where: str, lock: str, held: Optional[int]) -> None:
             f"{where}: {lock} is there without a socket beside it, and {what}: it is not a "
             "lock this serve can prove kata-mem's, so nothing was changed (remove it if it "
             "is a stale kata-mem lock, or give another --socket)"
-        ) from None
+        ) from exc
     if not stat.S_ISSOCK(info.st_mode):
         raise ConfigError(
             f"{where}: exists and is not a socket; nothing was changed (remove it, or give "

@@ -6,7 +6,6 @@ guest's own MemTotal shows what it got."""
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -16,6 +15,7 @@ from tests.support.cli import CliResult
 from tests.support.configs import HOST_ARGS, guest_config
 from tests.support.guestvm import BootGuest, GuestSpec, GuestVM
 from tests.support.qmp_min import QMPClient
+from tests.support.waits import wait_until
 
 pytestmark = pytest.mark.guest
 Run = Callable[..., CliResult]
@@ -117,10 +117,12 @@ def test_of_two_virtio_mem_devices_only_katas_is_resized(
         "block-size=2M,bus=rp1",
     )  # fmt: skip
     vm = boot_guest(GuestSpec(virtio_mem_mib=0, extra_qemu_args=other))
-    deadline = time.monotonic() + 30
-    while _virtio_mems(vm)["othervmem"] != (256, 256):  # its driver plugs it as the guest boots
-        assert time.monotonic() < deadline, _virtio_mems(vm)
-        time.sleep(0.2)
+    wait_until(  # its driver plugs it as the guest boots
+        lambda: _virtio_mems(vm)["othervmem"] == (256, 256),
+        lambda: f"the other virtio-mem device is plugged: {_virtio_mems(vm)}",
+        timeout=30,
+        interval=0.2,
+    )
     cfg = guest_config(tmp_path, virtio=True)
     before = vm.status().total_kb
     code, out = _apply(run_cli, cfg, vm, "--limit", "512Mi")
