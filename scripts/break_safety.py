@@ -260,14 +260,14 @@ BREAKS = (
     Break(
         "round-down-at-max",
         PLANNER,
-        "if base + aligned > upper:",
-        "if base + aligned >= upper:",
+        "if origin + aligned > upper:",
+        "if origin + aligned >= upper:",
     ),
     Break(
         "round-up-past-guard-room",
         PLANNER,
-        "if base + aligned > upper:",
-        "if base + aligned > ceiling:",
+        "if origin + aligned > upper:",
+        "if origin + aligned > ceiling:",
     ),
     Break(
         "48x-of-boot-memory",
