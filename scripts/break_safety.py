@@ -1,13 +1,17 @@
 #!/usr/bin/env python3
-"""Break the shrink-safety rule on purpose and check that the fast tests notice.
+"""Break the sizing and shrink-safety rules on purpose and check that the fast tests notice.
 
-Each break is one small textual change to a copy of the package (the tree
-itself is never touched). For each, the fast suite (everything but the
-real-guest and libvirt tests) runs against the copy, stopping at the first
-failure. A break that no test fails "survives": the suite does not guard that
-part of the rule. Exit status 1 if any break survives or no longer applies.
+Each break is one small textual change to a copy of the package (the tree itself is
+never touched): an off-by-one, a flipped comparison, a dropped term, a wrong field, in
+the shrink-safety rule, the usage readings it is judged on, the outcomes, the planner's
+clamps and the journal's record. For each, the test modules that guard the broken
+module (``GUARDS``; with ``--full`` the whole fast suite: everything but the real-guest
+and libvirt tests) run against the copy, stopping at the first failure. A break that no
+test fails "survives": the suite does not guard that part of the rule. A control run
+with no break runs the same tests first and must pass. Exit status 1 if any break
+survives or no longer applies.
 
-    scripts/break_safety.py [--only NAME] [--list] [--no-control]
+    scripts/break_safety.py [--only NAME] [--full] [--list] [--no-control]
 """
 
 from __future__ import annotations
@@ -23,84 +27,338 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 FAST = ["-m", "not guest and not libvirt"]
-#: Unit tests first: a killed break is usually found in seconds.
-ORDER = ["tests/unit", "tests/property", "tests/cli", "tests/integration"]
+#: The whole fast suite (--full), unit tests first: a killed break is usually found in seconds.
+ORDER = ("tests/unit", "tests/property", "tests/cli", "tests/integration", "tests/service")
+
+_SAFETY = (
+    "tests/unit/test_safety_cases.py",
+    "tests/unit/test_safety_executor.py",
+    "tests/unit/test_executor.py",
+)
+#: The test modules that guard each module's rules, the table-driven ones first. A break
+#: in a module runs these; a break that survives them is a missing test here, whatever
+#: the rest of the suite would say.
+GUARDS: dict[str, tuple[str, ...]] = {
+    "kata_mem/core/safety.py": _SAFETY,
+    "kata_mem/core/model.py": _SAFETY,
+    "kata_mem/orchestration/usage.py": ("tests/unit/test_usage.py", *_SAFETY[1:]),
+    "kata_mem/core/outcomes.py": (
+        "tests/unit/test_outcome_cases.py",
+        "tests/unit/test_record.py",
+        "tests/unit/test_executor.py",
+    ),
+    "kata_mem/core/planner.py": (
+        "tests/unit/test_plan_cases.py",
+        "tests/unit/test_executor.py",
+        "tests/property/test_planner_properties.py",
+        "tests/property/test_alignment_properties.py",
+        "tests/property/test_guard_properties.py",
+    ),
+    "kata_mem/core/record.py": (
+        "tests/unit/test_record.py",
+        "tests/unit/test_host_side.py",
+        "tests/unit/test_ledger.py",
+        "tests/unit/test_journal_values.py",
+        "tests/unit/test_executor.py",
+    ),
+}
 
 
 @dataclass(frozen=True)
 class Break:
+    """``old`` (exactly once in ``file``) becomes ``new``; the name says what that does."""
+
     name: str
     file: str
     old: str
     new: str
 
 
+SAFETY = "kata_mem/core/safety.py"
+MODEL = "kata_mem/core/model.py"
+USAGE = "kata_mem/orchestration/usage.py"
+OUTCOMES = "kata_mem/core/outcomes.py"
+PLANNER = "kata_mem/core/planner.py"
+RECORD = "kata_mem/core/record.py"
+
 BREAKS = (
+    # -- the shrink-safety rule (safety.py, model.py) ------------------------------------
     Break(
         "headroom-zero",
-        "kata_mem/core/safety.py",
+        SAFETY,
         "return max(settings.headroom_min, block, target_total * settings.headroom_percent // 100)",
         "return 0",
     ),
-    Break(
-        "ignore-reading-age",
-        "kata_mem/core/safety.py",
-        "if age > settings.usage_max_age_s:",
-        "if False:",
-    ),
+    Break("ignore-reading-age", SAFETY, "if age > settings.usage_max_age_s:", "if False:"),
     Break(
         "all-caches-reclaimable",
-        "kata_mem/core/model.py",
+        MODEL,
         "return max(min(self.disk_caches, self.available - self.free), 0)",
         "return max(self.disk_caches, 0)",
     ),
     Break(
         "ignore-major-faults",
-        "kata_mem/core/safety.py",
+        SAFETY,
         "if faults is not None and faults > MAJOR_FAULTS_PRESSURE:",
         "if False:",
     ),
-    Break(
-        "no-pressure-check",
-        "kata_mem/core/safety.py",
-        "    if spare < floor:\n",
-        "    if False:\n",
-    ),
+    Break("no-pressure-check", SAFETY, "    if spare < floor:\n", "    if False:\n"),
     Break(
         "unknown-usage-runs",
-        "kata_mem/core/safety.py",
+        SAFETY,
         'return Verdict(\n            "defer",\n            "UsageUnknown",\n            "no guest memory statistics',
         'return Verdict(\n            "run",\n            "",\n            "no guest memory statistics',
     ),
     Break(
         "headroom-ignores-block",
-        "kata_mem/core/safety.py",
+        SAFETY,
         "return max(settings.headroom_min, block, ",
         "return max(settings.headroom_min, ",
     ),
     Break(
         "reserved-memory-ignored",
-        "kata_mem/core/safety.py",
+        SAFETY,
         "guest_after = usage.total - removed",
         "guest_after = after_total",
     ),
     Break(
         "fault-threshold-off-by-far",
-        "kata_mem/core/safety.py",
+        SAFETY,
         "MAJOR_FAULTS_PRESSURE = 1000",
         "MAJOR_FAULTS_PRESSURE = 100000",
     ),
     Break(
         "age-limit-inclusive-flip",
-        "kata_mem/core/safety.py",
+        SAFETY,
         "if age > settings.usage_max_age_s:",
-        "if age > settings.usage_max_age_s * 10:",
+        "if age >= settings.usage_max_age_s:",
+    ),
+    # -- which reading a shrink step is judged on (usage.py) -----------------------------
+    Break(
+        "fresh-wait-one-interval",
+        USAGE,
+        "deadline = clock() + 3 * interval_s + 2.0",
+        "deadline = clock() + interval_s",
+    ),
+    Break(
+        "old-reading-judged-as-current",
+        USAGE,
+        "current = self._total_before_last if ambiguous else vm.total",
+        "current = vm.total",
+    ),
+    Break(
+        "stale-since-call-start",
+        USAGE,
+        "since = self._last_end if self._last_end is not None else self._started",
+        "since = self._started",
+    ),
+    Break(
+        "defer-on-reading-before-call",
+        USAGE,
+        'if verdict.action == "defer" and stale:',
+        'if verdict.action == "defer" and ambiguous:',
+    ),
+    Break(
+        "fresh-reading-judged-as-old",
+        USAGE,
+        "verdict = judge(usage, vm.total)",
+        "verdict = judge(usage, current)",
+    ),
+    Break(
+        "last-step-reading-not-awaited",
+        USAGE,
+        "return self.fresh(after=self._last_end)",
+        "return self.latest()",
+    ),
+    # -- the outcomes (outcomes.py) --------------------------------------------------------
+    Break(
+        "refuse-only-planned-shrinks",
+        OUTCOMES,
+        'if allowed or m.mechanism == "static" or',
+        'if allowed or not m.steps or m.mechanism == "static" or',
+    ),
+    Break(
+        "refusal-ignores-boot-memory",
+        OUTCOMES,
+        "max(m.aligned, vm.base) >= vm.total",
+        "m.aligned >= vm.total",
+    ),
+    Break(
+        "pending-unplug-blocks-growth",
+        OUTCOMES,
+        "if m.aligned < vm.total and any(d.pending_unplug for d in vm.devices):",
+        "if any(d.pending_unplug for d in vm.devices):",
+    ),
+    Break(
+        "no-free-slots-wrong-cause",
+        OUTCOMES,
+        'if "slots" in {c.cause for c in m.clamps}:',
+        'if "device_space" in {c.cause for c in m.clamps}:',
+    ),
+    Break(
+        "below-base-by-target",
+        OUTCOMES,
+        "if m.requested < vm.base:",
+        "if m.target < vm.base:",
+    ),
+    Break(
+        "resized-unverified",
+        OUTCOMES,
+        "if stop is None and vm.total == m.target:",
+        "if stop is None:",
+    ),
+    Break(
+        "partial-shrink-without-a-step",
+        OUTCOMES,
+        'if stop.status == "Deferred" and done and m.shrink:',
+        'if stop.status == "Deferred" and m.shrink:',
+    ),
+    Break(
+        "timeout-reported-rejected",
+        OUTCOMES,
+        'if progress.state == "rejected":',
+        'if progress.state != "done":',
+    ),
+    Break(
+        "backoff-off-by-one",
+        OUTCOMES,
+        "doublings = max(attempts - 1, 0)",
+        "doublings = max(attempts, 0)",
+    ),
+    Break(
+        "backoff-uncapped",
+        OUTCOMES,
+        "return float(min(BACKOFF_START_S * 2 ** min(doublings, cap), BACKOFF_MAX_S))",
+        "return float(BACKOFF_START_S * 2 ** min(doublings, cap))",
+    ),
+    Break(
+        "backoff-on-every-stop",
+        OUTCOMES,
+        'retry_after_s=backoff(deferrals + 1) if stop.status == "Deferred" else None,',
+        "retry_after_s=backoff(deferrals + 1),",
+    ),
+    # -- the planner's clamps (planner.py) -------------------------------------------------
+    Break(
+        "maxmemory-above-host-kept",
+        PLANNER,
+        "if configured == 0 or configured > host_mem:",
+        "if configured == 0:",
+    ),
+    Break(
+        "clamp-at-max-off-by-one",
+        PLANNER,
+        "    if target > ceiling:\n        clamp(ceiling_cause",
+        "    if target >= ceiling:\n        clamp(ceiling_cause",
+    ),
+    Break("hugepage-pool-flipped", PLANNER, "if pool < ceiling:", "if pool > ceiling:"),
+    Break(
+        "always-round-down",
+        PLANNER,
+        "aligned = align_up(want, block)",
+        "aligned = align_down(want, block)",
+    ),
+    Break(
+        "round-down-at-max",
+        PLANNER,
+        "if origin + aligned > upper:",
+        "if origin + aligned >= upper:",
+    ),
+    Break(
+        "round-up-past-guard-room",
+        PLANNER,
+        "if origin + aligned > upper:",
+        "if origin + aligned > ceiling:",
+    ),
+    Break(
+        "48x-of-boot-memory",
+        PLANNER,
+        "align_down(ACPI_HOTPLUG_FACTOR * total, block)",
+        "align_down(ACPI_HOTPLUG_FACTOR * vm.base, block)",
+    ),
+    Break(
+        "slots-ignore-plugged-dimms",
+        PLANNER,
+        "free_slots = vm.slots - len(vm.dimms)",
+        "free_slots = vm.slots",
+    ),
+    Break(
+        "device-space-ignores-used",
+        PLANNER,
+        "else vm.device_space - vm.space_used",
+        "else vm.device_space",
+    ),
+    Break(
+        "cgroup-loosest-level",
+        PLANNER,
+        "if best is None or room < best[0]:",
+        "if best is None or room > best[0]:",
+    ),
+    Break(
+        "cgroup-overhead-per-gib-dropped",
+        PLANNER,
+        "by_model = (usable - s.vmm_overhead) * GiB // (GiB + s.vmm_overhead_per_gib)",
+        "by_model = usable - s.vmm_overhead",
+    ),
+    Break(
+        "cgroup-charge-counts-guest",
+        PLANNER,
+        "other = max((level.usage or 0) - current, 0)",
+        "other = max(level.usage or 0, 0)",
+    ),
+    Break(
+        "node-budget-ignores-others",
+        PLANNER,
+        "room = align_down(max(budget - others, 0), MiB)",
+        "room = align_down(max(budget, 0), MiB)",
+    ),
+    Break(
+        "guard-shrinks-the-vm",
+        PLANNER,
+        "bound = max(room, vm.total)",
+        "bound = room",
+    ),
+    # -- the journal's record (record.py) --------------------------------------------------
+    Break(
+        "commitment-ignores-grow",
+        RECORD,
+        "return max(self.observed or 0, self.target or 0)",
+        "return self.observed or 0",
+    ),
+    Break(
+        "goal-ignores-deferred-shrink",
+        RECORD,
+        "return self.deferred.target",
+        "return self.observed",
+    ),
+    Break(
+        "finish-keeps-grow-target",
+        RECORD,
+        "            target=None,\n            deferred=self.deferred if",
+        "            target=self.target,\n            deferred=self.deferred if",
+    ),
+    Break(
+        "finish-keeps-deferral",
+        RECORD,
+        'deferred=self.deferred if status == "Deferred" else None,',
+        "deferred=self.deferred,",
+    ),
+    Break(
+        "defer-count-min-max-swapped",
+        RECORD,
+        "attempts = min(self.attempts + 1, MAX_ATTEMPTS)",
+        "attempts = max(self.attempts + 1, MAX_ATTEMPTS)",
+    ),
+    Break(
+        "due-before-retry-time",
+        RECORD,
+        "self.deferred.retry_at <= now",
+        "self.deferred.retry_at >= now",
     ),
 )
 
 
 #: The control: no change at all. It must pass, or every "killed" would mean nothing.
-CONTROL = Break("none (control)", "kata_mem/core/safety.py", "", "")
+CONTROL = Break("none (control)", SAFETY, "", "")
 
 
 def copy_tree(dest: Path) -> None:
@@ -115,19 +373,22 @@ def copy_tree(dest: Path) -> None:
     )
 
 
-def run_break(brk: Break, python: str) -> tuple[str, float]:
+def applies(brk: Break, root: Path = ROOT) -> bool:
+    return (root / brk.file).read_text().count(brk.old) == 1
+
+
+def run_break(brk: Break, tests: tuple[str, ...], python: str) -> tuple[str, float]:
     with tempfile.TemporaryDirectory(prefix="kata-mem-break-") as tmp:
         work = Path(tmp)
         copy_tree(work)
         if brk is not CONTROL:
-            target = work / brk.file
-            text = target.read_text()
-            if text.count(brk.old) != 1:
+            if not applies(brk, work):
                 return "does-not-apply", 0.0
-            target.write_text(text.replace(brk.old, brk.new))
+            target = work / brk.file
+            target.write_text(target.read_text().replace(brk.old, brk.new))
         started = time.monotonic()
         proc = subprocess.run(
-            [python, "-m", "pytest", "-p", "no:cacheprovider", "-x", "-q", *FAST, *ORDER],
+            [python, "-m", "pytest", "-p", "no:cacheprovider", "-x", "-q", *FAST, *tests],
             cwd=work,
             capture_output=True,
             text=True,
@@ -144,6 +405,11 @@ def run_break(brk: Break, python: str) -> tuple[str, float]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", action="append", default=[], help="run only this break")
+    parser.add_argument(
+        "--full",
+        action="store_true",
+        help="run the whole fast suite for each break, not only the modules that guard its file",
+    )
     parser.add_argument("--list", action="store_true", help="list the breaks and exit")
     parser.add_argument(
         "--no-control",
@@ -151,24 +417,38 @@ def main() -> int:
         help="skip the control run (the caller has just run the fast suite on this tree)",
     )
     args = parser.parse_args()
+    unknown = sorted(set(args.only) - {b.name for b in BREAKS})
+    if unknown:
+        parser.error(f"no break named {', '.join(unknown)} (see --list)")
     chosen = [b for b in BREAKS if not args.only or b.name in args.only]
+
+    def tests_for(brk: Break) -> tuple[str, ...]:
+        return ORDER if args.full else GUARDS[brk.file]
+
     if args.list:
         for b in BREAKS:
-            print(f"{b.name}: {b.file}")
+            print(f"{b.name}: {b.file}{'' if applies(b) else ' (does not apply)'}")
         return 0
     bad = 0
-    print(f"{'break':28} {'result':10} seconds")
+    began = time.monotonic()
+    print(f"{'break':32} {'module':22} {'result':10} seconds")
     if not args.no_control:
-        result, took = run_break(CONTROL, sys.executable)
-        print(f"{CONTROL.name:28} {result:10} {took:6.1f}", flush=True)
+        every = tuple(dict.fromkeys(t for b in chosen for t in tests_for(b)))
+        result, took = run_break(CONTROL, every, sys.executable)
+        print(f"{CONTROL.name:32} {'':22} {result:10} {took:6.1f}", flush=True)
         if result != "survived":
-            print("the unbroken copy does not pass the fast suite: fix that first")
+            print("the unbroken copy does not pass these tests: fix that first")
             return 1
     for brk in chosen:
-        result, took = run_break(brk, sys.executable)
-        print(f"{brk.name:28} {result:10} {took:6.1f}", flush=True)
+        result, took = run_break(brk, tests_for(brk), sys.executable)
+        module = brk.file.removeprefix("kata_mem/")
+        print(f"{brk.name:32} {module:22} {result:10} {took:6.1f}", flush=True)
         bad += result != "killed"
-    print(f"{len(chosen) - bad} of {len(chosen)} breaks killed by the fast suite")
+    print(
+        f"{len(chosen) - bad} of {len(chosen)} breaks killed by the fast suite "
+        f"({'the whole fast suite' if args.full else 'the modules that guard each'}), "
+        f"{time.monotonic() - began:.0f} s in all"
+    )
     return 1 if bad else 0
 
 

@@ -87,6 +87,22 @@ def test_each_change_is_a_method_that_returns_the_next_record() -> None:
     assert once.finish("Resized", "", "", GiB, 5.0).deferred is None
 
 
+def test_a_grow_in_flight_ends_with_the_call() -> None:
+    # Kept after the call, the grow's target would hold the node's budget for a size the
+    # VM may never reach (a failed or clamped grow), and be the goal of the next call.
+    growing = Record("sb", observed=GiB).admit(2 * GiB)
+    done = growing.finish("Infeasible", "NoFreeSlots", "no free DIMM slot", GiB, 3.0)
+    assert (done.target, done.goal, done.commitment) == (None, GiB, GiB)
+
+
+def test_a_deferred_shrink_is_due_from_its_retry_time_on() -> None:
+    deferred = Record("sb", observed=GiB).defer("UsageAboveTarget", 100.0, 512 * MiB)
+    assert [deferred.due(now) for now in (99.0, 100.0, 101.0)] == [False, True, True]
+    assert not Record("sb", observed=GiB).due(100.0)
+    assert Record("sb", state="running").due(0.0)
+    assert Record("sb", pending_unplug=("kmdimm0",)).due(0.0)
+
+
 def test_the_backoff_never_overflows_and_the_count_saturates() -> None:
     # A1: 1,025 deferrals in a row made 30 * 2**1024 overflow a float (exit 1 from then on),
     # and a count edited to 10**12 made the call spin while holding the sandbox lock.
