@@ -17,11 +17,13 @@ survives or no longer applies.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -412,6 +414,12 @@ def main() -> int:
     )
     parser.add_argument("--list", action="store_true", help="list the breaks and exit")
     parser.add_argument(
+        "--jobs",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="breaks run at once, each in its own copy (default: one per CPU)",
+    )
+    parser.add_argument(
         "--no-control",
         action="store_true",
         help="skip the control run (the caller has just run the fast suite on this tree)",
@@ -439,11 +447,12 @@ def main() -> int:
         if result != "survived":
             print("the unbroken copy does not pass these tests: fix that first")
             return 1
-    for brk in chosen:
-        result, took = run_break(brk, tests_for(brk), sys.executable)
-        module = brk.file.removeprefix("kata_mem/")
-        print(f"{brk.name:32} {module:22} {result:10} {took:6.1f}", flush=True)
-        bad += result != "killed"
+    with ThreadPoolExecutor(max(1, args.jobs)) as pool:
+        results = pool.map(lambda b: run_break(b, tests_for(b), sys.executable), chosen)
+        for brk, (result, took) in zip(chosen, results):
+            module = brk.file.removeprefix("kata_mem/")
+            print(f"{brk.name:32} {module:22} {result:10} {took:6.1f}", flush=True)
+            bad += result != "killed"
     print(
         f"{len(chosen) - bad} of {len(chosen)} breaks killed by the fast suite "
         f"({'the whole fast suite' if args.full else 'the modules that guard each'}), "
