@@ -352,3 +352,67 @@ func TestAPeerOutsideTheGroupIsRefused(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// An applied resize on a fake QEMU monitor, then the sandbox's status and the node's,
+// each answer decoded strictly too (the status and node documents have no schema).
+func TestAnAppliedResizeThenSandboxAndNode(t *testing.T) {
+	c := New(shared.Socket)
+	defer c.Close()
+	vm := servetest.StartFakeVM(t)
+	req := &ShimRequest{
+		SandboxID:  "sb-go",
+		Event:      EventCreate,
+		Config:     String(vm.Config),
+		Containers: []Container{{ID: "c1", MemoryLimitBytes: Int64(256 << 20)}},
+		Backend:    &Backend{Type: "qmp", Socket: vm.Socket},
+		Apply:      true,
+		Host:       &HostOverrides{MemoryBytes: Int64(16 << 30), CPUs: Int64(4)},
+	}
+	resp, err := c.Shim(ctx(t), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := resp.Outcome; o == nil || o.Status != "Resized" || o.ObservedMiB != 768 || len(o.Steps) != 1 {
+		t.Fatalf("expected a resize to 768 MiB in one step, got %+v", o)
+	}
+	again := *req
+	again.Schema = RequestSchema
+	body, _ := json.Marshal(&again)
+	var doc ShimResponse
+	strict(t, c, http.MethodPost, "/v1/shim", body, &doc)
+	if doc.Outcome == nil || doc.Outcome.Status != "NoChange" {
+		t.Errorf("expected NoChange the second time, got %+v", doc.Outcome)
+	}
+
+	status, err := c.Sandbox(ctx(t), "sb-go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if status.Schema != StatusSchema || status.BaseMiB != 512 || status.PluggedMiB != 256 || len(status.Devices) != 1 || !status.Devices[0].Ours {
+		t.Errorf("expected 512 + 256 MiB in one DIMM of kata-mem's, got %+v", status)
+	}
+	var journal struct {
+		ObservedMiB int64 `json:"observed_mib"`
+	}
+	if err := json.Unmarshal(status.Journal, &journal); err != nil || journal.ObservedMiB != 768 {
+		t.Errorf("expected the journal at 768 MiB, got %s (%v)", status.Journal, err)
+	}
+	var statusDoc SandboxStatus
+	strict(t, c, http.MethodGet, "/v1/sandboxes/sb-go", nil, &statusDoc)
+
+	node, err := c.Node(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var row *NodeSandbox
+	for i := range node.Sandboxes {
+		if node.Sandboxes[i].Sandbox == "sb-go" {
+			row = &node.Sandboxes[i]
+		}
+	}
+	if row == nil || row.CurrentMiB == nil || *row.CurrentMiB != 768 || row.Backend == nil || row.Backend.Socket != vm.Socket || row.Backend.VMM == nil {
+		t.Fatalf("expected sb-go at 768 MiB on its QMP socket, with the VMM kata-mem saw, got %+v", node.Sandboxes)
+	}
+	var nodeDoc Node
+	strict(t, c, http.MethodGet, "/v1/node", nil, &nodeDoc)
+}

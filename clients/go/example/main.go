@@ -91,7 +91,14 @@ func call(ctx context.Context, c *katamem.Client, req *katamem.ShimRequest, out 
 	}
 	if o := resp.Outcome; o != nil {
 		// Deferred and Infeasible are answers, not failures: the shim carries on.
-		line += fmt.Sprintf("; %s %s: %s", o.Status, o.Reason, o.Message)
+		line += "; " + o.Status
+		if o.Reason != "" {
+			line += " (" + o.Reason + ")"
+		}
+		line += ": " + o.Message
+	}
+	if resp.Plan == nil && resp.Outcome == nil {
+		line += "done" // a delete: kata-mem forgot the sandbox
 	}
 	for _, w := range resp.Warnings {
 		line += "; warning: " + w

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -167,4 +168,60 @@ func (s *Service) waitHealthy(timeout time.Duration) error {
 		}
 		time.Sleep(20 * time.Millisecond) // polling the condition: the socket appears when serve listens
 	}
+}
+
+// fakeQMP serves tests/support/fake_qmp.py's FakeQemu (a QEMU monitor with DIMM
+// slots and a guest, as the Python service tests use) at DIR/qmp.sock, with the
+// configuration of its sandbox at DIR/configuration.toml, until stdin closes.
+const fakeQMP = `
+import sys
+from pathlib import Path
+from tests.support.configs import small_vm_config
+from tests.support.fake_qmp import FakeQemu, FakeQmpServer
+where = Path(sys.argv[1])
+small_vm_config(where)
+with FakeQmpServer(where / "qmp.sock", FakeQemu()):
+    print("ready", flush=True)
+    sys.stdin.read()
+`
+
+// FakeVM is a fake QEMU monitor: 512 MiB at boot, at most 4096 MiB in 4 DIMM slots.
+type FakeVM struct {
+	Config string // the sandbox's Kata configuration
+	Socket string // its QMP socket
+}
+
+// StartFakeVM starts a FakeVM in a new directory; it is stopped at the test's end.
+func StartFakeVM(t testing.TB) *FakeVM {
+	t.Helper()
+	py, err := Python()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := WorldDir(t)
+	cmd := exec.Command(py, "-c", fakeQMP, dir)
+	cmd.Dir = Repo()
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		stdin.Close()
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("the fake QMP server: %v", err)
+		}
+	})
+	line := make([]byte, len("ready\n"))
+	if _, err := io.ReadFull(stdout, line); err != nil || string(line) != "ready\n" {
+		t.Fatalf("the fake QMP server did not start: %q, %v", line, err)
+	}
+	return &FakeVM{Config: filepath.Join(dir, "configuration.toml"), Socket: filepath.Join(dir, "qmp.sock")}
 }
