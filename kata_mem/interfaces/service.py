@@ -166,11 +166,11 @@ class MetricsAddress:
             raise ValueError(f"{text!r}: an IPv6 address goes in brackets, as in [::1]:9464")
         try:
             ipaddress.ip_address(host)
-        except ValueError:
+        except ValueError as exc:
             raise ValueError(
                 f"{text!r}: {host!r} is not an IP address; expected PORT, HOST:PORT or "
                 "[IPV6]:PORT, e.g. 127.0.0.1:9464"
-            ) from None
+            ) from exc
         if not (port.isascii() and port.isdigit()) or int(port) > 65535:
             raise ValueError(f"{text!r}: {port!r} is not a port; expected 0 to 65535")
         return cls(host, int(port))

@@ -12,6 +12,7 @@ import pytest
 
 from tests.support.paths import REPO
 
+pytestmark = pytest.mark.go
 GO = REPO / "clients" / "go"
 
 

@@ -156,6 +156,7 @@ def _some_requests(svc: Service, tmp_path: Path) -> None:
     assert svc.post(gone).status == 503
 
 
+@pytest.mark.prometheus
 def test_promtool_accepts_the_exposition(scraped: tuple[Service, int], tmp_path: Path) -> None:
     svc, port = scraped
     _some_requests(svc, tmp_path)
@@ -186,6 +187,7 @@ def _holds(port: int, promql: str) -> Callable[[], list[dict[str, Any]]]:
     return lambda: _query(port, promql)
 
 
+@pytest.mark.prometheus
 def test_prometheus_scrapes_kata_mem(tmp_path: Path) -> None:
     svc = start(tmp_path, "--metrics-address", "127.0.0.1:0")
     prometheus = None
