@@ -4,6 +4,7 @@ scraping it (Debian's ``prometheus``, scripts/install-system-deps.sh prometheus)
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
@@ -85,11 +86,12 @@ def test_nothing_else_is_served_over_tcp(
 
 def _listening_tcp_inodes(pid: int) -> set[str]:
     """The TCP sockets process ``pid`` listens on (state 0A in /proc/net/tcp*)."""
-    mine = {
-        os.readlink(f"/proc/{pid}/fd/{fd}")[len("socket:[") : -1]
-        for fd in os.listdir(f"/proc/{pid}/fd")
-        if os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:[")
-    }
+    mine = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(FileNotFoundError):  # closed since the listing
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            if target.startswith("socket:["):
+                mine.add(target[len("socket:[") : -1])
     listening = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         for line in Path(table).read_text().splitlines()[1:]:
