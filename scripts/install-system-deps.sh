@@ -4,6 +4,9 @@
 #   scripts/install-system-deps.sh            # QEMU + guest build tools
 #   scripts/install-system-deps.sh libvirt    # ... plus libvirt (daemon, virsh, and what
 #                                             #     `pip install libvirt-python` compiles with)
+#   scripts/install-system-deps.sh go         # ... plus Go (the Go client in clients/go)
+#   scripts/install-system-deps.sh prometheus # ... plus prometheus and promtool (the metrics
+#                                             #     tests scrape kata-mem serve with them)
 #
 # Idempotent: installs only what is missing, and runs `apt-get update` only
 # when something has to be installed. Waits up to 300 s for the dpkg lock if
@@ -15,13 +18,17 @@ export DEBIAN_FRONTEND=noninteractive
 log() { printf 'install-system-deps: %s\n' "$*" >&2; }
 
 want_libvirt=0
+want_go=0
+want_prometheus=0
 for arg in "$@"; do
     case "$arg" in
         libvirt) want_libvirt=1 ;;
+        go) want_go=1 ;;
+        prometheus) want_prometheus=1 ;;
         -h|--help)
-            sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'
+            sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
             exit 0 ;;
-        *) log "unknown argument: $arg (expected: libvirt)"; exit 2 ;;
+        *) log "unknown argument: $arg (expected: libvirt, go, prometheus)"; exit 2 ;;
     esac
 done
 
@@ -38,6 +45,12 @@ sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Pyth
         2>/dev/null; then
         packages+=(python3-dev)
     fi
+fi
+if [[ $want_go -eq 1 ]]; then
+    packages+=(golang-go)
+fi
+if [[ $want_prometheus -eq 1 ]]; then
+    packages+=(prometheus)
 fi
 
 is_installed() {
@@ -73,6 +86,14 @@ done
 [[ -x /bin/busybox ]] || { log "/bin/busybox (busybox-static) not found after install"; exit 1; }
 if [[ $want_libvirt -eq 1 ]]; then
     for cmd in /usr/sbin/libvirtd /usr/sbin/virtlogd virsh pkg-config gcc; do
+        command -v "$cmd" >/dev/null || { log "$cmd not found after install"; exit 1; }
+    done
+fi
+if [[ $want_go -eq 1 ]]; then
+    command -v go >/dev/null || { log "go not found after install"; exit 1; }
+fi
+if [[ $want_prometheus -eq 1 ]]; then
+    for cmd in prometheus promtool; do
         command -v "$cmd" >/dev/null || { log "$cmd not found after install"; exit 1; }
     done
 fi

@@ -13,7 +13,7 @@ import os
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Optional, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar
 
 import click
 from click.shell_completion import CompletionItem
@@ -41,6 +41,9 @@ from kata_mem.interfaces import render
 from kata_mem.interfaces.pipes import ResultLost, lost
 from kata_mem.orchestration.handle import apply_request, probe, sandbox_host
 from kata_mem.orchestration.handle import preview as plan_preview
+
+if TYPE_CHECKING:
+    from kata_mem.interfaces.service import MetricsAddress
 
 F = TypeVar("F", bound=Callable[..., Any])
 log = logging.getLogger("kata_mem")
@@ -114,6 +117,25 @@ class FileName(click.Path):
         _given(self, value, param, ctx)
         name = _utf8(value, param, "a path")
         return self.coerce_path_result(os.path.abspath(name) if self.absolute else name)
+
+
+class MetricsAddressParam(Text):
+    """``--metrics-address``: ``PORT`` or ``HOST:PORT`` (exit 2 naming what was expected)."""
+
+    name = "address"
+
+    def __init__(self) -> None:
+        super().__init__("an address")
+
+    def convert(self, value: Any, param: Optional[click.Parameter], ctx: Any) -> Any:
+        from kata_mem.interfaces.service import MetricsAddress
+
+        if isinstance(value, MetricsAddress):
+            return value
+        try:
+            return MetricsAddress.parse(super().convert(value, param, ctx))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
 
 
 def _emit(data: dict[str, Any]) -> None:
@@ -656,6 +678,13 @@ def reconcile(config_path: Optional[str], state_dir: Optional[str], as_json: boo
     help="How often to retry deferred shrinks that are due, settle pending unplugs and "
     "forget sandboxes whose VM is gone.",
 )
+@click.option(
+    "--metrics-address",
+    type=MetricsAddressParam(),
+    metavar="[HOST:]PORT",
+    help="Also serve GET /metrics and /healthz (only) over TCP there, for Prometheus; "
+    "PORT alone is 127.0.0.1:PORT, HOST an IP address. Off by default.",
+)
 def serve_node(
     socket_path: Optional[str],
     group: Optional[str],
@@ -663,9 +692,11 @@ def serve_node(
     config_path: Optional[str],
     idle_timeout: float,
     reconcile_interval: float,
+    metrics_address: Optional[MetricsAddress],
 ) -> int:
     """Answer shims over HTTP on a unix socket until SIGTERM (see the README): POST
-    /v1/shim, GET /v1/node, /v1/sandboxes/ID, /metrics, /healthz."""
+    /v1/shim, GET /v1/node, /v1/sandboxes/ID, /metrics, /healthz; with --metrics-address,
+    /metrics and /healthz over TCP too."""
     from kata_mem.interfaces.service import run_service
 
     settings = _config(config_path)[0].settings if config_path else Settings()
@@ -676,6 +707,7 @@ def serve_node(
         settings,
         idle_timeout,
         reconcile_interval,
+        metrics_address,
     )
 
 

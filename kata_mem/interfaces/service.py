@@ -20,6 +20,10 @@ gone. Each visit takes the sandbox's lock and a pool thread, as a request does.
 Who may ask: the peer's credentials (``SO_PEERCRED``) are checked on every request
 before any of its body is read, root or a member of ``--group``; the socket is created
 0660, the group's. Every refusal is a ``kata-mem/error/v1`` document and one log line.
+
+``--metrics-address`` adds a TCP listener for Prometheus, which cannot scrape a unix
+socket: ``GET /metrics`` and ``GET /healthz`` only, read-only. TCP carries no peer
+credentials, so nothing that changes a VM or shows one's state is routed there.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import asyncio
 import contextlib
 import errno
 import fcntl
+import ipaddress
 import json
 import logging
 import os
@@ -129,6 +134,66 @@ def group_id(name: Optional[str]) -> Optional[int]:
             f"--group {name!r}: no such group; expected the group whose members may use "
             "the socket (create it, e.g. groupadd --system kata-mem)"
         ) from exc
+
+
+@dataclass(frozen=True)
+class MetricsAddress:
+    """Where ``--metrics-address`` serves ``/metrics`` and ``/healthz`` over TCP."""
+
+    host: str  # an IP address literal
+    port: int
+
+    @classmethod
+    def parse(cls, text: str) -> MetricsAddress:
+        """``PORT`` (loopback, 127.0.0.1) or ``HOST:PORT`` with an IP address as
+        ``HOST`` (``[::1]:PORT`` for IPv6). ``:PORT`` is refused: by Go's convention it
+        means every interface, by this one it would mean loopback; say which.
+
+        :raises ValueError: saying what was expected.
+        """
+        host, sep, port = text.rpartition(":")
+        if not sep:
+            host = "127.0.0.1"
+        elif not host:
+            raise ValueError(
+                f"{text!r}: no host; give 127.0.0.1{text} for loopback, or the address to "
+                f"listen on (0.0.0.0{text} for every interface)"
+            )
+        if host.startswith("[") and host.endswith("]"):
+            host = host[1:-1]
+        elif ":" in host:
+            # "::1:9464" is also an IPv6 address with no port: no guessing.
+            raise ValueError(f"{text!r}: an IPv6 address goes in brackets, as in [::1]:9464")
+        try:
+            ipaddress.ip_address(host)
+        except ValueError as exc:
+            raise ValueError(
+                f"{text!r}: {host!r} is not an IP address; expected PORT, HOST:PORT or "
+                "[IPV6]:PORT, e.g. 127.0.0.1:9464"
+            ) from exc
+        if not (port.isascii() and port.isdigit()) or int(port) > 65535:
+            raise ValueError(f"{text!r}: {port!r} is not a port; expected 0 to 65535")
+        return cls(host, int(port))
+
+    def __str__(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+def bind_metrics(address: MetricsAddress) -> socket.socket:
+    """:raises ConfigError: the address cannot be listened on (in use, not this host's)."""
+    family = socket.AF_INET6 if ":" in address.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((address.host, address.port))
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(
+            f"--metrics-address {address}: cannot listen there ({exc.strerror or exc}); "
+            "nothing was changed"
+        ) from exc
+    return sock
 
 
 # --- the listening socket -------------------------------------------------------------
@@ -559,6 +624,21 @@ async def _unrouted(request: web.Request) -> web.StreamResponse:
     raise web.HTTPNotFound()
 
 
+async def _metrics_only(request: web.Request) -> web.StreamResponse:
+    """Anything but GET /metrics and /healthz on the metrics address: 405 for another
+    method of those two, else 404 (the shim's endpoints are never served over TCP)."""
+    known = request.path in ("/metrics", "/healthz")
+    error = InputError(
+        f"{request.method} {request.path}: {'method not allowed' if known else 'not found'} on "
+        "the metrics address, which serves GET /metrics and GET /healthz only (the other "
+        "endpoints are on the unix socket)"
+    )
+    resp = _json(render.error_json(error), 405 if known else 404, error.exit_code)
+    if known:
+        resp.headers["Allow"] = "GET, HEAD"
+    return resp
+
+
 class _Protocol(web.RequestHandler):
     """aiohttp's connection handler, answering what aiohttp refuses before any handler
     runs (a request line, header or chunk it cannot parse) and a handler's bug as the
@@ -672,6 +752,14 @@ class Service:
         app.router.add_get("/metrics", self.metrics_text, name="metrics", expect_handler=later)
         app.router.add_get("/healthz", self.healthz, name="healthz", expect_handler=later)
         app.router.add_route("*", "/{path:.*}", _unrouted, expect_handler=later)
+        return app
+
+    def metrics_app(self) -> web.Application:
+        """What ``--metrics-address`` serves: the two read-only endpoints, nothing else."""
+        app = web.Application()
+        app.router.add_get("/metrics", self.metrics_text)
+        app.router.add_get("/healthz", self.healthz)
+        app.router.add_route("*", "/{path:.*}", _metrics_only)
         return app
 
     def refuse(
@@ -1001,7 +1089,9 @@ class Service:
         return _json({"status": "ok"}, 200)
 
 
-async def _serve(service: Service, sock: socket.socket, where: str) -> None:
+async def _serve(
+    service: Service, sock: socket.socket, where: str, metrics_sock: Optional[socket.socket]
+) -> None:
     runner = web.AppRunner(service.app(), handle_signals=False, shutdown_timeout=SHUTDOWN_TIMEOUT_S)
     await runner.setup()
     server = runner.server
@@ -1029,9 +1119,23 @@ async def _serve(service: Service, sock: socket.socket, where: str) -> None:
         service.state_dir,
         service.reconcile_interval,
     )
+    scrapes: Optional[web.AppRunner] = None
+    if metrics_sock is not None:
+        scrapes = web.AppRunner(
+            service.metrics_app(),
+            handle_signals=False,
+            access_log=None,
+            keepalive_timeout=service.idle_timeout,
+        )
+        await scrapes.setup()
+        await web.SockSite(scrapes, metrics_sock).start()
+        host, port = metrics_sock.getsockname()[:2]
+        log.info("metrics on %s (GET /metrics, /healthz)", MetricsAddress(host, port))
     loop_task = asyncio.create_task(service.reconcile_loop(stop))
     await stop.wait()
     log.info("stopping: no new connections; waiting for requests and visits in flight")
+    if scrapes is not None:
+        await scrapes.cleanup()
     listening.close()
     # Waits for the handlers still running; the loop finishes the visits it started.
     await asyncio.gather(runner.cleanup(), loop_task)
@@ -1063,11 +1167,12 @@ def run_service(
     settings: Settings,
     idle_timeout: float = IDLE_TIMEOUT_S,
     reconcile_interval: float = RECONCILE_INTERVAL_S,
+    metrics_address: Optional[MetricsAddress] = None,
 ) -> int:
     """``kata-mem serve``: listen until SIGTERM, then finish what is in flight; 0.
 
-    :raises ConfigError: the socket cannot be had (in use, not a socket, no such group),
-        or the state directory is not kata-mem's.
+    :raises ConfigError: the socket or the metrics address cannot be had (in use, not a
+        socket, no such group), or the state directory is not kata-mem's.
     """
     from kata_mem.edges.statedir import state_dir_state
 
@@ -1075,17 +1180,26 @@ def run_service(
     state_dir_state(state_dir)  # kata-mem's, empty or absent; checked before anything is made
     _raise_open_files()
     passed = activated(os.environ)
-    if passed is None:
-        path = socket_path or DEFAULT_SOCKET
-        _check_not_in_state_dir(path, state_dir)
-        listener = bind(path, gid)
-    else:
-        listener = Listener(passed)
+    # First: a port in use is refused before the unix socket is made.
+    metrics_sock = None if metrics_address is None else bind_metrics(metrics_address)
+    try:
+        if passed is None:
+            path = socket_path or DEFAULT_SOCKET
+            _check_not_in_state_dir(path, state_dir)
+            listener = bind(path, gid)
+        else:
+            listener = Listener(passed)
+    except BaseException:
+        if metrics_sock is not None:
+            metrics_sock.close()
+        raise
     where = "the socket systemd passed" if passed is not None else str(listener.path)
     service = Service(state_dir, settings, gid, os.environ, idle_timeout, reconcile_interval)
     try:
-        asyncio.run(_serve(service, listener.sock, where))
+        asyncio.run(_serve(service, listener.sock, where, metrics_sock))
     finally:
+        if metrics_sock is not None:
+            metrics_sock.close()
         # A handler cut off by the shutdown timeout leaves its thread running: the
         # journal it writes is finished before the process goes.
         service.pool.shutdown(wait=True)

@@ -1,0 +1,3 @@
+module kata-mem/clients/go
+
+go 1.19
