@@ -103,7 +103,7 @@ CORRUPT = [
 @pytest.mark.parametrize(
     ("path", "value", "why"),
     CORRUPT,
-    ids=[f"{p}={v!r}"[:60] for p, v, _ in CORRUPT],
+    ids=[f"{p}={'(deleted)' if v is _DELETE else repr(v)}"[:60] for p, v, _ in CORRUPT],
 )
 def test_a_value_out_of_range_or_inconsistent_is_corrupt(path: str, value: Any, why: str) -> None:
     doc = copy.deepcopy(RECORD.to_json())
