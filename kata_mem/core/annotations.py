@@ -21,7 +21,7 @@ from typing import Optional
 
 from kata_mem.core.errors import InputError
 from kata_mem.core.model import HostFacts, Origin, SizingConfig, Workload
-from kata_mem.core.units import MiB
+from kata_mem.core.units import UINT64_MAX, MiB
 
 PREFIX = "io.katacontainers.config.hypervisor."
 #: virtcontainers/hypervisor.go ``MinHypervisorMemory`` (MiB).
@@ -33,7 +33,6 @@ _GO_BOOLS = {
     "1": True, "t": True, "T": True, "TRUE": True, "true": True, "True": True,
     "0": False, "f": False, "F": False, "FALSE": False, "false": False, "False": False,
 }  # fmt: skip
-_UINT64_MAX = (1 << 64) - 1
 _UINT32_MAX = (1 << 32) - 1
 #: Go ``strconv.ParseFloat`` decimal syntax (no hex floats: Kata's values are vCPU counts).
 _GO_FLOAT = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", re.ASCII)
@@ -71,7 +70,7 @@ def _uint(where: str, key: str, value: str, bits: int = 64) -> int:
     """Go ``strconv.ParseUint(value, 10, 64)`` (digits only: no sign, no space, no unit),
     as ``setUint`` reads it. A value beyond the uint32 Kata stores it in (which Go
     truncates silently) is refused too."""
-    if not (value.isascii() and value.isdigit()) or int(value) > _UINT64_MAX:
+    if not (value.isascii() and value.isdigit()) or int(value) > UINT64_MAX:
         raise _fail(
             where,
             key,

@@ -42,7 +42,15 @@ from kata_mem.core.model import (
     Workload,
     WorkloadSource,
 )
-from kata_mem.core.units import GiB, MiB, align_down, align_up, fmt_bytes, per_gib_ceil
+from kata_mem.core.units import (
+    GiB,
+    MiB,
+    align_down,
+    align_up,
+    fmt_bytes,
+    per_gib_ceil,
+    to_mib_floor,
+)
 
 #: Largest ACPI hot-add relative to the current guest memory (Kata's
 #: ``acpiMemoryHotplugFactor``): the guest needs ~64 B of memmap per 4 KiB page added.
@@ -422,7 +430,7 @@ def runtime_rs_static(cfg: SizingConfig, need: Demand) -> Optional[tuple[int, Fr
         cfg.overhead_vcpus is None and cfg.overhead_memory is None
     ):
         return None
-    mib = need.total_memory // MiB
+    mib = to_mib_floor(need.total_memory)
     return (mib + mib % 2) * MiB, need.cpu
 
 
