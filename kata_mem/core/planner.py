@@ -98,7 +98,9 @@ def workload(containers: tuple[Container, ...]) -> tuple[int, Fraction]:
 def _peaks(
     containers: tuple[Container, ...],
     cpu_of: Callable[[Container], Fraction],
-    mem_of: Callable[[Container], int] = lambda c: max(c.memory_limit, 0) + max(c.hugepages_limit, 0),
+    mem_of: Callable[[Container], int] = lambda c: (
+        max(c.memory_limit, 0) + max(c.hugepages_limit, 0)
+    ),
 ) -> tuple[int, Fraction]:
     sidecar_mem, sidecar_cpu = 0, Fraction(0)
     app_mem, app_cpu = 0, Fraction(0)
@@ -315,9 +317,7 @@ def plan(
     return Plan(memory=mem_plan, vcpus=vcpus, notes=tuple(warnings))
 
 
-def _bounded(
-    pod: Optional[T], peak: T, unlimited: bool, live: bool
-) -> tuple[T, WorkloadSource]:
+def _bounded(pod: Optional[T], peak: T, unlimited: bool, live: bool) -> tuple[T, WorkloadSource]:
     """One resource under a pod-level limit (KEP-2837): the limit bounds the whole pod,
     and a container without a limit of its own may use up to it. So the workload is
     the pod-level limit when some container has no limit, else the smaller of it and
@@ -368,7 +368,12 @@ def demand(cfg: SizingConfig, request: Workload) -> tuple[Demand, list[Note]]:
             )
         )
         return Demand(
-            sizing.memory, 0, sizing.cpu, "cri_annotations", "containers", "cri_annotations",
+            sizing.memory,
+            0,
+            sizing.cpu,
+            "cri_annotations",
+            "containers",
+            "cri_annotations",
             sizing.origin,
         ), notes
     no_memory = any(c.memory_limit <= 0 for c in live)
@@ -486,7 +491,11 @@ def _runtime_rs_memory(cfg: SizingConfig, mem: int, cpu: Fraction) -> int:
     memory = (cfg.overhead_memory or 0) + mem
     if memory == 0:
         key = cfg.origin(f"hypervisor.{cfg.hypervisor}.overhead_memory")
-        shown = key.name() if key.kind == "file" else f"{cfg.path}: [hypervisor.{cfg.hypervisor}] overhead_memory (unset, 0)"
+        shown = (
+            key.name()
+            if key.kind == "file"
+            else f"{cfg.path}: [hypervisor.{cfg.hypervisor}] overhead_memory (unset, 0)"
+        )
         raise ConfigError(
             f"{shown}: computed sandbox memory is 0 MiB for hypervisor '{cfg.hypervisor}'; "
             "set a non-zero memory limit or configure non-zero default_memory/overhead_memory "

@@ -296,9 +296,7 @@ def sandbox_sizing(annotations: dict[str, str], where: str) -> SandboxSizing:
 _CRIO_FIELDS = ("memory_limit_in_bytes", "cpu_quota", "cpu_period", "cpu_shares")
 
 
-def _crio_resources(
-    raw: str, key: str, where: str, notes: list[Note]
-) -> tuple[int, int, int, int]:
+def _crio_resources(raw: str, key: str, where: str, notes: list[Note]) -> tuple[int, int, int, int]:
     """Memory, quota, period and shares from CRI-O's sandbox-resources annotation (a
     JSON object; absent fields are 0). One that is not such an object, or a field that
     is not a 64-bit integer, is read as absent (0) with a warning, as a malformed

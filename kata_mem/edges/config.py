@@ -358,7 +358,7 @@ def _load_config(path: Path) -> SizingConfig:
             # RegexSet fails and then allows no annotation at all. Neither is what was meant.
             raise ConfigError(
                 f"{hv.where('enable_annotations')}: {pattern!r} is not a regular expression "
-                f"({exc}); expected patterns of annotation names, e.g. \"default_memory\""
+                f'({exc}); expected patterns of annotation names, e.g. "default_memory"'
             ) from exc
     # runtime-rs only (kata-types config/hypervisor/mod.rs: CpuInfo.overhead_vcpus f32,
     # MemoryInfo.overhead_memory u32 MiB); either set means runtime-rs's static sizing.

@@ -276,7 +276,9 @@ def _page_size_name(size: int) -> str:
 
 def read_oci(
     path: Path, arch: Arch
-) -> tuple[Optional[Container], Optional[SandboxSizing], Optional[int], tuple[tuple[str, str], ...]]:
+) -> tuple[
+    Optional[Container], Optional[SandboxSizing], Optional[int], tuple[tuple[str, str], ...]
+]:
     """A container (or, for a sandbox spec, the pod sizing, the pod overhead
     annotation and Kata's hypervisor annotations) from an OCI ``config.json``.
 

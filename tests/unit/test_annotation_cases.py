@@ -66,5 +66,8 @@ def test_an_invalid_enable_annotations_pattern_is_a_config_error(tmp_path: Path)
     from kata_mem.core.errors import ConfigError
 
     path = write_config(tmp_path / "c.toml", {"enable_annotations": ["default_(memory"]})
-    with pytest.raises(ConfigError, match=r"\[hypervisor.qemu\] enable_annotations: 'default_\(memory' is not a regular expression"):
+    with pytest.raises(
+        ConfigError,
+        match=r"\[hypervisor.qemu\] enable_annotations: 'default_\(memory' is not a regular expression",
+    ):
         load_config(path)
