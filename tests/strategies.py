@@ -13,6 +13,7 @@ from kata_mem.core.model import (
     SANDBOX_ID,
     Container,
     HostFacts,
+    PodResources,
     SandboxSizing,
     Settings,
     SizingConfig,
@@ -150,11 +151,44 @@ def sandbox_requests(draw: st.DrawFn) -> SandboxRequest:
         arch=arch,
         hugepages=draw(st.none() | pool),
     )
+    pod = draw(
+        st.none()
+        | st.builds(
+            lambda memory, cpu, hugepages: PodResources(
+                memory, cpu, hugepages, "request pod_resources"
+            ),
+            st.none() | st.integers(min_value=1, max_value=INT64_MAX),
+            st.none()
+            | st.builds(
+                Fraction,
+                st.integers(min_value=1, max_value=INT64_MAX),
+                st.integers(min_value=1, max_value=INT64_MAX),
+            ),
+            st.none() | st.integers(min_value=1, max_value=INT64_MAX),
+        )
+    )
+    hypervisor = tuple(
+        draw(
+            st.dictionaries(
+                st.sampled_from(["default_memory", "memory_slots", "default_vcpus"]).map(
+                    lambda k: "io.katacontainers.config.hypervisor." + k
+                ),
+                request_text,
+                max_size=2,
+            )
+        ).items()
+    )
     return SandboxRequest(
         sandbox=draw(st.from_regex(SANDBOX_ID, fullmatch=True)),
         event=event,
         config=draw(st.none() | request_path),
-        workload=Workload(containers, sizing),
+        workload=Workload(
+            containers,
+            sizing,
+            pod=pod,
+            hypervisor=hypervisor,
+            hypervisor_origin="request annotations" if hypervisor else "",
+        ),
         endpoint=endpoint,
         # A request that applies names its VM; a delete event is the delete mode.
         mode="delete"

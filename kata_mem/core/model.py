@@ -195,6 +195,12 @@ class SizingConfig:
     default_vcpus: Fraction
     default_maxvcpus: int
     settings: Settings = field(default_factory=Settings)
+    #: ``enable_annotations``: the patterns of the hypervisor annotations a pod may set.
+    enable_annotations: tuple[str, ...] = ()
+    #: runtime-rs ``overhead_vcpus`` / ``overhead_memory`` (bytes); ``None`` where the
+    #: configuration does not set the key. Either set: static sizing as runtime-rs.
+    overhead_vcpus: Optional[Fraction] = None
+    overhead_memory: Optional[int] = None
     sources: tuple[tuple[str, Origin], ...] = ()
     files: tuple[str, ...] = ()
 
@@ -238,6 +244,44 @@ class Container:
     cpuset_cpus: int = 0
 
 
+#: Where a part of the workload came from: the containers' own limits, the pod-level
+#: limits (KEP-2837 ``spec.resources``, a request's ``pod_resources``), or the CRI
+#: sandbox resources (containerd's ``io.kubernetes.cri.sandbox-*`` and CRI-O's
+#: ``PodLinuxResources`` annotations).
+WorkloadSource = Literal["containers", "pod_resources", "cri_annotations"]
+
+
+@dataclass(frozen=True)
+class PodResources:
+    """A pod's pod-level limits (KEP-2837, ``spec.resources.limits``): memory and
+    hugepages in bytes (hugepages summed over the page sizes), CPUs as quota/period;
+    ``None`` where the pod sets none. ``origin`` names the input."""
+
+    memory: Optional[int] = None
+    cpu: Optional[Fraction] = None
+    hugepages: Optional[int] = None
+    origin: str = ""
+
+
+@dataclass(frozen=True)
+class Demand:
+    """What the sandbox's workload needs, each part with where it came from
+    (:func:`kata_mem.core.planner.demand`): memory and hugepages in bytes, CPUs.
+    ``pod_origin`` names the pod-level input that was read ("" for none)."""
+
+    memory: int = 0
+    hugepages: int = 0
+    cpu: Fraction = Fraction(0)
+    memory_from: WorkloadSource = "containers"
+    hugepages_from: WorkloadSource = "containers"
+    cpu_from: WorkloadSource = "containers"
+    pod_origin: str = ""
+
+    @property
+    def total_memory(self) -> int:
+        return self.memory + self.hugepages
+
+
 @dataclass(frozen=True)
 class SandboxSizing:
     """Pod-level sizing from CRI annotations (``io.kubernetes.cri.sandbox-*``).
@@ -253,14 +297,21 @@ class SandboxSizing:
 
 @dataclass(frozen=True)
 class Workload:
-    """What the sandbox runs: its containers, CRI pod sizing when given, and the
-    pod's RuntimeClass overhead when the Pod or its annotations give it
-    (``overhead_origin`` says which)."""
+    """What the sandbox runs: its containers, CRI pod sizing when given, the pod's
+    RuntimeClass overhead when the Pod or its annotations give it (``overhead_origin``
+    says which), its pod-level limits (``pod``), and Kata's per-pod hypervisor
+    annotations (``io.katacontainers.config.hypervisor.*``) as given, which only the
+    configuration's ``enable_annotations`` can make count
+    (:func:`kata_mem.core.annotations.sandbox_config`); ``hypervisor_origin`` names where
+    they were read."""
 
     containers: tuple[Container, ...] = ()
     sizing: Optional[SandboxSizing] = None
     overhead: Optional[int] = None
     overhead_origin: str = ""
+    pod: Optional[PodResources] = None
+    hypervisor: tuple[tuple[str, str], ...] = ()
+    hypervisor_origin: str = ""
 
 
 @dataclass(frozen=True)
@@ -520,6 +571,8 @@ class MemoryPlan:
     #: The VMM's own memory at the target (the guard's estimate), when guarded.
     vmm_overhead: Optional[int] = None
     node: Optional[NodeView] = None
+    #: The workload the size was made from, and where each part came from.
+    workload: Demand = field(default_factory=Demand)
 
     @property
     def delta(self) -> int:

@@ -12,9 +12,9 @@ import math
 import re
 from collections.abc import Iterator
 from fractions import Fraction
-from typing import Callable, Optional
+from typing import Callable, Optional, TypeVar
 
-from kata_mem.core.errors import InputError
+from kata_mem.core.errors import ConfigError, InputError
 from kata_mem.core.model import (
     ARCHES,
     DIMM_PREFIX,
@@ -23,6 +23,7 @@ from kata_mem.core.model import (
     CgroupLevel,
     Clamp,
     Container,
+    Demand,
     Guards,
     HostCgroup,
     HostFacts,
@@ -39,8 +40,17 @@ from kata_mem.core.model import (
     VcpuPlan,
     VmState,
     Workload,
+    WorkloadSource,
 )
-from kata_mem.core.units import GiB, MiB, align_down, align_up, fmt_bytes, per_gib_ceil
+from kata_mem.core.units import (
+    GiB,
+    MiB,
+    align_down,
+    align_up,
+    fmt_bytes,
+    per_gib_ceil,
+    to_mib_floor,
+)
 
 #: Largest ACPI hot-add relative to the current guest memory (Kata's
 #: ``acpiMemoryHotplugFactor``): the guest needs ~64 B of memmap per 4 KiB page added.
@@ -55,6 +65,7 @@ assert tuple(ARCH_MAX_VCPUS) == ARCHES
 PPC64_MEMORY_BLOCK = 256 * MiB
 
 _ClampFn = Callable[[MemoryCause, int, str], None]
+T = TypeVar("T", int, Fraction)
 #: What a guard's bound is called when the alignment stops below it.
 GUARD_NAMES: dict[MemoryCause, str] = {
     "host_cgroup": "the host cgroup's room",
@@ -85,7 +96,11 @@ def workload(containers: tuple[Container, ...]) -> tuple[int, Fraction]:
 
 
 def _peaks(
-    containers: tuple[Container, ...], cpu_of: Callable[[Container], Fraction]
+    containers: tuple[Container, ...],
+    cpu_of: Callable[[Container], Fraction],
+    mem_of: Callable[[Container], int] = lambda c: (
+        max(c.memory_limit, 0) + max(c.hugepages_limit, 0)
+    ),
 ) -> tuple[int, Fraction]:
     sidecar_mem, sidecar_cpu = 0, Fraction(0)
     app_mem, app_cpu = 0, Fraction(0)
@@ -93,7 +108,7 @@ def _peaks(
     for c in containers:
         if c.state == "stopped":
             continue
-        mem = max(c.memory_limit, 0) + max(c.hugepages_limit, 0)
+        mem = max(mem_of(c), 0)
         cpu = cpu_of(c)
         if c.role == "init":
             init_mem = max(init_mem, sidecar_mem + mem)
@@ -302,28 +317,99 @@ def plan(
     return Plan(memory=mem_plan, vcpus=vcpus, notes=tuple(warnings))
 
 
-def _workload(cfg: SizingConfig, request: Workload) -> tuple[int, Fraction, list[Note]]:
-    mem, cpu = workload(request.containers)
+def _bounded(pod: Optional[T], peak: T, unlimited: bool, live: bool) -> tuple[T, WorkloadSource]:
+    """One resource under a pod-level limit (KEP-2837): the limit bounds the whole pod,
+    and a container without a limit of its own may use up to it. So the workload is
+    the pod-level limit when some container has no limit, else the smaller of it and
+    the containers' peak. Kubernetes decides it so for the pod cgroup
+    (pkg/kubelet/cm/helpers_linux.go ``ResourceConfigForPod``: a limit is enforced
+    when the pod sets it, or when every container declares one; component-helpers
+    resource/helpers.go ``PodLimits``: the pod-level value replaces the aggregate). A
+    sandbox without (live) containers needs nothing of its own yet: it grows as
+    they come, never booted to the limit only to shrink."""
+    if pod is None:
+        return peak, "containers"
+    if live and unlimited:
+        return pod, "pod_resources"
+    if pod < peak:
+        return pod, "pod_resources"
+    return peak, "containers"
+
+
+def _no_cpu(c: Container) -> Fraction:
+    return Fraction(0)
+
+
+def demand(cfg: SizingConfig, request: Workload) -> tuple[Demand, list[Note]]:
+    """What the workload needs (README, "Sizing rules": workload, pod-level limits), with
+    where each part came from.
+
+    The containers' peak (:func:`workload`), under the pod-level limits when the request
+    gives them (:func:`_bounded`). CRI sandbox annotations size the sandbox alone when
+    no container is given or with static sizing, as Kata's ``CalculateSandboxSizing``
+    (src/runtime/pkg/oci/utils.go) does. With containers, they are a snapshot taken when
+    the sandbox was created: containerd writes them once in the sandbox spec
+    (internal/cri/server/podsandbox/sandbox_run_linux.go) and CRI-O too
+    (server/sandbox_run_linux.go ``setupSandboxResources``); neither rewrites them on
+    ``UpdatePodSandboxResources``. So they only raise what containers without a limit
+    count (a pod-level limit they carry) and never bound a container's own limit, which
+    a later in-place resize may have raised past the snapshot.
+    """
+    live = tuple(c for c in request.containers if c.state != "stopped")
+    memory, cpu = workload(request.containers)  # memory with the hugepages: one peak
+    hugepages = 0
     notes: list[Note] = []
-    sizing = request.sizing
-    if sizing is not None:
-        if not request.containers or cfg.static_sandbox_resource_mgmt:
-            mem, cpu = sizing.memory, sizing.cpu
-            notes.append(
-                Note(
-                    "cri_annotations",
-                    f"sandbox sized from CRI annotations ({sizing.origin or 'sandbox spec'})",
-                )
+    sizing, pod = request.sizing, request.pod
+    if sizing is not None and (not request.containers or cfg.static_sandbox_resource_mgmt):
+        notes.append(
+            Note(
+                "cri_annotations",
+                f"sandbox sized from CRI annotations ({sizing.origin or 'sandbox spec'})",
             )
-        else:
-            notes.append(
-                Note(
-                    "cri_annotations",
-                    "CRI sandbox-sizing annotations ignored: containers were given and "
-                    "static_sandbox_resource_mgmt is off (Kata sums the containers then)",
-                )
-            )
-    return mem, cpu, notes
+        )
+        return Demand(
+            sizing.memory,
+            0,
+            sizing.cpu,
+            "cri_annotations",
+            "containers",
+            "cri_annotations",
+            sizing.origin,
+        ), notes
+    no_memory = any(c.memory_limit <= 0 for c in live)
+    no_cpu = any(c.cpu <= 0 for c in live)
+    if pod is not None:
+        if pod.memory is not None or pod.hugepages is not None:
+            # Bounded one by one, so each its own peak.
+            memory = _peaks(request.containers, _no_cpu, lambda c: c.memory_limit)[0]
+            hugepages = _peaks(request.containers, _no_cpu, lambda c: c.hugepages_limit)[0]
+        mem, by_mem = _bounded(pod.memory, memory, no_memory, bool(live))
+        huge, by_huge = _bounded(
+            pod.hugepages, hugepages, any(c.hugepages_limit <= 0 for c in live), bool(live)
+        )
+        cpus, by_cpu = _bounded(pod.cpu, cpu, no_cpu, bool(live))
+        return Demand(mem, huge, cpus, by_mem, by_huge, by_cpu, pod.origin), notes
+    if sizing is None:
+        return Demand(memory, hugepages, cpu), notes
+    mem_from: WorkloadSource = "containers"
+    cpu_from: WorkloadSource = "containers"
+    if no_memory and sizing.memory > memory:
+        memory, mem_from = sizing.memory, "cri_annotations"
+    if no_cpu and sizing.cpu > cpu:
+        cpu, cpu_from = sizing.cpu, "cri_annotations"
+    used = mem_from == "cri_annotations" or cpu_from == "cri_annotations"
+    notes.append(
+        Note(
+            "cri_annotations",
+            f"CRI sandbox resources ({sizing.origin or 'sandbox spec'}) bound the containers "
+            "without a limit: the pod-level limit they carry counts for them"
+            if used
+            else "CRI sandbox-sizing annotations not used: with static_sandbox_resource_mgmt "
+            "off the containers are summed (as Kata does), and the annotations, a snapshot "
+            "from the sandbox's creation, only count for containers without a limit",
+        )
+    )
+    return Demand(memory, hugepages, cpu, mem_from, "containers", cpu_from, sizing.origin), notes
 
 
 def pod_overhead(cfg: SizingConfig, request: Workload) -> tuple[Optional[int], str]:
@@ -337,8 +423,24 @@ def pod_overhead(cfg: SizingConfig, request: Workload) -> tuple[Optional[int], s
     return None, ""
 
 
+def runtime_rs_static(cfg: SizingConfig, need: Demand) -> Optional[tuple[int, Fraction]]:
+    """The workload as runtime-rs's static sizing reads it, when the configuration sets
+    ``overhead_vcpus`` or ``overhead_memory`` with ``static_sandbox_resource_mgmt`` (kata
+    PR #13173, src/runtime-rs/crates/resource/src/cpu_mem/initial_size.rs): memory in
+    whole MiB, floored and then rounded up to an even MiB (``convert_memory_to_mb``:
+    "memory size must be 2MB aligned for hugepage support"), and the CPUs unrounded;
+    ``None`` otherwise (the Go runtime's static sizing, which adds the workload to
+    ``default_memory`` and ``default_vcpus``)."""
+    if not cfg.static_sandbox_resource_mgmt or (
+        cfg.overhead_vcpus is None and cfg.overhead_memory is None
+    ):
+        return None
+    mib = to_mib_floor(need.total_memory)
+    return (mib + mib % 2) * MiB, need.cpu
+
+
 def sized(
-    cfg: SizingConfig, host: HostFacts, request: Workload, work_mem: int
+    cfg: SizingConfig, host: HostFacts, request: Workload, need: Demand
 ) -> tuple[int, list[Note]]:
     """The guest memory the sizing model asks for (README, "Sizing models").
 
@@ -348,8 +450,12 @@ def sized(
     PR #281); without limits, ``default_memory`` as Kata. The boot memory is a floor
     in every model: a VM never has less than it booted with.
     """
-    model = cfg.settings.sizing
+    work_mem = need.total_memory
     notes: list[Note] = []
+    static = runtime_rs_static(cfg, need)
+    if static is not None:
+        return _runtime_rs_memory(cfg, *static), notes
+    model = cfg.settings.sizing
     overhead, _ = pod_overhead(cfg, request)
     if model == "pod-overhead" and overhead is None:
         notes.append(
@@ -369,6 +475,33 @@ def sized(
     else:
         wanted = work_mem if work_mem > 0 else cfg.default_memory
     return max(wanted, boot_memory(cfg, host)), notes
+
+
+def _runtime_rs_memory(cfg: SizingConfig, mem: int, cpu: Fraction) -> int:
+    """runtime-rs ``InitialSizeManager::setup_config``: with any workload (CPU or memory),
+    the boot memory is ``overhead_memory`` + the workload's, replacing ``default_memory``
+    (a pod with a CPU limit only boots with ``overhead_memory`` alone); without any, it is
+    ``default_memory``. The size is what the VM boots with, whatever the sizing model.
+
+    :raises ConfigError: the size comes to 0 MiB (runtime-rs
+        ``validate_non_zero_sandbox_memory``), naming the key that makes it so.
+    """
+    if cpu <= 0 and mem <= 0:
+        return cfg.default_memory
+    memory = (cfg.overhead_memory or 0) + mem
+    if memory == 0:
+        key = cfg.origin(f"hypervisor.{cfg.hypervisor}.overhead_memory")
+        shown = (
+            key.name()
+            if key.kind == "file"
+            else f"{cfg.path}: [hypervisor.{cfg.hypervisor}] overhead_memory (unset, 0)"
+        )
+        raise ConfigError(
+            f"{shown}: computed sandbox memory is 0 MiB for hypervisor '{cfg.hypervisor}'; "
+            "set a non-zero memory limit or configure non-zero default_memory/overhead_memory "
+            "(as runtime-rs refuses it: InitialSizeManager::setup_config)"
+        )
+    return memory
 
 
 def vmm_overhead(cfg: SizingConfig, guest_total: int) -> int:
@@ -410,8 +543,8 @@ def _plan_memory(
     ceiling, ceiling_cause = max_memory(cfg, host)
     block = block_size(cfg, host, vm)
     base = vm.base
-    work_mem, _, warnings = _workload(cfg, request)
-    requested, notes = sized(cfg, host, request, work_mem)
+    need, warnings = demand(cfg, request)
+    requested, notes = sized(cfg, host, request, need)
     warnings += notes
     if guards.cgroup_warning:
         warnings.append(Note("host_cgroup", guards.cgroup_warning))
@@ -470,7 +603,8 @@ def _plan_memory(
 
     # Round what is added up to whole blocks, unless that crosses the max. Blocks count
     # from what the plan cannot change in blocks (:func:`block_origin`).
-    origin = block_origin(mech, vm, target)
+    # runtime-rs's static size may be below default_memory (it replaces it): from 0.
+    origin = 0 if runtime_rs_static(cfg, need) is not None else block_origin(mech, vm, target)
     want = max(target - origin, 0)
     aligned = align_up(want, block)
     if origin + aligned > upper:
@@ -566,6 +700,7 @@ def _plan_memory(
             host_cgroup=guards.cgroup,
             vmm_overhead=None if guards.cgroup is None else vmm_overhead(cfg, target),
             node=guards.node,
+            workload=need,
         ),
         warnings,
     )
@@ -773,7 +908,8 @@ def _plan_vcpus(
     (Go ``oci.SandboxConfig``, runtime-rs ``InitialSizeManager::setup_config``);
     only the architecture's cap still applies (Go ``validateHypervisorConfig``).
     """
-    _, work_cpu, _ = _workload(cfg, request)
+    need, _ = demand(cfg, request)
+    work_cpu = need.cpu
     arch_cap = ARCH_MAX_VCPUS.get(host.arch)
     if arch_cap is None:
         raise InputError(f"host arch {host.arch!r}: expected one of {', '.join(ARCHES)} (Go names)")
@@ -791,7 +927,27 @@ def _plan_vcpus(
     elif default == 0:
         default = Fraction(1)
     notes: list[Note] = []
-    if cfg.static_sandbox_resource_mgmt:
+    static = runtime_rs_static(cfg, need)
+    if static is not None:
+        # runtime-rs InitialSizeManager::setup_config: with any workload, the boot vCPUs
+        # are overhead_vcpus + the workload's, at least 1, replacing default_vcpus; the
+        # maximum is always their ceiling, raised or lowered from default_maxvcpus.
+        mem, cpu = static
+        if cpu > 0 or mem > 0:
+            default = max((cfg.overhead_vcpus or Fraction(0)) + cpu, Fraction(1))
+        boot = math.ceil(default)
+        if boot != ceiling and boot <= arch_cap:
+            notes.append(
+                Note(
+                    "vcpus",
+                    f"static_sandbox_resource_mgmt with overhead_vcpus/overhead_memory: the "
+                    f"vCPU maximum is set from {ceiling} ({cause}) to the {boot} vCPUs the VM "
+                    "boots with, as runtime-rs does",
+                )
+            )
+        ceiling, cause = min(boot, arch_cap), "arch"
+        work_cpu = Fraction(0)  # in the boot vCPUs now
+    elif cfg.static_sandbox_resource_mgmt:
         boot = max(math.ceil(default + work_cpu), 1)
         if boot > ceiling and boot <= arch_cap:
             notes.append(

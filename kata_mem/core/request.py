@@ -21,13 +21,14 @@ from fractions import Fraction
 from typing import Any, Literal, Optional, Union
 
 from kata_mem.core.errors import InputError
-from kata_mem.core.fields import Fields, path
+from kata_mem.core.fields import Fields, is_int, path
 from kata_mem.core.model import (
     ARCHES,
     Arch,
     Container,
     Note,
     Origin,
+    PodResources,
     Role,
     SandboxSizing,
     State,
@@ -59,6 +60,17 @@ ANN_SANDBOX_CPU_SHARES = "io.kubernetes.cri.sandbox-cpu-shares"
 #: nor CRI-O puts in the OCI spec), so this is a pod annotation containerd forwards
 #: when the runtime's ``pod_annotations`` lists it.
 ANN_POD_OVERHEAD = "kata-mem.io/pod-overhead-memory"
+#: CRI-O's copy of the CRI sandbox resources (``LinuxPodSandboxConfig.resources``, as Go
+#: ``encoding/json`` writes a ``runtimeapi.LinuxContainerResources``): CRI-O v1.35 and
+#: later write only the first key, earlier ones the second
+#: (cri-o pkg/annotations/v2/annotations.go, server/sandbox_run_linux.go
+#: ``setupSandboxResources``); read as CRI-O reads them back, the first one first
+#: (``v2.GetAnnotationValue``). Kata reads neither yet (kata-containers#13634).
+ANN_CRIO_RESOURCES = ("pod-linux-resources.crio.io", "io.kubernetes.cri-o.PodLinuxResources")
+#: Any of these says the annotations are a sandbox's (a pod's) sizing.
+SANDBOX_SIZING_KEYS = (ANN_SANDBOX_MEMORY, *ANN_CRIO_RESOURCES)
+#: Kata's per-pod hypervisor annotations (:mod:`kata_mem.core.annotations`).
+ANN_HYPERVISOR_PREFIX = "io.katacontainers.config.hypervisor."
 
 _TOP = (
     "schema",
@@ -71,7 +83,9 @@ _TOP = (
     "allow_shrink",
     "host",
     "annotations",
+    "pod_resources",
 )
+_POD_RESOURCES = ("memory_limit_bytes", "hugepages_limit_bytes", "cpu_quota", "cpu_period")
 _CONTAINER = (
     "id",
     "state",
@@ -260,16 +274,68 @@ def sandbox_sizing(annotations: dict[str, str], where: str) -> SandboxSizing:
             return 0
         return value
 
-    memory = max(number(ANN_SANDBOX_MEMORY, signed=True), 0)
-    quota = number(ANN_SANDBOX_CPU_QUOTA, signed=True)
-    period = number(ANN_SANDBOX_CPU_PERIOD, signed=False)
-    shares = number(ANN_SANDBOX_CPU_SHARES, signed=False)
+    crio = next((k for k in ANN_CRIO_RESOURCES if k in annotations), None)
+    if ANN_SANDBOX_MEMORY not in annotations and crio is not None:
+        memory, quota, period, shares = _crio_resources(annotations[crio], crio, where, notes)
+    else:
+        memory = number(ANN_SANDBOX_MEMORY, signed=True)
+        quota = number(ANN_SANDBOX_CPU_QUOTA, signed=True)
+        period = number(ANN_SANDBOX_CPU_PERIOD, signed=False)
+        shares = number(ANN_SANDBOX_CPU_SHARES, signed=False)
+    memory = max(memory, 0)
     cpu = Fraction(0)
     if quota >= 0 and period > 0:
         cpu = Fraction(quota, period)
     elif quota < 0 and shares > 0:
         cpu = Fraction(math.ceil(Fraction(shares, 1024)))
     return SandboxSizing(min(memory, INT64_MAX), cpu, where, tuple(notes))
+
+
+#: The fields of CRI-O's annotation that size a sandbox, as Go's encoding/json names
+#: them from cri-api ``LinuxContainerResources`` (``omitempty``: a zero is absent).
+_CRIO_FIELDS = ("memory_limit_in_bytes", "cpu_quota", "cpu_period", "cpu_shares")
+
+
+def _crio_resources(raw: str, key: str, where: str, notes: list[Note]) -> tuple[int, int, int, int]:
+    """Memory, quota, period and shares from CRI-O's sandbox-resources annotation (a
+    JSON object; absent fields are 0). One that is not such an object, or a field that
+    is not a 64-bit integer, is read as absent (0) with a warning, as a malformed
+    containerd annotation is (kata-containers PR #13649, the Go runtime's reader under
+    review, logs and sizes from 0 too)."""
+    try:
+        doc = json.loads(raw)
+    except (ValueError, RecursionError):
+        doc = None
+    if not isinstance(doc, dict):
+        notes.append(
+            Note(
+                "cri_annotations",
+                f"{where}: annotation {key}: {raw[:40]!r} is not a JSON object of CRI "
+                "resources; read as absent (0), as Kata reads a malformed sizing annotation",
+            )
+        )
+        return 0, 0, 0, 0
+    values = []
+    for name in _CRIO_FIELDS:
+        value = doc.get(name, 0)
+        if not (is_int(value) and INT64_MIN <= value <= INT64_MAX):
+            notes.append(
+                Note(
+                    "cri_annotations",
+                    f"{where}: annotation {key}: {name} {json.dumps(value)[:40]} is not a "
+                    "64-bit integer; read as absent (0), as Kata reads a malformed sizing "
+                    "annotation",
+                )
+            )
+            value = 0
+        values.append(int(value))
+    memory, quota, period, shares = values
+    return memory, quota, max(period, 0), max(shares, 0)
+
+
+def hypervisor_annotations(annotations: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    """Kata's per-pod hypervisor annotations among ``annotations``, in their order."""
+    return tuple((k, v) for k, v in annotations.items() if k.startswith(ANN_HYPERVISOR_PREFIX))
 
 
 def overhead_annotation(annotations: dict[str, str], where: str) -> Optional[int]:
@@ -544,6 +610,39 @@ def _absolute(value: Optional[str], at: str, what: str) -> Optional[str]:
     return value
 
 
+def pod_resources_json(pod: PodResources) -> dict[str, Any]:
+    """A request's ``pod_resources``: the limits the pod sets, in the container fields' units."""
+    doc: dict[str, Any] = {}
+    if pod.memory is not None:
+        doc["memory_limit_bytes"] = pod.memory
+    if pod.hugepages is not None:
+        doc["hugepages_limit_bytes"] = pod.hugepages
+    if pod.cpu is not None:
+        doc["cpu_quota"], doc["cpu_period"] = pod.cpu.numerator, pod.cpu.denominator
+    return doc
+
+
+def _pod_resources(doc: dict[str, Any]) -> Optional[PodResources]:
+    """A request's ``pod_resources`` (KEP-2837 pod-level limits), read as a container's
+    resources are: a memory or hugepages limit of null, 0 or less is none, and so is a
+    CPU quota or period of null or 0 (or a negative quota, CFS's "unlimited")."""
+    item = _REQUEST.mapping(doc, "pod_resources")
+    if item is None:
+        return None
+    at = "pod_resources"
+    _REQUEST.only(item, _POD_RESOURCES, at)
+    memory = _REQUEST.integer(item, "memory_limit_bytes", at) or 0
+    hugepages = _REQUEST.integer(item, "hugepages_limit_bytes", at, minimum=0) or 0
+    quota = _REQUEST.integer(item, "cpu_quota", at) or 0
+    period = _REQUEST.integer(item, "cpu_period", at, minimum=0) or 0
+    return PodResources(
+        memory if memory > 0 else None,
+        Fraction(quota, period) if quota > 0 and period > 0 else None,
+        hugepages if hugepages > 0 else None,
+        "request pod_resources",
+    )
+
+
 def _container_json(c: Container) -> dict[str, Any]:
     return {
         "id": c.name,
@@ -729,8 +828,11 @@ class SandboxRequest:
             annotations.update(sizing_annotations(self.workload.sizing))
         if self.workload.overhead is not None:
             annotations[ANN_POD_OVERHEAD] = str(self.workload.overhead)
+        annotations.update(self.workload.hypervisor)
         if annotations:
             doc["annotations"] = annotations
+        if self.workload.pod is not None:
+            doc["pod_resources"] = pod_resources_json(self.workload.pod)
         return doc
 
     @classmethod
@@ -792,14 +894,16 @@ class SandboxRequest:
         annotations = doc.get("annotations")
         sizing = None
         overhead = None
+        hypervisor: tuple[tuple[str, str], ...] = ()
         if annotations is not None:
             if not isinstance(annotations, dict) or not all(
                 isinstance(k, str) and isinstance(v, str) for k, v in annotations.items()
             ):
                 raise _REQUEST.fail("annotations", "an object of strings", annotations)
-            if ANN_SANDBOX_MEMORY in annotations:
+            if any(k in annotations for k in SANDBOX_SIZING_KEYS):
                 sizing = sandbox_sizing(annotations, "request annotations")
             overhead = overhead_annotation(annotations, "request annotations")
+            hypervisor = hypervisor_annotations(annotations)
         return cls(
             sandbox=sandbox,
             event=event,
@@ -809,6 +913,9 @@ class SandboxRequest:
                 sizing,
                 overhead,
                 f"annotation {ANN_POD_OVERHEAD}" if overhead is not None else "",
+                _pod_resources(doc),
+                hypervisor,
+                "request annotations" if hypervisor else "",
             ),
             endpoint=endpoint,
             mode=mode,

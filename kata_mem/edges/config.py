@@ -9,6 +9,7 @@ files (Kata ignores tables it does not know).
 from __future__ import annotations
 
 import os
+import re
 import stat
 import sys
 import time
@@ -344,6 +345,35 @@ def _load_config(path: Path) -> SizingConfig:
         _in_range(hv, "default_vcpus", vcpus, -FLOAT32_MAX, FLOAT32_MAX, "float32")
     max_vcpus = hv.get("default_maxvcpus", 0, _nonneg_int, "a non-negative integer (0 = host CPUs)")
     _in_range(hv, "default_maxvcpus", max_vcpus, 0, UINT32_MAX, "uint32")
+    patterns = tuple(
+        hv.get(
+            "enable_annotations",
+            [],
+            lambda v: isinstance(v, list) and all(is_str(p) for p in v),
+            "a list of strings (patterns of hypervisor annotation names)",
+        )
+    )
+    for pattern in patterns:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            # Go's regexp.MatchString fails on it, and it then allows nothing; runtime-rs's
+            # RegexSet fails and then allows no annotation at all. Neither is what was meant.
+            raise ConfigError(
+                f"{hv.where('enable_annotations')}: {pattern!r} is not a regular expression "
+                f'({exc}); expected patterns of annotation names, e.g. "default_memory"'
+            ) from exc
+    # runtime-rs only (kata-types config/hypervisor/mod.rs: CpuInfo.overhead_vcpus f32,
+    # MemoryInfo.overhead_memory u32 MiB); either set means runtime-rs's static sizing.
+    overhead_vcpus = overhead_memory = None
+    if "overhead_vcpus" in table:
+        raw = hv.get("overhead_vcpus", 0, is_number, "a number of vCPUs, e.g. 0.2")
+        _in_range(hv, "overhead_vcpus", raw, 0, FLOAT32_MAX, "float32 of 0 or more")
+        overhead_vcpus = Fraction(repr(raw)) if isinstance(raw, float) else Fraction(raw)
+    if "overhead_memory" in table:
+        raw = hv.get("overhead_memory", 0, _nonneg_int, "a non-negative integer (MiB)")
+        _in_range(hv, "overhead_memory", raw, 0, UINT32_MAX, "uint32 (MiB)")
+        overhead_memory = raw * MiB
 
     runtime_table = data.get("runtime", {})
     if not isinstance(runtime_table, dict):
@@ -369,6 +399,9 @@ def _load_config(path: Path) -> SizingConfig:
         default_vcpus=Fraction(repr(vcpus)) if isinstance(vcpus, float) else Fraction(vcpus),
         default_maxvcpus=max_vcpus,
         settings=settings,
+        enable_annotations=patterns,
+        overhead_vcpus=overhead_vcpus,
+        overhead_memory=overhead_memory,
         sources=tuple(sources),
         files=files,
     )

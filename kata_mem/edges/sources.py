@@ -17,14 +17,15 @@ from typing import Any, Callable, Optional
 from kata_mem.core.errors import InputError, QuantityError
 from kata_mem.core.fields import Fields, KeyOnce, python_value
 from kata_mem.core.fields import path as field_path
-from kata_mem.core.model import Arch, Container, Role, SandboxSizing, Workload
+from kata_mem.core.model import Arch, Container, PodResources, Role, SandboxSizing, Workload
 from kata_mem.core.quantity import parse_quantity, quantity_bytes
 from kata_mem.core.request import (
     ANN_POD_OVERHEAD,
-    ANN_SANDBOX_MEMORY,
     HUGEPAGE_SIZES,
+    SANDBOX_SIZING_KEYS,
     check_hugepage_size,
     cpuset_size,
+    hypervisor_annotations,
     overhead_annotation,
     sandbox_sizing,
     unique_containers,
@@ -67,13 +68,65 @@ def load_pod(path: Path, arch: Arch) -> Workload:
         raise InputError(f"{path}: expected one Pod manifest (kind: Pod), found {found}")
     containers = pod_containers(pods[0], str(path), arch)
     spec = pods[0]["spec"]
+    pod = _pod_resources(spec, str(path), arch)
+    hypervisor = _pod_annotations(pods[0], str(path))
+    shown = f"{path}: metadata.annotations" if hypervisor else ""
     overhead = spec.get("overhead")
     if overhead is None or (isinstance(overhead, dict) and overhead.get("memory") is None):
-        return Workload(containers)
+        return Workload(containers, pod=pod, hypervisor=hypervisor, hypervisor_origin=shown)
     if not isinstance(overhead, dict):
         raise InputError(f"{path}: spec.overhead: expected a mapping of resources")
     memory = _yaml_quantity_bytes(overhead["memory"], f"{path}: spec.overhead.memory")
-    return Workload(containers, overhead=memory, overhead_origin=f"{path}: spec.overhead.memory")
+    return Workload(
+        containers,
+        overhead=memory,
+        overhead_origin=f"{path}: spec.overhead.memory",
+        pod=pod,
+        hypervisor=hypervisor,
+        hypervisor_origin=shown,
+    )
+
+
+def _pod_annotations(pod: dict[str, Any], where: str) -> tuple[tuple[str, str], ...]:
+    """Kata's hypervisor annotations among the Pod's ``metadata.annotations``: the pod
+    annotations containerd and CRI-O hand the runtime in the sandbox spec when its
+    ``pod_annotations`` lets them through, as Kata reads them there."""
+    meta = pod.get("metadata") or {}
+    if not isinstance(meta, dict):
+        raise InputError(f"{where}: metadata: expected a mapping")
+    annotations = meta.get("annotations") or {}
+    if not isinstance(annotations, dict):
+        raise InputError(f"{where}: metadata.annotations: expected a mapping of strings")
+    for key, value in annotations.items():
+        if not isinstance(value, str):
+            raise InputError(
+                f"{where}: metadata.annotations.{key}: {_shown(value)}; expected a string, "
+                "as Kubernetes has it"
+            )
+    return hypervisor_annotations({str(k): v for k, v in annotations.items()})
+
+
+def _pod_resources(spec: dict[str, Any], where: str, arch: Arch) -> Optional[PodResources]:
+    """The Pod's pod-level limits (KEP-2837 ``spec.resources.limits``): cpu, memory and
+    ``hugepages-<size>``, the resources Kubernetes supports there
+    (component-helpers resource/helpers.go ``IsSupportedPodLevelResource``); its requests
+    do not size a VM, and other resources there are not pod-level ones."""
+    resources = spec.get("resources")
+    if resources is None:
+        return None
+    if not isinstance(resources, dict):
+        raise InputError(f"{where}: spec.resources: expected a mapping")
+    limits = resources.get("limits") or {}
+    if not isinstance(limits, dict):
+        raise InputError(f"{where}: spec.resources.limits: expected a mapping")
+    got = _limits(limits, where, "spec.resources", arch)
+    memory, hugepages, cpu, seen = got
+    return PodResources(
+        memory if "memory" in seen and memory > 0 else None,
+        cpu if "cpu" in seen and cpu > 0 else None,
+        hugepages if "hugepages" in seen and hugepages > 0 else None,
+        f"{where}: spec.resources.limits",
+    )
 
 
 def pod_containers(pod: dict[str, Any], where: str, arch: Arch) -> tuple[Container, ...]:
@@ -121,23 +174,35 @@ def _pod_container(item: dict[str, Any], role: Role, where: str, at: str, arch: 
     limits = resources.get("limits") or {}
     if not isinstance(limits, dict):
         raise InputError(f"{where}: {at}.resources.limits: expected a mapping")
+    memory, hugepages, cpu, _ = _limits(limits, where, f"{at}.resources", arch)
+    return Container(name, memory, hugepages, cpu, role, "running", f"{where}: {at}")
+
+
+def _limits(
+    limits: dict[str, Any], where: str, at: str, arch: Arch
+) -> tuple[int, int, Fraction, set[str]]:
+    """Memory, hugepages (bytes) and CPUs of a ``limits`` mapping, and which were given."""
     memory = 0
     hugepages = 0
     cpu = Fraction(0)
+    seen: set[str] = set()
     for key, value in limits.items():
-        field = f"{where}: {at}.resources.limits.{key}"
+        field = f"{where}: {at}.limits.{key}"
         if key == "memory":
             memory = _yaml_quantity_bytes(value, field)
+            seen.add("memory")
         elif isinstance(key, str) and key.startswith("hugepages-"):
             _hugepage_resource(key, field, arch)
             hugepages += _yaml_quantity_bytes(value, field)
+            seen.add("hugepages")
         elif key == "cpu":
             cpu = _yaml_quantity(value, field)
+            seen.add("cpu")
             if cpu < 0:
                 raise InputError(
                     f"{field}: {_shown(value)} is negative; expected CPUs of 0 or more"
                 )
-    return Container(name, memory, hugepages, cpu, role, "running", f"{where}: {at}")
+    return min(memory, INT64_MAX), min(hugepages, INT64_MAX), cpu, seen
 
 
 def _hugepage_resource(key: str, field: str, arch: Arch) -> None:
@@ -211,9 +276,11 @@ def _page_size_name(size: int) -> str:
 
 def read_oci(
     path: Path, arch: Arch
-) -> tuple[Optional[Container], Optional[SandboxSizing], Optional[int]]:
-    """A container (or, for a sandbox spec, the pod sizing and the pod overhead
-    annotation) from an OCI ``config.json``.
+) -> tuple[
+    Optional[Container], Optional[SandboxSizing], Optional[int], tuple[tuple[str, str], ...]
+]:
+    """A container (or, for a sandbox spec, the pod sizing, the pod overhead
+    annotation and Kata's hypervisor annotations) from an OCI ``config.json``.
 
     ``linux.resources.memory.limit`` (bytes; -1 or absent = no limit),
     ``hugepageLimits[].limit`` (of a ``pageSize`` the host's architecture ``arch``
@@ -244,12 +311,16 @@ def read_oci(
     for key, value in annotations.items():
         if not isinstance(value, str):
             raise spec_fields.fail(field_path("annotations", key), "a string", value)
-    if (
-        any(annotations.get(k) == "sandbox" for k in ANN_CONTAINER_TYPE)
-        or ANN_SANDBOX_MEMORY in annotations
+    if any(annotations.get(k) == "sandbox" for k in ANN_CONTAINER_TYPE) or any(
+        k in annotations for k in SANDBOX_SIZING_KEYS
     ):
         where = str(path)
-        return None, sandbox_sizing(annotations, where), overhead_annotation(annotations, where)
+        return (
+            None,
+            sandbox_sizing(annotations, where),
+            overhead_annotation(annotations, where),
+            hypervisor_annotations(annotations),
+        )
 
     def mapping(obj: dict[str, Any], key: str, at: str) -> dict[str, Any]:
         return spec_fields.mapping(obj, key, at, expected="an object") or {}
@@ -293,6 +364,7 @@ def read_oci(
         ),
         None,
         None,
+        (),
     )
 
 
@@ -335,12 +407,20 @@ def build_workload(
     sizing: Optional[SandboxSizing] = None
     overhead: Optional[int] = None
     origin = ""
+    pod_resources: Optional[PodResources] = None
+    hypervisor: list[tuple[str, str]] = []
+    from_where: list[str] = []
     if pod is not None:
         manifest = load_pod(pod, arch)
         containers += manifest.containers
         overhead, origin = manifest.overhead, manifest.overhead_origin
+        pod_resources = manifest.pod
+        hypervisor += manifest.hypervisor
+        from_where += [manifest.hypervisor_origin] if manifest.hypervisor else []
     for spec in oci:
-        container, spec_sizing, spec_overhead = read_oci(spec, arch)
+        container, spec_sizing, spec_overhead, spec_hypervisor = read_oci(spec, arch)
+        hypervisor += spec_hypervisor  # Kata reads them in the sandbox spec: after the Pod's
+        from_where += [f"{spec}: annotations"] if spec_hypervisor else []
         if container is not None:
             containers.append(container)
         if spec_overhead is not None and overhead is None:  # the Pod's own field comes first
@@ -352,4 +432,12 @@ def build_workload(
                 )
             sizing = spec_sizing
     containers += cli_containers(limits, cpus)
-    return Workload(unique_containers(tuple(containers)), sizing, overhead, origin)
+    return Workload(
+        unique_containers(tuple(containers)),
+        sizing,
+        overhead,
+        origin,
+        pod_resources,
+        tuple(hypervisor),
+        ", ".join(from_where),
+    )

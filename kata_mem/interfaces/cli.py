@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar
 import click
 from click.shell_completion import CompletionItem
 
+from kata_mem.core.annotations import pod_config
 from kata_mem.core.errors import InputError, KataMemError
 from kata_mem.core.model import Origin, Settings, SizingConfig
 from kata_mem.core.planner import current_problem
@@ -356,6 +357,7 @@ def preview(
     cfg, _ = _config(config_path)
     host = sandbox_host(cfg, _host(host_memory, host_cpus, host_arch, host_hugepages))
     workload = build_workload(pod, oci, limit, cpu, host.arch)
+    cfg = pod_config(cfg, host, workload)  # the pod's Kata annotations, as apply reads them
     current_bytes = None
     if current is not None:
         current_bytes = quantity_bytes(current, "--current")

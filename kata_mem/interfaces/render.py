@@ -12,6 +12,7 @@ from typing import Any, Optional
 from kata_mem.core.errors import KataMemError
 from kata_mem.core.model import (
     Clamp,
+    Demand,
     GuestUsage,
     HostCgroup,
     HostFacts,
@@ -98,6 +99,7 @@ def plan_json(plan: Plan, cfg: SizingConfig) -> dict[str, Any]:
             },
             "host_cgroup": host_cgroup_json(m.host_cgroup, m.vmm_overhead),
             "node": node_json(m.node),
+            "workload": workload_json(m.workload),
         },
         "vcpus": {
             "host": v.host,
@@ -109,6 +111,33 @@ def plan_json(plan: Plan, cfg: SizingConfig) -> dict[str, Any]:
         },
         "warnings": warnings_json(plan.notes),
     }
+
+
+def workload_json(need: Demand) -> dict[str, Any]:
+    """What the plan was sized from: the workload's memory (with hugepages), hugepages
+    and CPUs, each with where it came from (``containers``, ``pod_resources``,
+    ``cri_annotations``), and the pod-level input read (null for none)."""
+    return {
+        "memory_mib": to_mib_ceil(need.total_memory),
+        "memory_from": need.memory_from,
+        "hugepages_mib": to_mib_ceil(need.hugepages),
+        "hugepages_from": need.hugepages_from,
+        "cpus": float(need.cpu),
+        "cpus_from": need.cpu_from,
+        "pod_resources_from": need.pod_origin or None,
+    }
+
+
+def _workload_line(need: Demand) -> Optional[str]:
+    """The text form's line on where the workload came from, when not only the containers."""
+    parts = (need.memory_from, need.hugepages_from, need.cpu_from)
+    if all(p == "containers" for p in parts):
+        return None
+    return (
+        f"workload: {to_mib_ceil(need.total_memory)} MiB (memory from {need.memory_from}, "
+        f"hugepages from {need.hugepages_from}), {float(need.cpu):g} CPUs from "
+        f"{need.cpu_from}" + (f"; pod-level limits: {need.pod_origin}" if need.pod_origin else "")
+    )
 
 
 def _mib_or_none(n: Optional[int]) -> Optional[int]:
@@ -216,6 +245,9 @@ def plan_text(plan: Plan, cfg: SizingConfig, title: str = "") -> str:
         lines.append("steps: none")
     for c in m.clamps:
         lines.append(f"  why: {c.cause}: {c.detail}")
+    shown_workload = _workload_line(m.workload)
+    if shown_workload:
+        lines.append(shown_workload)
     if m.sizing != "kata" or m.pod_overhead is not None:
         shown = (
             f"pod overhead {to_mib_floor(m.pod_overhead)} MiB from {m.pod_overhead_origin}"

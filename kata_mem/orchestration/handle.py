@@ -18,6 +18,7 @@ import tempfile
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Optional
 
+from kata_mem.core.annotations import pod_config
 from kata_mem.core.errors import ConfigError
 from kata_mem.core.model import HostFacts, Note, Origin, Plan, SizingConfig, Workload
 from kata_mem.core.planner import assumed_vm, plan
@@ -64,6 +65,7 @@ def plan_request(request: SandboxRequest, env: Mapping[str, str]) -> Planned:
     """
     cfg = request_config(request.config, env)
     host = sandbox_host(cfg, request.host)
+    cfg = pod_config(cfg, host, request.workload)  # the pod's Kata annotations
     p = preview(
         cfg,
         host,
@@ -103,7 +105,7 @@ def apply_request(
         raise ValueError(f"apply_request: a request in mode {request.mode!r}")
     cfg = request_config(request.config, env)
     host = sandbox_host(cfg, request.host)
-    return _resize(request, cfg, host, options)
+    return _resize(request, pod_config(cfg, host, request.workload), host, options)
 
 
 def request_config(path: Optional[str], env: Mapping[str, str]) -> SizingConfig:

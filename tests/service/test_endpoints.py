@@ -31,6 +31,23 @@ CORPUS: list[bytes] = [
             host={"memory_bytes": 31753 * 2**20, "cpus": 8},
         )
     ).encode(),
+    # Issue 17: pod-level limits, CRI-O's sandbox resources, a Kata annotation not enabled.
+    json.dumps(
+        request(
+            containers=[{"id": "app"}],
+            pod_resources={
+                "memory_limit_bytes": 4 << 30,
+                "cpu_quota": 200000,
+                "cpu_period": 100000,
+            },
+        )
+    ).encode(),
+    json.dumps(
+        request(annotations={"pod-linux-resources.crio.io": '{"memory_limit_in_bytes":268435456}'})
+    ).encode(),
+    json.dumps(
+        request(annotations={"io.katacontainers.config.hypervisor.default_memory": "4096"})
+    ).encode(),
     *(raw for raw, _, _ in BAD_REQUESTS),
 ]
 EXPECTED_STATUS = {0: 200, 3: 400, 4: 400, 6: 503, 7: 503, 8: 503}

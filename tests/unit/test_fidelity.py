@@ -190,7 +190,7 @@ def test_annotation_warnings_reach_the_plan(tmp_path: Path) -> None:
             }
         )
     )
-    container, sizing, _ = read_oci(spec, "amd64")
+    container, sizing, _, _ = read_oci(spec, "amd64")
     assert container is None and sizing is not None
     result = plan(_cfg(), HOST, Workload((), sizing))
     assert any(ANN_SANDBOX_MEMORY in n.text and "'2Gi'" in n.text for n in result.notes)
@@ -222,7 +222,7 @@ def _oci(tmp_path: Path, name: str, cpu: dict[str, Any]) -> Path:
 
 
 def test_read_oci_counts_the_cpuset(tmp_path: Path) -> None:
-    container, _, _ = read_oci(_oci(tmp_path, "a", {"cpus": "0-3,7", "quota": -1}), "amd64")
+    container, _, _, _ = read_oci(_oci(tmp_path, "a", {"cpus": "0-3,7", "quota": -1}), "amd64")
     assert container is not None and container.cpuset_cpus == 5
     with pytest.raises(InputError, match=r"linux.resources.cpu.cpus: expected a string, got 7"):
         read_oci(_oci(tmp_path, "b", {"cpus": 7}), "amd64")

@@ -8,6 +8,7 @@ from typing import Any, Callable
 
 import pytest
 
+from kata_mem.core.errors import ConfigError
 from kata_mem.core.model import (
     CgroupLevel,
     Container,
@@ -15,6 +16,7 @@ from kata_mem.core.model import (
     HostCgroup,
     HostFacts,
     NodeView,
+    PodResources,
     SandboxSizing,
     SizingConfig,
     Workload,
@@ -45,6 +47,7 @@ def build_workload(case: dict[str, Any]) -> Workload:
             name=f"c{i}",
             memory_limit=quantity_bytes(c["limit"]) if "limit" in c else 0,
             cpu=parse_quantity(c["cpu"]) if "cpu" in c else Fraction(0),
+            hugepages_limit=quantity_bytes(c["hugepages"]) if "hugepages" in c else 0,
             role=c.get("role", "app"),
             state=c.get("state", "running"),
             cpuset_cpus=cpuset_size(c.get("cpuset", ""), f"case container {i}"),
@@ -53,6 +56,15 @@ def build_workload(case: dict[str, Any]) -> Workload:
     )
     sizing = case.get("sizing")
     overhead = case.get("overhead_mib")
+    given = case.get("pod_resources")
+    pod = None
+    if given is not None:
+        pod = PodResources(
+            quantity_bytes(given["memory"]) if "memory" in given else None,
+            parse_quantity(given["cpu"]) if "cpu" in given else None,
+            quantity_bytes(given["hugepages"]) if "hugepages" in given else None,
+            "pod.yaml: spec.resources.limits",
+        )
     return Workload(
         containers,
         None
@@ -60,6 +72,7 @@ def build_workload(case: dict[str, Any]) -> Workload:
         else SandboxSizing(quantity_bytes(sizing["memory"]), parse_quantity(sizing["cpu"])),
         None if overhead is None else overhead * MiB,
         "" if overhead is None else "pod.yaml: spec.overhead.memory",
+        pod,
     )
 
 
@@ -123,8 +136,14 @@ def test_plan_case(case: dict[str, Any], make_config: Callable[..., SizingConfig
     else:
         current = case.get("current_mib")
         vm = assumed_vm(cfg, host, None if current is None else current * MiB)
+    expect = case["expect"]
+    if "error" in expect:
+        with pytest.raises(ConfigError) as info:
+            plan(cfg, host, build_workload(case), vm, build_guards(case))
+        assert expect["error"] in info.value.message
+        return
     result = plan(cfg, host, build_workload(case), vm, build_guards(case))
-    m, expect = result.memory, case["expect"]
+    m = result.memory
     got = {
         "host_mib": m.host // MiB,
         "max_mib": m.max // MiB,
@@ -151,7 +170,9 @@ def test_plan_case(case: dict[str, Any], make_config: Callable[..., SizingConfig
                 "clamped_by": [c.cause for c in v.clamps],
             }
             for vkey, vwant in want.items():
-                assert got_v[vkey] == vwant, f"vcpus.{vkey}"
+                # A case's 1.7 vCPUs is the decimal 17/10, as the loader reads a TOML 1.7.
+                exact = Fraction(str(vwant)) if vkey == "default" else vwant
+                assert got_v[vkey] == exact, f"vcpus.{vkey}"
         elif key == "warning":
             assert any(want in w for w in warnings_json(result.notes)), result.notes
         elif key == "no_warning":

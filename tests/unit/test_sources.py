@@ -112,7 +112,7 @@ def test_oci_container(tmp_path: Path) -> None:
     }
     path = tmp_path / "config.json"
     path.write_text(json.dumps(spec))
-    c, sizing, _ = read_oci(path, "amd64")
+    c, sizing, _, _ = read_oci(path, "amd64")
     assert sizing is None and c is not None
     assert (c.memory_limit, c.hugepages_limit, c.cpu) == (512 * MiB, 2 * MiB, Fraction(1, 2))
 
@@ -120,7 +120,7 @@ def test_oci_container(tmp_path: Path) -> None:
 def test_oci_unlimited_is_zero(tmp_path: Path) -> None:
     path = tmp_path / "config.json"
     path.write_text(json.dumps({"linux": {"resources": {"memory": {"limit": -1}}}}))
-    c, _, _ = read_oci(path, "amd64")
+    c, _, _, _ = read_oci(path, "amd64")
     assert c is not None and c.memory_limit == 0
 
 
@@ -133,7 +133,7 @@ def test_oci_sandbox_annotations(tmp_path: Path) -> None:
     }
     path = tmp_path / "config.json"
     path.write_text(json.dumps({"annotations": ann}))
-    c, sizing, _ = read_oci(path, "amd64")
+    c, sizing, _, _ = read_oci(path, "amd64")
     assert c is None and sizing is not None
     assert (sizing.memory, sizing.cpu) == (4096 * MiB, Fraction(4))
 
@@ -146,7 +146,7 @@ def test_oci_shares_fallback(tmp_path: Path) -> None:
     }
     path = tmp_path / "config.json"
     path.write_text(json.dumps({"annotations": ann}))
-    _, sizing, _ = read_oci(path, "amd64")
+    _, sizing, _, _ = read_oci(path, "amd64")
     assert sizing is not None and (sizing.memory, sizing.cpu) == (0, Fraction(2))
 
 

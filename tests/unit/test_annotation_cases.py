@@ -1,0 +1,73 @@
+"""Kata's per-pod hypervisor annotations against the case table
+(tests/fixtures/annotation-cases/hypervisor.json; its schema:
+tests/fixtures/schemas/hypervisor-annotations.schema.json)."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kata_mem.core.annotations import PREFIX, pod_config
+from kata_mem.core.errors import InputError
+from kata_mem.core.model import HostFacts, Workload
+from kata_mem.core.units import GiB, MiB
+from kata_mem.edges.config import load_config
+from tests.support.cases import case_params
+from tests.support.configs import write_config
+
+
+@pytest.mark.parametrize("case", case_params("hypervisor-annotations"))
+def test_annotation_case(case: dict[str, Any], tmp_path: Path) -> None:
+    cfg = load_config(
+        write_config(
+            tmp_path / "c.toml",
+            {"enable_annotations": case["enable_annotations"]},
+            name=case.get("hypervisor", "qemu"),
+        )
+    )
+    host = HostFacts(memory=64 * GiB, cpus=case.get("host_cpus", 8), arch=case.get("arch", "amd64"))
+    given = tuple((PREFIX + k, v) for k, v in case["annotations"].items())
+    workload = Workload(hypervisor=given, hypervisor_origin="pod.yaml: metadata.annotations")
+    expect = case["expect"]
+    if "error" in expect:
+        with pytest.raises(InputError) as info:
+            pod_config(cfg, host, workload)
+        message = info.value.message
+        assert expect["error"] in message
+        assert message.startswith("pod.yaml: metadata.annotations: annotation " + PREFIX)
+        return
+    got = pod_config(cfg, host, workload)
+    values = {
+        "default_memory_mib": got.default_memory // MiB,
+        "memory_slots": got.memory_slots,
+        "memory_offset_mib": got.memory_offset // MiB,
+        "enable_virtio_mem": got.enable_virtio_mem,
+        "enable_hugepages": got.enable_hugepages,
+        "default_vcpus": got.default_vcpus,
+        "default_maxvcpus": got.default_maxvcpus,
+    }
+    for key, want in expect.items():
+        exact = Fraction(str(want)) if key == "default_vcpus" else want
+        assert values[key] == exact, key
+
+
+def test_an_applied_annotation_says_where_it_came_from(tmp_path: Path) -> None:
+    cfg = load_config(write_config(tmp_path / "c.toml", {"enable_annotations": ["default_memory"]}))
+    host = HostFacts(memory=64 * GiB, cpus=8, arch="amd64")
+    workload = Workload(hypervisor=((PREFIX + "default_memory", "4096"),), hypervisor_origin="x")
+    origin = pod_config(cfg, host, workload).origin("hypervisor.qemu.default_memory")
+    assert origin.describe() == f"override, annotation {PREFIX}default_memory = 4096"
+
+
+def test_an_invalid_enable_annotations_pattern_is_a_config_error(tmp_path: Path) -> None:
+    from kata_mem.core.errors import ConfigError
+
+    path = write_config(tmp_path / "c.toml", {"enable_annotations": ["default_(memory"]})
+    with pytest.raises(
+        ConfigError,
+        match=r"\[hypervisor.qemu\] enable_annotations: 'default_\(memory' is not a regular expression",
+    ):
+        load_config(path)
