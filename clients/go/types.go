@@ -38,8 +38,20 @@ type ShimRequest struct {
 	Apply       bool           `json:"apply,omitempty"`
 	AllowShrink bool           `json:"allow_shrink,omitempty"`
 	Host        *HostOverrides `json:"host,omitempty"`
-	// Annotations are the CRI sandbox-sizing annotations (io.kubernetes.cri.sandbox-*).
+	// Annotations are the CRI sandbox-sizing annotations (io.kubernetes.cri.sandbox-*,
+	// CRI-O's pod-linux-resources) and Kata's io.katacontainers.config.hypervisor.*.
 	Annotations map[string]string `json:"annotations,omitempty"`
+	// PodResources are the pod-level limits (KEP-2837, spec.resources.limits); nil: none.
+	PodResources *PodResources `json:"pod_resources,omitempty"`
+}
+
+// PodResources are a pod's pod-level limits, in the containers' units.
+type PodResources struct {
+	// MemoryLimitBytes nil, 0 or negative: none.
+	MemoryLimitBytes    *int64 `json:"memory_limit_bytes,omitempty"`
+	HugepagesLimitBytes *int64 `json:"hugepages_limit_bytes,omitempty"`
+	CPUQuota            *int64 `json:"cpu_quota,omitempty"`
+	CPUPeriod           *int64 `json:"cpu_period,omitempty"`
 }
 
 // Container is one container of the sandbox, as its OCI spec sizes it.
@@ -156,6 +168,19 @@ type Memory struct {
 	Sizing           Sizing      `json:"sizing"`
 	HostCgroup       *HostCgroup `json:"host_cgroup"`
 	Node             *NodeBudget `json:"node"`
+	Workload         Workload    `json:"workload"`
+}
+
+// Workload is what a plan was sized from, each part with where it came from:
+// "containers", "pod_resources" (KEP-2837) or "cri_annotations".
+type Workload struct {
+	MemoryMiB        int64   `json:"memory_mib"`
+	MemoryFrom       string  `json:"memory_from"`
+	HugepagesMiB     int64   `json:"hugepages_mib"`
+	HugepagesFrom    string  `json:"hugepages_from"`
+	CPUs             float64 `json:"cpus"`
+	CPUsFrom         string  `json:"cpus_from"`
+	PodResourcesFrom *string `json:"pod_resources_from"`
 }
 
 // Clamp is one limit that lowered the memory target.
