@@ -40,7 +40,15 @@ from kata_mem.core.model import (
     VmState,
     Workload,
 )
-from kata_mem.core.units import GiB, MiB, align_down, align_up, fmt_bytes, per_gib_ceil
+from kata_mem.core.units import (
+    GiB,
+    MiB,
+    align_down,
+    align_up,
+    fmt_bytes,
+    fmt_requested,
+    per_gib_ceil,
+)
 
 #: Largest ACPI hot-add relative to the current guest memory (Kata's
 #: ``acpiMemoryHotplugFactor``): the guest needs ~64 B of memmap per 4 KiB page added.
@@ -519,13 +527,11 @@ def _plan_memory(
                     "shrink planned: each step runs only after the guest-usage safety check",
                 )
     node = guards.node
-    if node is not None and node.budget is not None and node.reserved >= node.host:
-        note(
-            "node",
-            f"node_reserved_mib ({fmt_bytes(node.reserved)}) is not below the host's memory "
-            f"({fmt_bytes(node.host)}): the node budget is 0, so no sandbox can grow; lower "
-            "node_reserved_mib",
-        )
+    reserved = (
+        None if node is None or node.budget is None else reserved_problem(node.reserved, node.host)
+    )
+    if reserved is not None:
+        note("node", reserved)
     if guards.node is not None and guards.node.available is not None:
         grow = target - vm.total
         if grow > guards.node.available:
@@ -571,6 +577,19 @@ def _plan_memory(
     )
 
 
+def reserved_problem(reserved: int, host: int) -> Optional[str]:
+    """Why the node's budget is 0 when ``node_reserved_mib`` (``reserved``) leaves nothing
+    of the host's memory (a plan, ``status --all`` and ``config check`` say it alike);
+    ``None`` otherwise."""
+    if reserved < host:
+        return None
+    return (
+        f"node_reserved_mib ({fmt_bytes(reserved)}) is not below the host's memory "
+        f"({fmt_bytes(host)}): the node budget is 0, so no sandbox can grow; lower "
+        "node_reserved_mib"
+    )
+
+
 def _guard_rooms(
     cfg: SizingConfig, vm: VmState, guards: Guards, target: int
 ) -> list[tuple[MemoryCause, int, Callable[[int], str]]]:
@@ -584,7 +603,7 @@ def _guard_rooms(
 
         def cgroup_text(limit: int) -> str:
             return (
-                f"grow to {fmt_bytes(target)} clamped to {fmt_bytes(limit)} by the host cgroup "
+                f"grow to {fmt_requested(target)} clamped to {fmt_bytes(limit)} by the host cgroup "
                 f"{level.path} (limit {fmt_bytes(level.limit)}): guest + VMM overhead ({fmt_bytes(s.vmm_overhead)} + "
                 f"{fmt_bytes(s.vmm_overhead_per_gib)}/GiB, or what is charged beyond the guest, "
                 f"whichever is more) + margin {fmt_bytes(s.host_cgroup_margin)} must fit its limit"
@@ -599,7 +618,7 @@ def _guard_rooms(
 
         def node_text(limit: int) -> str:
             return (
-                f"grow to {fmt_bytes(target)} clamped to {fmt_bytes(limit)} by the node budget "
+                f"grow to {fmt_requested(target)} clamped to {fmt_bytes(limit)} by the node budget "
                 f"{fmt_bytes(budget)}: the other sandboxes hold {fmt_bytes(others)}"
             )
 
@@ -614,7 +633,7 @@ def _cause_text(cause: MemoryCause, requested: int, limit: int, cfg: SizingConfi
         "host_cgroup": "the host memory cgroup limit",
         "hugepages": "the hugepage pool",
     }[cause]
-    return f"requested {fmt_bytes(requested)} clamped to {fmt_bytes(limit)} by {why}"
+    return f"requested {fmt_requested(requested)} clamped to {fmt_bytes(limit)} by {why}"
 
 
 _COUNTED = re.compile(rf"(?:{DIMM_PREFIX}|{MEMDEV_PREFIX})([0-9]{{1,9}})")
