@@ -48,14 +48,62 @@ def path(where: str, key: Union[str, int]) -> str:
     return f"{where}[{json.dumps(key)}]"
 
 
+class Spelled(float):
+    """A number a document held that no float can (``1e400``), with its text: decoded,
+    it is infinite, and an error that showed ``Infinity`` would name a value the
+    document never held. Never an integer, so every integer field refuses it."""
+
+    text: str
+
+    def __new__(cls, text: str) -> Spelled:
+        number = super().__new__(cls, text)
+        number.text = text
+        return number
+
+
+def spelled_float(text: str) -> float:
+    """A number with a fraction or an exponent (``parse_float`` of ``json.loads`` and
+    ``tomllib.loads``): a float, or a :class:`Spelled` one when it is not finite."""
+    number = float(text)
+    return number if math.isfinite(number) else Spelled(text)
+
+
 def json_value(value: Any) -> str:
-    """A value as JSON spells it; an object or a list by its type alone."""
+    """A value as JSON spells it (a :class:`Spelled` number as the document did); an
+    object or a list by its type alone."""
+    if isinstance(value, Spelled):
+        return value.text[:80]
     shown = type(value).__name__ if isinstance(value, (dict, list)) else json.dumps(value)
     return shown[:80]
 
 
+def integer_range(minimum: Optional[int], maximum: Optional[int]) -> str:
+    """What an integer field takes, both bounds stated (a value just past an unstated
+    upper bound would read as not an integer at all)."""
+    if minimum is None and maximum is None:
+        return "an integer"
+    if maximum is None:
+        return f"an integer from {minimum}"
+    if minimum is None:
+        return f"an integer up to {maximum}"
+    return f"an integer from {minimum} to {maximum}"
+
+
+def string_problem(value: Any) -> Optional[str]:
+    """What is wrong with ``value`` as a path or id, or ``None``: named as it is (a NUL
+    is not emptiness), for :meth:`Fields.string` and the checks that share its rule."""
+    if not isinstance(value, str) or not value:
+        return "a non-empty string"
+    if "\0" in value:
+        return "a string without NUL (U+0000: no path or id has one)"
+    return None
+
+
 def python_value(value: Any) -> str:
-    """A value as Python spells it (the OCI reader's form); an object or a list by its type."""
+    """A value as Python spells it (the OCI reader's form; a :class:`Spelled` number as
+    the document did); an object or a list by its type."""
+    if isinstance(value, Spelled):
+        return value.text[:80]
     return type(value).__name__ if isinstance(value, (dict, list)) else repr(value)[:80]
 
 
@@ -65,6 +113,8 @@ def toml_value(value: Any) -> str:
         return "unset"
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, Spelled):
+        return value.text
     if isinstance(value, str):
         return repr(value)
     if isinstance(value, (int, float)):
@@ -157,17 +207,21 @@ class Fields:
         low = -math.inf if minimum is None else minimum
         high = math.inf if maximum is None else maximum
         if not is_int(value) or not low <= value <= high:
-            bounded = minimum is not None and minimum > INT64_MIN
-            expected = f"an integer from {minimum}" if bounded else "an integer"
-            raise self.fail(path(at, key), expected, value)
+            raise self.fail(path(at, key), integer_range(minimum, maximum), value)
         return int(value)
 
     def required_integer(
-        self, obj: Mapping[str, Any], key: str, at: str = "", *, minimum: int = INT64_MIN
+        self,
+        obj: Mapping[str, Any],
+        key: str,
+        at: str = "",
+        *,
+        minimum: int = INT64_MIN,
+        maximum: int = INT64_MAX,
     ) -> int:
-        value = self.integer(obj, key, at, minimum=minimum)
+        value = self.integer(obj, key, at, minimum=minimum, maximum=maximum)
         if value is None:
-            raise self.fail(path(at, key), "an integer", None)
+            raise self.fail(path(at, key), integer_range(minimum, maximum), None)
         return value
 
     def string(self, obj: Mapping[str, Any], key: str, at: str = "") -> Optional[str]:
@@ -176,9 +230,10 @@ class Fields:
         value = obj.get(key)
         if value is None:
             return None
-        if not isinstance(value, str) or not value or "\0" in value:
-            raise self.fail(path(at, key), "a non-empty string", value)
-        return value
+        problem = string_problem(value)
+        if problem is not None:
+            raise self.fail(path(at, key), problem, value)
+        return str(value)
 
     def required_string(self, obj: Mapping[str, Any], key: str, at: str = "") -> str:
         value = self.string(obj, key, at)

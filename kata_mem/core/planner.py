@@ -48,6 +48,7 @@ from kata_mem.core.units import (
     align_down,
     align_up,
     fmt_bytes,
+    fmt_requested,
     per_gib_ceil,
     to_mib_floor,
 )
@@ -653,13 +654,11 @@ def _plan_memory(
                     "shrink planned: each step runs only after the guest-usage safety check",
                 )
     node = guards.node
-    if node is not None and node.budget is not None and node.reserved >= node.host:
-        note(
-            "node",
-            f"node_reserved_mib ({fmt_bytes(node.reserved)}) is not below the host's memory "
-            f"({fmt_bytes(node.host)}): the node budget is 0, so no sandbox can grow; lower "
-            "node_reserved_mib",
-        )
+    reserved = (
+        None if node is None or node.budget is None else reserved_problem(node.reserved, node.host)
+    )
+    if reserved is not None:
+        note("node", reserved)
     if guards.node is not None and guards.node.available is not None:
         grow = target - vm.total
         if grow > guards.node.available:
@@ -706,6 +705,19 @@ def _plan_memory(
     )
 
 
+def reserved_problem(reserved: int, host: int) -> Optional[str]:
+    """Why the node's budget is 0 when ``node_reserved_mib`` (``reserved``) leaves nothing
+    of the host's memory (a plan, ``status --all`` and ``config check`` say it alike);
+    ``None`` otherwise."""
+    if reserved < host:
+        return None
+    return (
+        f"node_reserved_mib ({fmt_bytes(reserved)}) is not below the host's memory "
+        f"({fmt_bytes(host)}): the node budget is 0, so no sandbox can grow; lower "
+        "node_reserved_mib"
+    )
+
+
 def _guard_rooms(
     cfg: SizingConfig, vm: VmState, guards: Guards, target: int
 ) -> list[tuple[MemoryCause, int, Callable[[int], str]]]:
@@ -719,7 +731,7 @@ def _guard_rooms(
 
         def cgroup_text(limit: int) -> str:
             return (
-                f"grow to {fmt_bytes(target)} clamped to {fmt_bytes(limit)} by the host cgroup "
+                f"grow to {fmt_requested(target)} clamped to {fmt_bytes(limit)} by the host cgroup "
                 f"{level.path} (limit {fmt_bytes(level.limit)}): guest + VMM overhead ({fmt_bytes(s.vmm_overhead)} + "
                 f"{fmt_bytes(s.vmm_overhead_per_gib)}/GiB, or what is charged beyond the guest, "
                 f"whichever is more) + margin {fmt_bytes(s.host_cgroup_margin)} must fit its limit"
@@ -734,7 +746,7 @@ def _guard_rooms(
 
         def node_text(limit: int) -> str:
             return (
-                f"grow to {fmt_bytes(target)} clamped to {fmt_bytes(limit)} by the node budget "
+                f"grow to {fmt_requested(target)} clamped to {fmt_bytes(limit)} by the node budget "
                 f"{fmt_bytes(budget)}: the other sandboxes hold {fmt_bytes(others)}"
             )
 
@@ -749,7 +761,7 @@ def _cause_text(cause: MemoryCause, requested: int, limit: int, cfg: SizingConfi
         "host_cgroup": "the host memory cgroup limit",
         "hugepages": "the hugepage pool",
     }[cause]
-    return f"requested {fmt_bytes(requested)} clamped to {fmt_bytes(limit)} by {why}"
+    return f"requested {fmt_requested(requested)} clamped to {fmt_bytes(limit)} by {why}"
 
 
 _COUNTED = re.compile(rf"(?:{DIMM_PREFIX}|{MEMDEV_PREFIX})([0-9]{{1,9}})")

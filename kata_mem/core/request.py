@@ -21,7 +21,7 @@ from fractions import Fraction
 from typing import Any, Literal, Optional, Union
 
 from kata_mem.core.errors import InputError
-from kata_mem.core.fields import Fields, is_int, path
+from kata_mem.core.fields import Fields, is_int, path, spelled_float
 from kata_mem.core.model import (
     ARCHES,
     Arch,
@@ -444,10 +444,7 @@ class VmmIdentity:
         _REQUEST.only(doc, ("device", "inode", "owner_uid", "peer_uid", "peer_pid"), at)
 
         def required(key: str, maximum: int) -> int:
-            value = _REQUEST.integer(doc, key, at, minimum=0, maximum=maximum)
-            if value is None:
-                raise _REQUEST.fail(path(at, key), "an integer", None)
-            return value
+            return _REQUEST.required_integer(doc, key, at, minimum=0, maximum=maximum)
 
         return cls(
             required("device", UINT64_MAX),
@@ -742,7 +739,7 @@ def _decode(raw: bytes) -> Any:
         return obj
 
     try:
-        doc = json.loads(text, object_pairs_hook=pairs_hook)
+        doc = json.loads(text, object_pairs_hook=pairs_hook, parse_float=spelled_float)
     except (ValueError, RecursionError) as exc:
         raise InputError(f"request is not JSON: {exc}") from exc
     if not duplicates and not _MAYBE_SURROGATE.search(text):

@@ -65,3 +65,10 @@ def fmt_bytes(n: int) -> str:
         return f"{to_mib_floor(n)} MiB"
     hundredths = -(-abs(n) * 100 // MiB)
     return f"{'-' if n < 0 else ''}{hundredths // 100}.{hundredths % 100:02d} MiB"
+
+
+def fmt_requested(n: int) -> str:
+    """A size asked for, as a plan shows it everywhere (``requested_mib`` and the table
+    are :func:`to_mib_ceil` of it, and so is the text of a clamp): whole MiB, rounded
+    up, so that 2048 MiB and a byte never reads 2049 in one place and 2048.01 in another."""
+    return f"{to_mib_ceil(n)} MiB"

@@ -20,7 +20,15 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from kata_mem.core.errors import ConfigError
-from kata_mem.core.fields import Fields, is_bool, is_int, is_number, is_str, toml_value
+from kata_mem.core.fields import (
+    Fields,
+    is_bool,
+    is_int,
+    is_number,
+    is_str,
+    spelled_float,
+    toml_value,
+)
 from kata_mem.core.model import SIZING_MODELS, Origin, Settings, SizingConfig
 from kata_mem.core.units import INT64_MAX, MiB, to_mib_floor
 from kata_mem.edges.files import CONFIG_CAP, not_regular, read_capped
@@ -114,7 +122,7 @@ def _read_toml(path: Path) -> dict[str, Any]:
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: invalid TOML: not UTF-8 (byte {exc.start})") from exc
     try:
-        return tomllib.loads(text)
+        return tomllib.loads(text, parse_float=spelled_float)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: invalid TOML: {exc}") from exc
     except RecursionError as exc:
@@ -258,7 +266,7 @@ def _signature(path: Path, files: tuple[str, ...]) -> _Signature:
     return (_identity(path.parent / "config.d"), *(_identity(f) for f in files))
 
 
-def load_config(path: Path) -> SizingConfig:
+def load_config(path: str | Path) -> SizingConfig:
     """Load the sizing configuration from ``path`` and its drop-ins.
 
     The result is reused while the files it was read from, and the drop-in directory,
@@ -268,6 +276,7 @@ def load_config(path: Path) -> SizingConfig:
         several ``[hypervisor.NAME]`` sections, or a sizing key of the wrong
         type or range; the message names the file and key.
     """
+    path = Path(path)
     key = str(path)
     cached = _LOADED.get(key)
     if cached is not None and cached[0] == _signature(path, cached[1].files):
@@ -290,9 +299,32 @@ def _table_file(origins: Origins, name: str, first: str) -> str:
     return ", ".join(files) or first
 
 
+def _misplaced_settings(data: Mapping[str, Any], origins: Origins, first: str) -> None:
+    """Refuse a ``kata_mem`` key inside another table (``kata_mem = 5`` written below
+    ``[hypervisor.qemu]`` is that table's key): neither Kata nor kata-mem reads it, so
+    the settings meant would silently be the defaults.
+
+    :raises ConfigError: naming the file and the table it is in.
+    """
+    todo: list[tuple[tuple[str, ...], dict[str, Any]]] = [
+        ((name,), value) for name, value in data.items() if isinstance(value, dict)
+    ]
+    while todo:
+        at, table = todo.pop()
+        if "kata_mem" in table:
+            raise ConfigError(
+                f"{origins.get((*at, 'kata_mem'), first)}: [{'.'.join(at)}] kata_mem: "
+                "kata-mem's settings are the top-level [kata_mem] table, and a kata_mem "
+                "key inside another table is read by neither Kata nor kata-mem; expected "
+                "a [kata_mem] table header on a line of its own"
+            )
+        todo += [((*at, k), v) for k, v in table.items() if isinstance(v, dict)]
+
+
 def _load_config(path: Path) -> SizingConfig:
     data, origins, files = load_raw(path)
     first = str(path)
+    _misplaced_settings(data, origins, first)
     hypervisors = data.get("hypervisor", {})
     if not isinstance(hypervisors, dict) or not hypervisors:
         where = origins.get(("hypervisor",), first)  # a drop-in may have set it to a value

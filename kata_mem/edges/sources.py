@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from kata_mem.core.errors import InputError, QuantityError
-from kata_mem.core.fields import Fields, KeyOnce, python_value
+from kata_mem.core.fields import Fields, KeyOnce, python_value, spelled_float
 from kata_mem.core.fields import path as field_path
 from kata_mem.core.model import Arch, Container, PodResources, Role, SandboxSizing, Workload
 from kata_mem.core.quantity import parse_quantity, quantity_bytes
@@ -150,7 +150,7 @@ def pod_containers(pod: dict[str, Any], where: str, arch: Arch) -> tuple[Contain
                 raise InputError(f"{where}: {at}: expected a container mapping")
             role: Role = "app"
             if field == "initContainers":
-                role = "sidecar" if item.get("restartPolicy") == "Always" else "init"
+                role = _init_role(item.get("restartPolicy", None), where, at)
             container = _pod_container(item, role, where, at, arch)
             if container.name in named:
                 # Kubernetes refuses the Pod (ValidatePodSpec: names are unique across
@@ -165,9 +165,32 @@ def pod_containers(pod: dict[str, Any], where: str, arch: Arch) -> tuple[Contain
     return tuple(out)
 
 
+def _init_role(policy: Any, where: str, at: str) -> Role:
+    """An init container's role: a sidecar with ``restartPolicy: Always``, else a plain
+    init container. Kubernetes refuses any other policy on an init container
+    (pkg/apis/core/validation/validation.go ``validateInitContainers``: NotSupported,
+    only Always), so the Pod never runs, and is not sized."""
+    if policy is None:
+        return "init"
+    if policy != "Always":
+        raise InputError(
+            f"{where}: {at}.restartPolicy: {_shown(policy)}: expected Always (a sidecar) or "
+            "no restartPolicy, as Kubernetes takes on an init container"
+        )
+    return "sidecar"
+
+
 def _pod_container(item: dict[str, Any], role: Role, where: str, at: str, arch: Arch) -> Container:
     name = item.get("name")
-    name = name if isinstance(name, str) and name else at
+    if not isinstance(name, str) or not name:
+        # Kubernetes refuses the Pod (validation.go ``validateContainerCommon``: the name
+        # is required; a number does not decode into the string it is): two containers
+        # without one would otherwise be counted as two.
+        shown = "no name" if name is None else _shown(name)
+        raise InputError(
+            f"{where}: {at}.name: {shown}; expected a container name (a non-empty string), "
+            "as Kubernetes requires"
+        )
     resources = item.get("resources") or {}
     if not isinstance(resources, dict):
         raise InputError(f"{where}: {at}.resources: expected a mapping")
@@ -239,7 +262,10 @@ def _shown(value: Any) -> str:
     """A manifest value as Kubernetes sees it, for messages."""
     from kata_mem.core.manifest import json_text
 
-    return json_text(value)
+    try:
+        return json_text(value)
+    except ValueError:  # NaN or an infinity, which no JSON text holds: as YAML has it
+        return repr(value)
 
 
 # --- OCI runtime specs -----------------------------------------------------------
@@ -294,7 +320,11 @@ def read_oci(
     once = KeyOnce()
     try:
         spec = json.loads(
-            text, parse_constant=_not_json, parse_int=_oci_int(path), object_pairs_hook=once
+            text,
+            parse_constant=_not_json,
+            parse_int=_oci_int(path),
+            parse_float=spelled_float,
+            object_pairs_hook=once,
         )
     except RecursionError as exc:
         raise InputError(

@@ -10,8 +10,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar
 
@@ -20,6 +21,7 @@ from click.shell_completion import CompletionItem
 
 from kata_mem.core.annotations import pod_config
 from kata_mem.core.errors import InputError, KataMemError
+from kata_mem.core.fields import integer_range
 from kata_mem.core.model import Origin, Settings, SizingConfig
 from kata_mem.core.planner import current_problem
 from kata_mem.core.quantity import quantity_bytes
@@ -33,7 +35,7 @@ from kata_mem.core.request import (
     check_hugepages,
     normalize_arch,
 )
-from kata_mem.core.units import to_mib_floor
+from kata_mem.core.units import INT64_MAX, to_mib_floor
 from kata_mem.edges import config as config_mod
 from kata_mem.edges import logs
 from kata_mem.edges.host import machine_arch
@@ -83,6 +85,49 @@ class Text(click.types.StringParamType):
     def convert(self, value: Any, param: Optional[click.Parameter], ctx: Any) -> str:
         _given(self, value, param, ctx)
         return _utf8(super().convert(value, param, ctx), param, self.expected)
+
+
+class Count(click.ParamType):  # type: ignore[type-arg]  # not generic in click 8.1
+    """A whole number in ASCII digits from ``minimum`` to INT64_MAX, as a request's
+    integers are: ``int()`` would also take a fullwidth digit (U+FF12), ``1_0`` and
+    `` 2 ``, which no quantity option takes."""
+
+    name = "integer"
+
+    def __init__(self, minimum: int) -> None:
+        self.minimum = minimum
+
+    def convert(self, value: Any, param: Optional[click.Parameter], ctx: Any) -> int:
+        _given(self, value, param, ctx)
+        if isinstance(value, int) and self.minimum <= value <= INT64_MAX:
+            return value
+        expected = integer_range(self.minimum, INT64_MAX)
+        text = _utf8(str(value), param, expected)
+        if text.isascii() and text.isdigit() and self.minimum <= int(text) <= INT64_MAX:
+            return int(text)
+        self.fail(f"{text!r}: expected {expected}", param, ctx)
+
+
+class Seconds(click.ParamType):  # type: ignore[type-arg]  # not generic in click 8.1
+    """A number of seconds from ``minimum`` to ``maximum`` in ASCII decimal digits
+    (``float()`` would also take ``nan``, which every range check lets through, and
+    fullwidth digits)."""
+
+    name = "seconds"
+
+    def __init__(self, minimum: float, maximum: float) -> None:
+        self.minimum, self.maximum = minimum, maximum
+
+    def convert(self, value: Any, param: Optional[click.Parameter], ctx: Any) -> float:
+        _given(self, value, param, ctx)
+        expected = f"a number of seconds from {self.minimum:g} to {self.maximum:g}"
+        text = _utf8(str(value), param, expected)
+        if _DECIMAL.fullmatch(text) and self.minimum <= float(text) <= self.maximum:
+            return float(text)
+        self.fail(f"{text!r}: expected {expected}", param, ctx)
+
+
+_DECIMAL = re.compile(r"[0-9]+(?:\.[0-9]+)?", re.ASCII)
 
 
 class ArchName(Text):
@@ -143,6 +188,29 @@ def _emit(data: dict[str, Any]) -> None:
     click.echo(json.dumps(data, indent=2))
 
 
+@dataclass
+class _Asked:
+    """What the command line asked for, as click parsed it (``obj`` of every context):
+    an error is reported in the form asked for, and a file named ``--json`` given to
+    ``--pod`` asks for nothing."""
+
+    json: bool = False
+
+
+def _json_asked(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
+    if value and isinstance(ctx.obj, _Asked):
+        ctx.obj.json = True
+    return value
+
+
+def json_option(help: str) -> Callable[[F], F]:
+    """``--json``; eager, so that it counts before any other option's value is checked
+    (an error in one is then a JSON document too)."""
+    return click.option(
+        "--json", "as_json", is_flag=True, is_eager=True, callback=_json_asked, help=help
+    )
+
+
 def host_options(fn: F) -> F:
     fn = click.option(
         "--host-hugepages",
@@ -157,7 +225,7 @@ def host_options(fn: F) -> F:
         help="Override the architecture: x86_64/amd64, aarch64/arm64, ppc64le, s390x, riscv64.",
     )(fn)
     fn = click.option(
-        "--host-cpus", type=click.IntRange(min=1), metavar="N", help="Override the host CPU count."
+        "--host-cpus", type=Count(1), metavar="N", help="Override the host CPU count."
     )(fn)
     fn = click.option(
         "--host-memory",
@@ -334,9 +402,7 @@ def request_options(fn: F) -> F:
     help="Plan a shrink as apply --allow-shrink would; without it, a lower target keeps the "
     "current memory (ShrinkNotAllowed), as apply does.",
 )
-@click.option(
-    "--json", "as_json", is_flag=True, help="Print the plan as JSON (schema kata-mem/plan/v1)."
-)
+@json_option("Print the plan as JSON (schema kata-mem/plan/v1).")
 def preview(
     config_path: Optional[str],
     pod: Optional[Path],
@@ -456,12 +522,7 @@ def backend_options(fn: F) -> F:
     hidden=True,
     help="Tests and benchmarks only: skip the shrink safety checks.",
 )
-@click.option(
-    "--json",
-    "as_json",
-    is_flag=True,
-    help="Print the outcome as JSON (schema kata-mem/outcome/v1).",
-)
+@json_option("Print the outcome as JSON (schema kata-mem/outcome/v1).")
 def apply(
     config_path: Optional[str],
     pod: Optional[Path],
@@ -546,7 +607,7 @@ def apply(
     metavar="QTY",
     help="Override host MemTotal (with --all).",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print JSON (schema kata-mem/status/v1).")
+@json_option("Print JSON (schema kata-mem/status/v1).")
 def status(
     qmp: Optional[str],
     libvirt_uri: Optional[str],
@@ -613,7 +674,7 @@ def _status_all(
     metavar="DIR",
     help="State directory (default: [kata_mem] state_dir).",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print JSON (schema kata-mem/reconcile/v1).")
+@json_option("Print JSON (schema kata-mem/reconcile/v1).")
 def reconcile(config_path: Optional[str], state_dir: Optional[str], as_json: bool) -> int:
     """One pass over every sandbox: retry deferred shrinks that are due, settle pending
     DIMMs, forget sandboxes whose VM is gone. Run it from a timer (see the README).
@@ -665,7 +726,7 @@ def reconcile(config_path: Optional[str], state_dir: Optional[str], as_json: boo
 )
 @click.option(
     "--idle-timeout",
-    type=click.FloatRange(min=0.1, max=3600),
+    type=Seconds(0.1, 3600),
     default=10.0,
     show_default=True,
     metavar="SECONDS",
@@ -673,7 +734,7 @@ def reconcile(config_path: Optional[str], state_dir: Optional[str], as_json: boo
 )
 @click.option(
     "--reconcile-interval",
-    type=click.FloatRange(min=0.1, max=3600),
+    type=Seconds(0.1, 3600),
     default=5.0,
     show_default=True,
     metavar="SECONDS",
@@ -739,7 +800,7 @@ def shim(print_schema: Optional[str]) -> None:
     metavar="DIR",
     help="A memory cgroup directory (v1 or v2) whose limit lowers host memory.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print JSON (schema kata-mem/host/v1).")
+@json_option("Print JSON (schema kata-mem/host/v1).")
 def host(
     host_memory: Optional[str],
     host_cpus: Optional[int],
@@ -769,10 +830,17 @@ def config_group() -> None:
 @config_group.command("check")
 @global_options
 @click.argument("file", required=False, type=FileName())
-@click.option("--json", "as_json", is_flag=True, help="Print JSON (schema kata-mem/config/v1).")
+@json_option("Print JSON (schema kata-mem/config/v1).")
 def config_check(file: Optional[str], as_json: bool) -> None:
     """Validate FILE (default: where Kata looks) and show each effective value and its origin."""
     cfg, why = _config(file)
+    if cfg.settings.node_overcommit is not None:
+        # A value Kata and kata-mem take, that leaves this node no budget at all.
+        from kata_mem.core.planner import reserved_problem
+
+        problem = reserved_problem(cfg.settings.node_reserved, probe(HostOverrides()).memory)
+        if problem is not None:
+            log.warning("%s: %s", cfg.path, problem)
     if as_json:
         _emit(render.config_json(cfg, why))
     else:
@@ -803,14 +871,14 @@ def run_cli(argv: Optional[list[str]] = None) -> int:
 
 
 def _run(args: list[str]) -> int:
-    as_json = "--json" in args
+    asked = _Asked()
     # Until click has parsed the options (and for its own usage errors), report in
     # the format the command line asks for.
     logs.set_format(logs.split_global_options(args)[1] or "text")
     try:
-        rv = cli.main(args=args, prog_name="kata-mem", standalone_mode=False)
+        rv = cli.main(args=args, prog_name="kata-mem", standalone_mode=False, obj=asked)
     except KataMemError as exc:
-        return _report(exc, as_json)
+        return _report(exc, asked.json)
     except click.exceptions.Abort:
         logs.emit("error", "aborted", kind="aborted", exit_code=130)
         return 130

@@ -53,7 +53,9 @@ def node_status(settings: Settings, host: HostFacts, state_dir: str) -> NodeStat
         owner and mode: a listing that leaves it out would hide it).
     """
     from kata_mem.core.errors import KataMemError
+    from kata_mem.core.planner import reserved_problem
     from kata_mem.edges.journal import SandboxState
+    from kata_mem.edges.logs import get_logger
     from kata_mem.edges.statedir import list_state_dir
     from kata_mem.orchestration.guards import node_budget
 
@@ -88,10 +90,15 @@ def node_status(settings: Settings, host: HostFacts, state_dir: str) -> NodeStat
                 last.reason if last and record.state != "running" else "",
             )
         )
+    budget = node_budget(settings, host)
+    reserved = None if budget is None else reserved_problem(settings.node_reserved, host.memory)
+    if reserved is not None:
+        get_logger(__name__).warning("%s", reserved)
+        notes.append(Note("node", reserved))
     return NodeStatus(
         host=host.memory,
         reserved=settings.node_reserved,
-        budget=node_budget(settings, host),
+        budget=budget,
         committed=committed,
         sandboxes=tuple(rows),
         skipped=tuple(listing.foreign),

@@ -173,3 +173,36 @@ def test_find_config_order(tmp_path: Path) -> None:
     named = write_config(tmp_path / "y.toml", {})
     assert find_config("x.toml", {"KATA_CONF_FILE": str(named)}) == (Path("x.toml"), "--config")
     assert find_config(None, {"KATA_CONF_FILE": str(named)}) == (named, "KATA_CONF_FILE")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[hypervisor.qemu]\nkata_mem = 5\n",  # a key of [hypervisor.qemu], not a table
+        '[hypervisor.qemu]\nkata_mem.state_dir = "/x"\n',  # a table inside it
+        "[hypervisor.qemu]\n[runtime.kata_mem]\nallow_shrink = true\n",
+    ],
+)
+def test_a_kata_mem_key_inside_another_table_is_refused(tmp_path: Path, text: str) -> None:
+    # Issue 15 A15: read by neither Kata nor kata-mem, it left every setting at its default.
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=r"c.toml: \[\w+(\.qemu)?\] kata_mem: .*top-level"):
+        load_config(path)
+
+
+def test_a_number_too_large_for_a_float_is_shown_as_the_file_has_it(tmp_path: Path) -> None:
+    path = write_config(tmp_path / "c.toml", {"default_vcpus": 1}, kata_mem={"step_timeout_s": 1})
+    path.write_text(path.read_text().replace("step_timeout_s = 1", "step_timeout_s = 1e400"))
+    with pytest.raises(
+        ConfigError,
+        match=r"step_timeout_s: expected a positive number of "
+        r"seconds, got 1e400$",
+    ):
+        load_config(path)
+
+
+def test_load_config_takes_a_path_as_a_string(tmp_path: Path) -> None:
+    # The public API (kata_mem.load_config) is typed str | Path.
+    path = write_config(tmp_path / "c.toml", {"default_memory": 512})
+    assert load_config(str(path)).default_memory == 512 * MiB

@@ -109,7 +109,8 @@ _VMM = {"device": 1, "inode": 2, "owner_uid": 0, "peer_uid": 0, "peer_pid": 3}
         ),
         (
             {"host": {"hugepages": {"count": 1}}},
-            "request host.hugepages.size_bytes: expected an integer, got null",
+            "request host.hugepages.size_bytes: expected an integer from 1 to "
+            "9223372036854775807, got null",
         ),
         (
             {"backend": {"type": "qmp", "socket": "", "x": 1}},
@@ -117,16 +118,42 @@ _VMM = {"device": 1, "inode": 2, "owner_uid": 0, "peer_uid": 0, "peer_pid": 3}
         ),
         (
             {"backend": {"type": "qmp", "socket": "/s", "vmm": {"device": 1, "owner_uid": 0}}},
-            "request backend.vmm.inode: expected an integer, got null",
+            "request backend.vmm.inode: expected an integer from 0 to 18446744073709551615, "
+            "got null",
         ),
         (
             {"backend": {"type": "qmp", "socket": "/s", "vmm": {**_VMM, "owner_uid": -1}}},
-            "request backend.vmm.owner_uid: expected an integer from 0, got -1",
+            "request backend.vmm.owner_uid: expected an integer from 0 to 4294967295, got -1",
         ),
         (
             {"backend": {"type": "qmp", "socket": "/s", "vmm": {**_VMM, "peer_pid": 0}}},
-            "request backend.vmm.peer_pid: expected an integer from 1, got 0",
+            "request backend.vmm.peer_pid: expected an integer from 1 to 2147483647, got 0",
         ),
+        # Issue 15 A15: a range states both bounds, a NUL is named, and a number too large
+        # for a float is shown as the request held it, not as Infinity.
+        (
+            {"containers": [{"id": "c", "memory_limit_bytes": 2**64 - 1}]},
+            "request containers[0].memory_limit_bytes: expected an integer from "
+            "-9223372036854775808 to 9223372036854775807, got 18446744073709551615",
+        ),
+        (
+            {"host": {"cpus": 2**63}},
+            "request host.cpus: expected an integer from 1 to 9223372036854775807, got "
+            "9223372036854775808",
+        ),
+        (
+            {"host": {"memory_bytes": 2**64 - 1}},
+            "request host.memory_bytes: expected an integer from 1048576 to 9223372036854775807",
+        ),
+        (
+            {"sandbox_id": "a\0b"},
+            "request sandbox_id: expected a string without NUL (U+0000",
+        ),
+        (
+            {"containers": [{"id": "a\0b"}]},
+            "request containers[0].id: expected a string without NUL (U+0000",
+        ),
+        ({"config": "/tmp/a\0b"}, "request config: expected a string without NUL (U+0000"),
         # A shim runs in a directory of its own, and reconcile re-runs a saved request from
         # another: a relative path there names something else, or nothing.
         (
@@ -149,6 +176,17 @@ def test_errors_name_the_field_once(doc: dict[str, Any], message: str) -> None:
     with pytest.raises(InputError) as caught:
         SandboxRequest.from_json(json.dumps({**base, **doc}).encode())
     assert caught.value.message.startswith(message), caught.value.message
+
+
+@pytest.mark.parametrize("number", ["1e400", "-1e400", "1.0E+999"])
+def test_a_number_too_large_for_a_float_is_shown_as_the_request_held_it(number: str) -> None:
+    raw = (
+        '{"schema": "kata-mem/shim-request/v1", "sandbox_id": "sb", "event": "update", "containers": '
+        f'[{{"id": "c", "memory_limit_bytes": {number}}}]}}'
+    )
+    with pytest.raises(InputError) as caught:
+        SandboxRequest.from_json(raw.encode())
+    assert caught.value.message.endswith(f"9223372036854775807, got {number}")
 
 
 def test_a_vmm_is_another_when_its_socket_file_or_its_listener_differs() -> None:

@@ -90,6 +90,29 @@ def test_json_pod_and_hugepages(tmp_path: Path) -> None:
             r"is negative",
         ),
         ("kind: Pod\nspec: [\n", InputError, r"invalid YAML/JSON"),
+        # Issue 15 A16: what Kubernetes' ValidatePodSpec refuses (a name is required, and a
+        # string; an init container's restartPolicy is Always or absent).
+        (
+            "kind: Pod\nspec: {containers: [{image: a}, {image: b}]}\n",
+            InputError,
+            r"spec.containers\[0\].name: no name; expected a container name",
+        ),
+        (
+            "kind: Pod\nspec: {containers: [{name: 5}]}\n",
+            InputError,
+            r"spec.containers\[0\].name: 5; expected a container name \(a non-empty string\)",
+        ),
+        (
+            "kind: Pod\nspec: {containers: [{name: .nan}]}\n",
+            InputError,
+            r"spec.containers\[0\].name: nan; expected a container name",
+        ),
+        (
+            "kind: Pod\nspec: {initContainers: [{name: i, restartPolicy: Sometimes}],"
+            " containers: [{name: a}]}\n",
+            InputError,
+            r'spec.initContainers\[0\].restartPolicy: "Sometimes": expected Always',
+        ),
     ],
 )
 def test_bad_pods(tmp_path: Path, text: str, error: type[Exception], message: str) -> None:
@@ -159,6 +182,11 @@ def test_oci_shares_fallback(tmp_path: Path) -> None:
             r"linux.resources.memory.limit: expected an integer, got '1Gi'",
         ),
         ("{", r"invalid JSON"),
+        # Issue 15 A15: as the file has it, not "inf".
+        (
+            '{"linux": {"resources": {"memory": {"limit": 1e400}}}}',
+            r"linux.resources.memory.limit: expected an integer, got 1e400$",
+        ),
     ],
 )
 def test_bad_oci(tmp_path: Path, doc: str, message: str) -> None:
