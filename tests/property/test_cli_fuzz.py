@@ -191,7 +191,10 @@ def test_deep_nesting(run_cli: Run, files: Path, kind: str, depth: int) -> None:
 
 # A small valid file of each kind, and what it can be padded with up to a size.
 SMALL = {
-    "--pod": (b"kind: Pod\nspec: {containers: [{resources: {limits: {memory: 1Gi}}}]}\n#", b"#"),
+    "--pod": (
+        b"kind: Pod\nspec: {containers: [{name: a, resources: {limits: {memory: 1Gi}}}]}\n#",
+        b"#",
+    ),
     "--oci": (OCI_SPEC, b" "),
     "--config": (QEMU_TOML + b"\n#", b"#"),
 }

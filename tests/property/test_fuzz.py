@@ -312,6 +312,8 @@ def test_shim_never_escapes(isolated_config: Path, raw: bytes) -> None:
 def test_yaml_float_means_what_kubernetes_reads() -> None:
     # An unquoted 1.5 is the float 1.5 to go-yaml, written "1.5" to JSON: 1.5 bytes, which
     # Quantity.Value() rounds up to 2 (it was refused before issue 9).
-    doc = yaml.safe_load("kind: Pod\nspec: {containers: [{resources: {limits: {memory: 1.5}}}]}")
+    doc = yaml.safe_load(
+        "kind: Pod\nspec: {containers: [{name: a, resources: {limits: {memory: 1.5}}}]}"
+    )
     (container,) = pod_containers(doc, "x", "amd64")
     assert container.memory_limit == 2
