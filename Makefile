@@ -13,7 +13,7 @@ test:
 ## unit: the fast tests only (no guest, no system packages)
 unit:
 	scripts/bootstrap.sh $(VENV) test
-	$(VENV)/bin/python -m pytest -p no:cacheprovider -m "not guest and not libvirt and not go and not prometheus"
+	$(VENV)/bin/python -m pytest -p no:cacheprovider -m "not guest and not libvirt and not go and not prometheus" -n auto --dist loadfile
 
 lint:
 	scripts/bootstrap.sh $(VENV) test
