@@ -12,6 +12,13 @@ into a cgroup limited to ``limit`` when ``vm + vmm_overhead(vm) + margin <= limi
 160Mi is below that for Kata's own sizing (Kata issues #6129, #12786). The VM a pod
 gets is asked of the planner itself (:func:`kata_mem.core.planner.plan`, alignment and
 the memory maximum included), so this arithmetic cannot drift from the sizing rules.
+
+The kernel keeps a cgroup's limit in pages, rounding bytes down (mm/page_counter.c
+``page_counter_memparse``). That never costs a pod its room: ``podFixed`` is whole MiB,
+what a pod needs is whole KiB (the VMM overhead per GiB of whole-MiB VMs), and the pod
+that binds has limits one byte past a whole MiB, so rounding up to MiB leaves at least
+the byte the page rounding can take (the property tests check the guard with the
+limit in pages of 4 KiB and 64 KiB).
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ from typing import Optional
 from kata_mem.core.errors import ConfigError, InputError
 from kata_mem.core.model import Arch, Container, HostFacts, SizingConfig, SizingModel, Workload
 from kata_mem.core.planner import block_size, boot_memory, mechanism, plan, vmm_overhead
-from kata_mem.core.units import INT64_MAX, KiB, MiB, align_down, align_up, fmt_bytes
+from kata_mem.core.units import INT64_MAX, MiB, align_down, align_up, fmt_bytes
 
 #: A host that never binds: the node's memory would only lower a VM (and so what its
 #: pod needs), and this overhead is for every node the RuntimeClass selects.
@@ -35,19 +42,22 @@ _UNBOUNDED_CPUS = 1 << 16
 @dataclass(frozen=True)
 class PodFit:
     """One pod: its memory limits, the VM the sizing model gives it, and the smallest
-    pod cgroup in which the guard lets that VM be (``needed``)."""
+    pod cgroup in which the guard lets that VM be (``needed``).
+
+    ``asked`` is what the guard is asked to admit, in whole MiB: the VM, or, when the
+    memory maximum made the planner round the VM down to a block, the size it was
+    rounded from (the guard checks the target before the blocks,
+    :func:`kata_mem.core.planner._plan_memory`)."""
 
     limits: int
     vm: int
+    asked: int
     vmm_overhead: int
     margin: int
-    #: The kernel keeps a cgroup's limit in pages, rounding a limit in bytes down
-    #: (``page_counter_memparse``, mm/page_counter.c): the guard reads that.
-    page: int
 
     @property
     def needed(self) -> int:
-        return align_up(self.vm + self.vmm_overhead + self.margin, self.page)
+        return self.asked + self.vmm_overhead + self.margin
 
     @property
     def pod_fixed(self) -> int:
@@ -82,61 +92,55 @@ class RuntimeClassOverhead:
     cpu_millis: Optional[int]
 
 
-#: The largest base page of each architecture's Linux kernels (arm64 and ppc64le are
-#: built with 64 KiB pages too): a limit rounded down to it is the lowest the guard reads.
-PAGE_SIZE: dict[Arch, int] = {
-    "amd64": 4 * KiB,
-    "arm64": 64 * KiB,
-    "ppc64le": 64 * KiB,
-    "s390x": 4 * KiB,
-    "riscv64": 4 * KiB,
-}
-
-
 def _host(arch: Arch) -> HostFacts:
     return HostFacts(memory=_UNBOUNDED_MEMORY, cpus=_UNBOUNDED_CPUS, arch=arch)
 
 
 def pod_fit(cfg: SizingConfig, arch: Arch, limits: int) -> PodFit:
     """The VM a freshly booted sandbox of ``cfg`` is grown to for a pod whose memory
-    limits add up to ``limits`` bytes, as :func:`~kata_mem.core.planner.plan` aligns
-    it, with the VMM overhead the guard counts for it."""
-    host = _host(arch)
+    limits add up to ``limits`` bytes, as :func:`~kata_mem.core.planner.plan` sizes it,
+    with the VMM overhead the guard counts for it."""
     pod = Workload(containers=(Container("pod", memory_limit=limits),))
-    vm = plan(cfg, host, pod).memory.aligned
+    memory = plan(cfg, _host(arch), pod).memory
+    asked = max(memory.aligned, align_up(min(memory.requested, memory.max), MiB))
     return PodFit(
-        limits, vm, vmm_overhead(cfg, vm), cfg.settings.host_cgroup_margin, PAGE_SIZE[arch]
+        limits,
+        memory.aligned,
+        asked,
+        vmm_overhead(cfg, asked),
+        cfg.settings.host_cgroup_margin,
     )
 
 
 def _step_starts(cfg: SizingConfig, arch: Arch, top: int) -> list[int]:
-    """The largest pod limits up to ``top`` at which the VM grows by one more block,
-    under the memory maximum. Between two such limits the VM stays and the limits
-    grow, so what a pod needs beyond its limits is largest at one of them; from one to
-    the next the VM grows by as much as the limits do, and the VMM overhead with it,
-    so the last one is the largest (the property tests check this against every
-    limit, byte by byte, in small ranges)."""
+    """The pod limits up to ``top`` where what the guard is asked to admit steps up
+    last before each bound: ``top``, the last whole block under the memory maximum and
+    the maximum itself (a static VM is sized above its maximum: its pods past it then
+    fall under ``top``).
+
+    What a pod needs beyond its limits falls while its limits grow and the VM stays, and
+    rises by the VMM overhead's growth when the VM steps up by as much as the limits
+    did, so the largest need below a bound is where the VM last stepped up: one byte
+    past a whole block above the boot memory, or past a whole MiB where the maximum has
+    the planner round down (the property tests check every MiB and a byte either side).
+    """
     host = _host(arch)
     base, block = boot_memory(cfg, host), block_size(cfg, host)
-    # The VM's memory as a function of the limits: default_memory + limits (kata), or
-    # the limits (pod-limit); it grows by a block each time it passes base + k blocks.
+    # What the model asks for, as a function of the limits: default_memory + limits
+    # (kata) or the limits (pod-limit).
     offset = cfg.default_memory if cfg.settings.sizing == "kata" else 0
-    found = []
-    for bound in (top, _last_growth(cfg, base, block, offset)):
-        k = (bound - 1 + offset - base) // block
-        start = base + k * block + 1 - offset
-        if k >= 0 and 1 <= start <= top:
-            found.append(start)
-    return found
-
-
-def _last_growth(cfg: SizingConfig, base: int, block: int, offset: int) -> int:
-    """The largest limits at which one more block still fits under the memory maximum
-    (``top`` itself when there is none: a static VM's maximum is raised to its size)."""
-    if cfg.static_sandbox_resource_mgmt or cfg.default_maxmemory == 0:
-        return _UNBOUNDED_MEMORY
-    last_block = base + align_down(max(cfg.default_maxmemory - base, 0), block)
-    return max(last_block - offset, 1)
+    bounds = [top + offset]
+    if cfg.default_maxmemory:
+        maximum = max(cfg.default_maxmemory, base)
+        bounds += [base + align_down(maximum - base, block), maximum]
+    found = set()
+    for bound in bounds:
+        for grid in (block, MiB):
+            if bound > base:
+                start = base + (bound - 1 - base) // grid * grid + 1 - offset
+                if 1 <= start <= top:
+                    found.add(start)
+    return sorted(found)
 
 
 def runtime_class_overhead(
@@ -150,8 +154,9 @@ def runtime_class_overhead(
     under ``sizing`` (``None``: the configuration's ``[kata_mem] sizing``).
 
     Pods with limits are searched from 1 byte up (a pod without a memory limit has no
-    pod cgroup limit, so no guard): the smallest pod, the largest, and each limit at
-    which the VM grows by one more block, the largest of which binds (:func:`_step_starts`).
+    pod cgroup limit, so no guard): the smallest pod, the largest, and the limits where
+    the VM last steps up below the largest and below the memory maximum
+    (:func:`_step_starts`).
 
     :raises InputError: ``pod-overhead`` sizing (the VM is then as large as the pod
         cgroup, so no overhead is enough), or no size given and none configured.
@@ -220,17 +225,16 @@ def cpu_overhead_millis(default_vcpus: Fraction) -> Optional[int]:
 
     Kata boots ``ceil(default_vcpus + limits)`` vCPUs (``calculateSandboxCPUs``, and
     :func:`kata_mem.core.planner._plan_vcpus`), and the kubelet gives the pod cgroup a
-    CFS quota of the limits + ``podFixed.cpu``. Over limits in whole millicores (a
-    quantity's resolution), ``1000 * ceil(d + w/1000) - w`` is largest just above a
-    whole CPU: ``1000 * d + 999`` for ``d`` a whole number of millicores, else
-    ``1000 * d + 1000 - frac(1000 * d)``, rounded up. ``default_vcpus`` 0 boots 1 vCPU
-    (Kata); a negative one the node's CPUs, unknown here (``None``: no CPU overhead).
+    CFS quota of the limits + ``podFixed.cpu``. Over limits ``w`` in whole millicores
+    (a quantity's resolution), ``1000 * ceil(d + w/1000) - w`` is largest just past a
+    whole CPU, where it is ``1000 * d + 999`` for ``d`` in whole millicores, and the
+    whole part of ``1000 * d`` + 1000 otherwise: ``ceil(1000 * d + 999)`` either way.
+    ``default_vcpus`` 0 boots 1 vCPU (Kata); a negative one the node's CPUs, unknown
+    here (``None``: no CPU overhead).
     """
     if default_vcpus < 0:
         return None
-    millis = (default_vcpus or Fraction(1)) * 1000
-    nearest = Fraction(1) if millis.denominator == 1 else millis - math.floor(millis)
-    return math.ceil(millis + 1000 - nearest)
+    return math.ceil((default_vcpus or Fraction(1)) * 1000 + 999)
 
 
 def fmt_limits(n: int) -> str:

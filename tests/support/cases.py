@@ -35,6 +35,7 @@ TABLES = {
     "step-stopped": "outcome-cases/step-stopped.json",
     "check-step": "safety-cases/check-step.json",
     "under-pressure": "safety-cases/under-pressure.json",
+    "runtimeclass": "runtimeclass-cases",
 }
 
 
