@@ -18,6 +18,7 @@ from kata_mem.core.model import (
     Guards,
     HostCgroup,
     SizingConfig,
+    SizingModel,
     Workload,
 )
 from kata_mem.core.planner import cgroup_room, plan
@@ -29,7 +30,7 @@ from tests.strategies import configs, examples
 #: 64 KiB pages too): the kernel rounds a cgroup limit down to it (mm/page_counter.c).
 PAGE_SIZE = {"amd64": 4096, "arm64": 65536, "ppc64le": 65536, "s390x": 4096, "riscv64": 4096}
 arches = st.sampled_from(sorted(PAGE_SIZE))
-models = st.sampled_from(["kata", "pod-limit"])
+models: st.SearchStrategy[SizingModel] = st.sampled_from(["kata", "pod-limit"])
 
 
 @st.composite
