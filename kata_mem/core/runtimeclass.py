@@ -163,13 +163,14 @@ def runtime_class_overhead(
     :raises ConfigError: ``enable_hugepages`` (guest memory then comes from the
         hugetlb pool, which the memory cgroup does not charge).
     """
+    given = "--sizing" if sizing is not None else f"{cfg.path}: [kata_mem] sizing"
     if sizing is not None:
         cfg = replace(cfg, settings=replace(cfg.settings, sizing=sizing))
     model = cfg.settings.sizing
     if model == "pod-overhead":
         raise InputError(
-            "sizing pod-overhead: the VM is sized at the pod overhead + limits, which is the "
-            "whole pod cgroup, so no podFixed leaves room for QEMU's own memory (README, "
+            f"{given} pod-overhead: the VM is sized at the pod overhead + limits, which is "
+            "the whole pod cgroup, so no podFixed leaves room for QEMU's own memory (README, "
             "'Sizing models'); expected --sizing kata or pod-limit"
         )
     if cfg.enable_hugepages:

@@ -102,6 +102,7 @@ def _fit_json(f: PodFit) -> dict[str, int]:
     return {
         "limits_bytes": f.limits,
         "vm_bytes": f.vm,
+        "asked_bytes": f.asked,
         "vmm_overhead_bytes": f.vmm_overhead,
         "margin_bytes": f.margin,
         "cgroup_bytes": f.needed,

@@ -44,8 +44,9 @@ def test_the_yaml_is_a_runtimeclass_for_1_35_with_the_json_numbers() -> None:
     # The podFixed is what the pod that needs the most needs, rounded up to MiB; that pod
     # gets its whole VM in a cgroup of its limits + podFixed.
     assert binding["cgroup_bytes"] == (
-        binding["vm_bytes"] + binding["vmm_overhead_bytes"] + binding["margin_bytes"]
+        binding["asked_bytes"] + binding["vmm_overhead_bytes"] + binding["margin_bytes"]
     )
+    assert binding["asked_bytes"] == binding["vm_bytes"]  # no maximum rounds it down here
     assert doc["pod_fixed_memory_bytes"] - MiB < binding["pod_fixed_bytes"]
     assert binding["pod_fixed_bytes"] <= doc["pod_fixed_memory_bytes"]
     assert binding["limits_bytes"] + doc["pod_fixed_memory_bytes"] >= binding["cgroup_bytes"]
@@ -78,7 +79,8 @@ def test_sizing_from_the_option_over_the_configuration(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "code", "needle"),
     [
-        (("--max-pod-memory", "8Gi"), 4, "sizing pod-overhead"),
+        (("--max-pod-memory", "8Gi"), 4, "configuration.toml: [kata_mem] sizing pod-overhead"),
+        (("--max-pod-memory", "8Gi", "--sizing", "pod-overhead"), 4, "--sizing pod-overhead"),
         (("--max-pod-memory", "lots", "--sizing", "kata"), 4, "--max-pod-memory"),
         (("--sizing", "kata"), 4, "give --max-pod-memory"),
         (("--sizing", "huge"), 2, "--sizing"),
