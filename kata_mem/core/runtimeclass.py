@@ -31,7 +31,7 @@ from typing import Optional
 from kata_mem.core.errors import ConfigError, InputError
 from kata_mem.core.model import Arch, Container, HostFacts, SizingConfig, SizingModel, Workload
 from kata_mem.core.planner import block_size, boot_memory, mechanism, plan, vmm_overhead
-from kata_mem.core.units import INT64_MAX, MiB, align_down, align_up, fmt_bytes
+from kata_mem.core.units import INT64_MAX, MiB, align_down, align_up, fmt_bytes, to_mib_nearest
 
 #: A host that never binds: the node's memory would only lower a VM (and so what its
 #: pod needs), and this overhead is for every node the RuntimeClass selects.
@@ -241,7 +241,7 @@ def cpu_overhead_millis(default_vcpus: Fraction) -> Optional[int]:
 def fmt_limits(n: int) -> str:
     """A size off whole MiB by a few bytes (the limits that bind are one byte past a
     block) as a reader sees it: ``8064 MiB + 1 byte``, ``2352 MiB - 1 byte``."""
-    whole = (n + MiB // 2) // MiB * MiB
+    whole = to_mib_nearest(n) * MiB
     off = n - whole
     if off == 0:
         return fmt_bytes(n)
