@@ -22,7 +22,7 @@ from click.shell_completion import CompletionItem
 from kata_mem.core.annotations import pod_config
 from kata_mem.core.errors import InputError, KataMemError
 from kata_mem.core.fields import integer_range
-from kata_mem.core.model import Origin, Settings, SizingConfig
+from kata_mem.core.model import SIZING_MODELS, Origin, Settings, SizingConfig, SizingModel
 from kata_mem.core.planner import current_problem
 from kata_mem.core.quantity import quantity_bytes
 from kata_mem.core.request import (
@@ -845,6 +845,46 @@ def config_check(file: Optional[str], as_json: bool) -> None:
         _emit(render.config_json(cfg, why))
     else:
         click.echo(render.config_text(cfg, why))
+
+
+@cli.command("runtimeclass")
+@global_options
+@click.option(
+    "--config", "config_path", type=FileName(), metavar="FILE", help="Kata configuration."
+)
+@click.option(
+    "--max-pod-memory",
+    type=Text("a quantity"),
+    metavar="QTY",
+    help="The largest pod memory limits (sum of its containers') to cover; default: what "
+    "default_maxmemory lets a VM grow to.",
+)
+@click.option(
+    "--sizing",
+    type=click.Choice(SIZING_MODELS),
+    help="The sizing model (default: the configuration's [kata_mem] sizing).",
+)
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print JSON (schema kata-mem/runtimeclass/v1)."
+)
+def runtimeclass(
+    config_path: Optional[str],
+    max_pod_memory: Optional[str],
+    sizing: Optional[SizingModel],
+    as_json: bool,
+) -> None:
+    """Print the RuntimeClass whose overhead.podFixed keeps the host-side guard from ever
+    clamping a pod up to --max-pod-memory (its arithmetic in comments)."""
+    from kata_mem.core.runtimeclass import runtime_class_overhead
+    from kata_mem.interfaces.runtimeclass import runtimeclass_json, runtimeclass_yaml
+
+    cfg, _ = _config(config_path)
+    most = None if max_pod_memory is None else quantity_bytes(max_pod_memory, "--max-pod-memory")
+    found = runtime_class_overhead(cfg, machine_arch(), most, sizing)
+    if as_json:
+        _emit(runtimeclass_json(found, cfg.path))
+    else:
+        click.echo(runtimeclass_yaml(found, cfg.path), nl=False)
 
 
 def _report(exc: KataMemError, as_json: bool) -> int:

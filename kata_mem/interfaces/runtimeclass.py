@@ -1,0 +1,135 @@
+"""``kata-mem runtimeclass``'s output: the RuntimeClass manifest (YAML, its arithmetic in
+comments) and the same as JSON (``kata-mem/runtimeclass/v1``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from kata_mem.core.runtimeclass import PodFit, RuntimeClassOverhead, fmt_limits
+from kata_mem.core.units import fmt_bytes, to_mib_ceil
+
+#: kata-deploy's name and handler for Kata with QEMU, and the label it puts on the
+#: nodes it installed Kata on (kata-containers tools/packaging/kata-deploy).
+NAME = "kata-qemu"
+NODE_LABEL = "katacontainers.io/kata-runtime"
+
+
+def _cpu(millis: int) -> str:
+    return str(millis // 1000) if millis % 1000 == 0 else f"{millis}m"
+
+
+def manifest(o: RuntimeClassOverhead) -> dict[str, Any]:
+    pod_fixed: dict[str, str] = {"memory": f"{to_mib_ceil(o.memory)}Mi"}
+    if o.cpu_millis is not None:
+        pod_fixed["cpu"] = _cpu(o.cpu_millis)
+    return {
+        "apiVersion": "node.k8s.io/v1",
+        "kind": "RuntimeClass",
+        "metadata": {"name": NAME},
+        "handler": NAME,
+        "overhead": {"podFixed": pod_fixed},
+        "scheduling": {"nodeSelector": {NODE_LABEL: "true"}},
+    }
+
+
+def _vm_rule(o: RuntimeClassOverhead) -> str:
+    wanted = (
+        f"default_memory {fmt_bytes(o.boot)} + limits"
+        if o.sizing == "kata"
+        else "the limits (at least the boot memory)"
+    )
+    maximum = f", at most default_maxmemory {fmt_bytes(o.maximum)}" if o.maximum else ""
+    if o.mechanism == "static":
+        return f"VM = {wanted}, whole MiB, sized at boot (static_sandbox_resource_mgmt)"
+    return (
+        f"VM = {wanted}, in whole {fmt_bytes(o.block)} blocks above the boot memory "
+        f"{fmt_bytes(o.boot)} ({o.mechanism}){maximum}"
+    )
+
+
+def _pod(f: PodFit) -> str:
+    return (
+        f"limits {fmt_limits(f.limits)} -> VM {fmt_bytes(f.vm)}, VMM overhead "
+        f"{fmt_bytes(f.vmm_overhead)}: cgroup >= {fmt_bytes(f.needed)}, podFixed >= "
+        f"{fmt_limits(max(f.pod_fixed, 0))}"
+    )
+
+
+def explanation(o: RuntimeClassOverhead, config: str) -> list[str]:
+    """The arithmetic, one line each (the YAML's comments)."""
+    lines = [
+        f"RuntimeClass for Kata with QEMU: kata-mem runtimeclass --config {config}",
+        f"sizing {o.sizing}, pods with memory limits up to {fmt_limits(o.max_pod_memory)} "
+        f"({o.max_pod_memory_from}).",
+        "",
+        "podFixed.memory: the kubelet limits a pod's cgroup to its memory limits + podFixed,",
+        "and kata-mem's host-side guard lets the VM grow only while",
+        f"  VM + VMM overhead ({fmt_bytes(o.vmm_fixed)} + {fmt_bytes(o.vmm_per_gib)}/GiB of VM) "
+        f"+ margin {fmt_bytes(o.margin)} <= that limit (in whole pages).",
+        _vm_rule(o) + ".",
+        f"The pod that needs the most: {_pod(o.binding)}.",
+        f"The smallest pod: {_pod(o.smallest)}.",
+        f"The largest pod: {_pod(o.largest)}.",
+        f"podFixed.memory = {to_mib_ceil(o.memory)}Mi (rounded up to MiB); larger pods are "
+        "clamped by the guard.",
+        "The VMM overhead must also cover what else runs in the pod cgroup (the shim, virtiofsd):",
+        "raise [kata_mem] vmm_overhead_mib when it does not.",
+        "",
+    ]
+    if o.cpu_millis is None:
+        lines.append(
+            "podFixed.cpu: left out: default_vcpus is negative (the node's CPUs, unknown here)."
+        )
+    else:
+        lines += [
+            f"podFixed.cpu: Kata boots ceil(default_vcpus {float(o.default_vcpus or 1):g} + "
+            "CPU limits) vCPUs and the pod's CFS",
+            f"quota is the CPU limits + podFixed.cpu: {_cpu(o.cpu_millis)} lets every vCPU run "
+            "(limits just above a whole CPU need the most).",
+        ]
+    return lines
+
+
+def runtimeclass_yaml(o: RuntimeClassOverhead, config: str) -> str:
+    comments = "".join(f"# {line}".rstrip() + "\n" for line in explanation(o, config))
+    body = yaml.safe_dump(manifest(o), sort_keys=False, default_flow_style=False)
+    return comments + body
+
+
+def _fit_json(f: PodFit) -> dict[str, int]:
+    return {
+        "limits_bytes": f.limits,
+        "vm_bytes": f.vm,
+        "asked_bytes": f.asked,
+        "vmm_overhead_bytes": f.vmm_overhead,
+        "margin_bytes": f.margin,
+        "cgroup_bytes": f.needed,
+        "pod_fixed_bytes": f.pod_fixed,
+    }
+
+
+def runtimeclass_json(o: RuntimeClassOverhead, config: str) -> dict[str, Any]:
+    return {
+        "schema": "kata-mem/runtimeclass/v1",
+        "runtimeclass": manifest(o),
+        "config": config,
+        "sizing": o.sizing,
+        "max_pod_memory_bytes": o.max_pod_memory,
+        "max_pod_memory_from": o.max_pod_memory_from,
+        "pod_fixed_memory_bytes": o.memory,
+        "pod_fixed_cpu_millis": o.cpu_millis,
+        "mechanism": o.mechanism,
+        "block_bytes": o.block,
+        "boot_bytes": o.boot,
+        "default_maxmemory_bytes": o.maximum,
+        "vmm_overhead_bytes": o.vmm_fixed,
+        "vmm_overhead_per_gib_bytes": o.vmm_per_gib,
+        "pods": {
+            "binding": _fit_json(o.binding),
+            "smallest": _fit_json(o.smallest),
+            "largest": _fit_json(o.largest),
+        },
+        "explanation": [line for line in explanation(o, config) if line],
+    }

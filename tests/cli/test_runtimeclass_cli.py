@@ -1,0 +1,100 @@
+"""``kata-mem runtimeclass`` as a real process: a RuntimeClass that Kubernetes 1.35 takes
+(kubernetes-validate, strict), its arithmetic in comments and in ``--json`` (the same
+numbers), the options, and its refusals (one line, exit code, nothing on stdout)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes_validate.utils import validate
+
+from kata_mem.core.units import MiB
+from tests.support.cli import kata_mem_process
+from tests.support.configs import write_config
+from tests.support.paths import REPO
+
+QEMU = REPO / "configs" / "configuration-qemu-virtio-mem.toml"
+
+
+def runtimeclass(*args: str) -> tuple[str, dict[str, Any]]:
+    """The YAML and the JSON for the same arguments."""
+    text = kata_mem_process("runtimeclass", *args)
+    assert text.returncode == 0, text.stderr
+    doc = kata_mem_process("runtimeclass", *args, "--json")
+    assert doc.returncode == 0, doc.stderr
+    found: dict[str, Any] = json.loads(doc.stdout)
+    return text.stdout, found
+
+
+def test_the_yaml_is_a_runtimeclass_for_1_35_with_the_json_numbers() -> None:
+    text, doc = runtimeclass("--config", str(QEMU), "--max-pod-memory", "8Gi")
+    manifest = yaml.safe_load(text)
+    validate(manifest, "1.35", strict=True)
+    assert manifest == doc["runtimeclass"]
+    assert doc["schema"] == "kata-mem/runtimeclass/v1"
+    assert manifest["overhead"]["podFixed"] == {
+        "memory": f"{doc['pod_fixed_memory_bytes'] // MiB}Mi",
+        "cpu": f"{doc['pod_fixed_cpu_millis']}m",
+    }
+    binding = doc["pods"]["binding"]
+    # The podFixed is what the pod that needs the most needs, rounded up to MiB; that pod
+    # gets its whole VM in a cgroup of its limits + podFixed.
+    assert binding["cgroup_bytes"] == (
+        binding["asked_bytes"] + binding["vmm_overhead_bytes"] + binding["margin_bytes"]
+    )
+    assert binding["asked_bytes"] == binding["vm_bytes"]  # no maximum rounds it down here
+    assert doc["pod_fixed_memory_bytes"] - MiB < binding["pod_fixed_bytes"]
+    assert binding["pod_fixed_bytes"] <= doc["pod_fixed_memory_bytes"]
+    assert binding["limits_bytes"] + doc["pod_fixed_memory_bytes"] >= binding["cgroup_bytes"]
+    for pod in doc["pods"].values():
+        assert pod["pod_fixed_bytes"] <= binding["pod_fixed_bytes"]
+    # The arithmetic is in the comments, the same lines as the JSON's explanation.
+    comments = [line[2:] for line in text.splitlines() if line.startswith("# ")]
+    assert comments == doc["explanation"]
+    assert f"--config {QEMU}" in comments[0]
+    assert "pods with memory limits up to 8192 MiB (--max-pod-memory)" in comments[1]
+
+
+def test_sizing_from_the_option_over_the_configuration(tmp_path: Path) -> None:
+    config = write_config(
+        tmp_path / "configuration.toml",
+        {"enable_virtio_mem": True, "default_memory": 512, "default_maxmemory": 4096},
+        kata_mem={"sizing": "pod-overhead"},
+    )
+    _, by_limit = runtimeclass("--config", str(config), "--sizing", "pod-limit")
+    assert by_limit["sizing"] == "pod-limit"
+    # Pods up to default_maxmemory; the smallest boots 512 MiB: 512 + 64 + 4 + 32.
+    assert by_limit["max_pod_memory_bytes"] == 4096 * MiB
+    assert by_limit["max_pod_memory_from"] == "default_maxmemory"
+    assert by_limit["pods"]["smallest"]["cgroup_bytes"] == (512 + 64 + 4 + 32) * MiB
+    _, by_kata = runtimeclass("--config", str(config), "--sizing", "kata")
+    assert by_kata["max_pod_memory_bytes"] == (4096 - 512) * MiB
+    assert by_kata["pod_fixed_memory_bytes"] > by_limit["pod_fixed_memory_bytes"]
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "needle"),
+    [
+        (("--max-pod-memory", "8Gi"), 4, "configuration.toml: [kata_mem] sizing pod-overhead"),
+        (("--max-pod-memory", "8Gi", "--sizing", "pod-overhead"), 4, "--sizing pod-overhead"),
+        (("--max-pod-memory", "lots", "--sizing", "kata"), 4, "--max-pod-memory"),
+        (("--sizing", "kata"), 4, "give --max-pod-memory"),
+        (("--sizing", "huge"), 2, "--sizing"),
+    ],
+)
+def test_refusals_are_one_line_and_an_exit_code(
+    tmp_path: Path, args: tuple[str, ...], code: int, needle: str
+) -> None:
+    config = write_config(tmp_path / "configuration.toml", kata_mem={"sizing": "pod-overhead"})
+    r = kata_mem_process("runtimeclass", "--config", str(config), *args)
+    assert (r.returncode, r.stdout) == (code, ""), r.stderr
+    assert needle in r.stderr
+    if code != 2:
+        assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+        doc = kata_mem_process("runtimeclass", "--config", str(config), *args, "--json")
+        assert doc.returncode == code
+        assert json.loads(doc.stdout)["error"]["exit_code"] == code
