@@ -28,6 +28,7 @@ from kata_mem.core.request import (
     Endpoint,
     HostOverrides,
     SandboxRequest,
+    VmmIdentity,
 )
 from kata_mem.core.units import INT64_MAX, MiB
 
@@ -85,7 +86,20 @@ workloads = st.lists(containers, max_size=8).map(lambda cs: Workload(tuple(cs)))
 request_text = st.text(
     st.characters(codec="utf-8", exclude_characters="\0"), min_size=1, max_size=8
 )
+#: A path a request may name (its configuration, QMP socket, host cgroup): absolute.
+request_path = request_text.map(lambda text: "/" + text)
 _int63 = st.integers(min_value=0, max_value=INT64_MAX)
+
+
+#: The VMM a saved request's QMP socket led to (what SO_PEERCRED and stat(2) give).
+vmm_identities = st.builds(
+    VmmIdentity,
+    st.integers(min_value=0, max_value=(1 << 64) - 1),
+    st.integers(min_value=0, max_value=(1 << 64) - 1),
+    st.integers(min_value=0, max_value=(1 << 32) - 1),
+    st.integers(min_value=0, max_value=(1 << 32) - 1),
+    st.none() | st.integers(min_value=1, max_value=(1 << 31) - 1),
+)
 
 
 @st.composite
@@ -119,7 +133,7 @@ def sandbox_requests(draw: st.DrawFn) -> SandboxRequest:
     )
     endpoint = draw(
         st.none()
-        | st.builds(Endpoint, st.just("qmp"), request_text)
+        | st.builds(Endpoint, st.just("qmp"), request_path, vmm=st.none() | vmm_identities)
         | st.builds(Endpoint, st.just("libvirt"), st.sampled_from(LIBVIRT_URIS), request_text)
     )
     event = draw(st.sampled_from(EVENTS))
@@ -139,7 +153,7 @@ def sandbox_requests(draw: st.DrawFn) -> SandboxRequest:
     return SandboxRequest(
         sandbox=draw(st.from_regex(SANDBOX_ID, fullmatch=True)),
         event=event,
-        config=draw(st.none() | request_text),
+        config=draw(st.none() | request_path),
         workload=Workload(containers, sizing),
         endpoint=endpoint,
         # A request that applies names its VM; a delete event is the delete mode.

@@ -23,7 +23,13 @@ from kata_mem.core.reports import StepProgress as StepProgress
 
 
 class Backend(Protocol):
-    """What the executor needs from a hypervisor: five methods, no policy."""
+    """What the executor needs from a hypervisor: six methods, no policy.
+
+    Only :meth:`begin` and :meth:`set_stats_interval` change the VM, and the executor
+    alone calls them: connecting, observing, polling and reading usage change nothing,
+    so that ``status``, ``GET /v1/sandboxes/ID``, a dry run and the presence checks of
+    ``reconcile`` leave the VM as they found it (issue 16).
+    """
 
     def observe(self) -> VmState:
         """The VM's memory now, from the hypervisor (never from our own records).
@@ -56,8 +62,23 @@ class Backend(Protocol):
         ...
 
     def guest_usage(self) -> Optional[GuestUsage]:
-        """The latest guest memory statistics; ``None`` without a balloon. Reads only:
-        the statistics polling interval is set when the backend connects."""
+        """The latest guest memory statistics, as they are (with when they were taken);
+        ``None`` without a balloon. Reads only: it neither waits for nor causes a new
+        reading."""
+        ...
+
+    def set_stats_interval(self, seconds: int) -> Optional[int]:
+        """Have the balloon report the guest's statistics every ``seconds`` (0: stop), and
+        return the interval it had (``None``: there is no balloon, and nothing is set).
+        Nothing is sent when it already has that interval.
+
+        A port method, not part of connecting: when the guest reports is a side effect,
+        the executor's to order (at the start of an apply), and what it returns lets the
+        executor put the guest's own interval back after changing it for a while.
+
+        :raises BackendError: the hypervisor refused the interval.
+        :raises BackendUnavailable: the connection failed.
+        """
         ...
 
     def close(self) -> None: ...

@@ -43,6 +43,8 @@ class FakeGuest:
     polls_to_complete: int = 0
     stats: bool = True
     stats_age_s: float = 0.0
+    #: The balloon's statistics polling interval (seconds; 0: off, as QEMU starts it).
+    stats_interval: int = 0
 
 
 class FakeBackend:
@@ -186,6 +188,12 @@ class FakeBackend:
             last_update=now - self.guest.stats_age_s,
             observed_at=now,
         )
+
+    def set_stats_interval(self, seconds: int) -> Optional[int]:
+        if not self.guest.stats:
+            return None
+        before, self.guest.stats_interval = self.guest.stats_interval, seconds
+        return before
 
     def close(self) -> None:
         self.closed = True

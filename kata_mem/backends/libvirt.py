@@ -183,6 +183,63 @@ def qemu_pid(uri: str, name: str) -> Optional[int]:
     return pid
 
 
+def _open(uri: str, how: Callable[[str], Any]) -> Any:
+    """A connection to ``uri`` made by ``how`` (``libvirt.open``, ``libvirt.openReadOnly``).
+
+    :raises BackendUnavailable: the daemon cannot be reached.
+    """
+    libvirt.registerErrorHandler(lambda _ctx, _err: None, None)  # errors come as exceptions
+    try:
+        return how(uri)
+    except libvirt.libvirtError as exc:
+        raise BackendUnavailable(
+            f"libvirt {uri}: cannot connect: {_message(exc)} (is libvirtd running, and may "
+            "this user use the URI?)"
+        ) from exc
+
+
+def _running(conn: Any, uri: str, domain: str) -> Any:
+    """The running domain ``domain``: the one decision about it for connecting and for
+    :func:`presence`.
+
+    :raises BackendUnavailable: there is no such domain (``gone``), it cannot be looked
+        up, or it is not running.
+    """
+    try:
+        dom = conn.lookupByName(domain)
+    except libvirt.libvirtError as exc:
+        raise BackendUnavailable(
+            f"libvirt {uri}: domain {domain!r}: {_message(exc)} (virsh -c {uri} list --all "
+            "shows the domains)",
+            gone=exc.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN,
+        ) from exc
+    if not dom.isActive():
+        raise BackendUnavailable(
+            f"libvirt {uri}: domain {domain!r} is not running (start it, or name a running one)"
+        )
+    return dom
+
+
+def presence(uri: str, domain: str) -> Optional[str]:
+    """Why the domain is gone, or None when it is there; decided as connecting decides,
+    over a read-only connection (``virConnectOpenReadOnly``: it can change nothing, and
+    registers no event callback).
+
+    :raises BackendUnavailable: it cannot be told (the daemon cannot be reached), or the
+        domain is there but not running, as connecting would say.
+    """
+    conn = _open(uri, libvirt.openReadOnly)
+    try:
+        _running(conn, uri, domain)
+    except BackendUnavailable as exc:
+        if exc.gone:
+            return exc.message
+        raise
+    finally:
+        conn.close()
+    return None
+
+
 def _size(element: Optional[ET.Element]) -> int:
     if element is None or element.text is None:
         return 0
@@ -221,47 +278,25 @@ class LibvirtBackend:
         return callback
 
     @classmethod
-    def connect(cls, uri: str, domain: str, *, stats_interval: int = 1) -> LibvirtBackend:
-        """Open ``uri``, find ``domain``, and have its balloon (if any) report
-        statistics every ``stats_interval`` seconds.
+    def connect(cls, uri: str, domain: str) -> LibvirtBackend:
+        """Open ``uri`` and find the running ``domain``; nothing is set on it, so
+        connecting changes nothing on the VM.
 
-        :raises BackendUnavailable: the daemon cannot be reached or the domain does not exist.
-        :raises BackendError: libvirt refused to set the statistics period.
+        :raises BackendUnavailable: the daemon cannot be reached, or the domain does not
+            exist (``gone``) or is not running.
         """
-        libvirt.registerErrorHandler(lambda _ctx, _err: None, None)  # errors come as exceptions
         _start_event_loop()
+        conn = _open(uri, libvirt.open)
         try:
-            conn = libvirt.open(uri)
-        except libvirt.libvirtError as exc:
-            raise BackendUnavailable(
-                f"libvirt {uri}: cannot connect: {_message(exc)} (is libvirtd running, and may "
-                "this user use the URI?)"
-            ) from exc
-        try:
-            dom = conn.lookupByName(domain)
-        except libvirt.libvirtError as exc:
-            conn.close()
-            raise BackendUnavailable(
-                f"libvirt {uri}: domain {domain!r}: {_message(exc)} (virsh -c {uri} list --all "
-                "shows the domains)",
-                gone=exc.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN,
-            ) from exc
-        if not dom.isActive():
-            conn.close()
-            raise BackendUnavailable(
-                f"libvirt {uri}: domain {domain!r} is not running (start it, or name a running one)"
-            )
-        try:
-            canonical = str(conn.getURI())
-        except libvirt.libvirtError:
-            canonical = uri
-        backend = cls(uri, conn, dom, qemu_pid(canonical, domain))
-        try:
-            backend._set_stats_period(stats_interval)
+            dom = _running(conn, uri, domain)
+            try:
+                canonical = str(conn.getURI())
+            except libvirt.libvirtError:
+                canonical = uri
         except BaseException:
-            backend.close()
+            conn.close()
             raise
-        return backend
+        return cls(uri, conn, dom, qemu_pid(canonical, domain))
 
     def _call(self, what: str, fn: Callable[..., T], *args: Any) -> T:
         try:
@@ -343,8 +378,21 @@ class LibvirtBackend:
         slot = (
             int(slot_el.get("slot", "0")) if slot_el is not None and slot_el.get("slot") else None
         )
+        # libvirt copies QEMU's address of a DIMM into the live XML: <address type='dimm'
+        # slot='0' base='0x100000000'/> (qemuDomainUpdateMemoryDeviceInfo).
+        base = slot_el.get("base", "") if slot_el is not None else ""
+        try:
+            addr = int(base, 16) if base else None
+        except ValueError:  # not libvirt's form: unknown, as when it gives none
+            addr = None
         return MemoryDevice(
-            id=device_id, kind="dimm", size=size, requested=size, max_size=size, slot=slot
+            id=device_id,
+            kind="dimm",
+            size=size,
+            requested=size,
+            max_size=size,
+            slot=slot,
+            addr=addr,
         )
 
     def begin(self, step: Step) -> None:
@@ -456,19 +504,20 @@ class LibvirtBackend:
             observed_at=time.time(),
         )
 
-    def _set_stats_period(self, seconds: int) -> None:
-        """Have the balloon (if any) report statistics every ``seconds``."""
+    def set_stats_interval(self, seconds: int) -> Optional[int]:
         balloon = self._balloon(self._xml())
         if balloon is None:
-            return
+            return None
         stats_el = balloon.find("stats")
-        if stats_el is None or int(stats_el.get("period", "0")) != seconds:
+        before = 0 if stats_el is None else int(stats_el.get("period", "0"))
+        if before != seconds:
             self._call(
                 "setMemoryStatsPeriod",
                 self._dom.setMemoryStatsPeriod,
                 seconds,
                 libvirt.VIR_DOMAIN_AFFECT_LIVE,
             )
+        return before
 
     def close(self) -> None:
         for callback in self._callbacks:

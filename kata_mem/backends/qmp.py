@@ -11,6 +11,7 @@ here, with the QMP error class and text kept.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import os
 import socket
@@ -21,7 +22,7 @@ from collections.abc import Coroutine
 from typing import Any, Optional, TypeVar
 
 from kata_mem.core.errors import BackendError, BackendUnavailable, MissingDependency
-from kata_mem.core.fields import Fields, python_value
+from kata_mem.core.fields import Fields, is_bool, python_value
 
 try:
     from qemu.qmp import (
@@ -40,6 +41,7 @@ except ImportError as exc:  # a dependency of kata-mem: missing only from a brok
     ) from exc
 from kata_mem.core.model import GuestUsage, MemoryDevice, Step, VmState
 from kata_mem.core.reports import StepProgress, UsageField, balloon_usage, resize_progress, vm_state
+from kata_mem.core.request import VmmIdentity
 from kata_mem.edges.logs import describe, get_logger
 
 log = get_logger(__name__)
@@ -49,6 +51,8 @@ T = TypeVar("T")
 COMMAND_TIMEOUT_S = 10.0
 CONNECT_TIMEOUT_S = 5.0
 CONNECT_ATTEMPTS = 3
+#: How long :func:`presence` waits for ``connect(2)``, and then for the greeting.
+PRESENCE_TIMEOUT_S = 1.0
 #: QEMU rate-limits MEMORY_DEVICE_SIZE_CHANGE to about one a second, so a pending
 #: virtio-mem resize is read again this soon instead of waited for.
 VIRTIO_MEM_POLL_S = 0.02
@@ -65,28 +69,35 @@ _OST_EJECT_OK = (0x0, 0x84)
 _OST_INSERT, _OST_EJECT = 0x1, 0x3
 
 
-def check_socket(path: str) -> None:
-    """Refuse anything but a unix socket, with the reason.
+#: Said when a saved request's VMM no longer listens at its socket (adversarial finding A8).
+_NOT_ASKED = "the VM it led to is gone, and what listens there now is not talked to"
 
-    As root a symlink is refused too: it could point kata-mem at another VM's monitor.
 
-    :raises BackendUnavailable: missing path, symlink (as root), or not a socket.
+def check_socket(path: str, expect: Optional[VmmIdentity] = None) -> os.stat_result:
+    """The socket file at ``path``, or the reason kata-mem does not connect to it.
+
+    In this order: a missing path means the VM is gone; as root a symlink is refused,
+    because it could point kata-mem at another VM's monitor; anything but a unix socket
+    is refused; and with ``expect`` (the VMM a saved request was applied to), another
+    socket than that one means its VM is gone.
+
+    :raises BackendUnavailable: for each of these (``gone`` when the VM is gone).
     """
     try:
         st = os.lstat(path)
+        if stat.S_ISLNK(st.st_mode):
+            if os.geteuid() == 0:
+                raise BackendUnavailable(
+                    f"QMP socket {path}: is a symlink; refused as root, because a link can "
+                    "point kata-mem at another VM's monitor. Pass the socket's real path"
+                )
+            st = os.stat(path)
     except FileNotFoundError as exc:
         raise BackendUnavailable(
             f"QMP socket {path}: no such file (is the VM running?)", gone=True
         ) from exc
     except OSError as exc:
         raise BackendUnavailable(f"QMP socket {path}: {exc.strerror}") from exc
-    if stat.S_ISLNK(st.st_mode):
-        if os.geteuid() == 0:
-            raise BackendUnavailable(
-                f"QMP socket {path}: is a symlink; refused as root, because a link can point kata-mem "
-                "at another VM's monitor. Pass the socket's real path"
-            )
-        st = os.stat(path)
     if not stat.S_ISSOCK(st.st_mode):
         kind = (
             "directory"
@@ -96,6 +107,70 @@ def check_socket(path: str) -> None:
             else "non-socket file"
         )
         raise BackendUnavailable(f"QMP socket {path}: is a {kind}, not a unix socket")
+    other = None if expect is None else expect.other_socket(st.st_dev, st.st_ino, st.st_uid)
+    if other is not None:
+        raise BackendUnavailable(f"QMP socket {path}: {other}; {_NOT_ASKED}", gone=True)
+    return st
+
+
+def _not_dialed(path: str, exc: OSError) -> BackendUnavailable:
+    """Why ``connect(2)`` to the socket at ``path`` failed. Refused (nobody listens, as
+    after QEMU was killed) and a file removed meanwhile mean the VM is gone."""
+    if isinstance(exc, FileNotFoundError):
+        return BackendUnavailable(
+            f"QMP socket {path}: no such file (is the VM running?)", gone=True
+        )
+    return BackendUnavailable(
+        f"QMP socket {path}: {_no_session(exc)}", gone=isinstance(exc, ConnectionRefusedError)
+    )
+
+
+def _identify(
+    path: str, st: os.stat_result, sock: socket.socket, expect: Optional[VmmIdentity]
+) -> VmmIdentity:
+    """The VMM that ``sock``, connected to the socket file ``st``, reached: told before a
+    byte is read or sent.
+
+    :raises BackendUnavailable: (``gone``) another process than ``expect``'s listens.
+    """
+    uid, pid = peer_credentials(sock)
+    other = None if expect is None else expect.other_peer(uid, pid)
+    if other is not None:
+        raise BackendUnavailable(f"QMP socket {path}: {other}; {_NOT_ASKED}", gone=True)
+    return VmmIdentity(st.st_dev, st.st_ino, st.st_uid, uid, pid)
+
+
+def presence(path: str, expect: Optional[VmmIdentity] = None) -> Optional[str]:
+    """Why the VM whose monitor is at ``path`` is gone, or None when it is there.
+
+    Decided as :meth:`QmpBackend.connect` decides (:func:`check_socket`, the same reading
+    of a failed ``connect(2)``, the same listener check), but with a bare ``connect(2)``:
+    no QMP session is opened and nothing is sent, so a monitor busy with another client
+    (the connection waits in its backlog, or the backlog is full) counts as there.
+
+    :raises BackendUnavailable: it cannot be told (a symlink as root, not a socket,
+        permission denied), as connecting would say.
+    """
+    try:
+        st = check_socket(path, expect)
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(PRESENCE_TIMEOUT_S)
+            try:
+                sock.connect(path)
+            except socket.timeout:
+                return None  # a full backlog: the monitor is busy, its VM is there
+            except OSError as exc:
+                raise _not_dialed(path, exc) from exc
+            _identify(path, st, sock, expect)
+            # Take the greeting before hanging up, as a client does; a monitor busy with
+            # another client sends none within the timeout, and that is fine too.
+            with contextlib.suppress(OSError):
+                sock.recv(4096)
+    except BackendUnavailable as exc:
+        if exc.gone:
+            return exc.message
+        raise
+    return None
 
 
 def _exited(pid: int) -> bool:
@@ -142,25 +217,26 @@ def _no_session(cause: BaseException) -> str:
     return f"no QMP session: {describe(cause)}"
 
 
-def peer_pid(sock: socket.socket) -> Optional[int]:
-    """The pid of the process at the other end of a connected unix socket (``SO_PEERCRED``).
+def peer_credentials(sock: socket.socket) -> tuple[int, Optional[int]]:
+    """The uid and pid of the process at the other end of a connected unix socket
+    (``SO_PEERCRED``: for a listening socket, the process that called ``listen``).
 
-    None when the kernel gives 0 (the peer is not a process in our pid namespace) or
-    cannot tell.
+    The pid is None when the kernel gives 0 (the peer is not a process in our pid
+    namespace).
     """
-    try:
-        raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    except OSError as exc:
-        log.debug("SO_PEERCRED on the QMP socket: %s", exc)
-        return None
-    pid = struct.unpack("3i", raw)[0]
-    return pid if pid > 0 else None
+    # struct ucred (socket(7)): a pid_t, then uid_t and gid_t, which are unsigned.
+    raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("iII"))
+    pid, uid, _gid = struct.unpack("iII", raw)
+    return uid, pid if pid > 0 else None
 
 
-async def _open(path: str, made: list[QMPClient]) -> tuple[QMPClient, EventListener, Optional[int]]:
-    """A client connected over a socket of our own, so that its peer (QEMU) can be asked
-    for its pid; with its event listener, and the pid. The client is put in ``made`` as
-    soon as it exists, so that a caller whose wait ran out can ask how far it got.
+async def _open(
+    path: str, st: os.stat_result, expect: Optional[VmmIdentity], made: list[QMPClient]
+) -> tuple[QMPClient, EventListener, VmmIdentity]:
+    """A client connected over a socket of our own, so that its peer can be asked who it
+    is (:func:`_identify`) before the QMP session starts; with its event listener, and
+    the VMM it reached. The client is put in ``made`` as soon as it exists, so that a
+    caller whose wait ran out can ask how far it got.
 
     The client and the listener are made here, on the loop that runs them: on Python 3.9
     an ``asyncio.Queue`` (both hold one) takes ``asyncio.get_event_loop()`` when it is
@@ -168,6 +244,8 @@ async def _open(path: str, made: list[QMPClient]) -> tuple[QMPClient, EventListe
     running loop is another loop than ours, or an error in a thread that has none (the
     service's workers). 3.10 binds it to the running loop at first use instead
     (Lib/asyncio/mixins.py, ``_LoopBoundMixin``: python/cpython#23420, bpo-42392).
+
+    :raises BackendUnavailable: ``connect(2)`` failed, or another VMM than ``expect`` listens.
     """
     client = QMPClient("kata-mem")
     made.append(client)
@@ -176,13 +254,16 @@ async def _open(path: str, made: list[QMPClient]) -> tuple[QMPClient, EventListe
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.setblocking(False)
-        await asyncio.get_running_loop().sock_connect(sock, path)
-        pid = peer_pid(sock)
+        try:
+            await asyncio.get_running_loop().sock_connect(sock, path)
+        except OSError as exc:
+            raise _not_dialed(path, exc) from exc
+        vmm = _identify(path, st, sock, expect)
         await client.connect(sock)
     except BaseException:
         sock.close()
         raise
-    return client, events, pid
+    return client, events, vmm
 
 
 #: Typed reads of QEMU's replies: a reply of the wrong shape is a protocol error.
@@ -200,11 +281,13 @@ class QmpBackend:
         client: QMPClient,
         events: EventListener,
         loop: asyncio.AbstractEventLoop,
+        vmm: VmmIdentity,
         hugepages_path: Optional[str] = None,
-        vmm_pid: Optional[int] = None,
     ) -> None:
         self.path = path
-        self.vmm_pid = vmm_pid
+        #: The VMM this connection reached (its socket file and its process).
+        self.vmm = vmm
+        self.vmm_pid = vmm.peer_pid
         self._client = client
         self._events = events
         self._loop = loop
@@ -217,21 +300,22 @@ class QmpBackend:
 
     @classmethod
     def connect(
-        cls, path: str, *, hugepages_path: Optional[str] = None, stats_interval: int = 1
+        cls, path: str, *, hugepages_path: Optional[str] = None, vmm: Optional[VmmIdentity] = None
     ) -> QmpBackend:
-        """Connect, negotiate capabilities, and have the balloon (if any) report
-        statistics every ``stats_interval`` seconds.
+        """Connect and negotiate capabilities; nothing else is sent, so connecting changes
+        nothing on the VM. With ``vmm`` (a saved request's), only to that VMM: another
+        socket at ``path``, or another process listening on it, is never talked to.
 
-        :raises BackendUnavailable: missing socket, not a socket, refused, or no greeting.
-        :raises BackendError: QEMU refused to set the statistics polling interval.
+        :raises BackendUnavailable: missing socket, not a socket, another VMM than ``vmm``
+            (these three, and a refused connection, with ``gone``), or no greeting.
         """
-        check_socket(path)
+        st = check_socket(path, vmm)
         for attempt in range(CONNECT_ATTEMPTS):
             loop = asyncio.new_event_loop()
             made: list[QMPClient] = []
             try:
-                client, events, pid = loop.run_until_complete(
-                    asyncio.wait_for(_open(path, made), CONNECT_TIMEOUT_S)
+                client, events, reached = loop.run_until_complete(
+                    asyncio.wait_for(_open(path, st, vmm, made), CONNECT_TIMEOUT_S)
                 )
                 break
             except asyncio.TimeoutError as exc:  # an OSError too: caught first
@@ -249,31 +333,24 @@ class QmpBackend:
                     "client may hold the monitor (QEMU serves one at a time), or this is not a "
                     "QEMU monitor socket; retry later, or check what listens on it"
                 ) from exc
+            except BackendUnavailable:
+                loop.close()
+                raise
             except (ConnectError, OSError) as exc:
                 loop.close()
-                # Our own connect raises the OSError itself; qemu.qmp wraps what follows it.
                 cause = exc.exc if isinstance(exc, ConnectError) else exc
                 if isinstance(cause, GreetingError) and attempt + 1 < CONNECT_ATTEMPTS:
                     # QEMU can hand an event meant for the previous client to a new connection
                     # before the greeting (a race in its monitor); a new connection is clean.
                     time.sleep(0.05)
                     continue
-                raise BackendUnavailable(
-                    f"QMP socket {path}: {_no_session(cause)}",
-                    gone=isinstance(cause, ConnectionRefusedError),
-                ) from exc
+                raise BackendUnavailable(f"QMP socket {path}: {_no_session(cause)}") from exc
             except QMPError as exc:
                 loop.close()
                 raise BackendUnavailable(
                     f"QMP socket {path}: no QMP session: {describe(exc)}"
                 ) from exc
-        backend = cls(path, client, events, loop, hugepages_path, pid)
-        try:
-            backend._set_stats_interval(stats_interval)
-        except BaseException:
-            backend.close()
-            raise
-        return backend
+        return cls(path, client, events, loop, reached, hugepages_path)
 
     # -- plumbing -----------------------------------------------------------------
 
@@ -345,8 +422,9 @@ class QmpBackend:
 
     # -- the Backend protocol ---------------------------------------------------------
 
-    def _query_devices(self) -> tuple[list[MemoryDevice], list[int]]:
-        """The DIMM and virtio-mem devices, and the sizes of the other memory devices."""
+    def _query_devices(self) -> tuple[list[MemoryDevice], list[int], list[tuple[str, int, int]]]:
+        """The DIMM and virtio-mem devices, the sizes of the other memory devices, and the
+        regions of those in the device-memory area (nvdimm, virtio-pmem: sgx-epc has its own)."""
         raw = self._execute("query-memory-devices")
         if not isinstance(raw, list):
             raise BackendError(
@@ -354,6 +432,7 @@ class QmpBackend:
             )
         devices: list[MemoryDevice] = []
         others: list[int] = []
+        regions: list[tuple[str, int, int]] = []
         for i, item in enumerate(raw):
             at = f"query-memory-devices[{i}]"
             entry = _REPLY.object(item, at)
@@ -370,6 +449,7 @@ class QmpBackend:
                         slot=_REPLY.required_integer(data, "slot", f"{at}.data"),
                         memdev=str(data.get("memdev", "")).removeprefix("/objects/"),
                         hotplugged=bool(data.get("hotplugged", False)),
+                        addr=_REPLY.integer(data, "addr", f"{at}.data", minimum=0),
                     )
                 )
             elif kind == "virtio-mem":
@@ -382,11 +462,15 @@ class QmpBackend:
                         max_size=_REPLY.required_integer(data, "max-size", f"{at}.data"),
                         block=_REPLY.required_integer(data, "block-size", f"{at}.data"),
                         memdev=str(data.get("memdev", "")).removeprefix("/objects/"),
+                        addr=_REPLY.integer(data, "memaddr", f"{at}.data", minimum=0),
                     )
                 )
             elif isinstance(data.get("size"), int):
                 others.append(int(data["size"]))  # nvdimm, virtio-pmem, sgx-epc
-        return devices, others
+                start = data.get("addr", data.get("memaddr"))
+                if kind in ("nvdimm", "virtio-pmem") and isinstance(start, int):
+                    regions.append((f"{kind} {data.get('id') or ''}".strip(), start, data["size"]))
+        return devices, others, regions
 
     def _machine_memory(self) -> tuple[int, int, Optional[int]]:
         """Boot memory, DIMM slots and ``maxmem``: fixed for the VM's life, so asked once."""
@@ -437,13 +521,14 @@ class QmpBackend:
 
     def observe(self) -> VmState:
         base, slots, maxmem = self._machine_memory()
-        devices, others = self._query_devices()
+        devices, others, regions = self._query_devices()
         state = vm_state(
             base=base,
             maxmem=maxmem,
             slots=slots,
             devices=devices,
             unmanaged=others,
+            unmanaged_regions=regions,
             memory_backends=self._memory_backends(),
             other_ids=[
                 n for n, _ in self._children("/objects") + self._children("/machine/peripheral")
@@ -561,19 +646,21 @@ class QmpBackend:
             observed_at=time.time(),
         )
 
-    def _set_stats_interval(self, seconds: int) -> None:
-        """Have the balloon (if any) report statistics every ``seconds``."""
+    def set_stats_interval(self, seconds: int) -> Optional[int]:
         path = self._balloon_path()
         if path is None:
-            return
-        interval = self._execute(
+            return None
+        before = self._execute(
             "qom-get", {"path": path, "property": "guest-stats-polling-interval"}
         )
-        if interval != seconds:
+        if not isinstance(before, int) or is_bool(before):
+            raise _REPLY.fail("guest-stats-polling-interval", "an integer", before)
+        if before != seconds:
             self._execute(
                 "qom-set",
                 {"path": path, "property": "guest-stats-polling-interval", "value": seconds},
             )
+        return before
 
     def _balloon_path(self) -> Optional[str]:
         if self._balloon is None:

@@ -62,6 +62,10 @@ def check_sandbox_id(sandbox: str) -> str:
 #: (:class:`OwnedDevice`). The prefixes only make new ids and point out look-alikes.
 DIMM_PREFIX = "kmdimm"
 MEMDEV_PREFIX = "kmmem"
+#: The id of the virtio-mem device Kata boots a sandbox with (Go runtime
+#: ``qemu.setupVirtioMem``, src/runtime/virtcontainers/qemu.go: ``ExecMemdevAdd(...,
+#: "virtio-mem-pci", "virtiomem0", ...)``): the one kata-mem resizes when a VM has several.
+KATA_VIRTIO_MEM_ID = "virtiomem0"
 
 
 #: What a note is about: the interfaces render each code in their own way (a JSON
@@ -81,7 +85,7 @@ NoteCode = Literal[
     "force",  # --force skipped the shrink checks
     "reverted",  # a step given back or a requested-size put back
     "reconciled",  # repaired what a previous call left
-    "left_alone",  # devices or objects that look like kata-mem's and are not proven its own
+    "left_alone",  # devices or objects that are not proven kata-mem's or the sandbox's
     "journal",  # the journal could not be read, was rebuilt, is shown as unknown
     "state",  # the sandbox's state directory: removed, kept, absent
 ]
@@ -364,6 +368,8 @@ class MemoryDevice:
     pending_unplug: bool = False
     #: A DIMM kata-mem plugged itself, as its journal proves: the only kind it unplugs.
     ours: bool = False
+    #: Where its region starts in the device-memory area (None: the hypervisor does not say).
+    addr: Optional[int] = None
 
     @property
     def space(self) -> int:
@@ -402,6 +408,9 @@ class VmState:
     #: hypervisor manager set on it (libvirt ``<memtune><hard_limit>``).
     vmm_pid: Optional[int] = None
     vmm_hard_limit: Optional[int] = None
+    #: The regions the other memory devices (nvdimm, virtio-pmem) take in the
+    #: device-memory area, where known: (what, start, size).
+    other_regions: tuple[tuple[str, int, int], ...] = ()
 
     @property
     def plugged(self) -> int:
@@ -420,11 +429,30 @@ class VmState:
         return tuple(d for d in self.devices if d.kind == "dimm")
 
     @property
+    def virtio_mems(self) -> tuple[MemoryDevice, ...]:
+        return tuple(d for d in self.devices if d.kind == "virtio-mem")
+
+    @property
     def virtio_mem(self) -> Optional[MemoryDevice]:
-        return next((d for d in self.devices if d.kind == "virtio-mem"), None)
+        """The sandbox's virtio-mem device, the only one kata-mem resizes: the VM's only
+        one (Kata boots one), or of several the one with Kata's id
+        (:data:`KATA_VIRTIO_MEM_ID`); None when none can be told to be the sandbox's,
+        and then kata-mem resizes none (another tool's is never grown or shrunk)."""
+        found = self.virtio_mems
+        if len(found) == 1:
+            return found[0]
+        return next((d for d in found if d.id == KATA_VIRTIO_MEM_ID), None)
 
     def device(self, device_id: str) -> Optional[MemoryDevice]:
         return next((d for d in self.devices if d.id == device_id), None)
+
+    def regions(self) -> tuple[tuple[str, int, int], ...]:
+        """Every region of the device-memory area whose place is known: (what, start,
+        size); a virtio-mem device takes its whole ``max-size``, plugged or not."""
+        return (
+            *((f"{d.kind} {d.id}", d.addr, d.space) for d in self.devices if d.addr is not None),
+            *self.other_regions,
+        )
 
     @property
     def taken_ids(self) -> frozenset[str]:

@@ -140,9 +140,19 @@ def _nothing_to_run(p: Plan, vm: VmState) -> tuple[Status, Reason, str]:
     if m.mechanism == "static":
         return "NoChange", "", "static sizing: the VM is sized at boot, nothing is hotplugged"
     stays = f"the guest stays at {fmt_bytes(vm.total)}"
+    if m.mechanism == "virtio-mem" and vm.virtio_mem is None and m.aligned != vm.total:
+        # No device that is the sandbox's (planner._resize_virtio_mem says why).
+        reason: Reason = "BackendCannotGrow" if m.aligned > vm.total else "BackendCannotShrink"
+        why = next((c.detail for c in m.clamps if c.cause == "device_space"), "")
+        return "Infeasible", reason, f"{why}: {stays}"
     if m.aligned > vm.total:
         if "slots" in {c.cause for c in m.clamps}:
             return "Infeasible", "NoFreeSlots", f"no free DIMM slot: {stays}"
+        # The planner's refusal to plug off a block (planner.crooked_regions) stops at the
+        # VM's own size; a rounding down never stops below the aligned target.
+        crooked = [c for c in m.clamps if c.cause == "alignment" and c.limit == vm.total]
+        if crooked:
+            return "Infeasible", "BackendCannotGrow", f"{crooked[0].detail}: {stays}"
         return "Infeasible", "NoDeviceSpace", f"no hotplug space left: {stays}"
     if m.aligned < vm.total:
         if m.requested < vm.base:

@@ -18,6 +18,7 @@ from kata_mem.core.errors import InputError
 from kata_mem.core.model import (
     ARCHES,
     DIMM_PREFIX,
+    KATA_VIRTIO_MEM_ID,
     MEMDEV_PREFIX,
     CgroupLevel,
     Clamp,
@@ -179,6 +180,38 @@ def block_size(cfg: SizingConfig, host: HostFacts, vm: Optional[VmState] = None)
     return block
 
 
+def block_origin(mech: Mechanism, vm: VmState, target: int) -> int:
+    """Where the whole blocks a plan adds are counted from: the guest memory it cannot
+    change in blocks. A new DIMM comes on top of everything the VM has, another tool's
+    odd-sized DIMM or a virtio-mem device's plugged memory included; a virtio-mem
+    device's size on top of all the memory outside it. Only a static VM, and a VM that
+    is not to grow by DIMMs, count from the boot memory. With only whole blocks plugged
+    (what kata-mem plugs), each of these is the boot memory plus whole blocks."""
+    if mech == "pc-dimm" and target > vm.total:
+        return vm.total
+    dev = vm.virtio_mem
+    if mech == "virtio-mem" and dev is not None:
+        return vm.total - dev.size
+    return vm.base
+
+
+def crooked_regions(vm: VmState, block: int) -> list[str]:
+    """The regions of the device-memory area that do not start and end on a ``block``
+    boundary. QEMU places a new DIMM in the first room it finds, aligned only to its
+    backend's pages (``memory_device_get_free_addr``, hw/mem/memory-device.c), so after
+    such a region it starts off a block, and Linux refuses it ("unaligned hotplug range",
+    ``check_hotplug_memory_range``, mm/memory_hotplug.c) while ACPI still reports the
+    insert as a success (``_OST`` status 0: measured on the test guest). The area itself
+    starts on a GiB boundary on every machine Kata uses (x86 ``pc_memory_init``, arm
+    ``virt``, ppc64 ``spapr``), so with no crooked region a DIMM of whole blocks lands
+    on a block."""
+    return [
+        f"{what} at {start:#x} ({fmt_bytes(size)})"
+        for what, start, size in vm.regions()
+        if start % block or (start + size) % block
+    ]
+
+
 def assumed_vm(cfg: SizingConfig, host: HostFacts, current: Optional[int] = None) -> VmState:
     """The VM a preview assumes: booted as Kata boots it (``-m default,slots,maxmem``,
     the boot memory never above the host: :func:`boot_memory`), with ``current -
@@ -195,7 +228,7 @@ def assumed_vm(cfg: SizingConfig, host: HostFacts, current: Optional[int] = None
         block = block_size(cfg, host)
         devices = (
             MemoryDevice(
-                id="virtiomem0",
+                id=KATA_VIRTIO_MEM_ID,
                 kind="virtio-mem",
                 size=plugged,
                 requested=plugged,
@@ -435,21 +468,31 @@ def _plan_memory(
             if bound < upper:
                 upper, upper_what = bound, GUARD_NAMES[cause]
 
-    # Round the hotplugged amount up to whole blocks, unless that crosses the max.
-    want = target - base
+    # Round what is added up to whole blocks, unless that crosses the max. Blocks count
+    # from what the plan cannot change in blocks (:func:`block_origin`).
+    origin = block_origin(mech, vm, target)
+    want = max(target - origin, 0)
     aligned = align_up(want, block)
-    if base + aligned > upper:
+    if origin + aligned > upper:
         aligned = align_down(want, block)
         if aligned < want:
             clamp(
                 "alignment",
-                base + aligned,
-                f"rounded down to {fmt_bytes(base + aligned)}: the next {fmt_bytes(block)} "
+                origin + aligned,
+                f"rounded down to {fmt_bytes(origin + aligned)}: the next {fmt_bytes(block)} "
                 f"block would cross {upper_what} {fmt_bytes(upper)}",
             )
-    target = base + aligned
+    target = origin + aligned
     aligned_target = target
 
+    others = [d.id for d in vm.virtio_mems if vm.virtio_mem is not None and d is not vm.virtio_mem]
+    if mech == "virtio-mem" and others:
+        note(
+            "left_alone",
+            f"left alone: virtio-mem {', '.join(others)}: kata-mem resizes only the sandbox's "
+            f"{vm.virtio_mem.id if vm.virtio_mem else ''} (Kata's {KATA_VIRTIO_MEM_ID}), and counts "
+            "the others' memory as it is",
+        )
     steps: tuple[Step, ...] = ()
     if mech == "static":
         # Sized at boot: the boot size is the target; nothing is plugged later.
@@ -593,9 +636,22 @@ def _new_ids(vm: VmState) -> Iterator[tuple[str, str]]:
 def _grow_dimm(
     vm: VmState, target: int, block: int, clamp: _ClampFn
 ) -> tuple[tuple[Step, ...], int]:
-    """One DIMM per step, each at most 48x the current guest memory (Kata #4847)."""
+    """One DIMM per step, each at most 48x the current guest memory (Kata #4847), each
+    whole blocks placed on a block; none when QEMU would place it off a block
+    (:func:`crooked_regions`)."""
     steps: list[Step] = []
     total = vm.total
+    crooked = crooked_regions(vm, block)
+    if crooked:
+        clamp(
+            "alignment",
+            total,
+            f"no DIMM can be plugged: {', '.join(crooked)} does not start and end on a "
+            f"{fmt_bytes(block)} block, so QEMU would place the next DIMM off a block, which "
+            "the guest refuses (while its ACPI reports success); remove that device, or use "
+            "virtio-mem",
+        )
+        return (), total
     free_slots = vm.slots - len(vm.dimms)
     free_space = None if vm.device_space is None else vm.device_space - vm.space_used
     ids = _new_ids(vm)
@@ -659,7 +715,15 @@ def _resize_virtio_mem(
     """Growth in one ``requested-size`` change; shrink in bounded, block-aligned steps."""
     dev = vm.virtio_mem
     if dev is None:
-        clamp("device_space", vm.total, "no virtio-mem device in the VM: nothing can be resized")
+        found = ", ".join(d.id for d in vm.virtio_mems)
+        clamp(
+            "device_space",
+            vm.total,
+            f"the VM has virtio-mem devices {found}, none of them Kata's {KATA_VIRTIO_MEM_ID}: "
+            "kata-mem cannot tell which is the sandbox's, and resizes none"
+            if found
+            else "no virtio-mem device in the VM: nothing can be resized",
+        )
         return (), vm.total
     others = vm.plugged - dev.size
     want = target - vm.base - others

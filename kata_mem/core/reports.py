@@ -49,6 +49,7 @@ def vm_state(
     maxmem: Optional[int] = None,
     slots: int = 0,
     unmanaged: Sequence[int] = (),
+    unmanaged_regions: Sequence[tuple[str, int, int]] = (),
     memory_backends: Optional[Mapping[str, int]] = None,
     other_ids: Iterable[str] = (),
 ) -> VmState:
@@ -56,7 +57,7 @@ def vm_state(
 
     ``devices`` are its DIMMs and virtio-mem devices; ``unmanaged`` the sizes of
     other memory devices (nvdimm, virtio-pmem, sgx-epc): not RAM kata-mem resizes,
-    but they take device-memory space. Boot memory is ``base`` when the hypervisor
+    but they take device-memory space (``unmanaged_regions``: where, when known). Boot memory is ``base`` when the hypervisor
     reports it, else the sum of its NUMA cells, else ``memory`` (boot memory plus
     the space of every memory device, as libvirt's ``<memory>`` counts it) less the
     devices. ``maxmem`` is QEMU's ``maxmem`` (None when unknown); ``slots`` 0 means
@@ -86,6 +87,7 @@ def vm_state(
         ),
         other_ids=tuple(sorted(set(other_ids))),
         backend_objects=memory_backends is not None,
+        other_regions=tuple(unmanaged_regions),
     )
 
 

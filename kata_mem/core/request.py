@@ -313,9 +313,92 @@ LIBVIRT_URIS = (
 )
 
 
+#: uids and gids are 32 bits (Linux ``uid_t``); pids are positive ``pid_t``s.
+_UID_MAX = (1 << 32) - 1
+_PID_MAX = (1 << 31) - 1
+
+
+@dataclass(frozen=True)
+class VmmIdentity:
+    """Which VMM a QMP socket led to when kata-mem last connected through it: the socket
+    file (its filesystem device, inode and owner) and the process listening on it (its
+    uid and pid, from ``SO_PEERCRED``; pid ``None`` when the kernel cannot tell, as for a
+    peer in another pid namespace).
+
+    The saved request keeps it (``backend.vmm``), so that ``kata-mem reconcile``, the
+    service's loop and ``GET /v1/sandboxes/ID`` talk only to the VMM that was applied to.
+    A socket path in a directory others may write (sticky, as ``/tmp``) can be bound
+    again by another user once that VMM is gone; what listens there then is another
+    socket, or another process, and its VM is gone (adversarial finding A8). A path bound
+    again is a new socket file (a new inode; a filesystem may reuse a freed inode number,
+    which is why its owner and the listener are compared too), and the listener's
+    credentials are the kernel's (unix(7), ``SO_PEERCRED``: those of the process that
+    last called ``listen`` on the socket), so none of these is chosen by whoever binds
+    the path.
+    """
+
+    device: int
+    inode: int
+    owner_uid: int
+    peer_uid: int
+    peer_pid: Optional[int] = None
+
+    def other_socket(self, device: int, inode: int, owner_uid: int) -> Optional[str]:
+        """What makes the socket file now at the path another than this one, or None."""
+        if (device, inode, owner_uid) == (self.device, self.inode, self.owner_uid):
+            return None
+        return (
+            f"another socket than the one kata-mem applied through (inode {inode}, owner uid "
+            f"{owner_uid}; it was inode {self.inode}, owner uid {self.owner_uid})"
+        )
+
+    def other_peer(self, uid: int, pid: Optional[int]) -> Optional[str]:
+        """What makes the process listening now another than this one, or None. A pid is
+        compared only when both are known."""
+        known = None not in (pid, self.peer_pid)
+        if uid == self.peer_uid and (not known or pid == self.peer_pid):
+            return None
+        return (
+            f"another process listens on it than the one kata-mem applied through (uid {uid}, "
+            f"pid {pid}; it was uid {self.peer_uid}, pid {self.peer_pid})"
+        )
+
+    def to_json(self) -> dict[str, Optional[int]]:
+        return {
+            "device": self.device,
+            "inode": self.inode,
+            "owner_uid": self.owner_uid,
+            "peer_uid": self.peer_uid,
+            "peer_pid": self.peer_pid,
+        }
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any], at: str) -> VmmIdentity:
+        """:raises InputError: a missing field, or one that is not an integer in range."""
+        _REQUEST.only(doc, ("device", "inode", "owner_uid", "peer_uid", "peer_pid"), at)
+
+        def required(key: str, maximum: int) -> int:
+            value = _REQUEST.integer(doc, key, at, minimum=0, maximum=maximum)
+            if value is None:
+                raise _REQUEST.fail(path(at, key), "an integer", None)
+            return value
+
+        return cls(
+            required("device", UINT64_MAX),
+            required("inode", UINT64_MAX),
+            required("owner_uid", _UID_MAX),
+            required("peer_uid", _UID_MAX),
+            _REQUEST.integer(doc, "peer_pid", at, minimum=1, maximum=_PID_MAX),
+        )
+
+
 @dataclass(frozen=True)
 class Endpoint:
     """Where a VM's hypervisor listens: a QMP socket, or a libvirt URI and domain.
+
+    ``vmm`` (QMP only) is the VMM the socket led to when kata-mem last applied through
+    it, kept in the saved request: a later call through that request talks to that VMM
+    only, and finds the VM gone when another listens there (:class:`VmmIdentity`).
 
     :raises InputError: (on construction) a libvirt URI that is not one of
         :data:`LIBVIRT_URIS`; every interface builds its endpoint here, so every one
@@ -325,6 +408,7 @@ class Endpoint:
     kind: Literal["qmp", "libvirt"]
     target: str
     domain: str = ""
+    vmm: Optional[VmmIdentity] = None
 
     def __post_init__(self) -> None:
         if self.kind == "libvirt" and self.target not in LIBVIRT_URIS:
@@ -341,10 +425,13 @@ class Endpoint:
             else f"libvirt {self.target} domain {self.domain}"
         )
 
-    def to_json(self) -> dict[str, str]:
+    def to_json(self) -> dict[str, Any]:
         """The request's ``backend`` object."""
         if self.kind == "qmp":
-            return {"type": "qmp", "socket": self.target}
+            doc: dict[str, Any] = {"type": "qmp", "socket": self.target}
+            if self.vmm is not None:
+                doc["vmm"] = self.vmm.to_json()
+            return doc
         return {"type": "libvirt", "uri": self.target, "domain": self.domain}
 
     @classmethod
@@ -356,8 +443,13 @@ class Endpoint:
         """
         kind = doc.get("type")
         if kind == "qmp":
-            _REQUEST.only(doc, ("type", "socket"), at)
-            return cls("qmp", _REQUEST.required_string(doc, "socket", at))
+            _REQUEST.only(doc, ("type", "socket", "vmm"), at)
+            vmm = _REQUEST.mapping(doc, "vmm", at)
+            return cls(
+                "qmp",
+                _REQUEST.required_string(doc, "socket", at),
+                vmm=None if vmm is None else VmmIdentity.from_json(vmm, path(at, "vmm")),
+            )
         if kind == "libvirt":
             _REQUEST.only(doc, ("type", "uri", "domain"), at)
             uri = _REQUEST.required_string(doc, "uri", at)
@@ -415,9 +507,9 @@ class HostOverrides:
             architecture, a bad hugepage pool, or an unknown field.
         """
         _REQUEST.only(doc, ("memory_bytes", "cpus", "arch", "hugepages", "cgroup"), at)
-        cgroup = _REQUEST.string(doc, "cgroup", at)
-        if cgroup is not None and not cgroup.startswith("/"):
-            raise _REQUEST.fail(path(at, "cgroup"), "an absolute path (a cgroup directory)", cgroup)
+        cgroup = _absolute(
+            _REQUEST.string(doc, "cgroup", at), path(at, "cgroup"), "cgroup directory"
+        )
         name = _REQUEST.string(doc, "arch", at)
         arch = None if name is None else normalize_arch(name, _REQUEST.name(path(at, "arch")))
         pool = None
@@ -438,6 +530,18 @@ class HostOverrides:
             hugepages=pool,
             cgroup=cgroup,
         )
+
+
+def _absolute(value: Optional[str], at: str, what: str) -> Optional[str]:
+    """``value``, a path a request names, which must be absolute: a shim runs in a
+    directory of its own, and ``kata-mem reconcile`` (or ``serve``) re-runs the request
+    from another, where a relative path names something else, or nothing.
+
+    :raises InputError: naming the field ``at``.
+    """
+    if value is not None and not value.startswith("/"):
+        raise _REQUEST.fail(at, f"an absolute path (a {what})", value)
+    return value
 
 
 def _container_json(c: Container) -> dict[str, Any]:
@@ -670,7 +774,7 @@ class SandboxRequest:
         except InputError as exc:
             raise InputError(f"request sandbox_id: {exc.message}") from exc
         event = _REQUEST.choice(doc, "event", EVENTS)
-        config = _REQUEST.string(doc, "config")
+        config = _absolute(_REQUEST.string(doc, "config"), "config", "Kata configuration file")
         items = doc.get("containers", [])
         if not isinstance(items, list):
             raise _REQUEST.fail("containers", "a list", items)
@@ -679,6 +783,8 @@ class SandboxRequest:
         )
         backend = _REQUEST.mapping(doc, "backend")
         endpoint = None if backend is None else Endpoint.from_json(backend)
+        if endpoint is not None and endpoint.kind == "qmp":
+            _absolute(endpoint.target, "backend.socket", "QMP unix socket")
         apply = _REQUEST.boolean(doc, "apply")
         mode: Mode = "delete" if event == "delete" else "apply" if apply else "plan"
         host = _REQUEST.mapping(doc, "host")

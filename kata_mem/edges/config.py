@@ -22,6 +22,7 @@ from kata_mem.core.fields import Fields, is_bool, is_int, is_number, is_str, tom
 from kata_mem.core.model import SIZING_MODELS, Origin, Settings, SizingConfig
 from kata_mem.core.units import INT64_MAX, MiB, to_mib_floor
 from kata_mem.edges.files import CONFIG_CAP, not_regular, read_capped
+from kata_mem.edges.ownership import check_way, mode, others_could_write, who
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -74,8 +75,36 @@ def find_config(explicit: Optional[str], env: Mapping[str, str]) -> tuple[Path, 
     )
 
 
+def _trusted(path: Path) -> Optional[Callable[[int], None]]:
+    """As root, the check that no other user could have written the configuration file
+    ``path`` (:mod:`kata_mem.edges.ownership`): it chooses where root creates directories
+    and files (``state_dir``), what it hands QEMU (``hugepages_path``) and whether shrink
+    safety holds (``allow_shrink``, the headroom). None for another user, whose files are
+    its own business (root's configuration is readable by it, and used as it is).
+
+    :raises ConfigError: a directory or symlink on the way to it is another user's.
+    """
+    if os.geteuid() != 0:
+        return None
+    check_way(path, str(path), "this configuration file")
+
+    def check(fd: int) -> None:
+        info = os.fstat(fd)
+        if others_could_write(info):
+            raise ConfigError(
+                f"{path}: owned by {who(info.st_uid)}, mode {mode(info)}; kata-mem runs as "
+                "root and reads a configuration file only when root owns it and no group or "
+                "other user can write it (as sudo reads sudoers), so it was not read. If it is "
+                f"trusted: chown root {path}; chmod go-w {path}"
+            )
+
+    return check
+
+
 def _read_toml(path: Path) -> dict[str, Any]:
-    data = read_capped(path, cap=CONFIG_CAP, what="configuration", error=ConfigError)
+    data = read_capped(
+        path, cap=CONFIG_CAP, what="configuration", error=ConfigError, check=_trusted(path)
+    )
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -129,6 +158,8 @@ def load_raw(path: Path) -> tuple[dict[str, Any], Origins, tuple[str, ...]]:
     files = [path]
     dropin_dir = path.parent / "config.d"
     if dropin_dir.is_dir():
+        if os.geteuid() == 0:  # whoever may write it may add a drop-in
+            check_way(dropin_dir, str(path), "its drop-ins", itself=True)
         # Not only regular files: a FIFO or device named *.toml is refused when read,
         # rather than skipped so that the configuration silently differs from the files.
         files += sorted(p for p in dropin_dir.glob("*.toml") if not p.is_dir())
@@ -361,6 +392,9 @@ def _mib(v: Any) -> bool:
     return is_int(v) and 0 <= v <= to_mib_floor(INT64_MAX)
 
 
+#: The longest balloon statistics interval both hypervisors take (libvirt's ``int``).
+STATS_INTERVAL_MAX = (1 << 31) - 1
+
 #: The ``[kata_mem]`` table: key -> (Settings field, scale, check, expected).
 SETTINGS_KEYS: dict[str, tuple[str, int, Callable[[Any], bool], str]] = {
     "dimm_block_mib": ("dimm_block", MiB, _power_of_two_mib, "a power of two (MiB), e.g. 128"),
@@ -376,11 +410,14 @@ SETTINGS_KEYS: dict[str, tuple[str, int, Callable[[Any], bool], str]] = {
     "shrink_step_percent": ("shrink_step_percent", 1, _percent, "an integer from 0 to 100"),
     "step_timeout_s": ("step_timeout_s", 1, _positive_number, "a positive number of seconds"),
     "usage_max_age_s": ("usage_max_age_s", 1, _positive_number, "a positive number of seconds"),
+    # Set on the guest's balloon: QEMU refuses more than UINT32_MAX seconds ("timer value
+    # is too big", hw/virtio/virtio-balloon.c balloon_stats_set_poll_interval), libvirt
+    # takes a C int (virDomainSetMemoryStatsPeriod).
     "stats_interval_s": (
         "stats_interval_s",
         1,
-        lambda v: is_int(v) and v >= 1,
-        "an integer >= 1 (seconds)",
+        lambda v: is_int(v) and 1 <= v <= STATS_INTERVAL_MAX,
+        f"an integer from 1 to {STATS_INTERVAL_MAX} (seconds; libvirt's and QEMU's range)",
     ),
     "allow_shrink": ("allow_shrink", 1, is_bool, "true or false"),
     # Absolute: reconcile, serve and the shim run from other directories than the one a
@@ -450,6 +487,15 @@ def load_settings(
         else:
             values[attr] = raw * scale if scale > 1 else raw
     assert {f.name for f in fields(Settings)} == set(values)
+    if values["stats_interval_s"] >= values["usage_max_age_s"]:
+        # A reading is then as old as usage_max_age_s or older between two reports, and
+        # unknown: every shrink would defer, or wait up to three intervals for a fresh one.
+        raise ConfigError(
+            f"{reader.where('stats_interval_s')}: {values['stats_interval_s']} is not below "
+            f"[kata_mem] usage_max_age_s ({toml_value(values['usage_max_age_s'])}): the guest "
+            "reports its usage every stats_interval_s seconds and a reading older than "
+            "usage_max_age_s is unknown; expected stats_interval_s below usage_max_age_s"
+        )
     return Settings(**values), [(f"kata_mem.{k}", s) for k, s in reader.sources]
 
 

@@ -14,7 +14,7 @@ import errno
 import os
 import stat
 from pathlib import Path
-from typing import Union
+from typing import Callable, Optional, Union
 
 from kata_mem.core.errors import KataMemError
 from kata_mem.core.units import MiB, to_kib_floor, to_mib_floor
@@ -33,15 +33,24 @@ _KINDS = {
 }
 
 
-def read_capped(path: Union[str, Path], *, cap: int, what: str, error: type[KataMemError]) -> bytes:
+def read_capped(
+    path: Union[str, Path],
+    *,
+    cap: int,
+    what: str,
+    error: type[KataMemError],
+    check: Optional[Callable[[int], None]] = None,
+) -> bytes:
     """The bytes of the regular file ``path``, at most ``cap`` of them.
 
     The file is opened with ``O_NONBLOCK`` so that a FIFO without a writer cannot
     block the open; its type is checked on the open descriptor (no race with a
-    rename) before anything is read.
+    rename) before anything is read, and so is ``check`` (given the descriptor: who
+    may have written it), when given.
 
     :raises error: (the caller's class, with ``what`` naming the file's role) when
-        the file is missing, unreadable, not a regular file, or larger than ``cap``.
+        the file is missing, unreadable, not a regular file, or larger than ``cap``;
+        whatever ``check`` raises.
     """
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
@@ -52,6 +61,8 @@ def read_capped(path: Union[str, Path], *, cap: int, what: str, error: type[Kata
             raise error(f"{path}: is a socket, expected {_a(what)} file") from exc
         raise error(f"{path}: cannot read the {what}: {exc.strerror or exc}") from exc
     try:
+        if check is not None:
+            check(fd)
         return read_open(fd, path, cap=cap, what=what, error=error)
     finally:
         os.close(fd)

@@ -29,6 +29,7 @@ from kata_mem.core.request import SandboxRequest
 from kata_mem.edges.files import STATE_CAP, read_open
 from kata_mem.edges.ledger import read_ledger, write_ledger
 from kata_mem.edges.locks import flock_until, same_file
+from kata_mem.edges.ownership import others_could_write
 from kata_mem.edges.statedir import (
     CREATE,
     OWN_FILES,
@@ -43,7 +44,6 @@ from kata_mem.edges.statedir import (
     listdir,
     node_lock,
     os_error_text,
-    others_could_write,
     refusal,
     sandbox_dir,
     sandboxes,

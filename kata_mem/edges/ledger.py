@@ -23,7 +23,8 @@ from typing import Any, Optional
 from kata_mem.core.errors import ConfigError, KataMemError
 from kata_mem.core.model import SANDBOX_ID
 from kata_mem.edges.files import STATE_CAP, read_open
-from kata_mem.edges.statedir import LEDGER, READ, atomic_write, others_could_write, refusal
+from kata_mem.edges.ownership import others_could_write
+from kata_mem.edges.statedir import LEDGER, READ, atomic_write, refusal
 
 LEDGER_SCHEMA = "kata-mem/ledger/v1"
 #: Sizes in bytes are what QEMU takes: unsigned 64-bit.

@@ -77,9 +77,16 @@ def split_global_options(args: list[str]) -> tuple[int, Optional[str], list[str]
 
 
 def emit(level: str, message: str, **fields: Any) -> None:
-    """Write one line on stderr (see :func:`line`)."""
-    sys.stderr.write(line(level, message, **fields) + "\n")
-    sys.stderr.flush()
+    """Write one line on stderr (see :func:`line`). A stderr that cannot take it (none,
+    closed, a pipe whose reader has gone, a full disk) loses the line and nothing else:
+    the caller's result and exit code do not depend on its diagnostics."""
+    if sys.stderr is None:  # no stderr at all (the process was started without one)
+        return
+    try:
+        sys.stderr.write(line(level, message, **fields) + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):  # ValueError: a stream someone closed
+        pass
 
 
 def emit_error(exc: KataMemError, *, logger: str = "kata_mem", prefix: str = "kata-mem") -> None:

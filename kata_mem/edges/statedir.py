@@ -35,7 +35,6 @@ import errno
 import fcntl
 import json
 import os
-import pwd
 import re
 import stat
 from collections.abc import Iterator
@@ -47,6 +46,7 @@ from kata_mem.core.errors import ConfigError, KataMemError
 from kata_mem.core.model import SANDBOX_ID
 from kata_mem.edges.files import read_open
 from kata_mem.edges.locks import same_file
+from kata_mem.edges.ownership import check_way, others_could_write, who
 
 STATE_DIR_SCHEMA = "kata-mem/state-dir/v1"
 SANDBOX_DIR_SCHEMA = "kata-mem/sandbox-dir/v1"
@@ -83,21 +83,6 @@ READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def who(uid: int) -> str:
-    try:
-        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
-    except KeyError:
-        return f"uid {uid}"
-
-
-def others_could_write(info: os.stat_result) -> bool:
-    """Whether a user other than the caller could have written it: another owner, or
-    write permission for group or others (a symlink's own mode means nothing)."""
-    return info.st_uid != os.geteuid() or (
-        not stat.S_ISLNK(info.st_mode) and info.st_mode & 0o022 != 0
-    )
-
-
 def refusal(root: Path, path: Path, info: os.stat_result) -> ConfigError:
     return ConfigError(
         f"state_dir {root}: {path} is owned by {who(info.st_uid)}, mode "
@@ -113,66 +98,6 @@ def os_error_text(exc: OSError) -> str:
     if exc.errno == errno.ENXIO:
         return "is a socket, expected a regular file"
     return exc.strerror or str(exc)
-
-
-def _check_way(root: Path) -> None:
-    """Refuse a state directory that another user could swap for another between a
-    check and a use: every directory above it must be owned by root or the caller and
-    not writable by group or others, unless sticky (in ``/tmp`` others cannot rename
-    or remove what is not theirs); every symlink on the way must be root's or the
-    caller's. The state directory itself is checked by the caller, with the stricter
-    rule. A component that does not exist ends the walk: kata-mem creates the rest.
-
-    :raises ConfigError: naming the directory or symlink, its owner and its mode.
-    """
-    trusted = (0, os.geteuid())
-    start = str(root) if root.is_absolute() else os.path.join(os.getcwd(), root)
-    todo = [n for n in reversed(start.split("/")) if n not in ("", ".")]
-    here, hops = "/", 0
-    info = os.lstat(here)
-    while True:
-        if info.st_uid not in trusted or (info.st_mode & 0o022 and not info.st_mode & stat.S_ISVTX):
-            raise ConfigError(
-                f"state_dir {root}: {here} is owned by {who(info.st_uid)}, mode "
-                f"{stat.S_IMODE(info.st_mode):04o}; another user could replace the state "
-                "directory through it, so nothing was read or changed. Every directory above "
-                f"the state directory must be owned by root or {who(os.geteuid())} and not "
-                "writable by group or others (unless sticky, as /tmp is)"
-            )
-        while True:
-            if not todo:
-                return
-            name = todo.pop()
-            if name == "..":
-                here = os.path.dirname(here)  # ``here`` has no symlinks: this is the real parent
-                continue
-            step = os.path.join(here, name)
-            try:
-                info = os.lstat(step)
-            except OSError:
-                return  # not there (yet), or not reachable: the open that follows says which
-            if not stat.S_ISLNK(info.st_mode):
-                break
-            if info.st_uid not in trusted:
-                raise ConfigError(
-                    f"state_dir {root}: {step} is a symlink owned by {who(info.st_uid)}; "
-                    "another user could point it elsewhere, so nothing was read or changed. "
-                    f"Symlinks on the way to the state directory must be root's or "
-                    f"{who(os.geteuid())}'s"
-                )
-            hops += 1
-            try:
-                target = os.readlink(step)
-            except OSError:
-                return
-            if hops > 40:
-                return  # a loop: the open that follows says so
-            if target.startswith("/"):
-                here = "/"
-            todo += [n for n in reversed(target.split("/")) if n not in ("", ".")]
-        if not todo or not stat.S_ISDIR(info.st_mode):
-            return  # the state directory itself, or not a directory: the caller says
-        here = step
 
 
 # -- what kata-mem created: the markers ------------------------------------------------------
@@ -271,7 +196,7 @@ def state_dir_state(state_dir: str | Path) -> DirState:
     """
     root = Path(state_dir)
     for _ in range(3):
-        _check_way(root)
+        check_way(root, f"state_dir {root}", "the state directory")
         try:
             fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except FileNotFoundError as exc:

@@ -38,7 +38,7 @@ from kata_mem.edges import logs
 from kata_mem.edges.host import machine_arch
 from kata_mem.edges.sources import build_workload
 from kata_mem.interfaces import render
-from kata_mem.interfaces.pipes import closed_stdout, stdout_closed
+from kata_mem.interfaces.pipes import ResultLost, lost
 from kata_mem.orchestration.handle import apply_request, probe, sandbox_host
 from kata_mem.orchestration.handle import preview as plan_preview
 
@@ -96,15 +96,24 @@ class ArchName(Text):
 
 class FileName(click.Path):
     """A non-empty file or directory name: the shell completes it, kata-mem checks it
-    (click's own checks are off, so that the errors and exit codes stay kata-mem's)."""
+    (click's own checks are off, so that the errors and exit codes stay kata-mem's).
 
-    def __init__(self, *, directory: bool = False, utf8: bool = True, path_type: Any = None):
+    ``absolute``: made absolute against the current directory, for a path the sandbox's
+    saved request keeps (``reconcile``, ``serve`` and timers run from other directories,
+    where a relative one names something else, or nothing), as ``os.path.abspath`` makes
+    the saved configuration path.
+    """
+
+    def __init__(
+        self, *, directory: bool = False, absolute: bool = False, path_type: Any = None
+    ) -> None:
         super().__init__(exists=False, file_okay=not directory, path_type=path_type)
-        self.utf8 = utf8
+        self.absolute = absolute
 
     def convert(self, value: Any, param: Optional[click.Parameter], ctx: Any) -> Any:
         _given(self, value, param, ctx)
-        return self.coerce_path_result(_utf8(value, param, "a path") if self.utf8 else value)
+        name = _utf8(value, param, "a path")
+        return self.coerce_path_result(os.path.abspath(name) if self.absolute else name)
 
 
 def _emit(data: dict[str, Any]) -> None:
@@ -215,8 +224,9 @@ def global_options(fn: F) -> F:
 
 
 class _BrokenPipe(Exception):
-    """A BrokenPipeError out of a command, kept from click, which would answer it with a
-    quiet exit 1 wherever it came from (``BaseCommand.main`` catches every EPIPE)."""
+    """A BrokenPipeError out of a command (a socket's: stdout's is a ResultLost), kept
+    from click, which would answer it with a quiet exit 1 (``BaseCommand.main`` catches
+    every EPIPE): it is a bug, reported as one."""
 
 
 class _Group(click.Group):
@@ -248,13 +258,13 @@ def request_options(fn: F) -> F:
         ),
         click.option(
             "--pod",
-            type=FileName(utf8=False, path_type=Path),
+            type=FileName(path_type=Path),
             metavar="FILE",
             help="Kubernetes Pod manifest (YAML or JSON).",
         ),
         click.option(
             "--oci",
-            type=FileName(utf8=False, path_type=Path),
+            type=FileName(path_type=Path),
             multiple=True,
             metavar="FILE",
             help="OCI config.json (repeatable).",
@@ -275,7 +285,7 @@ def request_options(fn: F) -> F:
         ),
         click.option(
             "--host-cgroup",
-            type=FileName(directory=True),
+            type=FileName(directory=True, absolute=True),
             metavar="DIR",
             help="The VM's host memory cgroup (v1 or v2 directory); default: the one its "
             "QEMU is in. Growth is kept under its limit with the VMM's overhead.",
@@ -370,7 +380,12 @@ def _sandbox_id(sandbox: Optional[str], endpoint: Optional[Endpoint]) -> str:
 
 def backend_options(fn: F) -> F:
     options = [
-        click.option("--qmp", type=FileName(), metavar="SOCKET", help="The VM's QMP unix socket."),
+        click.option(
+            "--qmp",
+            type=FileName(absolute=True),
+            metavar="SOCKET",
+            help="The VM's QMP unix socket.",
+        ),
         click.option(
             "--libvirt",
             "libvirt_uri",
@@ -463,7 +478,7 @@ def apply(
     request = SandboxRequest(
         _sandbox_id(sandbox, endpoint),
         "update",
-        str(config),
+        os.path.abspath(config),  # kept in the saved request: reconcile runs elsewhere
         workload,
         endpoint,
         mode="dry-run" if dry_run else "apply",
@@ -743,21 +758,14 @@ def _report(exc: KataMemError, as_json: bool) -> int:
 def run_cli(argv: Optional[list[str]] = None) -> int:
     """Run the CLI; return the process exit code (never raises for bad input).
 
-    A closed stdout (``kata-mem preview ... | head -1``) exits quietly with
-    :data:`~kata_mem.interfaces.pipes.CLOSED_STDOUT`, as the shim does.
+    A stdout that does not take the result (``kata-mem preview ... | head -1``, a full
+    disk) exits as the shim does (:func:`~kata_mem.interfaces.pipes.lost`).
     """
     args = list(sys.argv[1:] if argv is None else argv)
     try:
         return _run(args)
-    except (BrokenPipeError, _BrokenPipe) as exc:  # a command's, or an error document's
-        cause = exc.__cause__ if isinstance(exc, _BrokenPipe) else exc
-        assert isinstance(cause, BrokenPipeError)
-        return closed_stdout() if stdout_closed() else _internal_error(cause)
-    except SystemExit as exc:
-        # kata-mem --help: click has already muted the broken pipe into exit 1.
-        if exc.code == 1 and stdout_closed():
-            return closed_stdout()
-        raise
+    except ResultLost as exc:  # the result's, or an error document's
+        return lost(exc)
 
 
 def _run(args: list[str]) -> int:
@@ -785,7 +793,10 @@ def _run(args: list[str]) -> int:
         else:
             exc.show()
         return exc.exit_code
-    except _BrokenPipe:
+    except _BrokenPipe as exc:
+        assert isinstance(exc.__cause__, BrokenPipeError)
+        return _internal_error(exc.__cause__)
+    except ResultLost:
         raise
     except Exception as exc:  # a bug: say so briefly, with the traceback only on request
         return _internal_error(exc)

@@ -8,6 +8,7 @@ import sys
 from typing import Optional
 
 from kata_mem.edges import logs
+from kata_mem.interfaces.pipes import ResultLost, flush, lost, own_stdio
 
 #: Where the JSON Schemas of the shim protocol are installed (package data).
 SCHEMA_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "schemas")
@@ -42,14 +43,13 @@ def _print_schema(args: list[str]) -> int:
 
 
 def _print(text: str) -> int:
-    """Write ``text`` on stdout, flushed while a closed stdout can still be told apart."""
+    """Write ``text`` on stdout; the exit code (:func:`~kata_mem.interfaces.pipes.lost`
+    when stdout did not take it)."""
     try:
         sys.stdout.write(text)
         sys.stdout.flush()
-    except BrokenPipeError:
-        from kata_mem.interfaces.pipes import closed_stdout
-
-        return closed_stdout()
+    except ResultLost as exc:
+        return lost(exc)
     return 0
 
 
@@ -94,4 +94,8 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 
 def run() -> None:
-    sys.exit(main())
+    """The ``kata-mem`` process: stdin, stdout and stderr as kata-mem needs them
+    (:func:`~kata_mem.interfaces.pipes.own_stdio`), then :func:`main`."""
+    own_stdio()
+    code = main()
+    sys.exit(flush() or code)

@@ -498,7 +498,8 @@ def status_text(vm: VmState, usage: Optional[GuestUsage], record: Optional[dict[
         lines.append(
             "guest: no balloon statistics"
             if usage is None
-            else "guest: no balloon statistics yet (the guest has not reported; try again)"
+            else "guest: no balloon statistics yet (the guest has not reported; `kata-mem "
+            "apply` turns its reporting on, status leaves it as it is)"
         )
     else:
         age = "age unknown" if g["age_s"] is None else f"reading {g['age_s']:g} s old"

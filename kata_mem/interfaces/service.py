@@ -43,7 +43,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, TypeVar, cast
 
-from aiohttp import web
+from aiohttp import HttpVersion11, web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from kata_mem.core.errors import BackendUnavailable, ConfigError, InputError, KataMemError
@@ -336,16 +336,31 @@ def _open_lock(lock: str, where: str) -> Optional[int]:
     return fd
 
 
-def _clear_path(path: str, where: str, lock: str, names: Optional[tuple[int, int, int]]) -> None:
-    """Make room for the socket: nothing there, or a dead socket the held lock names
-    (``names``), which is removed. Anything else is left as it is.
+def _clear_path(path: str, where: str, lock: str, held: Optional[int]) -> None:
+    """Make room for the socket: nothing there and no lock beside it, or a dead socket
+    that the lock beside it (``held``, open and flocked) names, which is removed. A lock
+    that names no socket there is not adopted: it proves nothing is kata-mem's (another
+    program's ``PATH.lock``, or a lock whose socket is gone), and serve would overwrite
+    it and remove it at its stop. Anything else is left as it is.
 
-    :raises ConfigError: something else is at ``path``.
+    :raises ConfigError: something else is at ``path``, or a lock that proves nothing.
     """
+    names = None if held is None else _lock_names(held)
     try:
         info = os.lstat(path)
     except FileNotFoundError:
-        return
+        if held is None:
+            return
+        what = (
+            "does not hold what kata-mem serve writes in its lock"
+            if names is None
+            else "names a socket that is no longer there"
+        )
+        raise ConfigError(
+            f"{where}: {lock} is there without a socket beside it, and {what}: it is not a "
+            "lock this serve can prove kata-mem's, so nothing was changed (remove it if it "
+            "is a stale kata-mem lock, or give another --socket)"
+        ) from None
     if not stat.S_ISSOCK(info.st_mode):
         raise ConfigError(
             f"{where}: exists and is not a socket; nothing was changed (remove it, or give "
@@ -357,7 +372,13 @@ def _clear_path(path: str, where: str, lock: str, names: Optional[tuple[int, int
             "another service); nothing was changed"
         )
     if names is None or names != (info.st_dev, info.st_ino, info.st_ctime_ns):
-        beside = f"no {lock} beside it" if names is None else f"{lock} does not name it"
+        beside = (
+            f"no {lock} beside it"
+            if held is None
+            else f"{lock} does not name it"
+            if names is not None
+            else f"{lock} is not a lock kata-mem serve wrote"
+        )
         raise ConfigError(
             f"{where}: a socket nobody listens on, but not one kata-mem serve made ({beside}); "
             "nothing was changed (remove it, or give another --socket)"
@@ -423,7 +444,7 @@ def _bind_once(path: str, group: Optional[int], where: str) -> Optional[Listener
         if lock_fd is not None and not _same_file(lock_fd, lock):
             os.close(lock_fd)  # removed by the serve that was stopping as we opened it
             return None
-        _clear_path(path, where, lock, None if lock_fd is None else _lock_names(lock_fd))
+        _clear_path(path, where, lock, lock_fd)
         if lock_fd is None:
             try:
                 lock_fd = os.open(
@@ -515,6 +536,27 @@ def _parse_error(exc: Optional[BaseException], message: Optional[str] = None) ->
         exc = exc.__cause__
     text = message or getattr(exc, "message", None) or str(exc or "")
     return " ".join(w for w in str(text).split() if w.strip("^~")) or "malformed"
+
+
+async def _expect_later(request: web.Request) -> None:
+    """An Expect header is answered after the peer check (``Service._guard``)."""
+
+
+def _expectations(request: web.Request) -> list[str]:
+    """The request's expectations, lower case (every Expect header, each a list)."""
+    return [e.strip().lower() for h in request.headers.getall("Expect", []) for e in h.split(",")]
+
+
+async def _unrouted(request: web.Request) -> web.StreamResponse:
+    """A path or method no endpoint takes: 405 when another method of the path is one,
+    else 404, as aiohttp's router says."""
+    allowed: set[str] = set()
+    for endpoint in request.app.router.resources():
+        if endpoint.name is not None:  # the endpoints are named; this route is not
+            allowed |= (await endpoint.resolve(request))[1]
+    if allowed:
+        raise web.HTTPMethodNotAllowed(request.method, allowed)
+    raise web.HTTPNotFound()
 
 
 class _Protocol(web.RequestHandler):
@@ -617,11 +659,19 @@ class Service:
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[self._guard], client_max_size=MAX_REQUEST_BYTES)
-        app.router.add_post("/v1/shim", self.shim, name="shim")
-        app.router.add_get("/v1/node", self.node, name="node")
-        app.router.add_get("/v1/sandboxes/{id}", self.sandbox, name="sandbox")
-        app.router.add_get("/metrics", self.metrics_text, name="metrics")
-        app.router.add_get("/healthz", self.healthz, name="healthz")
+        # aiohttp answers an Expect header before any middleware runs, so before the peer
+        # check, in plain text (web_app ``Application._handle``, its default
+        # ``_default_expect_handler``): 100 Continue invites a refused peer's body, and
+        # anything else is its own 417. So no route takes it there (``_guard`` does), and
+        # every path and method has a route, the last one answering as the router would
+        # (404, 405): a path no route takes would get aiohttp's handler again.
+        later = _expect_later
+        app.router.add_post("/v1/shim", self.shim, name="shim", expect_handler=later)
+        app.router.add_get("/v1/node", self.node, name="node", expect_handler=later)
+        app.router.add_get("/v1/sandboxes/{id}", self.sandbox, name="sandbox", expect_handler=later)
+        app.router.add_get("/metrics", self.metrics_text, name="metrics", expect_handler=later)
+        app.router.add_get("/healthz", self.healthz, name="healthz", expect_handler=later)
+        app.router.add_route("*", "/{path:.*}", _unrouted, expect_handler=later)
         return app
 
     def refuse(
@@ -683,11 +733,27 @@ class Service:
         what = f"{request.method} {request.path}"
         peer = cast(_Protocol, request.protocol).peer
         # The peer first: nothing of a refused peer's request is read or decoded.
+        expected = _expectations(request)
         if peer is None or not peer_allowed(peer, self.group):
             response: web.StreamResponse = self.forbidden(peer, what)
             request.content.feed_eof()  # not even drained: closed once the 403 is sent
+        elif any(e != "100-continue" for e in expected):
+            # RFC 9110, 10.1.1: an expectation the server cannot meet is a 417.
+            response = self.refuse(
+                InputError(
+                    f"Expect {', '.join(request.headers.getall('Expect'))!r}: not an "
+                    "expectation kata-mem serve meets; send none, or 100-continue"
+                ),
+                417,
+                peer,
+                what,
+            )
+            response.force_close()
+            request.content.feed_eof()  # the body is not read
         else:
             request["peer"] = peer
+            # 100 Continue once the body is about to be read (``_body``), never before.
+            request["continue"] = bool(expected) and request.version >= HttpVersion11
             try:
                 response = await handler(request)
             except web.HTTPException as exc:  # the router's 404 and 405, as documents
@@ -707,6 +773,10 @@ class Service:
         """The body, or None when it is larger than a request may be."""
         if (request.content_length or 0) > MAX_REQUEST_BYTES:
             return None
+        if request.get("continue"):
+            # What aiohttp's _default_expect_handler writes; no response has started yet.
+            await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            request.writer.output_size = 0
         chunks: list[bytes] = []
         size = 0
         while chunk := await request.content.read(1 << 16):
@@ -718,8 +788,10 @@ class Service:
 
     async def shim(self, request: web.Request) -> web.StreamResponse:
         peer, what = request.get("peer"), f"{request.method} {request.path}"
-        coding = request.headers.get("Content-Encoding", "").strip()
-        if coding.lower() not in ("", "identity"):
+        # Every Content-Encoding header, each a list of codings (RFC 9110, 8.4 and 5.3).
+        codings = request.headers.getall("Content-Encoding", [])
+        coding = ", ".join(c.strip() for c in codings)
+        if any(c.strip().lower() not in ("", "identity") for h in codings for c in h.split(",")):
             # A request is a small document on a local socket: nothing to gain from
             # compression, and no decoder to feed what a client chose. 415 with the
             # codings accepted, as RFC 9110 (sections 15.5.16 and 12.5.3) asks.

@@ -15,18 +15,18 @@ import json
 from typing import IO
 
 from kata_mem.core.request import MAX_REQUEST_BYTES, SandboxRequest
-from kata_mem.interfaces.pipes import closed_stdout
+from kata_mem.interfaces.pipes import ResultLost, lost
 from kata_mem.interfaces.protocol import answer, parse
 
 
 def run_shim(stdin: IO[bytes], stdout: IO[str], env: dict[str, str]) -> int:
-    """Read one request, write one response; return the exit code
-    (:data:`~kata_mem.interfaces.pipes.CLOSED_STDOUT` when nobody reads the response)."""
+    """Read one request, write one response; return the exit code (that of
+    :func:`~kata_mem.interfaces.pipes.lost` when stdout does not take the response)."""
     parsed = parse(stdin.read(MAX_REQUEST_BYTES + 1))
     done = answer(parsed, env) if isinstance(parsed, SandboxRequest) else parsed
     try:
         stdout.write(json.dumps(done.document()) + "\n")
         stdout.flush()
-    except BrokenPipeError:
-        return closed_stdout()
+    except ResultLost as exc:
+        return lost(exc)
     return done.exit_code

@@ -1,37 +1,76 @@
-"""Opening a sandbox's backend: the adapter its endpoint names, imported only then, so
-that a plan loads no client library (``qemu.qmp``, ``libvirt``)."""
+"""Opening a sandbox's backend, and asking whether its VM is still there: the adapter its
+endpoint names, imported only then, so that a plan loads no client library
+(``qemu.qmp``, ``libvirt``). Both change nothing on the VM."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from typing import Optional
 
 from kata_mem.backends import Backend
+from kata_mem.core.errors import MissingDependency
 from kata_mem.core.request import Endpoint
 
 
-def open_backend(
-    endpoint: Endpoint, *, hugepages_path: Optional[str] = None, stats_interval: int = 1
-) -> Backend:
+@dataclass(frozen=True)
+class Opened:
+    """A connected backend, and its endpoint as reached: for QMP, with the VMM it led to
+    (:class:`~kata_mem.core.request.VmmIdentity`), which the saved request keeps."""
+
+    backend: Backend
+    endpoint: Endpoint
+
+
+def open_backend(endpoint: Endpoint, *, hugepages_path: Optional[str] = None) -> Opened:
     """Connect to the endpoint's hypervisor; the client library is imported only now.
+    With ``hugepages_path`` (a hugetlbfs mount) new DIMMs are backed by hugepages there.
+    An endpoint with a ``vmm`` is connected to that VMM only.
 
-    ``stats_interval`` (seconds) is set on the guest's balloon for its statistics;
-    with ``hugepages_path`` (a hugetlbfs mount) new DIMMs are backed by hugepages there.
-
-    :raises BackendUnavailable: the endpoint cannot be reached.
-    :raises BackendError: the balloon's statistics polling cannot be set.
+    :raises BackendUnavailable: the endpoint cannot be reached, or leads to another VMM
+        than its ``vmm`` (``gone``).
     :raises MissingDependency: the backend's client library is not installed (libvirt-python
-        comes only with the ``kata-mem[libvirt]`` extra); the backend modules raise it on import.
+        comes only with the ``kata-mem[libvirt]`` extra); the backend modules raise it on
+        import, and the message names the endpoint.
     """
-    if endpoint.kind == "qmp":
-        from kata_mem.backends.qmp import QmpBackend
+    with _library_for(endpoint):
+        if endpoint.kind == "qmp":
+            from kata_mem.backends.qmp import QmpBackend
 
-        return QmpBackend.connect(
-            endpoint.target, hugepages_path=hugepages_path, stats_interval=stats_interval
-        )
-    from kata_mem.core.errors import MissingDependency
-
-    try:
+            qmp = QmpBackend.connect(
+                endpoint.target, hugepages_path=hugepages_path, vmm=endpoint.vmm
+            )
+            return Opened(qmp, replace(endpoint, vmm=qmp.vmm))
         from kata_mem.backends.libvirt import LibvirtBackend
+
+        return Opened(LibvirtBackend.connect(endpoint.target, endpoint.domain), endpoint)
+
+
+def vm_gone(endpoint: Endpoint) -> Optional[str]:
+    """Why the endpoint's VM no longer exists, or None when it is there, decided by its
+    adapter as it decides when connecting, but without a session: a bare ``connect(2)``
+    for QMP (a monitor busy with another call counts as there), a lookup over a
+    read-only connection for libvirt.
+
+    :raises BackendUnavailable: it cannot be told (not a socket, a symlink as root, the
+        daemon unreachable, a domain that is not running), as connecting would say.
+    :raises MissingDependency: as for :func:`open_backend`.
+    """
+    with _library_for(endpoint):
+        if endpoint.kind == "qmp":
+            from kata_mem.backends import qmp
+
+            return qmp.presence(endpoint.target, endpoint.vmm)
+        from kata_mem.backends import libvirt
+
+        return libvirt.presence(endpoint.target, endpoint.domain)
+
+
+@contextmanager
+def _library_for(endpoint: Endpoint) -> Iterator[None]:
+    """A missing client library, named with the endpoint that needs it."""
+    try:
+        yield
     except MissingDependency as exc:
         raise MissingDependency(f"{endpoint.describe()}: {exc.message}") from exc
-    return LibvirtBackend.connect(endpoint.target, endpoint.domain, stats_interval=stats_interval)

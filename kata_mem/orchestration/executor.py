@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Optional
+from typing import Callable, Optional, Union
 
 from kata_mem.backends import Backend, StepProgress
 from kata_mem.core import outcomes, safety
@@ -42,9 +42,11 @@ from kata_mem.core.planner import assumed_vm
 from kata_mem.core.planner import plan as make_plan
 from kata_mem.core.record import Phase, Record
 from kata_mem.core.reports import owned_view, still_owned
+from kata_mem.core.request import Endpoint, SandboxRequest
 from kata_mem.core.units import fmt_bytes
 from kata_mem.edges.journal import LOCK_WAIT_S, SandboxState, node_admission, record_commitment
 from kata_mem.edges.logs import get_logger
+from kata_mem.orchestration.connect import Opened
 from kata_mem.orchestration.guards import HostSide
 from kata_mem.orchestration.repair import repair
 from kata_mem.orchestration.usage import UsageReader
@@ -92,14 +94,14 @@ def _crashpoint(name: str) -> None:
 
 def run_locked(
     state: SandboxState,
-    connect: Callable[[], Backend],
+    connect: Callable[[], Union[Backend, Opened]],
     cfg: SizingConfig,
     host: HostFacts,
     request: Workload,
     options: Options,
     clock: Callable[[], float] = time.time,
     sleep: Callable[[float], None] = time.sleep,
-    saved_request: Optional[dict[str, Any]] = None,
+    saved_request: Optional[SandboxRequest] = None,
     host_side: Optional[HostSide] = None,
 ) -> Result:
     """Take the sandbox lock, *then* connect (QEMU serves one monitor client at a
@@ -110,7 +112,9 @@ def run_locked(
     (it never reached the VM) removes the sandbox's state again; any other saves
     ``saved_request``, what ``kata-mem reconcile`` re-runs later (a deferred
     shrink, a pending unplug, or finding that the VM is gone), also after a call
-    that failed midway.
+    that failed midway; with the endpoint as ``connect`` reached it (an
+    :class:`~kata_mem.orchestration.connect.Opened`: for QMP, the VMM it led to), so
+    that a later call through it talks to that VMM only (adversarial finding A8).
 
     :raises BackendUnavailable: the hypervisor cannot be reached.
     :raises ConfigError: the state directory is not kata-mem's or cannot be written.
@@ -120,8 +124,11 @@ def run_locked(
             record, _ = state.load().bounded(host.memory)
             p = make_plan(cfg, host, request, assumed_vm(cfg, host, record.observed or None))
             return Result(p, outcomes.busy(p, LOCK_WAIT_S))
+        reached: Optional[Endpoint] = None
         try:
-            backend = connect()
+            opened = connect()
+            backend = opened.backend if isinstance(opened, Opened) else opened
+            reached = opened.endpoint if isinstance(opened, Opened) else None
             try:
                 return Executor(backend, state, clock, sleep).apply(
                     cfg, host, request, options, host_side
@@ -132,7 +139,9 @@ def run_locked(
             if not state.path.is_file():
                 state.clear()
             elif saved_request is not None:
-                state.save_request(saved_request)
+                if reached is not None:
+                    saved_request = replace(saved_request, endpoint=reached)
+                state.save_request(saved_request.to_json())
 
 
 def _resize_shrink(step: Step) -> bool:
@@ -183,6 +192,9 @@ class Executor:
         :raises ConfigError: the state directory cannot be written (nothing changed).
         :raises InputError: a host cgroup the caller named cannot be read (nothing changed).
         """
+        # The guest's statistics polling, which the shrink checks read: set here, by an
+        # apply, never by connecting or reading (issue 16).
+        self.backend.set_stats_interval(cfg.settings.stats_interval_s)
         reader = UsageReader(self.backend, cfg.settings, self.clock, self.sleep)
         loaded, dropped = self.state.load().bounded(host.memory)
         if dropped:

@@ -27,8 +27,8 @@ from kata_mem.edges.config import DEFAULT_PATHS, find_config, load_config
 from kata_mem.edges.host import probe_host
 
 if TYPE_CHECKING:
-    from kata_mem.backends import Backend
     from kata_mem.backends.fake import FakeBackend
+    from kata_mem.orchestration.connect import Opened
 
 #: A process that adds nothing to its requests (the configuration's state directory).
 NO_OPTIONS = CallOptions()
@@ -219,28 +219,26 @@ def forget(sandbox: str, state_dir: str) -> tuple[Note, ...]:
     return (*(Note("state", text) for text in said), *state.notes)
 
 
-def _connect(cfg: SizingConfig, endpoint: Endpoint) -> Backend:
+def _connect(cfg: SizingConfig, endpoint: Endpoint) -> Opened:
     from kata_mem.orchestration.connect import open_backend
 
     return open_backend(
-        endpoint,
-        hugepages_path=cfg.settings.hugepages_path if cfg.enable_hugepages else None,
-        stats_interval=cfg.settings.stats_interval_s,
+        endpoint, hugepages_path=cfg.settings.hugepages_path if cfg.enable_hugepages else None
     )
 
 
 def _dry_run_backend(
     cfg: SizingConfig, host: HostFacts, endpoint: Optional[Endpoint]
 ) -> FakeBackend:
-    """An in-memory copy of the VM (observed, read-only, when an endpoint is given)."""
+    """An in-memory copy of the VM: observed when an endpoint is given, with the guest's
+    latest usage reading as it is. Reading it changes nothing on the VM."""
     from kata_mem.backends.fake import FakeBackend, FakeGuest
-    from kata_mem.orchestration.usage import fresh_usage
 
     if endpoint is None:
         return FakeBackend(assumed_vm(cfg, host))
-    real = _connect(cfg, endpoint)
+    real = _connect(cfg, endpoint).backend
     try:
-        vm, usage = real.observe(), fresh_usage(real, cfg.settings.stats_interval_s)
+        vm, usage = real.observe(), real.guest_usage()
     finally:
         real.close()
     guest = FakeGuest(stats=False)
@@ -331,7 +329,7 @@ def _resize(
     else:
         assert endpoint is not None  # a request in mode apply has one (SandboxRequest)
         real_endpoint = endpoint
-        again = None if options.force else saved_request(request, cfg, host).to_json()
+        again = None if options.force else saved_request(request, cfg, host)
         result = run_locked(
             SandboxState(directory, sandbox),
             lambda: _connect(cfg, real_endpoint),

@@ -5,8 +5,9 @@ that retries a deferred shrink whose time has come (backoff 30 s doubling to
 5 min), settles DIMMs whose unplug was pending, and repairs what a crash left.
 
 Whether the VM is still there is decided first, from the saved request's backend
-alone (its QMP socket is missing or refuses connections, or libvirt has no such
-domain): a sandbox whose VM is gone is forgotten even when its configuration
+alone, by its adapter (:func:`kata_mem.orchestration.connect.vm_gone`: its QMP socket is
+missing, refuses connections, or leads to another VMM than the one applied to; libvirt
+has no such domain): a sandbox whose VM is gone is forgotten even when its configuration
 file no longer exists. Only sandbox directories kata-mem created are visited;
 anything else in the state directory is reported and left alone. One sandbox's
 trouble is reported for that sandbox and the pass goes on.
@@ -14,58 +15,16 @@ trouble is reported for that sandbox and the pass goes on.
 
 from __future__ import annotations
 
-import contextlib
-import errno
-import os
-import socket
-import stat
 import time
-from typing import Callable, Optional
+from typing import Callable
 
 from kata_mem.core.errors import BackendUnavailable, ConfigError, KataMemError
-from kata_mem.core.request import CallOptions, Endpoint
+from kata_mem.core.request import CallOptions
 from kata_mem.core.results import Applied, Visit
 from kata_mem.edges.journal import SandboxState, check_ledger
 from kata_mem.edges.statedir import list_state_dir
+from kata_mem.orchestration.connect import vm_gone
 from kata_mem.orchestration.handle import handle
-
-
-def vm_gone(endpoint: Endpoint) -> Optional[str]:
-    """Why the endpoint's VM no longer exists, or None when it may still be there.
-
-    For QMP this is a bare ``connect(2)``: no QMP session is opened, so a monitor
-    busy with another kata-mem call (the connection waits in the backlog) counts as
-    there. For libvirt the domain is looked up.
-    """
-    if endpoint.kind == "qmp":
-        path = endpoint.target
-        try:
-            if not stat.S_ISSOCK(os.stat(path).st_mode):
-                return None  # not decided here: the call that connects says what it is
-        except FileNotFoundError:
-            return f"QMP socket {path}: no such file"
-        except OSError:
-            return None
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-            sock.settimeout(1.0)
-            try:
-                sock.connect(path)
-            except ConnectionRefusedError:
-                return f"QMP socket {path}: connection refused"
-            except OSError as exc:
-                return f"QMP socket {path}: no such file" if exc.errno == errno.ENOENT else None
-            # Take the greeting before hanging up, as a client does; a monitor busy with
-            # another client sends none within the timeout, and that is fine too.
-            with contextlib.suppress(OSError):
-                sock.recv(4096)
-        return None
-    from kata_mem.orchestration.connect import open_backend
-
-    try:
-        open_backend(endpoint).close()
-    except BackendUnavailable as exc:
-        return exc.message if exc.gone else None
-    return None
 
 
 def _visit(
@@ -181,4 +140,4 @@ def exit_code(visits: list[Visit]) -> int:
     return next((v.exit_code or 1 for v in visits if v.action == "failed"), 0)
 
 
-__all__ = ["exit_code", "mend_ledger", "reconcile_all", "visit", "vm_gone"]
+__all__ = ["exit_code", "mend_ledger", "reconcile_all", "visit"]

@@ -17,7 +17,9 @@ def read_status(
     endpoint: Endpoint, sandbox: str, state_dir: str
 ) -> tuple[VmState, Optional[GuestUsage], Optional[dict[str, Any]]]:
     """What the hypervisor reports, with the devices the sandbox's journal proves are
-    kata-mem's marked, the guest's usage, and the journal (if any).
+    kata-mem's marked, the guest's latest usage reading as it is (with its age: nothing
+    waits for, or asks for, a newer one), and the journal (if any). Changes nothing on
+    the VM.
 
     :raises BackendUnavailable: the VM's hypervisor cannot be reached.
     :raises ConfigError: the state directory is not kata-mem's, or it or the sandbox's
@@ -27,16 +29,15 @@ def read_status(
     from kata_mem.edges.journal import SandboxState
     from kata_mem.edges.statedir import state_dir_state
     from kata_mem.orchestration.connect import open_backend
-    from kata_mem.orchestration.usage import fresh_usage
 
     # Refuse, before connecting, a state dir that is not kata-mem's, and one or a sandbox
     # directory that another user could have written.
     state_dir_state(state_dir)
     state = SandboxState(state_dir, sandbox)
     owned = state.owned()
-    backend = open_backend(endpoint)
+    backend = open_backend(endpoint).backend
     try:
-        vm, usage = backend.observe(), fresh_usage(backend, 1)
+        vm, usage = backend.observe(), backend.guest_usage()
     finally:
         backend.close()
     record = state.load(read_only=True) if owned and state.path.is_file() else None

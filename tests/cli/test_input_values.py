@@ -260,6 +260,23 @@ def test_an_empty_value_is_a_usage_error_naming_the_option(
 # --- 5. A closed stdout ------------------------------------------------------------------
 
 
+#: stdout or stderr, as a caller may hand it over: a pipe whose reader has gone (``| true``),
+#: closed (``>&-``), or a full disk (``>/dev/full``).
+BROKEN = ("pipe", "closed", "full")
+
+
+def _stdio(how: str, fd: int) -> tuple[Any, Any]:
+    """What to pass subprocess for descriptor ``fd`` broken as ``how``, and a preexec_fn."""
+    if how == "closed":
+        return subprocess.DEVNULL, lambda: os.close(fd)
+    if how == "full":
+        return open("/dev/full", "wb"), None
+    read, write = os.pipe()
+    os.close(read)  # the reader has gone before the first byte is written
+    return os.fdopen(write, "wb"), None
+
+
+@pytest.mark.parametrize("how", BROKEN)
 @pytest.mark.parametrize(
     "args",
     [
@@ -274,27 +291,84 @@ def test_an_empty_value_is_a_usage_error_naming_the_option(
     ],
     ids=lambda a: " ".join(a).replace("CFG", "cfg"),
 )
-def test_a_closed_stdout_exits_141_quietly(cfg: Path, args: list[str]) -> None:
+def test_a_stdout_that_takes_no_result_is_no_bug(cfg: Path, args: list[str], how: str) -> None:
     # Before: the shim printed a BrokenPipeError traceback (exit 1); click's commands
-    # exited 1, which is kata-mem's "internal error".
+    # exited 1, which is kata-mem's "internal error". With >&- the shim and --print-schema
+    # printed an AttributeError traceback, and the click commands exited 0, the result lost
+    # without a word; with >/dev/full the shim printed an OSError traceback and the others
+    # called a full disk "a bug in kata-mem".
     argv = [str(cfg) if a == "CFG" else a for a in args]
-    read, write = os.pipe()
-    os.close(read)  # the reader has gone before the first byte is written
+    stdout, preexec = _stdio(how, 1)
     try:
         r = subprocess.run(
             [sys.executable, "-m", "kata_mem", *argv],
             input=json.dumps(shim_request_doc(cfg)).encode(),
-            stdout=write,
+            stdout=stdout,
             stderr=subprocess.PIPE,
+            preexec_fn=preexec,
             cwd=REPO,
             timeout=60,
             check=False,
         )
     finally:
-        os.close(write)
+        if stdout is not subprocess.DEVNULL:
+            stdout.close()
     err = r.stderr.decode()
-    assert r.returncode == 141, err
-    assert "Traceback" not in err and "Error" not in err and "Exception" not in err, err
+    assert "Traceback" not in err and "Exception" not in err and "bug" not in err, err
+    if how == "full":  # it cannot take bytes: said in one line, exit 74 (EX_IOERR)
+        assert r.returncode == 74, err
+        assert err.endswith(
+            "error: stdout: the result could not be written (No space left on device): what "
+            "the command did stands, only its report is lost\n"
+        ), err
+    else:  # nobody reads it: quiet, 141 as for SIGPIPE
+        assert r.returncode == 141, err
+        assert "Error" not in err and "stdout" not in err, err
+
+
+#: A state directory that is not kata-mem's (exit 3), for an error document.
+FOREIGN = ("--json", "--state-dir", "FOREIGN")
+
+
+@pytest.mark.parametrize("how", BROKEN)
+@pytest.mark.parametrize(
+    ("args", "stdin", "code"),
+    [
+        (["shim"], "bad", 4),
+        (["shim"], "REQUEST", 0),
+        (["preview", "--config", "/nonexistent/c.toml", "--json"], "", 3),
+        (["apply", "--config", "CFG", "--qmp", "/nonexistent.sock", *FOREIGN], "", 3),
+    ],
+    ids=["shim-refused", "shim-answered", "preview-error-document", "apply-error-document"],
+)
+def test_a_stderr_that_takes_no_line_changes_neither_answer_nor_exit_code(
+    cfg: Path, tmp_path: Path, args: list[str], stdin: str, code: int, how: str
+) -> None:
+    # Before: logs.emit wrote on stderr before the error document went to stdout, unguarded:
+    # every refusal exited 1 with nothing on stdout.
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "someone-elses").write_text("")  # not empty, no marker: not kata-mem's
+    argv = [{"CFG": str(cfg), "FOREIGN": str(foreign)}.get(a, a) for a in args]
+    stderr, preexec = _stdio(how, 2)
+    try:
+        r = subprocess.run(
+            [sys.executable, "-m", "kata_mem", *argv],
+            input=json.dumps(shim_request_doc(cfg)) if stdin == "REQUEST" else stdin,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            preexec_fn=preexec,
+            text=True,
+            cwd=REPO,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        if stderr is not subprocess.DEVNULL:
+            stderr.close()
+    doc = json.loads(r.stdout)
+    assert r.returncode == code, r.stdout
+    assert doc["error"]["exit_code"] == code if code else doc["plan"] is not None, doc
 
 
 def test_a_broken_pipe_elsewhere_is_still_a_bug(
@@ -504,6 +578,24 @@ def test_a_usage_file_that_is_not_a_number_is_a_warning(
     ), plan["warnings"]
 
 
+@pytest.mark.parametrize(
+    ("settings", "key"),
+    [
+        ({"stats_interval_s": 4294967296}, "stats_interval_s"),
+        ({"stats_interval_s": 6, "usage_max_age_s": 6}, "stats_interval_s"),
+    ],
+)
+def test_a_setting_the_hypervisor_cannot_use_is_refused_by_config_check(
+    run_cli: Run, tmp_path: Path, settings: dict[str, Any], key: str
+) -> None:
+    # Before: config check exit 0, then every apply failed with QMP's "timer value is too
+    # big" (exit 7), or every shrink waited for statistics that are never fresh.
+    cfg = write_config(tmp_path / "c.toml", kata_mem=settings)
+    for args in (("config", "check", str(cfg)), ("preview", "--config", str(cfg), *HOST_ARGS)):
+        r = run_cli(*args)
+        assert r.code == 3 and f"{cfg}: [kata_mem] {key}: " in r.err, r.err
+
+
 def test_config_check_says_what_unset_means(run_cli: Run, cfg: Path) -> None:
     r = run_cli("config", "check", str(cfg))
     assert r.code == 0 and "None" not in r.out, r.out
@@ -533,12 +625,19 @@ def test_a_drop_in_that_adds_a_hypervisor_is_named(run_cli: Run, tmp_path: Path)
            f"[hypervisor.clh] (in {dropin}), [hypervisor.qemu] (in {cfg})")  # fmt: skip
 
 
-@pytest.mark.parametrize("option", ["--limit", "--cpu", "--host-memory", "--current", "--pod"])
-def test_a_value_that_is_not_utf8_is_shown_as_typed(cfg: Path, option: str) -> None:
-    # Before: --limit $'\xff' was shown as '\udcff'.
+@pytest.mark.parametrize(
+    "option", ["--limit", "--cpu", "--host-memory", "--current", "--pod", "--oci"]
+)
+def test_a_value_that_is_not_utf8_is_shown_as_typed(cfg: Path, tmp_path: Path, option: str) -> None:
+    # Before: --limit $'\xff' was shown as '\udcff'; --pod and --oci took such a file name
+    # (exit 0, the file planned) where every other option refuses it.
+    named = os.fsencode(tmp_path) + b"/\xff.json"
+    if option in ("--pod", "--oci"):
+        pod = {"kind": "Pod", "spec": {"containers": [{"name": "a"}]}}
+        Path(os.fsdecode(named)).write_text(json.dumps(pod if option == "--pod" else {}))
     given: dict[bytes, bytes] = {
         b"--host-memory": b"16Gi",
-        option.encode(): b"/tmp/\xff" if option == "--pod" else b"\xff",
+        option.encode(): named if option in ("--pod", "--oci") else b"\xff",
     }
     args = [b"preview", b"--config", os.fsencode(cfg), *map(os.fsencode, HOST)]
     args += [part for pair in given.items() for part in pair]
@@ -551,9 +650,7 @@ def test_a_value_that_is_not_utf8_is_shown_as_typed(cfg: Path, option: str) -> N
     )
     err = r.stderr.decode()
     assert r.returncode == 4 and "udcff" not in err, err
-    assert "\\xff" in err
-    if option != "--pod":
-        assert f"{option} b'\\xff': not valid UTF-8" in err, err
+    assert f"{option} {given[option.encode()]!r}: not valid UTF-8" in err, err
 
 
 def test_pod_overhead_sizing_without_an_overhead_says_it_sized_as_kata(

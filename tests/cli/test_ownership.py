@@ -35,6 +35,7 @@ from kata_mem.core.record import Record
 from kata_mem.edges.journal import SandboxState
 from kata_mem.edges.statedir import STATE_MARKER, ensure_state_dir, state_dir_state
 from tests.support.cli import CliResult, Run, kata_mem_process
+from tests.support.configs import write_config
 from tests.support.fake_qmp import FakeQemu, FakeQmpServer
 from tests.support.state_dir import apply, config_for, snapshot
 
@@ -632,3 +633,77 @@ def test_the_shipped_schema_allows_the_same_libvirt_uris() -> None:
     schema = json.loads(files("kata_mem").joinpath("schemas/shim-request.v1.json").read_text())
     libvirt = schema["properties"]["backend"]["oneOf"][2]["properties"]
     assert tuple(libvirt["uri"]["enum"]) == LIBVIRT_URIS
+
+
+# -- configuration files (the adversarial pass, A9) ---------------------------------------
+
+
+def _dropin_by_nobody(shared: Path, chosen: Path) -> Path:
+    """A root configuration whose config.d nobody owns, with nobody's drop-in that turns
+    shrink on, the headroom off and picks where root makes its state."""
+    cfg = write_config(shared / "configuration.toml", {"default_memory": 512})
+    dropins = shared / "config.d"
+    dropins.mkdir()
+    os.chown(dropins, NOBODY, NOGROUP)
+    plant((dropins / "99-nobody.toml", f'[kata_mem]\nallow_shrink = true\nheadroom_min_mib = 0\nstate_dir = "{chosen}"\n'))  # fmt: skip
+    return cfg
+
+
+def test_a_drop_in_directory_nobody_owns_is_refused(run_cli: Run, shared: Path) -> None:
+    # Before: config check exit 0 showing nobody's settings, and a shim request made root
+    # create the state directory nobody chose.
+    chosen = shared / "chosen-by-nobody" / "state"
+    cfg = _dropin_by_nobody(shared, chosen)
+    r = run_cli("config", "check", str(cfg))
+    assert r.code == 3, r.out
+    assert f"{cfg}: {shared}/config.d is {OWNER}, mode 0755; another user could" in r.err, r.err
+    request = {
+        "schema": "kata-mem/shim-request/v1", "sandbox_id": "sb", "event": "update",
+        "config": str(cfg), "backend": {"type": "qmp", "socket": "/nonexistent"}, "apply": True,
+    }  # fmt: skip
+    done = kata_mem_process("shim", input=json.dumps(request))
+    assert (done.returncode, json.loads(done.stdout)["error"]["exit_code"]) == (3, 3)
+    assert not chosen.parent.exists()
+
+
+@pytest.mark.parametrize("how", ["owned by nobody", "writable by others", "in a directory others can write"])  # fmt: skip
+@pytest.mark.parametrize("which", ["configuration", "drop-in"])
+def test_a_configuration_file_another_user_could_write_is_refused(
+    run_cli: Run, shared: Path, how: str, which: str
+) -> None:
+    where = shared / "etc"
+    where.mkdir(mode=0o755)
+    cfg = write_config(where / "configuration.toml", {"default_memory": 512})
+    target = cfg
+    if which == "drop-in":
+        (where / "config.d").mkdir(mode=0o755)
+        target = write_config(where / "config.d" / "50-max.toml", {"default_maxmemory": 4096})
+    target.chmod(0o644)
+    if how == "owned by nobody":
+        os.chown(target, NOBODY, NOGROUP)
+        why = f"{target}: {OWNER}, mode 0644; kata-mem runs as root"
+    elif how == "writable by others":
+        target.chmod(0o646)
+        why = f"{target}: owned by root (uid 0), mode 0646; kata-mem runs as root"
+    else:
+        target.parent.chmod(0o777)
+        named = cfg if which == "drop-in" else target  # the drop-ins' directory is the file's
+        why = f"{named}: {target.parent} is owned by root (uid 0), mode 0777; another user"
+    r = run_cli("preview", "--config", str(cfg), "--limit", "1Gi")
+    assert r.code == 3 and why in r.err, r.err
+    assert run_cli("config", "check", str(cfg)).code == 3
+
+
+def test_another_user_reads_root_configuration_as_it_is(shared: Path) -> None:
+    """The rule is root's: a user's own kata-mem reads root's files, and its own."""
+    cfg = write_config(shared / "configuration.toml", {"default_memory": 512})
+    cfg.chmod(0o644)
+    r = subprocess.run(
+        [*AS_NOBODY, sys.executable, "-m", "kata_mem", "config", "check", str(cfg)],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parents[2],
+        timeout=60,
+        check=False,
+    )
+    assert r.returncode == 0, r.stderr

@@ -1,12 +1,13 @@
-"""The libvirt backend behind the five-method port, on libvirt's ``test:///default``
-driver (no daemon): the statistics period is set when connecting and reading usage
-changes nothing; device space follows the same rule as QEMU's."""
+"""The libvirt backend behind the six-method port, on libvirt's ``test:///default``
+driver (no daemon): connecting and reading change nothing, the statistics period is set
+through the port (by the executor); device space follows the same rule as QEMU's."""
 
 from __future__ import annotations
 
 import uuid
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, Callable, Optional
 
 import pytest
@@ -46,19 +47,50 @@ def _period(dom: Any) -> Optional[str]:
     return None if stats is None else stats.get("period")
 
 
-def test_period_is_set_when_connecting_and_reading_usage_changes_nothing(
+def test_connecting_and_reading_change_nothing_and_the_port_sets_the_period(
     domain: Callable[[str, int], tuple[str, Any]],
 ) -> None:
     name, dom = domain("<memballoon model='virtio'/>", 512)
-    assert _period(dom) is None
-    backend = LibvirtBackend.connect(URI, name, stats_interval=2)
+    dom.setMemoryStatsPeriod(5, libvirt.VIR_DOMAIN_AFFECT_LIVE)  # the domain's own
+    backend = LibvirtBackend.connect(URI, name)
     try:
-        assert _period(dom) == "2"
-        dom.setMemoryStatsPeriod(5, libvirt.VIR_DOMAIN_AFFECT_LIVE)  # someone else, since
+        backend.observe()
         assert backend.guest_usage() is not None
         assert _period(dom) == "5"
+        # Setting it is the executor's, through the port: it says what the domain had.
+        assert backend.set_stats_interval(2) == 5 and _period(dom) == "2"
+        assert backend.set_stats_interval(2) == 2
     finally:
         backend.close()
+
+
+def test_status_and_the_presence_check_change_nothing(
+    domain: Callable[[str, int], tuple[str, Any]], tmp_path: Path
+) -> None:
+    from kata_mem.core.request import Endpoint
+    from kata_mem.orchestration.connect import vm_gone
+    from kata_mem.orchestration.status import read_status
+
+    name, dom = domain("<memballoon model='virtio'/>", 512)
+    dom.setMemoryStatsPeriod(5, libvirt.VIR_DOMAIN_AFFECT_LIVE)  # the domain's own
+    endpoint = Endpoint("libvirt", URI, name)
+    assert vm_gone(endpoint) is None  # reconcile's question: a read-only connection
+    assert _period(dom) == "5"
+    vm, usage, _record = read_status(endpoint, "sb", str(tmp_path / "state"))
+    assert vm.base == 512 * MiB and usage is not None
+    assert _period(dom) == "5"
+
+
+def test_a_domain_without_a_balloon_has_no_period_to_set(
+    domain: Callable[[str, int], tuple[str, Any]],
+) -> None:
+    name, dom = domain("<memballoon model='none'/>", 512)
+    backend = LibvirtBackend.connect(URI, name)
+    try:
+        assert backend.set_stats_interval(2) is None
+    finally:
+        backend.close()
+    assert _period(dom) is None
 
 
 def test_other_memory_devices_take_device_space_as_in_qemu(

@@ -1,6 +1,7 @@
-"""The QMP backend behind the five-method port, on the scripted QMP server: reads have
-no side effects (the balloon's polling interval is set when connecting), the hugepage
-path comes from the configuration, and an orphan is deleted through begin/poll."""
+"""The QMP backend behind the six-method port, on the scripted QMP server: connecting
+and reading have no side effects (the balloon's polling interval is set through the
+port, by the executor), the hugepage path comes from the configuration, and an orphan
+is deleted through begin/poll."""
 
 from __future__ import annotations
 
@@ -48,20 +49,35 @@ def server(tmp_path: Path, qemu: RecordingQemu) -> Iterator[FakeQmpServer]:
         yield srv
 
 
-def test_polling_is_set_when_connecting_and_reading_usage_changes_nothing(
+def test_connecting_and_reading_change_nothing_and_the_port_sets_the_polling(
     server: FakeQmpServer, qemu: RecordingQemu
 ) -> None:
-    backend = QmpBackend.connect(str(server.path), stats_interval=3)
+    qemu.stats_interval = 7  # the guest's own
+    backend = QmpBackend.connect(str(server.path))
     try:
-        assert qemu.stats_interval == 3
-        qemu.stats_interval = 7  # changed by someone else since
-        before = len(qemu.calls)
+        backend.observe()
         usage = backend.guest_usage()
         assert usage is not None and usage.total == 512 * MiB
-        assert [c for c, _ in qemu.calls[before:]] == ["qom-get"]
         assert qemu.stats_interval == 7
+        assert "qom-set" not in [c for c, _ in qemu.calls]
+        # Setting it is the executor's, through the port: it says what the guest had.
+        assert backend.set_stats_interval(3) == 7 and qemu.stats_interval == 3
+        before = len(qemu.calls)
+        assert backend.set_stats_interval(3) == 3
+        assert [c for c, _ in qemu.calls[before:]] == ["qom-get"]  # already so: nothing set
     finally:
         backend.close()
+
+
+def test_without_a_balloon_there_is_no_polling_to_set(tmp_path: Path) -> None:
+    qemu = RecordingQemu(balloon=False)
+    with FakeQmpServer(tmp_path / "qmp.sock", qemu) as server:
+        backend = QmpBackend.connect(str(server.path))
+        try:
+            assert backend.set_stats_interval(3) is None
+        finally:
+            backend.close()
+    assert "qom-set" not in [c for c, _ in qemu.calls]
 
 
 def test_an_orphan_is_deleted_through_begin_and_poll(

@@ -276,3 +276,75 @@ def test_a_peer_not_allowed_is_not_drained(grouped: Service) -> None:
     assert r.returncode == 0, r.stderr
     seconds, status = r.stdout.split()
     assert status == "403" and float(seconds) < 2, r.stdout
+
+
+# -- Expect and repeated Content-Encoding (the adversarial pass, A11 and A12) ---------------
+
+
+@pytest.mark.parametrize(
+    ("method", "path"), [("GET", "/v1/node"), ("POST", "/v1/shim"), ("GET", "/no/such/path")]
+)
+def test_an_expectation_the_service_cannot_meet_is_417_with_a_document(
+    service: Service, method: str, path: str
+) -> None:
+    # Before: aiohttp's own "417 Expectation Failed", text/plain, no log line, not counted.
+    log = Log(service)
+    before = _samples(service).get('kata_mem_request_seconds_count{endpoint="other"}', 0.0)
+    raw = f"{method} {path} HTTP/1.1\r\nHost: x\r\nExpect: bogus\r\nContent-Length: 2\r\n\r\n{{}}"
+    status, headers, reply = _exchange(service, raw.encode())
+    assert status == 417 and headers["content-type"].startswith("application/json"), reply
+    doc = json.loads(reply)
+    jsonschema.validate(doc, ERROR_SCHEMA)
+    assert "Expect 'bogus': not an expectation kata-mem serve meets" in doc["error"]["message"]
+    _one_refusal(log, 417)
+    if path == "/no/such/path":
+        after = _samples(service)['kata_mem_request_seconds_count{endpoint="other"}']
+        assert after == before + 1
+
+
+FIRST_LINE = """
+import socket, sys
+sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+sock.settimeout(10)
+sock.connect(sys.argv[1])
+sock.sendall(b"POST /v1/shim HTTP/1.1\\r\\nHost: x\\r\\nExpect: 100-continue\\r\\n"
+             b"Content-Length: 2\\r\\n\\r\\n")
+print(sock.recv(65536).split(b"\\r\\n", 1)[0].decode())
+"""
+
+
+def test_a_peer_not_allowed_is_not_invited_to_send_its_body(grouped: Service) -> None:
+    # Before: "HTTP/1.1 100 Continue" (send the body), then the 403.
+    r = subprocess.run(
+        [*NOBODY, sys.executable, "-c", FIRST_LINE, str(grouped.socket)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (r.returncode, r.stdout) == (0, "HTTP/1.1 403 Forbidden\n"), r.stderr
+
+
+def test_an_allowed_peer_is_invited_then_answered(service: Service) -> None:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(10)
+        sock.connect(str(service.socket))
+        sock.sendall(
+            b"POST /v1/shim HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+            + f"Content-Length: {len(REQUEST)}\r\n\r\n".encode()
+        )
+        assert sock.recv(65536) == b"HTTP/1.1 100 Continue\r\n\r\n"
+        sock.sendall(REQUEST)
+        assert read_response(sock).startswith(b"HTTP/1.1 200 OK")
+
+
+def test_every_content_encoding_header_counts(service: Service) -> None:
+    # Before: 200 (only the first header was looked at).
+    log = Log(service)
+    raw = _post(REQUEST, "Content-Encoding: identity", "Content-Encoding: gzip")
+    status, _, reply = _exchange(service, raw)
+    assert status == 415, reply
+    assert (
+        "Content-Encoding 'identity, gzip': not accepted" in json.loads(reply)["error"]["message"]
+    )
+    _one_refusal(log, 415)

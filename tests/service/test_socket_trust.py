@@ -154,6 +154,24 @@ def test_a_lock_that_does_not_prove_the_dead_socket_is_not_trusted(
     assert stat.S_ISSOCK(os.lstat(sock).st_mode)
 
 
+@pytest.mark.parametrize("content", ["another program's data", "a lock naming another socket"])
+def test_a_lock_without_its_socket_is_neither_adopted_nor_removed(
+    tmp_path: Path, content: str
+) -> None:
+    # Before: serve took over PATH.lock (root's, 0600) when no socket was there, rewrote it,
+    # and deleted it at its stop: `--socket /run/xtables` would delete /run/xtables.lock.
+    lock = tmp_path / "kata-mem.sock.lock"
+    if content.startswith("another"):
+        lock.write_text("precious data of another program\n")
+    else:
+        lock.write_text(_lock_naming(_dead_socket(tmp_path / "other.sock")))
+    lock.chmod(0o600)
+    kept = lock.read_bytes()
+    err = _refused(tmp_path, tmp_path / "kata-mem.sock")
+    assert f"{lock} is there without a socket beside it" in err, err
+    assert lock.read_bytes() == kept
+
+
 def test_a_crashed_serve_leaves_a_lock_that_proves_its_socket(tmp_path: Path) -> None:
     first = start(tmp_path)
     first.proc.kill()

@@ -167,6 +167,7 @@ def build_vm(spec: dict[str, Any]) -> VmState:
             pending_unplug=d.get("pending", False),
             memdev=d.get("memdev", ""),
             ours=d.get("ours", False),
+            addr=None if d.get("addr_mib") is None else d["addr_mib"] * MiB,
         )
         for d in spec.get("devices", [])
     )

@@ -49,6 +49,48 @@ class FakeQemu:
     def dimms(self) -> list[dict[str, Any]]:
         return [d for d in self.devices.values() if d["type"] == "dimm"]
 
+    def add_virtio_mem(self, did: str, size: int, max_size: int, block: int = 2 * MiB) -> None:
+        """A virtio-mem device with ``size`` plugged (booted with it, as ``-device
+        virtio-mem-pci,id=DID,requested-size=SIZE``)."""
+        self.objects[f"{did}mem"] = max_size
+        self.devices[did] = {
+            "type": "virtio-mem",
+            "data": {
+                "id": did,
+                "size": size,
+                "requested-size": size,
+                "max-size": max_size,
+                "block-size": block,
+                "memdev": f"/objects/{did}mem",
+                "memaddr": 4096 * MiB
+                + sum(
+                    d["data"]["max-size"]
+                    for d in self.devices.values()
+                    if d["type"] == "virtio-mem"
+                ),
+                "node": 0,
+            },
+        }
+
+    def _resize(
+        self, path: str, size: int
+    ) -> tuple[Optional[dict[str, Any]], list[dict[str, Any]]]:
+        """``qom-set /machine/peripheral/ID requested-size``, refused as QEMU refuses it
+        (hw/virtio/virtio-mem.c ``virtio_mem_set_requested_size``); a guest that confirms
+        plugs or unplugs at once."""
+        dev = self.devices.get(path.removeprefix("/machine/peripheral/"))
+        if dev is None or dev["type"] != "virtio-mem":
+            return {"error": {"class": "DeviceNotFound", "desc": f"Device '{path}' not found"}}, []
+        data = dev["data"]
+        if size % data["block-size"]:
+            return _generic("'requested-size' property has to be multiples of 'block-size'"), []
+        if size > data["max-size"]:
+            return _generic("'requested-size' cannot exceed the memory backend size"), []
+        data["requested-size"] = size
+        if self.guest_confirms:
+            data["size"] = size
+        return {"return": {}}, []
+
     def handle(
         self, cmd: str, args: dict[str, Any]
     ) -> tuple[Optional[dict[str, Any]], list[dict[str, Any]]]:
@@ -91,6 +133,8 @@ class FakeQemu:
         ):
             self.stats_interval = int(args["value"])
             return {"return": {}}, []
+        if cmd == "qom-set" and args.get("property") == "requested-size":
+            return self._resize(str(args.get("path", "")), int(args["value"]))
         if cmd == "qom-list":
             if args.get("path") == "/machine/peripheral" and self.balloon:
                 return {"return": [{"name": "balloon0", "type": "child<virtio-balloon-pci>"}]}, []
@@ -198,13 +242,21 @@ def _event(name: str, data: dict[str, Any]) -> dict[str, Any]:
 
 
 class FakeQmpServer:
-    """Serves :class:`FakeQemu` on a unix socket, one client at a time, in a thread."""
+    """Serves :class:`FakeQemu` on a unix socket, one client at a time, in a thread.
 
-    def __init__(self, path: Path, qemu: FakeQemu) -> None:
+    ``bound`` is a socket already bound to ``path`` (inherited from another process, say)
+    to serve instead of binding a new one: this process's ``listen`` makes it the
+    listener that ``SO_PEERCRED`` names. ``sessions`` counts the connections accepted.
+    """
+
+    def __init__(self, path: Path, qemu: FakeQemu, bound: Optional[socket.socket] = None) -> None:
         self.path = path
         self.qemu = qemu
-        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._sock.bind(str(path))
+        self.sessions = 0
+        if bound is None:
+            bound = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            bound.bind(str(path))
+        self._sock = bound
         self._sock.listen(4)
         self._sock.settimeout(0.2)
         self._stop = threading.Event()
@@ -229,6 +281,7 @@ class FakeQmpServer:
                 conn, _ = self._sock.accept()
             except socket.timeout:
                 continue
+            self.sessions += 1
             with conn:
                 try:
                     self._session(conn)

@@ -124,6 +124,17 @@ def test_settings_table(tmp_path: Path) -> None:
             r"\[kata_mem\] headroom_percent: expected an integer from 0 to 100, got 150",
         ),
         ({}, {"dimm_block_mib": 100}, r"dimm_block_mib: expected a power of two"),
+        # Beyond what QEMU and libvirt take (QEMU: "timer value is too big", at apply time).
+        (
+            {},
+            {"stats_interval_s": 4294967296},
+            r"stats_interval_s: expected an integer from 1 to 2147483647 \(seconds; libvirt's",
+        ),
+        (
+            {},
+            {"stats_interval_s": 10},
+            r"stats_interval_s: 10 is not below \[kata_mem\] usage_max_age_s \(5.0\)",
+        ),
         ({}, {"bogus": 1}, r"\[kata_mem\] bogus: unknown kata-mem setting"),
     ],
 )

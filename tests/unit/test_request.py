@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 
 from kata_mem.core.errors import InputError
 from kata_mem.core.model import Container, HostFacts, Origin, SandboxSizing, Workload
-from kata_mem.core.request import Endpoint, SandboxRequest
+from kata_mem.core.request import Endpoint, SandboxRequest, VmmIdentity
 from kata_mem.core.units import GiB, MiB
 from kata_mem.edges.config import load_config
 from kata_mem.orchestration.handle import saved_request
@@ -94,6 +94,9 @@ def test_the_saved_request_is_written_as_before(tmp_path: Path) -> None:
     assert "host" not in doc and "annotations" not in doc
 
 
+_VMM = {"device": 1, "inode": 2, "owner_uid": 0, "peer_uid": 0, "peer_pid": 3}
+
+
 @pytest.mark.parametrize(
     ("doc", "message"),
     [
@@ -112,6 +115,33 @@ def test_the_saved_request_is_written_as_before(tmp_path: Path) -> None:
             {"backend": {"type": "qmp", "socket": "", "x": 1}},
             "request backend: unknown field 'x'; expected only socket, type",
         ),
+        (
+            {"backend": {"type": "qmp", "socket": "/s", "vmm": {"device": 1, "owner_uid": 0}}},
+            "request backend.vmm.inode: expected an integer, got null",
+        ),
+        (
+            {"backend": {"type": "qmp", "socket": "/s", "vmm": {**_VMM, "owner_uid": -1}}},
+            "request backend.vmm.owner_uid: expected an integer from 0, got -1",
+        ),
+        (
+            {"backend": {"type": "qmp", "socket": "/s", "vmm": {**_VMM, "peer_pid": 0}}},
+            "request backend.vmm.peer_pid: expected an integer from 1, got 0",
+        ),
+        # A shim runs in a directory of its own, and reconcile re-runs a saved request from
+        # another: a relative path there names something else, or nothing.
+        (
+            {"backend": {"type": "qmp", "socket": "qmp.sock"}},
+            'request backend.socket: expected an absolute path (a QMP unix socket), got "qmp.sock"',
+        ),
+        (
+            {"config": "configuration.toml"},
+            "request config: expected an absolute path (a Kata configuration file), got "
+            '"configuration.toml"',
+        ),
+        (
+            {"host": {"cgroup": "."}},
+            'request host.cgroup: expected an absolute path (a cgroup directory), got "."',
+        ),
     ],
 )
 def test_errors_name_the_field_once(doc: dict[str, Any], message: str) -> None:
@@ -119,3 +149,22 @@ def test_errors_name_the_field_once(doc: dict[str, Any], message: str) -> None:
     with pytest.raises(InputError) as caught:
         SandboxRequest.from_json(json.dumps({**base, **doc}).encode())
     assert caught.value.message.startswith(message), caught.value.message
+
+
+def test_a_vmm_is_another_when_its_socket_file_or_its_listener_differs() -> None:
+    vmm = VmmIdentity(device=1, inode=2, owner_uid=0, peer_uid=0, peer_pid=100)
+    assert vmm.other_socket(1, 2, 0) is None
+    assert vmm.other_socket(1, 3, 0) == (
+        "another socket than the one kata-mem applied through (inode 3, owner uid 0; it was "
+        "inode 2, owner uid 0)"
+    )
+    assert vmm.other_socket(9, 2, 0) is not None  # the same inode number on another filesystem
+    assert vmm.other_socket(1, 2, 65534) is not None
+    assert vmm.other_peer(0, 100) is None
+    assert vmm.other_peer(0, None) is None  # a pid the kernel cannot tell is not compared
+    assert replace(vmm, peer_pid=None).other_peer(0, 7) is None
+    assert vmm.other_peer(0, 101) is not None
+    assert vmm.other_peer(65534, 100) == (
+        "another process listens on it than the one kata-mem applied through (uid 65534, pid "
+        "100; it was uid 0, pid 100)"
+    )
