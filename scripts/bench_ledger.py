@@ -14,10 +14,10 @@ every size alike:
    interval, the CPU it spends while idle.
 
 Every VM is a scripted QMP server on a real unix socket (:class:`FakeQemu` of
-``tests/support/fake_qmp.py`` behind an asyncio server): all of them (2,101) in one
-process of their own, the farm, which answers what an apply asks (the greeting,
-``qmp_capabilities``, the queries, ``object-add``/``device_add`` with the guest's
-``ACPI_DEVICE_OST``). Between rounds the probe sandbox is forgotten (a ``delete``
+``tests/support/fake_qmp.py`` behind an asyncio server): all of them (1,101 for the
+default sizes) in one process of their own, the farm, which answers what an apply asks
+(the greeting, ``qmp_capabilities``, the queries, ``object-add``/``device_add`` with the
+guest's ``ACPI_DEVICE_OST``). Between rounds the probe sandbox is forgotten (a ``delete``
 request), its VM emptied by the farm's own ``x-bench-reset`` (a command kata-mem never
 sends) and set up again, untimed.
 
