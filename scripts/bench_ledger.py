@@ -304,6 +304,12 @@ class Size:
         no CPU from the others' measurements."""
         assert self.service is not None
         self.service.send_signal(signal.SIGCONT)
+        # A new connection: the kept-alive one may have outlived the service's keep-alive
+        # timeout while it was stopped, and be closed as the next request is sent.
+        if self.conn is not None:
+            self.conn.close()
+        self.conn = Unix(self.sock)
+        http_call(self.conn, "GET", "/healthz")  # connected, untimed
         try:
             yield
         finally:
