@@ -390,7 +390,7 @@ class NodeLedger:
         self.limit = limit
         self.notes: list[Note] = []
         entries, problem = read_ledger(root)
-        if entries is not None and limit is not None and any(s > limit for s in entries.values()):
+        if entries is not None and limit is not None and max(entries.values(), default=0) > limit:
             entries, problem = None, "it counts a sandbox above the host's memory"
         if entries is None and (create or problem != "missing"):
             entries = self._rebuilt(problem)
@@ -411,20 +411,22 @@ class NodeLedger:
 
     def others(self, but: str) -> int:
         """Bytes held or being grown to by every sandbox but ``but``."""
-        return sum(size for name, size in (self._entries or {}).items() if name != but)
+        entries = self._entries or {}
+        return sum(entries.values()) - entries.get(but, 0)
 
     def record(self, sandbox: str, commitment: Optional[int]) -> None:
         """``sandbox`` now holds ``commitment`` (``None``: it is gone); written when it changed."""
         if self._entries is None:
             return  # no ledger, and none needed yet
+        if self._entries.get(sandbox) == commitment:
+            return  # unchanged (or, for None, not there)
         entries = dict(self._entries)
         if commitment is None:
-            entries.pop(sandbox, None)
+            del entries[sandbox]
         else:
             entries[sandbox] = commitment
-        if entries != self._entries:
-            write_ledger(self.root, entries)
-            self._entries = entries
+        write_ledger(self.root, entries)
+        self._entries = entries
 
 
 def journal_commitments(root: Path, limit: Optional[int]) -> dict[str, int]:

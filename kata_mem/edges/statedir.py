@@ -119,7 +119,7 @@ def marker(
     try:
         fd = os.open(name, READ, dir_fd=dir_fd)
     except FileNotFoundError:
-        return "missing"  # removed since the directory was listed
+        return "missing"
     except OSError:
         return "bad"  # a symlink, or unreadable
     try:
@@ -229,6 +229,12 @@ def _root_state(root: Path, fd: int) -> Optional[DirState]:
     info = os.fstat(fd)
     if others_could_write(info):
         raise refusal(root, root, info)
+    # The marker appears by an atomic link and is never removed: once there, it is whole.
+    # It is looked up first, so that the directory (a thousand sandboxes on a busy node)
+    # is listed only when it has none, to tell an empty directory from someone else's.
+    mark = marker(fd, root, STATE_MARKER, STATE_DIR_SCHEMA, root)
+    if mark == "ok":
+        return "ours"
     try:
         names = os.listdir(fd)
     except OSError as exc:
@@ -236,12 +242,8 @@ def _root_state(root: Path, fd: int) -> Optional[DirState]:
             f"state_dir {root}: cannot read it ({exc.strerror or exc}); nothing was changed"
         ) from exc
     if STATE_MARKER in names:
-        # The marker appears by an atomic link and is never removed: once listed, it is whole.
-        mark = marker(fd, root, STATE_MARKER, STATE_DIR_SCHEMA, root)
-        if mark == "ok":
-            return "ours"
         if mark == "missing":
-            return None  # removed while we looked (by hand): look again
+            return None  # made while we looked: look again
     elif not [n for n in names if not (TEMP.fullmatch(n) or n in SERVICE_ENTRIES)]:
         return "empty"
     raise ConfigError(

@@ -900,7 +900,12 @@ class Service:
             resp.force_close()  # the body is not read
             return resp
         try:
-            body = await asyncio.wait_for(self._body(request), self.idle_timeout)
+            if request.content.is_eof() and not request.get("continue"):
+                # The whole body came with the headers (a shim's small request): nothing to
+                # wait for, and wait_for's task and timer were a sixth of a plan-only answer.
+                body = await self._body(request)
+            else:
+                body = await asyncio.wait_for(self._body(request), self.idle_timeout)
         except asyncio.TimeoutError:
             resp = self.refuse(
                 InputError(

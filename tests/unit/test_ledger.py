@@ -57,7 +57,17 @@ def test_admission_reads_the_ledger_not_every_journal(
 
 @pytest.mark.parametrize(
     "damage",
-    ["missing", "not json", "wrong schema", "negative", "above the host", "group-writable"],
+    [
+        "missing",
+        "not json",
+        "wrong schema",
+        "negative",
+        "above the host",
+        "a bool",
+        "a float",
+        "not a sandbox id",
+        "group-writable",
+    ],
 )
 def test_a_ledger_that_cannot_be_used_is_rebuilt_from_the_journals(
     tmp_path: Path, damage: str
@@ -78,6 +88,14 @@ def test_a_ledger_that_cannot_be_used_is_rebuilt_from_the_journals(
         path.write_text(json.dumps({**good, "commitments": {"sb0": -1}}))
     elif damage == "above the host":
         path.write_text(json.dumps({**good, "commitments": {"sb0": HOST.memory + 1}}))
+    elif damage in ("a bool", "a float", "not a sandbox id"):
+        # Each one entry among good ones: every entry is checked, not only the first.
+        entries = dict(good["commitments"])
+        if damage == "not a sandbox id":
+            entries["../sb0"] = entries.pop("sb0")
+        else:
+            entries["sb0"] = True if damage == "a bool" else float(entries["sb0"])
+        path.write_text(json.dumps({**good, "commitments": entries}))
     else:
         os.chmod(path, 0o660)
     with node_admission(state, HOST.memory) as ledger:
