@@ -28,6 +28,8 @@ from kata_mem.core.request import (
     Endpoint,
     HostOverrides,
     SandboxRequest,
+    SandboxResize,
+    SandboxResources,
     VmmIdentity,
 )
 from kata_mem.core.units import INT64_MAX, MiB
@@ -150,11 +152,18 @@ def sandbox_requests(draw: st.DrawFn) -> SandboxRequest:
         arch=arch,
         hugepages=draw(st.none() | pool),
     )
+    workload = Workload(containers, sizing)
+    resize = None
+    if event == "update-sandbox" or (event == "reconcile" and draw(st.booleans())):
+        resources = st.builds(SandboxResources, _int64, _int64, _uint63)
+        resize = SandboxResize(draw(resources), draw(resources))
+        workload = resize.workload()
     return SandboxRequest(
         sandbox=draw(st.from_regex(SANDBOX_ID, fullmatch=True)),
         event=event,
         config=draw(st.none() | request_path),
-        workload=Workload(containers, sizing),
+        workload=workload,
+        resize=resize,
         endpoint=endpoint,
         # A request that applies names its VM; a delete event is the delete mode.
         mode="delete"

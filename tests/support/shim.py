@@ -81,7 +81,7 @@ BAD_REQUESTS: list[tuple[bytes, int, str]] = [
     (
         json.dumps(request(event="resize")).encode(),
         4,
-        "request event: expected create | update | delete | reconcile",
+        "request event: expected create | update | update-sandbox | delete | reconcile",
     ),
     (
         json.dumps(request(containers=[{"id": "c", "memory_limit_bytes": "1Gi"}])).encode(),
