@@ -10,6 +10,7 @@ rejects the resize, a failed write sends the old resources again)."""
 
 from __future__ import annotations
 
+from fractions import Fraction
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -162,7 +163,7 @@ def test_the_request_carries_the_new_resources_and_the_overhead() -> None:
     request = SandboxRequest.from_json(doc)
     assert request.resize is not None and request.resize.pod_limit == 1024 * MiB
     sizing = request.workload.sizing
-    assert sizing is not None and (sizing.memory, sizing.cpu) == (768 * MiB, 1.5)
+    assert sizing is not None and (sizing.memory, sizing.cpu) == (768 * MiB, Fraction(3, 2))
     assert request.workload.overhead == 256 * MiB
     assert SandboxRequest.from_json(request.to_json()) == request
     # No limit (memory_limit_in_bytes 0, as the kubelet sends a pod without one): none.
