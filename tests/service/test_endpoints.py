@@ -17,7 +17,13 @@ from tests.support.configs import small_vm_config
 from tests.support.fake_qmp import FakeQemu, FakeQmpServer
 from tests.support.paths import REPO
 from tests.support.service import Service, curl_answer, read_response
-from tests.support.shim import BAD_REQUESTS, ERROR_SCHEMA, RESPONSE_SCHEMA, request
+from tests.support.shim import (
+    BAD_REQUESTS,
+    ERROR_SCHEMA,
+    RESPONSE_SCHEMA,
+    request,
+    sandbox_update,
+)
 
 MiB = 1 << 20
 
@@ -32,6 +38,13 @@ CORPUS: list[bytes] = [
         )
     ).encode(),
     *(raw for raw, _, _ in BAD_REQUESTS),
+    # CRI UpdatePodSandboxResources: plan only, and a VM that is gone (both with cri).
+    json.dumps(sandbox_update(1024)).encode(),
+    json.dumps(
+        sandbox_update(
+            1024, apply=True, backend={"type": "qmp", "socket": "/nonexistent/kata-mem/qmp.sock"}
+        )
+    ).encode(),
 ]
 EXPECTED_STATUS = {0: 200, 3: 400, 4: 400, 6: 503, 7: 503, 8: 503}
 
