@@ -205,6 +205,29 @@ _valid_containers = st.fixed_dictionaries(
         "cpu_period": st.one_of(st.none(), _uint63),
     },
 )
+_resources = st.fixed_dictionaries(
+    {},
+    optional={
+        "memory_limit_bytes": st.one_of(st.none(), _int64),
+        "cpu_quota": st.one_of(st.none(), _int64),
+        "cpu_period": st.one_of(st.none(), _uint63),
+    },
+)
+#: ``update-sandbox`` request documents (CRI UpdatePodSandboxResources) that the shipped
+#: schema and the reader accept.
+valid_sandbox_updates = st.fixed_dictionaries(
+    {
+        "schema": st.just("kata-mem/shim-request/v1"),
+        "sandbox_id": st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,8}", fullmatch=True),
+        "event": st.sampled_from(["update-sandbox", "reconcile"]),
+        "sandbox_resources": _resources,
+    },
+    optional={
+        "overhead": st.one_of(st.none(), _resources),
+        "containers": st.just([]),
+        "allow_shrink": st.booleans(),
+    },
+)
 #: Shim request documents (JSON values) that the shipped schema and the reader accept.
 valid_requests = st.fixed_dictionaries(
     {
@@ -237,7 +260,9 @@ valid_requests = st.fixed_dictionaries(
             ),
         ),
     },
-).map(lambda d: {**d, "apply": d.get("backend") is not None and d["event"] != "delete"})
+).map(lambda d: {**d, "apply": d.get("backend") is not None and d["event"] != "delete"}) | (
+    valid_sandbox_updates
+)
 
 
 def examples(times: float) -> int:

@@ -14,6 +14,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+import jsonschema
 import pytest
 
 from kata_mem.backends.fake import FakeBackend, FakeGuest, VirtualTime
@@ -28,6 +29,7 @@ from kata_mem.orchestration.executor import Options, run_locked
 from kata_mem.orchestration.guards import HostSide
 from kata_mem.orchestration.reconcile import _grow_unblocked
 from tests.support.configs import HOST
+from tests.support.shim import REQUEST_SCHEMA
 
 POD = CgroupLevel("/sys/fs/cgroup/kubepods/pod1", 1024 * MiB, 700 * MiB)
 
@@ -191,6 +193,45 @@ def test_bad_resources_are_refused_naming_the_field(fields: dict[str, Any], need
     doc = {"schema": "kata-mem/shim-request/v1", "sandbox_id": "sb", "event": "update", **fields}
     with pytest.raises(InputError, match=needle):
         SandboxRequest.from_json(doc)
+
+
+_REQUEST_SCHEMA = jsonschema.Draft202012Validator(REQUEST_SCHEMA)
+_BASE = {"schema": "kata-mem/shim-request/v1", "sandbox_id": "sb"}
+_RESOURCES = {"memory_limit_bytes": GiB}
+
+
+@pytest.mark.parametrize(
+    ("fields", "accepted"),
+    [
+        ({"event": "update-sandbox", "sandbox_resources": _RESOURCES}, True),
+        ({"event": "reconcile", "sandbox_resources": _RESOURCES, "overhead": None}, True),
+        ({"event": "update-sandbox", "sandbox_resources": {}, "containers": []}, True),
+        ({"event": "update-sandbox", "sandbox_resources": {}, "annotations": {}}, True),
+        ({"event": "update-sandbox"}, False),
+        ({"event": "update-sandbox", "sandbox_resources": None}, False),
+        ({"event": "update", "sandbox_resources": _RESOURCES}, False),
+        ({"event": "update", "overhead": _RESOURCES}, False),
+        (
+            {"event": "update-sandbox", "sandbox_resources": {}, "containers": [{"id": "c"}]},
+            False,
+        ),
+        (
+            {"event": "update-sandbox", "sandbox_resources": {}, "annotations": {"x": "1"}},
+            False,
+        ),
+        ({"event": "update-sandbox", "sandbox_resources": {"cpu_period": -1}}, False),
+    ],
+)
+def test_the_reader_and_the_schema_agree_on_sandbox_resources(
+    fields: dict[str, Any], accepted: bool
+) -> None:
+    doc = {**_BASE, **fields}
+    assert _REQUEST_SCHEMA.is_valid(doc) == accepted
+    if accepted:
+        SandboxRequest.from_json(doc)
+    else:
+        with pytest.raises(InputError):
+            SandboxRequest.from_json(doc)
 
 
 # --- the executor, on the fake backend, with a real cgroup directory -----------------
