@@ -4,6 +4,7 @@ and mutated inputs; and the example counts of tests that are not like most."""
 from __future__ import annotations
 
 from fractions import Fraction
+from typing import Any
 
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -215,7 +216,7 @@ _resources = st.fixed_dictionaries(
 )
 #: ``update-sandbox`` request documents (CRI UpdatePodSandboxResources) that the shipped
 #: schema and the reader accept.
-valid_sandbox_updates = st.fixed_dictionaries(
+valid_sandbox_updates: st.SearchStrategy[dict[str, Any]] = st.fixed_dictionaries(
     {
         "schema": st.just("kata-mem/shim-request/v1"),
         "sandbox_id": st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,8}", fullmatch=True),
