@@ -342,3 +342,36 @@ def test_a_grow_stops_at_the_limit_in_force_and_is_pending_until_it_is_raised(
     got, record = resize(tmp_path, cfg, backend, cgroup, 1536)
     assert (got.status, got.observed) == ("Resized", 1536 * MiB), got.message
     assert record.pending_grow is None
+
+
+def test_kata_sizing_is_taken_down_to_what_the_new_limit_allows(
+    tmp_path: Path, make_config: Callable[..., SizingConfig]
+) -> None:
+    """Kata's own sizing asks for default_memory + the resources (512 + 768 MiB), more than a
+    1024 MiB pod cgroup holds with QEMU: the new limit caps the VM, and the shrink to that
+    cap is what the answer is about."""
+    kata = make_config(
+        default_memory=512,
+        default_maxmemory=8192,
+        enable_virtio_mem=True,
+        kata_mem={"vmm_overhead_mib": 128},
+    )
+    backend = FakeBackend(vm_virtio(1536), FakeGuest(used=300 * MiB))
+    got, _ = resize(tmp_path, kata, backend, pod_cgroup(tmp_path, 2304, 700), 768)
+    # (1024 - 32 - 128) * 1024 / 1032 MiB, in whole 2 MiB blocks.
+    assert (got.status, got.observed) == ("Resized", 856 * MiB), got.message
+    assert cri_answer(got).code == "OK"
+
+
+def test_a_revert_of_a_grow_gives_back_what_it_took_and_leaves_nothing_pending(
+    tmp_path: Path, cfg: SizingConfig
+) -> None:
+    """The kubelet's cgroup write failed after a grow was answered: it sends the old
+    resources again, and the VM goes back with nothing left to grow later."""
+    backend = FakeBackend(vm_virtio(256), FakeGuest(used=300 * MiB))
+    cgroup = pod_cgroup(tmp_path, 1024, 700)
+    got, record = resize(tmp_path, cfg, backend, cgroup, 1536)
+    assert got.observed == 856 * MiB and record.pending_grow is not None
+    got, record = resize(tmp_path, cfg, backend, cgroup, 768)  # the old resources
+    assert (got.status, got.observed, cri_answer(got).code) == ("Resized", 768 * MiB, "OK")
+    assert record.pending_grow is None and record.deferred is None
