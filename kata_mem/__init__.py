@@ -27,7 +27,10 @@ _EXPORTS = {
     "quantity_bytes": "kata_mem.core.quantity:quantity_bytes",
     **{
         name: "kata_mem.core.request:" + name
-        for name in ("CallOptions", "Endpoint", "HostOverrides", "SandboxRequest")
+        for name in (
+            "CallOptions", "Endpoint", "HostOverrides", "SandboxRequest", "SandboxResize",
+            "SandboxResources",
+        )
     },
     **{
         name: "kata_mem.core.results:" + name
@@ -76,6 +79,8 @@ __all__ = [
     "QuantityError",
     "Response",
     "SandboxRequest",
+    "SandboxResize",
+    "SandboxResources",
     "SandboxSizing",
     "Settings",
     "SizingConfig",
@@ -136,7 +141,14 @@ if TYPE_CHECKING:
     )
     from kata_mem.core.planner import plan
     from kata_mem.core.quantity import parse_quantity, quantity_bytes
-    from kata_mem.core.request import CallOptions, Endpoint, HostOverrides, SandboxRequest
+    from kata_mem.core.request import (
+        CallOptions,
+        Endpoint,
+        HostOverrides,
+        SandboxRequest,
+        SandboxResize,
+        SandboxResources,
+    )
     from kata_mem.core.results import Applied, Forgotten, Planned, Response
     from kata_mem.edges.config import find_config, load_config
     from kata_mem.edges.host import probe_host

@@ -4,6 +4,7 @@ and mutated inputs; and the example counts of tests that are not like most."""
 from __future__ import annotations
 
 from fractions import Fraction
+from typing import Any
 
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -29,6 +30,8 @@ from kata_mem.core.request import (
     Endpoint,
     HostOverrides,
     SandboxRequest,
+    SandboxResize,
+    SandboxResources,
     VmmIdentity,
 )
 from kata_mem.core.units import INT64_MAX, MiB
@@ -178,17 +181,24 @@ def sandbox_requests(draw: st.DrawFn) -> SandboxRequest:
             )
         ).items()
     )
+    workload = Workload(
+        containers,
+        sizing,
+        pod=pod,
+        hypervisor=hypervisor,
+        hypervisor_origin="request annotations" if hypervisor else "",
+    )
+    resize = None
+    if event == "update-sandbox" or (event == "reconcile" and draw(st.booleans())):
+        resources = st.builds(SandboxResources, _int64, _int64, _uint63)
+        resize = SandboxResize(draw(resources), draw(resources))
+        workload = resize.workload()
     return SandboxRequest(
         sandbox=draw(st.from_regex(SANDBOX_ID, fullmatch=True)),
         event=event,
         config=draw(st.none() | request_path),
-        workload=Workload(
-            containers,
-            sizing,
-            pod=pod,
-            hypervisor=hypervisor,
-            hypervisor_origin="request annotations" if hypervisor else "",
-        ),
+        workload=workload,
+        resize=resize,
         endpoint=endpoint,
         # A request that applies names its VM; a delete event is the delete mode.
         mode="delete"
@@ -230,6 +240,29 @@ _valid_containers = st.fixed_dictionaries(
         "cpu_period": st.one_of(st.none(), _uint63),
     },
 )
+_resources = st.fixed_dictionaries(
+    {},
+    optional={
+        "memory_limit_bytes": st.one_of(st.none(), _int64),
+        "cpu_quota": st.one_of(st.none(), _int64),
+        "cpu_period": st.one_of(st.none(), _uint63),
+    },
+)
+#: ``update-sandbox`` request documents (CRI UpdatePodSandboxResources) that the shipped
+#: schema and the reader accept.
+valid_sandbox_updates: st.SearchStrategy[dict[str, Any]] = st.fixed_dictionaries(
+    {
+        "schema": st.just("kata-mem/shim-request/v1"),
+        "sandbox_id": st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,8}", fullmatch=True),
+        "event": st.sampled_from(["update-sandbox", "reconcile"]),
+        "sandbox_resources": _resources,
+    },
+    optional={
+        "overhead": st.one_of(st.none(), _resources),
+        "containers": st.just([]),
+        "allow_shrink": st.booleans(),
+    },
+)
 #: Shim request documents (JSON values) that the shipped schema and the reader accept.
 valid_requests = st.fixed_dictionaries(
     {
@@ -262,7 +295,9 @@ valid_requests = st.fixed_dictionaries(
             ),
         ),
     },
-).map(lambda d: {**d, "apply": d.get("backend") is not None and d["event"] != "delete"})
+).map(lambda d: {**d, "apply": d.get("backend") is not None and d["event"] != "delete"}) | (
+    valid_sandbox_updates
+)
 
 
 def examples(times: float) -> int:

@@ -370,6 +370,10 @@ class Guards:
     cgroup: Optional[HostCgroup] = None
     cgroup_warning: str = ""
     node: Optional[NodeView] = None
+    #: The pod cgroup limit the kubelet is about to set (CRI ``UpdatePodSandboxResources``):
+    #: the VM is taken to what it allows, a shrink included (README, "Kubernetes in-place
+    #: resize"); the limit in force stays in ``cgroup`` and bounds a grow.
+    pod_limit: Optional[CgroupLevel] = None
 
 
 @dataclass(frozen=True)
@@ -659,6 +663,7 @@ Reason = Literal[
     "NoFreeSlots",
     "NoDeviceSpace",
     "ShrinkNotAllowed",
+    "ChargeAboveLimit",
 ]
 
 

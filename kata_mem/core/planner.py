@@ -523,17 +523,22 @@ def cgroup_room(
     VM has now (``usage - current``): the cgroup's actual charge, when it says more
     than the overhead model (a virtiofsd, other pods under a parent), wins.
     """
-    s = cfg.settings
     best: Optional[tuple[int, CgroupLevel]] = None
     for level in cgroup.levels:
-        usable = level.limit - s.host_cgroup_margin
-        by_model = (usable - s.vmm_overhead) * GiB // (GiB + s.vmm_overhead_per_gib)
-        other = max((level.usage or 0) - current, 0)
-        # Whole MiB (every block is): readable clamps, and no plan changes.
-        room = align_down(max(min(by_model, usable - other), 0), MiB)
+        room = level_room(cfg, level, current)
         if best is None or room < best[0]:
             best = (room, level)
     return best
+
+
+def level_room(cfg: SizingConfig, level: CgroupLevel, current: int) -> int:
+    """The largest guest total one limited cgroup level allows (:func:`cgroup_room`)."""
+    s = cfg.settings
+    usable = level.limit - s.host_cgroup_margin
+    by_model = (usable - s.vmm_overhead) * GiB // (GiB + s.vmm_overhead_per_gib)
+    other = max((level.usage or 0) - current, 0)
+    # Whole MiB (every block is): readable clamps, and no plan changes.
+    return align_down(max(min(by_model, usable - other), 0), MiB)
 
 
 def _plan_memory(
@@ -601,6 +606,16 @@ def _plan_memory(
             # A target within the room still rounds up to whole blocks: not past the room.
             if bound < upper:
                 upper, upper_what = bound, GUARD_NAMES[cause]
+    pod = guards.pod_limit
+    if pod is not None and mech != "static":
+        # The limit the kubelet is about to set bounds the VM whichever way it goes: a
+        # shrink to it runs through the safe shrink, never past the boot memory.
+        bound = max(level_room(cfg, pod, vm.total), base)
+        if target > bound:
+            clamp("host_cgroup", bound, _pod_limit_text(cfg, pod, target, bound, base))
+            target = bound
+        if bound < upper:
+            upper, upper_what = bound, "the new pod limit's room"
 
     # Round what is added up to whole blocks, unless that crosses the max. Blocks count
     # from what the plan cannot change in blocks (:func:`block_origin`).
@@ -752,6 +767,18 @@ def _guard_rooms(
 
         rooms.append(("node_budget", room, node_text))
     return rooms
+
+
+def _pod_limit_text(cfg: SizingConfig, pod: CgroupLevel, target: int, bound: int, base: int) -> str:
+    s = cfg.settings
+    floor = " (the boot memory: the VM goes no lower)" if bound == base else ""
+    return (
+        f"{fmt_bytes(target)} clamped to {fmt_bytes(bound)}{floor} by the new pod limit "
+        f"{fmt_bytes(pod.limit)} of {pod.path} (UpdatePodSandboxResources): guest + VMM "
+        f"overhead ({fmt_bytes(s.vmm_overhead)} + {fmt_bytes(s.vmm_overhead_per_gib)}/GiB, or "
+        f"what is charged beyond the guest, whichever is more) + margin "
+        f"{fmt_bytes(s.host_cgroup_margin)} must fit it"
+    )
 
 
 def _cause_text(cause: MemoryCause, requested: int, limit: int, cfg: SizingConfig) -> str:

@@ -144,6 +144,39 @@ class LastOutcome:
         return cls(status, reason, doc["message"], float(doc["at"]))
 
 
+@dataclass(frozen=True)
+class PendingGrow:
+    """A grow the host cgroup in force did not allow: the target it is to reach (bytes),
+    the VMM's cgroup directory and its effective limit when it was recorded (``None``:
+    none). On a pod resize the kubelet raises the pod cgroup only after the runtime has
+    answered (README, "Kubernetes in-place resize"): a later call completes the grow,
+    and the service's loop makes that call once the limit has changed."""
+
+    target: int
+    cgroup: str
+    limit: Optional[int]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "target_mib": to_mib_floor(self.target),
+            "cgroup": self.cgroup,
+            "limit_mib": None if self.limit is None else to_mib_floor(self.limit),
+        }
+
+    @classmethod
+    def from_json(cls, doc: Any) -> PendingGrow:
+        _check(
+            isinstance(doc, dict)
+            and _size_field(doc.get("target_mib"), _MIB_LIMIT)
+            and isinstance(doc.get("cgroup"), str)
+            and doc["cgroup"].startswith("/")
+            and _mib_field(doc.get("limit_mib")),
+            "pending_grow is not a pending grow (target_mib, cgroup, limit_mib)",
+        )
+        limit = doc.get("limit_mib")
+        return cls(doc["target_mib"] * MiB, doc["cgroup"], _bytes(limit))
+
+
 def _step_json(step: Step) -> dict[str, Any]:
     return {
         "action": step.action,
@@ -239,6 +272,8 @@ class Record:
     deferred: Optional[Deferral] = None
     last_outcome: Optional[LastOutcome] = None
     updated_at: float = 0.0
+    #: A grow the host cgroup in force held back, to complete once its limit is raised.
+    pending_grow: Optional[PendingGrow] = None
     #: Read from a journal of a kata-mem that did not record the devices it created (no
     #: ``owned``): none of the VM's devices can be proven kata-mem's. Not written back.
     legacy: bool = False
@@ -374,6 +409,10 @@ class Record:
             last_outcome=LastOutcome(status, reason, message, at),
         )
 
+    def grow_held(self, pending: Optional[PendingGrow]) -> Record:
+        """What the call left of a grow for a raised cgroup (``None``: nothing)."""
+        return replace(self, pending_grow=pending)
+
     def stamped(self, now: float) -> Record:
         return replace(self, updated_at=now)
 
@@ -395,6 +434,8 @@ class Record:
             "deferred": None if self.deferred is None else self.deferred.to_json(),
             "last_outcome": None if self.last_outcome is None else self.last_outcome.to_json(),
             "updated_at": self.updated_at,
+            # Written only when there is one: a journal without it reads as it did.
+            **({} if self.pending_grow is None else {"pending_grow": self.pending_grow.to_json()}),
         }
 
     @classmethod
@@ -436,6 +477,7 @@ class Record:
         last = None if last is None else LastOutcome.from_json(last)
         updated = doc.get("updated_at", 0.0)
         _check(_time_field(updated), "updated_at is not a time")
+        grow = doc.get("pending_grow")
         return cls(
             sandbox=sandbox,
             state=state,
@@ -449,4 +491,5 @@ class Record:
             last_outcome=last,
             updated_at=float(updated),
             legacy=legacy,
+            pending_grow=None if grow is None else PendingGrow.from_json(grow),
         )

@@ -41,10 +41,10 @@ REQUEST_SCHEMA = "kata-mem/shim-request/v1"
 RESPONSE_SCHEMA = "kata-mem/shim-response/v1"
 MAX_REQUEST_BYTES = 1 << 20
 
-Event = Literal["create", "update", "delete", "reconcile"]
+Event = Literal["create", "update", "update-sandbox", "delete", "reconcile"]
 #: What is to be done with a request (:class:`SandboxRequest`).
 Mode = Literal["plan", "apply", "dry-run", "delete"]
-EVENTS: tuple[Event, ...] = ("create", "update", "delete", "reconcile")
+EVENTS: tuple[Event, ...] = ("create", "update", "update-sandbox", "delete", "reconcile")
 STATES: tuple[State, ...] = ("running", "created", "stopped")
 ROLES: tuple[Role, ...] = ("app", "init", "sidecar")
 
@@ -84,6 +84,8 @@ _TOP = (
     "host",
     "annotations",
     "pod_resources",
+    "sandbox_resources",
+    "overhead",
 )
 _POD_RESOURCES = ("memory_limit_bytes", "hugepages_limit_bytes", "cpu_quota", "cpu_period")
 _CONTAINER = (
@@ -773,6 +775,87 @@ def _decode(raw: bytes) -> Any:
     return doc
 
 
+# --- A pod's new resources (CRI UpdatePodSandboxResources) -------------------------
+
+#: What the sandbox's resources are read as, in errors and notes.
+RESOURCES_ORIGIN = "request sandbox_resources"
+OVERHEAD_ORIGIN = "request overhead.memory_limit_bytes"
+
+
+@dataclass(frozen=True)
+class SandboxResources:
+    """The parts of a CRI ``LinuxContainerResources`` that size a sandbox, as
+    ``UpdatePodSandboxResourcesRequest`` carries them in ``resources`` and ``overhead``
+    (kubernetes/cri-api pkg/apis/runtime/v1/api.proto): the memory limit in bytes (0 or
+    negative: none, as the kubelet sends a pod without one) and the CFS quota and period.
+    """
+
+    memory_limit: int = 0
+    cpu_quota: int = 0
+    cpu_period: int = 0
+
+    @property
+    def memory(self) -> int:
+        """The memory limit, 0 for none."""
+        return max(self.memory_limit, 0)
+
+    @property
+    def cpu(self) -> Fraction:
+        """CPUs as quota/period (0 without a positive quota and period: -1 is unlimited)."""
+        if self.cpu_quota > 0 and self.cpu_period > 0:
+            return Fraction(self.cpu_quota, self.cpu_period)
+        return Fraction(0)
+
+    def to_json(self) -> dict[str, int]:
+        return {
+            "memory_limit_bytes": self.memory_limit,
+            "cpu_quota": self.cpu_quota,
+            "cpu_period": self.cpu_period,
+        }
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any], at: str) -> SandboxResources:
+        """:raises InputError: an unknown field, or one that is not an integer in range."""
+        _REQUEST.only(doc, ("memory_limit_bytes", "cpu_quota", "cpu_period"), at)
+        return cls(
+            _REQUEST.integer(doc, "memory_limit_bytes", at) or 0,
+            _REQUEST.integer(doc, "cpu_quota", at) or 0,
+            _REQUEST.integer(doc, "cpu_period", at, minimum=0) or 0,
+        )
+
+
+@dataclass(frozen=True)
+class SandboxResize:
+    """A pod's new resources, as the kubelet sends them before it writes the pod cgroup
+    (``UpdatePodSandboxResources``, kubernetes PR #137555): ``resources`` is the pod
+    cgroup's configuration less the RuntimeClass ``overhead`` (kubelet
+    ``generateUpdatePodSandboxResourcesRequest``, pkg/kubelet/kuberuntime)."""
+
+    resources: SandboxResources
+    overhead: SandboxResources = field(default_factory=SandboxResources)
+
+    @property
+    def pod_limit(self) -> Optional[int]:
+        """The pod cgroup's memory limit the kubelet is about to set: resources plus
+        overhead (``subtractOverheadFromResourceConfig`` took the overhead out); ``None``
+        when the pod has none."""
+        if self.resources.memory == 0:
+            return None
+        return min(self.resources.memory + self.overhead.memory, INT64_MAX)
+
+    def workload(self) -> Workload:
+        """What the sandbox is sized from: the new resources, the sum of the containers'
+        limits as the kubelet sees the pod (on a grow the containers are updated only
+        after the pod cgroup, so their limits would be the old ones), and the overhead."""
+        overhead = self.overhead.memory or None
+        return Workload(
+            (),
+            SandboxSizing(self.resources.memory, self.resources.cpu, RESOURCES_ORIGIN),
+            overhead,
+            OVERHEAD_ORIGIN if overhead is not None else "",
+        )
+
+
 # --- The request -------------------------------------------------------------------
 
 
@@ -799,12 +882,25 @@ class SandboxRequest:
     mode: Mode = "plan"
     allow_shrink: bool = False
     host: HostOverrides = field(default_factory=HostOverrides)
+    #: The pod's new resources (event ``update-sandbox``, and the ``reconcile`` that
+    #: repeats one); the workload is then :meth:`SandboxResize.workload`.
+    resize: Optional[SandboxResize] = None
 
     def __post_init__(self) -> None:
         if self.mode == "apply" and self.endpoint is None:
             raise InputError("request apply: true needs a backend")
         if (self.event == "delete") != (self.mode == "delete"):
             raise ValueError(f"event {self.event!r} with mode {self.mode!r}")
+        if self.event == "update-sandbox" and self.resize is None:
+            raise InputError(
+                "request event update-sandbox needs sandbox_resources (the pod's new resources "
+                "from UpdatePodSandboxResourcesRequest.resources)"
+            )
+        if self.resize is not None and self.event not in ("update-sandbox", "reconcile"):
+            raise InputError(
+                f"request sandbox_resources with event {self.event}: expected event "
+                "update-sandbox (container limits go in containers[])"
+            )
 
     def to_json(self) -> dict[str, Any]:
         """The request as the shim reads it (schema ``kata-mem/shim-request/v1``)."""
@@ -820,6 +916,10 @@ class SandboxRequest:
         }
         if self.host.given():
             doc["host"] = self.host.to_json()
+        if self.resize is not None:  # the workload is made from it
+            doc["sandbox_resources"] = self.resize.resources.to_json()
+            doc["overhead"] = self.resize.overhead.to_json()
+            return doc
         annotations: dict[str, str] = {}
         if self.workload.sizing is not None:
             annotations.update(sizing_annotations(self.workload.sizing))
@@ -901,24 +1001,55 @@ class SandboxRequest:
                 sizing = sandbox_sizing(annotations, "request annotations")
             overhead = overhead_annotation(annotations, "request annotations")
             hypervisor = hypervisor_annotations(annotations)
+        pod = _pod_resources(doc)
+        workload = Workload(
+            containers,
+            sizing,
+            overhead,
+            f"annotation {ANN_POD_OVERHEAD}" if overhead is not None else "",
+            pod,
+            hypervisor,
+            "request annotations" if hypervisor else "",
+        )
+        resize = _resize(doc)
+        if resize is not None:
+            if containers or annotations or pod is not None:
+                raise InputError(
+                    "request sandbox_resources: expected no containers, no annotations and no "
+                    "pod_resources with it (the pod's new resources size the sandbox; container "
+                    "limits come with event update)"
+                )
+            workload = resize.workload()
         return cls(
             sandbox=sandbox,
             event=event,
             config=config,
-            workload=Workload(
-                containers,
-                sizing,
-                overhead,
-                f"annotation {ANN_POD_OVERHEAD}" if overhead is not None else "",
-                _pod_resources(doc),
-                hypervisor,
-                "request annotations" if hypervisor else "",
-            ),
+            workload=workload,
             endpoint=endpoint,
             mode=mode,
             allow_shrink=_REQUEST.boolean(doc, "allow_shrink"),
             host=overrides,
+            resize=resize,
         )
+
+
+def _resize(doc: dict[str, Any]) -> Optional[SandboxResize]:
+    """The request's ``sandbox_resources`` and ``overhead``, or ``None`` without them.
+
+    :raises InputError: a wrongly typed field, or ``overhead`` without ``sandbox_resources``.
+    """
+    resources = _REQUEST.mapping(doc, "sandbox_resources")
+    overhead = _REQUEST.mapping(doc, "overhead")
+    if resources is None:
+        if overhead is not None:
+            raise InputError("request overhead: expected it only with sandbox_resources")
+        return None
+    return SandboxResize(
+        SandboxResources.from_json(resources, "sandbox_resources"),
+        SandboxResources()
+        if overhead is None
+        else SandboxResources.from_json(overhead, "overhead"),
+    )
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """The shim protocol's answers: one typed request answered with the typed response, or
 the error that refused it (:class:`Answer`), and its document (schema
-``kata-mem/shim-response/v1``), rendered once. What ``kata-mem shim`` prints for the request
+``kata-mem/shim-response/v1``), rendered once; for an ``update-sandbox`` request it carries
+the gRPC status a shim returns to the kubelet (``cri``, :mod:`kata_mem.core.podresize`). What ``kata-mem shim`` prints for the request
 on its stdin and ``kata-mem serve`` sends for ``POST /v1/shim``: both parse their input
 once into a :class:`~kata_mem.core.request.SandboxRequest` and answer it here.
 """
@@ -8,10 +9,11 @@ once into a :class:`~kata_mem.core.request.SandboxRequest` and answer it here.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Optional, Union
 
 from kata_mem.core.errors import InputError, KataMemError
+from kata_mem.core.podresize import cri_answer, cri_planned, cri_refused
 from kata_mem.core.request import (
     MAX_REQUEST_BYTES,
     RESPONSE_SCHEMA,
@@ -32,6 +34,9 @@ class Answer:
 
     response: Optional[Response] = None
     error: Optional[KataMemError] = None
+    #: The request was an ``update-sandbox`` (CRI ``UpdatePodSandboxResources``): the
+    #: document carries the gRPC status a shim returns for it (``cri``).
+    cri: bool = False
 
     @property
     def exit_code(self) -> int:
@@ -46,17 +51,20 @@ class Answer:
         from kata_mem.interfaces import render
 
         if self.error is not None:
-            return {
+            doc = {
                 **render.error_json(self.error, RESPONSE_SCHEMA),
                 "plan": None,
                 "outcome": None,
                 "warnings": [],
             }
+            if self.cri:
+                doc["cri"] = cri_refused(self.error.exit_code, self.error.message).to_json()
+            return doc
         r = self.response
         assert r is not None
         plan = r.plan if isinstance(r, (Planned, Applied)) else None
         outcome = r.outcome if isinstance(r, Applied) else None
-        return {
+        doc = {
             "schema": RESPONSE_SCHEMA,
             "sandbox_id": r.sandbox,
             "plan": None if plan is None else render.plan_json(plan, r.config),
@@ -65,6 +73,9 @@ class Answer:
             else render.outcome_json(outcome, r.sandbox, r.notes),
             "warnings": render.warnings_json((*(plan.notes if plan else ()), *r.notes)),
         }
+        if self.cri:
+            doc["cri"] = (cri_planned() if outcome is None else cri_answer(outcome)).to_json()
+        return doc
 
 
 def refused(exc: KataMemError) -> Answer:
@@ -96,19 +107,21 @@ def answer(
     """
     from kata_mem.orchestration.handle import handle
 
+    cri = request.event == "update-sandbox"
     try:
-        return Answer(response=handle(request, env, options))
+        return Answer(response=handle(request, env, options), cri=cri)
     except KataMemError as exc:
-        return refused(exc)
+        return replace(refused(exc), cri=cri)
     except Exception as exc:  # a bug: still one JSON response and one stderr line
         if env.get("KATA_MEM_DEBUG"):
             raise
-        return refused(
+        bug = refused(
             KataMemError(
                 f"internal error: {describe(exc)} (a bug in kata-mem; set KATA_MEM_DEBUG=1 "
                 "for the traceback)"
             )
         )
+        return replace(bug, cri=cri)
 
 
 def _error_line(exc: KataMemError) -> None:

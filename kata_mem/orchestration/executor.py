@@ -22,9 +22,10 @@ from dataclasses import dataclass, replace
 from typing import Callable, Optional, Union
 
 from kata_mem.backends import Backend, StepProgress
-from kata_mem.core import outcomes, safety
+from kata_mem.core import outcomes, podresize, safety
 from kata_mem.core.errors import BackendError, BackendUnsupported, KataMemError
 from kata_mem.core.model import (
+    Guards,
     GuestUsage,
     HostFacts,
     Note,
@@ -38,9 +39,9 @@ from kata_mem.core.model import (
     Workload,
 )
 from kata_mem.core.outcomes import Stop
-from kata_mem.core.planner import assumed_vm
+from kata_mem.core.planner import assumed_vm, level_room
 from kata_mem.core.planner import plan as make_plan
-from kata_mem.core.record import Phase, Record
+from kata_mem.core.record import PendingGrow, Phase, Record
 from kata_mem.core.reports import owned_view, still_owned
 from kata_mem.core.request import Endpoint, SandboxRequest
 from kata_mem.core.units import fmt_bytes
@@ -221,7 +222,12 @@ class Executor:
                 self._save(admitted)
         if outcome is None:
             outcome = self._run(p, vm, cfg, None if options.force else reader)
-        self._finish(outcome)
+        pending = None
+        if guards is not None:
+            if guards.pod_limit is not None and host_side is not None:
+                outcome = self._for_pod(outcome, vm, cfg, guards, host_side)
+            pending = self._held_back(p, cfg, host, request, vm, guards)
+        self._finish(outcome, pending)
         if self.record.commitment != held:
             # After the journal: the ledger falls only once the journal says it may.
             record_commitment(self.state.root, sandbox, self.record.commitment, host.memory)
@@ -230,6 +236,56 @@ class Executor:
             after = replace(cgroup, usage_after=host_side.charge(cgroup))
             p = replace(p, memory=replace(p.memory, host_cgroup=after))
         return Result(p, outcome, (*self.state.notes, *self.notes))
+
+    def _for_pod(
+        self, outcome: Outcome, vm: VmState, cfg: SizingConfig, guards: Guards, host: HostSide
+    ) -> Outcome:
+        """The outcome as the answer to a new pod limit (:func:`podresize.settle`), with
+        QEMU's charge read after the steps."""
+        pod = guards.pod_limit
+        assert pod is not None
+        charge = host.charge_at(guards.cgroup, pod.path)
+        if charge is None:
+            self._note(
+                Note(
+                    "host_cgroup",
+                    f"QEMU's charge in {pod.path} is unknown: only the VM's size was checked "
+                    "against the new pod limit",
+                )
+            )
+        settled = podresize.settle(
+            outcome,
+            before=vm.total,
+            pod=pod,
+            allowed=level_room(cfg, pod, vm.total),
+            base=vm.base,
+            charge=charge,
+            margin=cfg.settings.host_cgroup_margin,
+        )
+        if settled.status == "Deferred" and outcome.status != "Deferred":
+            retry_at = self.clock() + (settled.retry_after_s or 0.0)
+            self.record = self.record.defer(settled.reason, retry_at, settled.target)
+        return settled
+
+    @staticmethod
+    def _held_back(
+        p: Plan,
+        cfg: SizingConfig,
+        host: HostFacts,
+        request: Workload,
+        vm: VmState,
+        guards: Guards,
+    ) -> Optional[PendingGrow]:
+        """The grow the VMM's cgroup in force held back, if any: on a pod resize the
+        kubelet raises the pod cgroup only after the runtime answered, and a later call
+        (the next event, or the service's loop once it sees the limit change) grows on."""
+        cgroup = guards.cgroup
+        if cgroup is None or cgroup.limit is None or not cgroup.path:
+            return None
+        free = make_plan(cfg, host, request, vm, replace(guards, cgroup=None)).memory.target
+        if free <= p.memory.target:
+            return None
+        return PendingGrow(free, cgroup.path, cgroup.limit)
 
     # -- the step loop ---------------------------------------------------------------
 
@@ -436,11 +492,11 @@ class Executor:
 
     # -- records -------------------------------------------------------------------------
 
-    def _finish(self, outcome: Outcome) -> None:
+    def _finish(self, outcome: Outcome, pending: Optional[PendingGrow] = None) -> None:
         self._save(
             self.record.finish(
                 outcome.status, outcome.reason, outcome.message, outcome.observed, self.clock()
-            )
+            ).grow_held(pending)
         )
 
     def _write(self, step: Step, phase: Phase) -> None:

@@ -83,15 +83,35 @@ def node_budget(settings: Settings, host: HostFacts) -> Optional[int]:
     return max(align_down(budget, MiB), 0)
 
 
+#: How the new pod limit's level is named when the VMM's cgroup is not known.
+POD_CGROUP = "the pod cgroup"
+
+
+def pod_level(cgroup: Optional[HostCgroup], limit: int) -> CgroupLevel:
+    """The level the kubelet's new pod limit will be written to, with what it is charged:
+    the innermost limited cgroup above the VMM (the pod cgroup: the kubelet limits it,
+    while Kata's own sandbox cgroup below it, with ``sandbox_cgroup_only``, has no limit
+    of its own), else the VMM's cgroup itself (a pod that had no limit), else unnamed
+    (its charge unknown: only the VMM overhead model counts)."""
+    if cgroup is None:
+        return CgroupLevel(POD_CGROUP, limit)
+    inner = next((lvl for lvl in cgroup.levels if lvl.path != HARD_LIMIT), None)
+    if inner is not None:
+        return CgroupLevel(inner.path, limit, inner.usage)
+    return CgroupLevel(cgroup.path, limit, cgroup.usage)
+
+
 @dataclass(frozen=True)
 class HostSide:
     """Reads the guards for one sandbox (:meth:`read`) and QEMU's charge after the
-    steps (:meth:`charge`)."""
+    steps (:meth:`charge`). ``pod_limit`` is the pod cgroup limit the kubelet is about
+    to set (an ``update-sandbox`` request), ``None`` for none."""
 
     cfg: SizingConfig
     host: HostFacts
     given_cgroup: Optional[str] = None
     given_origin: Origin = _HOST_CGROUP_OPTION
+    pod_limit: Optional[int] = None
 
     def read(self, vm: VmState, committed_others: Optional[Callable[[], int]] = None) -> Guards:
         """:raises InputError: the given cgroup is unreadable."""
@@ -107,7 +127,23 @@ class HostSide:
                 committed_others=None if budget is None else committed_others(),
                 available=mem_available(),
             )
-        return Guards(cgroup=cgroup, cgroup_warning=warning, node=node)
+        pod = None if self.pod_limit is None else pod_level(cgroup, self.pod_limit)
+        return Guards(cgroup=cgroup, cgroup_warning=warning, node=node, pod_limit=pod)
+
+    def charge_at(self, cgroup: Optional[HostCgroup], level: str) -> Optional[int]:
+        """What the cgroup level ``level`` (a directory of ``cgroup``'s path) is charged
+        now; ``None`` when unknown or unreadable."""
+        from kata_mem.edges.cgroups import CgroupUnreadable, cgroup_of_dir
+
+        if cgroup is None or not cgroup.path:
+            return None
+        try:
+            now = cgroup_of_dir(cgroup.path, cgroup.origin)
+        except CgroupUnreadable:
+            return None
+        if level == now.path:
+            return now.usage
+        return next((lvl.usage for lvl in now.levels if lvl.path == level), None)
 
     def charge(self, cgroup: HostCgroup) -> Optional[int]:
         """What the VMM's cgroup is charged now (``None`` when unreadable)."""

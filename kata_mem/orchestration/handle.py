@@ -73,6 +73,7 @@ def plan_request(request: SandboxRequest, env: Mapping[str, str]) -> Planned:
         allow_shrink=request.allow_shrink,
         cgroup=request.host.cgroup,
         cgroup_origin=request.host.cgroup_origin,
+        pod_limit=None if request.resize is None else request.resize.pod_limit,
     )
     return Planned(request.sandbox, cfg, p)
 
@@ -172,20 +173,22 @@ def preview(
     allow_shrink: bool = False,
     cgroup: Optional[str] = None,
     cgroup_origin: Origin = HOST_CGROUP_OPTION,
+    pod_limit: Optional[int] = None,
 ) -> Plan:
     """The plan for a VM booted as Kata boots it with ``current`` bytes of guest
     memory (default: the boot memory): what ``apply`` with the same flags runs,
     guarded by the host cgroup ``cgroup`` when given (a preview has no VMM to find
-    one from, nor a node's total to admit against). Changes nothing.
+    one from, nor a node's total to admit against) and by the new pod limit
+    ``pod_limit`` (an ``update-sandbox`` request's). Changes nothing.
 
     :raises InputError: ``cgroup`` is not a readable memory cgroup directory.
     """
     vm = assumed_vm(cfg, host, current)
     guards = None
-    if cgroup:
+    if cgroup or pod_limit is not None:
         from kata_mem.orchestration.guards import HostSide
 
-        guards = HostSide(cfg, host, cgroup, cgroup_origin).read(vm)
+        guards = HostSide(cfg, host, cgroup or None, cgroup_origin, pod_limit).read(vm)
     p = plan(cfg, host, workload, vm, guards)
     if vm.plugged:  # only then can a shrink be refused (and only then is the executor loaded)
         from kata_mem.core.outcomes import refuse_shrink
@@ -281,6 +284,7 @@ def saved_request(request: SandboxRequest, cfg: SizingConfig, host: HostFacts) -
         mode="apply",
         allow_shrink=request.allow_shrink,
         host=pinned,
+        resize=request.resize,
     )
 
 
@@ -301,7 +305,8 @@ def _resize(
 
     sandbox, endpoint, workload = request.sandbox, request.endpoint, request.workload
     allowed = Options(allow_shrink=request.allow_shrink, force=options.force)
-    host_side = HostSide(cfg, host, request.host.cgroup, request.host.cgroup_origin)
+    pod_limit = None if request.resize is None else request.resize.pod_limit
+    host_side = HostSide(cfg, host, request.host.cgroup, request.host.cgroup_origin, pod_limit)
     directory = options.state_dir or cfg.settings.state_dir
     if request.mode == "dry-run":
         state_dir_state(directory)  # what apply would say about it; read only

@@ -19,6 +19,7 @@ import time
 from typing import Callable
 
 from kata_mem.core.errors import BackendUnavailable, ConfigError, KataMemError
+from kata_mem.core.record import Record
 from kata_mem.core.request import CallOptions
 from kata_mem.core.results import Applied, Visit
 from kata_mem.edges.journal import SandboxState, check_ledger
@@ -55,7 +56,7 @@ def _visit(
         if gone:
             return forget(f"the VM is gone ({gone})")
     record = state.load()
-    if due_only and not record.due(clock()):
+    if due_only and not record.due(clock()) and not _grow_unblocked(record):
         return Visit(sandbox, "idle", "nothing due")
     deferred = record.deferred
     if deferred is not None and deferred.retry_at > clock() and not record.pending_unplug:
@@ -75,6 +76,21 @@ def _visit(
     outcome = response.outcome
     detail = f"{outcome.status} {outcome.reason}".strip()
     return Visit(sandbox, "retried", detail, outcome, response.notes)
+
+
+def _grow_unblocked(record: Record) -> bool:
+    """Whether the cgroup that held back a grow (:class:`~kata_mem.core.record.PendingGrow`)
+    has another limit now: the kubelet raises the pod cgroup only after the runtime
+    answered ``UpdatePodSandboxResources``, and nothing else tells kata-mem it did."""
+    from kata_mem.edges.cgroups import CgroupUnreadable, cgroup_of_dir
+
+    pending = record.pending_grow
+    if pending is None:
+        return False
+    try:
+        return cgroup_of_dir(pending.cgroup, "journal pending_grow.cgroup").limit != pending.limit
+    except CgroupUnreadable:
+        return False  # gone with its VM, which the presence check finds
 
 
 def visit(

@@ -15,7 +15,13 @@ import pytest
 from kata_mem.interfaces.shim import run_shim
 from tests.support.cli import kata_mem_process
 from tests.support.paths import REPO
-from tests.support.shim import BAD_REQUESTS, REQUEST_SCHEMA, RESPONSE_SCHEMA, request
+from tests.support.shim import (
+    BAD_REQUESTS,
+    REQUEST_SCHEMA,
+    RESPONSE_SCHEMA,
+    request,
+    sandbox_update,
+)
 
 
 def run(raw: bytes) -> tuple[int, dict[str, Any]]:
@@ -113,3 +119,28 @@ def test_real_process(tmp_path: Path) -> None:
     assert r.returncode == 2
     r = kata_mem_process("shim", "--help", timeout=60)
     assert r.returncode == 0 and "kata-mem/shim-request/v1" in r.stdout
+
+
+def test_update_sandbox_is_answered_with_a_grpc_status() -> None:
+    """CRI UpdatePodSandboxResources (issue 17 §2): the response carries the status a Go
+    shim returns verbatim. A request that does not apply changed nothing: the kubelet must
+    not act on it (FailedPrecondition)."""
+    req = sandbox_update(4096)
+    jsonschema.validate(req, REQUEST_SCHEMA)
+    code, doc = run(json.dumps(req).encode())
+    assert code == 0 and doc["outcome"] is None
+    assert (doc["cri"]["code"], doc["cri"]["grpc_code"]) == ("FailedPrecondition", 9)
+    # Sized from the new resources, as a sandbox of 4 GiB of limits (Kata's sizing).
+    assert doc["plan"]["memory"]["requested_mib"] == 2048 + 4096
+    # Other events keep their documents as they were: no cri.
+    assert "cri" not in run(json.dumps(request()).encode())[1]
+
+
+def test_update_sandbox_whose_vm_is_gone_is_unavailable() -> None:
+    req = sandbox_update(
+        1024, apply=True, backend={"type": "qmp", "socket": "/nonexistent/kata-mem/qmp.sock"}
+    )
+    code, doc = run(json.dumps(req).encode())
+    assert code == doc["error"]["exit_code"] == 6
+    assert doc["cri"]["code"] == "Unavailable"
+    assert doc["cri"]["message"] == f"kata-mem: {doc['error']['message']}"

@@ -192,6 +192,17 @@ container_fields = st.fixed_dictionaries(
         "extra": st.integers(),
     },
 )
+noisy_resources = st.fixed_dictionaries(
+    {},
+    optional={
+        "memory_limit_bytes": st.one_of(
+            st.none(), st.integers(min_value=-(2**64), max_value=2**64), st.text(max_size=3)
+        ),
+        "cpu_quota": st.one_of(st.none(), st.integers(min_value=-(2**64), max_value=2**64)),
+        "cpu_period": st.one_of(st.none(), st.integers(min_value=-5, max_value=2**64)),
+        "extra": st.integers(),
+    },
+)
 noisy_requests = st.fixed_dictionaries(
     {
         "schema": st.sampled_from(
@@ -204,7 +215,9 @@ noisy_requests = st.fixed_dictionaries(
             st.text(max_size=6),
             st.integers(),
         ),
-        "event": st.sampled_from(["create", "update", "delete", "reconcile", "resize", None]),
+        "event": st.sampled_from(
+            ["create", "update", "update-sandbox", "delete", "reconcile", "resize", None]
+        ),
         "containers": st.one_of(st.lists(container_fields, max_size=3), st.integers()),
         "backend": st.one_of(
             st.none(),
@@ -241,6 +254,8 @@ noisy_requests = st.fixed_dictionaries(
                 max_size=2,
             ),
         ),
+        "sandbox_resources": st.one_of(st.none(), st.integers(), noisy_resources),
+        "overhead": st.one_of(st.none(), st.integers(), noisy_resources),
         "unknown": st.integers(),
     },
 )

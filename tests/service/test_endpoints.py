@@ -17,7 +17,13 @@ from tests.support.configs import small_vm_config
 from tests.support.fake_qmp import FakeQemu, FakeQmpServer
 from tests.support.paths import REPO
 from tests.support.service import Service, curl_answer, read_response
-from tests.support.shim import BAD_REQUESTS, ERROR_SCHEMA, RESPONSE_SCHEMA, request
+from tests.support.shim import (
+    BAD_REQUESTS,
+    ERROR_SCHEMA,
+    RESPONSE_SCHEMA,
+    request,
+    sandbox_update,
+)
 
 MiB = 1 << 20
 
@@ -49,6 +55,13 @@ CORPUS: list[bytes] = [
         request(annotations={"io.katacontainers.config.hypervisor.default_memory": "4096"})
     ).encode(),
     *(raw for raw, _, _ in BAD_REQUESTS),
+    # CRI UpdatePodSandboxResources: plan only, and a VM that is gone (both with cri).
+    json.dumps(sandbox_update(1024)).encode(),
+    json.dumps(
+        sandbox_update(
+            1024, apply=True, backend={"type": "qmp", "socket": "/nonexistent/kata-mem/qmp.sock"}
+        )
+    ).encode(),
 ]
 EXPECTED_STATUS = {0: 200, 3: 400, 4: 400, 6: 503, 7: 503, 8: 503}
 
@@ -269,3 +282,31 @@ def test_a_request_that_is_not_utf8_is_refused_by_the_shim_and_the_service(
     assert why in doc["error"]["message"] and "expected UTF-8" in doc["error"]["message"]
     answer = service.post(raw)
     assert (answer.status, answer.body) == (400, one_shot.stdout)
+
+
+def test_update_sandbox_is_answered_with_the_grpc_status(service: Service, tmp_path: Path) -> None:
+    """``POST /v1/shim`` with CRI UpdatePodSandboxResources (issue 17 §2): the VM grows to
+    what the new pod limit and the limit in force allow, and the answer says OK."""
+    cfg = small_vm_config(tmp_path)
+    pod = tmp_path / "cg" / "pod1"  # the pod cgroup (v2 files), 2048 MiB in force
+    pod.mkdir(parents=True)
+    (tmp_path / "cg" / "cgroup.controllers").write_text("memory\n")
+    (pod / "memory.max").write_text(f"{2048 * MiB}\n")
+    (pod / "memory.current").write_text(f"{100 * MiB}\n")
+    with FakeQmpServer(tmp_path / "qmp.sock", FakeQemu()) as qmp:
+        req = sandbox_update(
+            1024,
+            sandbox_id="sb-pod",
+            config=str(cfg),
+            apply=True,
+            backend={"type": "qmp", "socket": str(qmp.path)},
+            host={"memory_bytes": 16 << 30, "cpus": 4, "cgroup": str(pod)},
+        )
+        answer = service.post(req)
+    doc = answer.json()
+    jsonschema.validate(doc, RESPONSE_SCHEMA)
+    assert answer.status == 200 and doc["cri"]["code"] == "OK", doc
+    # Kata's sizing (512 + 1024 MiB) fits the new 1280 MiB pod limit only as far as
+    # (1280 - 32 - 64) * 1024 / 1032 MiB, in whole 128 MiB DIMMs above the boot memory.
+    assert doc["outcome"]["observed_mib"] == 1152, doc["outcome"]
+    assert "so the pod cgroup may be set" in doc["cri"]["message"]

@@ -54,6 +54,18 @@ def request(**fields: Any) -> dict[str, Any]:
     return doc
 
 
+def sandbox_update(mib: int, **fields: Any) -> dict[str, Any]:
+    """:func:`request` as an ``update-sandbox`` (CRI ``UpdatePodSandboxResources``): the
+    pod's new resources of ``mib`` MiB and a 256 MiB overhead, no containers."""
+    return request(
+        event="update-sandbox",
+        containers=[],
+        sandbox_resources={"memory_limit_bytes": mib << 20, "cpu_quota": -1, "cpu_period": 100000},
+        overhead={"memory_limit_bytes": 256 << 20},
+        **fields,
+    )
+
+
 def shim_request_doc(cfg: Path, **fields: Any) -> dict[str, Any]:
     """A plan-only shim request for one 1 GiB container on a 16 GiB, 4-CPU host."""
     doc: dict[str, Any] = {
@@ -81,7 +93,7 @@ BAD_REQUESTS: list[tuple[bytes, int, str]] = [
     (
         json.dumps(request(event="resize")).encode(),
         4,
-        "request event: expected create | update | delete | reconcile",
+        "request event: expected create | update | update-sandbox | delete | reconcile",
     ),
     (
         json.dumps(request(containers=[{"id": "c", "memory_limit_bytes": "1Gi"}])).encode(),

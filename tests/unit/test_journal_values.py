@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from kata_mem.core.model import OwnedDevice, Step
-from kata_mem.core.record import Deferral, LastOutcome, Record
+from kata_mem.core.record import Deferral, LastOutcome, PendingGrow, Record
 from kata_mem.core.units import MiB
 
 #: A journal as the executor writes it mid-unplug, with every field set.
@@ -38,6 +38,7 @@ RECORD = Record(
     deferred=Deferral("UsageAboveTarget", 2, 1_700_000_060.0, 512 * MiB),
     last_outcome=LastOutcome("Deferred", "UsageAboveTarget", "guest usage ...", 1_700_000_000.0),
     updated_at=1_700_000_000.5,
+    pending_grow=PendingGrow(1536 * MiB, "/sys/fs/cgroup/kubepods/pod1", 1024 * MiB),
 )
 
 
@@ -97,6 +98,11 @@ CORRUPT = [
     ("owned.0", "kmdimm0", "owned is not a list of devices"),
     ("owned.0.id", "kmdimm1", "twice"),
     ("owned.0.memdev", "kmmem1", "twice"),
+    ("pending_grow", 1536, "pending_grow"),
+    ("pending_grow.target_mib", -1, "pending_grow"),
+    ("pending_grow.cgroup", "kubepods/pod1", "pending_grow"),
+    ("pending_grow.cgroup", None, "pending_grow"),
+    ("pending_grow.limit_mib", "1Gi", "pending_grow"),
 ]
 
 
