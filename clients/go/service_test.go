@@ -287,29 +287,25 @@ func TestACallEndsAtItsDeadline(t *testing.T) {
 	}
 }
 
-// The cri object of an update-sandbox answer (issue 17 §2), from a stand-in that
-// answers as the service will: the field is read from error and success answers.
+// The cri object of an update-sandbox answer (issue 17 §2), from the real service: a
+// plan-only call resizes nothing, so it is FailedPrecondition, and the kubelet would
+// not lower the pod cgroup on it.
 func TestTheCRIObjectIsRead(t *testing.T) {
-	sock := filepath.Join(servetest.WorldDir(t), "cri.sock")
-	l, err := net.Listen("unix", sock)
+	c := New(shared.Socket)
+	defer c.Close()
+	resp, err := c.Shim(ctx(t), &ShimRequest{
+		SandboxID:        "sb-cri",
+		Event:            EventUpdateSandbox,
+		Config:           String(config(t)),
+		SandboxResources: &Resources{MemoryLimitBytes: Int64(1 << 30)},
+		Overhead:         &Resources{MemoryLimitBytes: Int64(256 << 20)},
+		Host:             &HostOverrides{MemoryBytes: Int64(32 << 30), CPUs: Int64(8)},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	answers := map[string]string{
-		"/v1/shim": `{"schema": "kata-mem/shim-response/v1", "error": {"kind": "backend-unavailable", "message": "gone", "exit_code": 6}, "plan": null, "outcome": null, "warnings": [], "cri": {"code": "Unavailable", "message": "retry"}}`,
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.WriteHeader(503)
-		_, _ = io.WriteString(w, answers[r.URL.Path])
-	})}
-	go func() { _ = srv.Serve(l) }()
-	defer srv.Close()
-	c := New(sock)
-	defer c.Close()
-	_, err = c.Shim(ctx(t), readmeRequest(t))
-	var e *Error
-	if !errors.As(err, &e) || e.CRICode() != "Unavailable" || e.CRI.Message != "retry" || e.Response.CRI == nil {
-		t.Fatalf("expected the cri code Unavailable, got %#v", err)
+	if resp.CRI == nil || resp.CRI.Code != "FailedPrecondition" || resp.CRI.GRPCCode != 9 || resp.CRI.Message == "" {
+		t.Fatalf("expected the cri code FailedPrecondition (9), got %+v", resp.CRI)
 	}
 }
 

@@ -21,6 +21,9 @@ const (
 	EventUpdate    Event = "update"
 	EventDelete    Event = "delete"
 	EventReconcile Event = "reconcile"
+	// EventUpdateSandbox is CRI UpdatePodSandboxResources: SandboxResources (and
+	// Overhead) carry the pod's new resources.
+	EventUpdateSandbox Event = "update-sandbox"
 )
 
 // ShimRequest is one kata-mem/shim-request/v1 document (POST /v1/shim). A nil
@@ -43,6 +46,18 @@ type ShimRequest struct {
 	Annotations map[string]string `json:"annotations,omitempty"`
 	// PodResources are the pod-level limits (KEP-2837, spec.resources.limits); nil: none.
 	PodResources *PodResources `json:"pod_resources,omitempty"`
+	// SandboxResources are UpdatePodSandboxResourcesRequest.resources (event
+	// update-sandbox only); Overhead is its overhead (the RuntimeClass's).
+	SandboxResources *Resources `json:"sandbox_resources,omitempty"`
+	Overhead         *Resources `json:"overhead,omitempty"`
+}
+
+// Resources are the CRI LinuxContainerResources kata-mem reads for a pod resize.
+type Resources struct {
+	// MemoryLimitBytes nil, 0 or negative: no limit.
+	MemoryLimitBytes *int64 `json:"memory_limit_bytes,omitempty"`
+	CPUQuota         *int64 `json:"cpu_quota,omitempty"`
+	CPUPeriod        *int64 `json:"cpu_period,omitempty"`
 }
 
 // PodResources are a pod's pod-level limits, in the containers' units.
@@ -122,9 +137,11 @@ type ShimResponse struct {
 
 // CRI is a gRPC status for the CRI call the request answers.
 type CRI struct {
-	// Code is "OK", "Unavailable" (retry later) or "FailedPrecondition".
-	Code    string `json:"code"`
-	Message string `json:"message"`
+	// Code is "OK", "Unavailable" (retry later), "FailedPrecondition",
+	// "InvalidArgument" or "Internal"; GRPCCode is its number (0, 14, 9, 3, 13).
+	Code     string `json:"code"`
+	GRPCCode int    `json:"grpc_code"`
+	Message  string `json:"message"`
 }
 
 // Failure is the "error" object of an error document.

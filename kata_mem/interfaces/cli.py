@@ -864,9 +864,7 @@ def config_check(file: Optional[str], as_json: bool) -> None:
     type=click.Choice(SIZING_MODELS),
     help="The sizing model (default: the configuration's [kata_mem] sizing).",
 )
-@click.option(
-    "--json", "as_json", is_flag=True, help="Print JSON (schema kata-mem/runtimeclass/v1)."
-)
+@json_option("Print JSON (schema kata-mem/runtimeclass/v1).")
 def runtimeclass(
     config_path: Optional[str],
     max_pod_memory: Optional[str],

@@ -151,5 +151,5 @@ def test_a_reply_of_the_wrong_shape_names_the_field(
         backend.close()
     assert info.value.error_class == "ProtocolError"
     assert str(info.value) == (
-        "unexpected QMP reply: query-memory-devices[0].data.size: expected an integer, got '1G'"
+        "unexpected QMP reply: query-memory-devices[0].data.size: expected an integer from -9223372036854775808 to 9223372036854775807, got '1G'"
     )
