@@ -122,7 +122,7 @@ def _translate(
     exc: libvirt.libvirtError, what: str, where: str
 ) -> BackendError | BackendUnavailable:
     code = exc.get_error_code() or 0
-    # The error code name is part of what the user reads (README, exit 7).
+    # The error code name is part of what the user reads (docs, exit 7).
     text = f"{where}: {what} failed: {_code_name(code)}: {_message(exc)}"
     if code in _UNSUPPORTED:
         return BackendUnsupported(text, _code_name(code))

@@ -358,7 +358,7 @@ class QmpBackend:
         try:
             return self._loop.run_until_complete(asyncio.wait_for(coro, COMMAND_TIMEOUT_S))
         except ExecuteError as exc:
-            # The QMP error class is part of what the user reads (README, exit 7).
+            # The QMP error class is part of what the user reads (docs, exit 7).
             raise BackendError(
                 f"QMP socket {self.path}: {what} failed: {exc.error_class}: "
                 f"{str(exc).strip() or '(QEMU gave no description)'}",

@@ -9,7 +9,7 @@ hypervisor prefix that the configuration's ``enable_annotations`` does not allow
 sandbox, and so does a value Kata refuses; kata-mem refuses both (exit 4) with Kata's words.
 runtime-rs (src/libs/kata-types/src/annotations/mod.rs ``update_config_by_annotation``)
 ignores a disallowed annotation with a log line and accepts ``default_memory`` with units
-("2 GiB"); README, "Compared with Kata", says why kata-mem does not.
+("2 GiB"); the docs ("Compared with Kata") say why kata-mem does not.
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ Cause = Literal[MemoryCause, VcpuCause]
 #: The architectures Kata builds for, by their Go names (the only names used inside).
 Arch = Literal["amd64", "arm64", "ppc64le", "s390x", "riscv64"]
 ARCHES: tuple[Arch, ...] = ("amd64", "arm64", "ppc64le", "s390x", "riscv64")
-#: How the VM's size is derived from the pod (README, "Sizing models").
+#: How the VM's size is derived from the pod (docs, "Sizing models").
 SizingModel = Literal["kata", "pod-overhead", "pod-limit"]
 SIZING_MODELS: tuple[SizingModel, ...] = ("kata", "pod-overhead", "pod-limit")
 
@@ -147,7 +147,7 @@ class Origin:
 
 @dataclass(frozen=True)
 class Settings:
-    """kata-mem's own settings (the ``[kata_mem]`` table); see the README for each."""
+    """kata-mem's own settings (the ``[kata_mem]`` table); see the documentation for each."""
 
     dimm_block: int = 128 * MiB
     virtio_mem_block: int = 2 * MiB
@@ -371,7 +371,7 @@ class Guards:
     cgroup_warning: str = ""
     node: Optional[NodeView] = None
     #: The pod cgroup limit the kubelet is about to set (CRI ``UpdatePodSandboxResources``):
-    #: the VM is taken to what it allows, a shrink included (README, "Kubernetes in-place
+    #: the VM is taken to what it allows, a shrink included (docs, "Kubernetes in-place
     #: resize"); the limit in force stays in ``cgroup`` and bounds a grow.
     pod_limit: Optional[CgroupLevel] = None
 
@@ -648,7 +648,7 @@ class GuestUsage:
 Status = Literal["Resized", "NoChange", "Deferred", "InProgress", "Infeasible"]
 #: Why a shrink step may not run now (:mod:`kata_mem.core.safety`); "" when it may.
 SafetyReason = Literal["", "UsageUnknown", "UsageAboveTarget", "GuestPressure"]
-#: The reason of an outcome (README, "Outcomes"); "" for Resized and NoChange.
+#: The reason of an outcome (docs, "Outcomes"); "" for Resized and NoChange.
 Reason = Literal[
     SafetyReason,
     "Busy",
@@ -669,7 +669,7 @@ Reason = Literal[
 
 @dataclass(frozen=True)
 class Outcome:
-    """What an ``apply`` did, in KEP-1287's vocabulary (README, "Outcomes")."""
+    """What an ``apply`` did, in KEP-1287's vocabulary (docs, "Outcomes")."""
 
     status: Status
     reason: Reason

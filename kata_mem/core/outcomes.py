@@ -1,4 +1,4 @@
-"""What an ``apply`` comes to, in KEP-1287's vocabulary (README, "Outcomes"). Pure.
+"""What an ``apply`` comes to, in KEP-1287's vocabulary (docs, "Outcomes"). Pure.
 
 The executor asks three questions here and does what the answers say:
 

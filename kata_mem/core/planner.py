@@ -3,7 +3,7 @@ state to a :class:`~kata_mem.core.model.Plan`.
 
 No I/O, no clock, no environment. ``preview`` prints exactly the plan that
 ``apply`` carries out. Each rule names the Kata behaviour it mirrors; where
-kata-mem deliberately differs, the docstring says why (README, "Compared with Kata").
+kata-mem deliberately differs, the docstring says why (docs, "Compared with Kata").
 """
 
 from __future__ import annotations
@@ -342,7 +342,7 @@ def _no_cpu(c: Container) -> Fraction:
 
 
 def demand(cfg: SizingConfig, request: Workload) -> tuple[Demand, list[Note]]:
-    """What the workload needs (README, "Sizing rules": workload, pod-level limits), with
+    """What the workload needs (docs, "Sizing rules": workload, pod-level limits), with
     where each part came from.
 
     The containers' peak (:func:`workload`), under the pod-level limits when the request
@@ -443,7 +443,7 @@ def runtime_rs_static(cfg: SizingConfig, need: Demand) -> Optional[tuple[int, Fr
 def sized(
     cfg: SizingConfig, host: HostFacts, request: Workload, need: Demand
 ) -> tuple[int, list[Note]]:
-    """The guest memory the sizing model asks for (README, "Sizing models").
+    """The guest memory the sizing model asks for (docs, "Sizing models").
 
     ``kata``: ``default_memory`` + limits (Kata). ``pod-overhead``: the pod overhead
     + limits, what the scheduler reserved (kata-containers PR #12735). ``pod-limit``:

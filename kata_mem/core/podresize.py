@@ -12,7 +12,7 @@ answers either.
 when the VM is within what the new pod limit allows (guest + VMM overhead + margin,
 :func:`kata_mem.core.planner.level_room`) and QEMU's charge fits under it, so that the
 kubelet's cgroup write that follows cannot OOM-kill QEMU. :func:`cri_answer` is the gRPC
-status a shim returns for it (README, "Kubernetes in-place resize").
+status a shim returns for it (docs, "Kubernetes in-place resize").
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ _BY_STATUS: dict[Status, CriCode] = {
     "InProgress": "Unavailable",
     "Infeasible": "FailedPrecondition",
 }
-#: A refused request by exit code (README, "Exit codes"); anything else is Internal.
+#: A refused request by exit code (docs, "Exit codes"); anything else is Internal.
 _BY_EXIT: dict[int, CriCode] = {
     3: "FailedPrecondition",
     4: "InvalidArgument",

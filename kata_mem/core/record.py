@@ -2,7 +2,7 @@
 with each change the executor and the repair make written here once, as a method that
 returns the next record. Pure; :mod:`kata_mem.edges.journal` reads and writes it.
 
-On disk it is ``kata-mem/journal/v1`` (README, "State, locking and recovery"), whose
+On disk it is ``kata-mem/journal/v1`` (docs, "State, locking and recovery"), whose
 sizes are whole MiB (``observed_mib``, ``target_mib``, ``deferred.target_mib``); fields
 are only ever added, so journals of older versions load (one without ``owned``, written
 before kata-mem recorded the devices it created, proves none of them its own).
@@ -35,7 +35,7 @@ _REASONS: tuple[Reason, ...] = get_args(Reason)
 _SIZE_LIMIT = 1 << 64
 _MIB_LIMIT = to_mib_floor(_SIZE_LIMIT)
 #: A shrink deferred this often in a row keeps this count: the backoff is long at its cap
-#: already, and a count read back stays a small number (README: "Retried, never escalated").
+#: already, and a count read back stays a small number (docs: "Retried, never escalated").
 MAX_ATTEMPTS = 1 << 20
 
 
@@ -149,7 +149,7 @@ class PendingGrow:
     """A grow the host cgroup in force did not allow: the target it is to reach (bytes),
     the VMM's cgroup directory and its effective limit when it was recorded (``None``:
     none). On a pod resize the kubelet raises the pod cgroup only after the runtime has
-    answered (README, "Kubernetes in-place resize"): a later call completes the grow,
+    answered (docs, "Kubernetes in-place resize"): a later call completes the grow,
     and the service's loop makes that call once the limit has changed."""
 
     target: int
@@ -314,7 +314,7 @@ class Record:
         """The record without sizes above ``limit`` (bytes: what any VM of this host can
         have), and why they were dropped. A size no VM could have is damage, not a fact:
         it is read from the hypervisor again by the sandbox's next call, while the node's
-        total does not count it (README, "The node's total")."""
+        total does not count it (docs, "The node's total")."""
         too_big = [
             name
             for name, size in (

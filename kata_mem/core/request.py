@@ -2,7 +2,7 @@
 what may be done. Pure: no file, socket, clock or environment.
 
 :class:`SandboxRequest` is the shim protocol's request (schema
-``kata-mem/shim-request/v1``; README, "Runtime-shim integration") as a frozen
+``kata-mem/shim-request/v1``; docs, "Runtime-shim integration") as a frozen
 value. :meth:`SandboxRequest.from_json` reads and checks one, with errors that name
 the field; :meth:`SandboxRequest.to_json` writes it back, which is what ``kata-mem
 reconcile`` re-runs. The command line builds the same value from its options.

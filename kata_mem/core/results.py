@@ -44,7 +44,7 @@ class Applied:
 
     @property
     def exit_code(self) -> int:
-        """0, or the code of the hypervisor's or the guest's failure (README, "Exit codes")."""
+        """0, or the code of the hypervisor's or the guest's failure (docs, "Exit codes")."""
         return outcome_exit_code(self.outcome.reason)
 
 

@@ -1,5 +1,5 @@
 """The RuntimeClass overhead (``overhead.podFixed``) under which the host-side guard
-never clamps a pod (README, "Deploying on Kubernetes"): pure arithmetic on the
+never clamps a pod (docs, "Deploying on Kubernetes"): pure arithmetic on the
 configuration.
 
 The kubelet limits a pod's cgroup to the sum of its containers' memory limits plus
@@ -170,7 +170,7 @@ def runtime_class_overhead(
     if model == "pod-overhead":
         raise InputError(
             f"{given} pod-overhead: the VM is sized at the pod overhead + limits, which is "
-            "the whole pod cgroup, so no podFixed leaves room for QEMU's own memory (README, "
+            "the whole pod cgroup, so no podFixed leaves room for QEMU's own memory (docs, "
             "'Sizing models'); expected --sizing kata or pod-limit"
         )
     if cfg.enable_hugepages:

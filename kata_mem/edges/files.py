@@ -4,7 +4,7 @@ Every file kata-mem reads (configuration and drop-ins, Pod manifests, OCI specs,
 journals, saved requests, shim requests on disk) goes through :func:`read_capped`.
 A FIFO, a device such as ``/dev/zero`` or ``/dev/urandom``, a socket or a
 directory is refused before a byte is read, and nothing larger than the cap is
-ever held in memory. The caps are documented in the README ("Input files and
+ever held in memory. The caps are documented in docs/ ("Input files and
 their limits"); a real file of each kind is a hundredth of its cap or less.
 """
 
@@ -19,7 +19,7 @@ from typing import Callable, Optional, Union
 from kata_mem.core.errors import KataMemError
 from kata_mem.core.units import MiB, to_kib_floor, to_mib_floor
 
-#: Size caps, documented in the README ("Input files and their limits").
+#: Size caps, documented in docs/ ("Input files and their limits").
 CONFIG_CAP = 1 * MiB  # a Kata configuration or drop-in; upstream ones are ~30 KiB
 MANIFEST_CAP = 4 * MiB  # a Pod manifest or an OCI config.json
 STATE_CAP = 1 * MiB  # a journal or saved request written by kata-mem (a few KiB)

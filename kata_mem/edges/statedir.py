@@ -1,5 +1,5 @@
 """The state directory: what in it is kata-mem's, who may have written it, and the
-node-wide lock on it (README, "State, locking and recovery").
+node-wide lock on it (docs, "State, locking and recovery").
 
 Layout (mode 0700, files 0600)::
 

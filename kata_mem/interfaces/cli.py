@@ -677,7 +677,7 @@ def _status_all(
 @json_option("Print JSON (schema kata-mem/reconcile/v1).")
 def reconcile(config_path: Optional[str], state_dir: Optional[str], as_json: bool) -> int:
     """One pass over every sandbox: retry deferred shrinks that are due, settle pending
-    DIMMs, forget sandboxes whose VM is gone. Run it from a timer (see the README).
+    DIMMs, forget sandboxes whose VM is gone. Run it from a timer (see the documentation).
     Exits with the code of the first sandbox that failed (the pass goes on)."""
     from kata_mem.orchestration.reconcile import exit_code, reconcile_all
 
@@ -757,7 +757,7 @@ def serve_node(
     reconcile_interval: float,
     metrics_address: Optional[MetricsAddress],
 ) -> int:
-    """Answer shims over HTTP on a unix socket until SIGTERM (see the README): POST
+    """Answer shims over HTTP on a unix socket until SIGTERM (see the documentation): POST
     /v1/shim, GET /v1/node, /v1/sandboxes/ID, /metrics, /healthz; with --metrics-address,
     /metrics and /healthz over TCP too."""
     from kata_mem.interfaces.service import run_service
@@ -782,7 +782,7 @@ def serve_node(
     help="Print that JSON Schema on stdout and exit.",
 )
 def shim(print_schema: Optional[str]) -> None:
-    """Read one JSON request on stdin, write one JSON response on stdout (see the README).
+    """Read one JSON request on stdin, write one JSON response on stdout (see the documentation).
 
     Dispatched before click is imported (kata_mem.interfaces.main); this entry documents it in
     --help and completes its options."""

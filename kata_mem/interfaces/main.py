@@ -21,7 +21,7 @@ SHIM_HELP = f"""Usage: {SHIM_USAGE}
 
   Read one JSON request (schema kata-mem/shim-request/v1) on stdin and write one
   JSON response (kata-mem/shim-response/v1) on stdout; the exit code is the
-  README's (see its "Runtime-shim integration" and "Exit codes").
+  documented one (docs: "Runtime-shim integration" and "Exit codes").
 
 Options:
   --print-schema request|response  Print that JSON Schema on stdout and exit.

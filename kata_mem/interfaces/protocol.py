@@ -40,7 +40,7 @@ class Answer:
 
     @property
     def exit_code(self) -> int:
-        """The shim's exit code (README, "Exit codes")."""
+        """The shim's exit code (docs, "Exit codes")."""
         if self.error is not None:
             return self.error.exit_code
         assert self.response is not None  # one of the two, by construction

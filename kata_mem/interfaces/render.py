@@ -1,6 +1,6 @@
 """Plans, host facts and configurations as JSON documents and as text for people.
 
-The JSON shapes are the stable, documented interface (README, "JSON output");
+The JSON shapes are the stable, documented interface (docs, "JSON output");
 the text forms are for reading and may change.
 """
 
@@ -182,7 +182,7 @@ def node_json(node: Optional[NodeView]) -> Optional[dict[str, Any]]:
     }
 
 
-#: What ``requested`` is in each sizing model (README, "Sizing models").
+#: What ``requested`` is in each sizing model (docs, "Sizing models").
 _REQUESTED = {
     "kata": "base + container limits",
     "pod-overhead": "pod overhead + container limits",
@@ -384,7 +384,7 @@ def config_text(cfg: SizingConfig, chosen_by: str) -> str:
     return "\n".join(lines)
 
 
-#: What a setting left out (or "") means, for config check's text (README, the table).
+#: What a setting left out (or "") means, for config check's text (docs, the table).
 _UNSET = {
     "host_memory_cgroup": '"" (none: host memory is MemTotal alone)',
     "pod_overhead_mib": "unset (only the Pod or its annotation gives a pod overhead)",

@@ -85,7 +85,7 @@ RECONCILE_INTERVAL_S = 5.0
 LEDGER_CHECK_S = 60.0
 #: Sandboxes the loop visits at once; the rest of the pool stays for requests.
 RECONCILE_WORKERS = 8
-#: Where HTTP statuses come from: the one-shot shim's exit code (README, "Exit codes").
+#: Where HTTP statuses come from: the one-shot shim's exit code (docs, "Exit codes").
 _STATUS = {0: 200, 1: 500, 2: 400, 3: 400, 4: 400, 6: 503, 7: 503, 8: 503, 9: 503}
 
 

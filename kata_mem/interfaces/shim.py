@@ -4,7 +4,7 @@ Read, parse once (:meth:`~kata_mem.core.request.SandboxRequest.from_json`), answ
 (:func:`~kata_mem.interfaces.protocol.answer`), render once. A runtime shim calls this on
 every container event, so it is kept fast: it is dispatched before click is imported,
 reads no YAML, and loads a backend only when the request names one. The request and
-response are documented in the README and shipped as JSON Schemas in
+response are documented in docs/ and shipped as JSON Schemas in
 ``kata_mem/schemas/`` (``kata-mem shim --print-schema``); requests are checked by hand (no
 validator import on the hot path) with errors that name the field.
 """

@@ -1,5 +1,5 @@
 """What the host side says about one sandbox, read just before it is planned: the
-VMM's memory cgroup and the node's total (README, "Host-side guards").
+VMM's memory cgroup and the node's total (docs, "Host-side guards").
 
 The cgroup is the one given (``--host-cgroup``, a request's ``host.cgroup``), else
 the one the VMM's process is in (the backend reports its pid: ``SO_PEERCRED`` on

@@ -37,7 +37,7 @@ def test_exit_codes_are_the_documented_ones() -> None:
         errors.MissingDependency: 9,
     }
     assert {cls: cls.exit_code for cls in ERROR_CLASSES} == table
-    # 8 has no class: a guest timeout is an outcome (test_packaging checks the README's table).
+    # 8 has no class: a guest timeout is an outcome (test_packaging checks the documentation's table).
     assert [errors.outcome_exit_code(r) for r in ("PlugTimeout", "UnplugTimeout")] == [8, 8]
 
 

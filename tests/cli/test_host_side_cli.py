@@ -140,7 +140,7 @@ def test_pod_overhead_from_the_pod_manifest(run_cli: Run, tmp_path: Path) -> Non
 
 
 def test_the_three_models_on_the_worked_example(run_cli: Run, tmp_path: Path) -> None:
-    """README's worked example: Kata's defaults, podFixed 160Mi, a 4Gi limit."""
+    """The docs' worked example: Kata's defaults, podFixed 160Mi, a 4Gi limit."""
     pod = PODS / "kata-overhead.yaml"
     got = {}
     for model in ("kata", "pod-overhead", "pod-limit"):

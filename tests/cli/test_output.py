@@ -219,7 +219,7 @@ def test_verbose_after_the_command_logs_info(tmp_path: Path) -> None:
     )
 
 
-# -- no None in text; null where the README says null ------------------------------------------
+# -- no None in text; null where the docs say null ------------------------------------------
 
 
 class OldQemu(FakeQemu):

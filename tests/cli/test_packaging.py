@@ -21,7 +21,7 @@ from kata_mem.interfaces.pipes import CLOSED_STDOUT, STDOUT_FAILED
 from kata_mem.interfaces.shim import run_shim
 from tests.support.cli import kata_mem_process
 from tests.support.configs import write_config
-from tests.support.paths import REPO
+from tests.support.paths import REPO, doc
 from tests.support.shim import shim_request_doc
 
 if sys.version_info >= (3, 11):
@@ -141,8 +141,7 @@ def test_missing_qemu_qmp_is_exit_9_too(tmp_path: Path) -> None:
 def test_every_exit_code_is_in_the_readme() -> None:
     from kata_mem.core import errors
 
-    readme = (REPO / "README.md").read_text()
-    table = readme.split("## Exit codes", 1)[1].split("\n## ", 1)[0]
+    table = doc("reference/exit-codes.md").split("\n## ", 1)[0]
     documented = {int(code) for code in re.findall(r"^\| (\d+) \|", table, re.MULTILINE)}
     codes = {
         cls.exit_code

@@ -1,6 +1,6 @@
 """Fault injection on the real guest (and the scripted QMP server for what a real QEMU
 cannot do on demand): after each fault, the next call converges to the truth.
-The README's fault table lists each case with its outcome and the state after."""
+The documentation's fault table lists each case with its outcome and the state after."""
 
 from __future__ import annotations
 

@@ -153,7 +153,7 @@ def pod(guest_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[K
     try:
         cg.set_limit(Kubelet.pod_limit(2048))
         vm.start()
-        # vmm_overhead_mib 128: TCG's translation buffer (README, "Host-side guards").
+        # vmm_overhead_mib 128: TCG's translation buffer (docs, "Host-side guards").
         cfg = guest_config(tmp, virtio=True, vmm_overhead_mib=128, sizing="pod-limit")
         kubelet = Kubelet(cfg, vm, cg, 2048, kept_mib=512 - guest_mib(vm))
         created = kubelet.runtime("create", 2048)

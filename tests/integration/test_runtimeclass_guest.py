@@ -39,7 +39,7 @@ def test_the_pod_that_needs_the_most_gets_its_whole_vm_and_qemu_lives(
     guest_dir: Path, tmp_path: Path
 ) -> None:
     # vmm_overhead_mib = 128: TCG's translation buffer adds ~46-48 MiB to what QEMU holds
-    # beyond guest RAM (README, "VMM overhead, measured here"); KVM nodes keep 64.
+    # beyond guest RAM (docs, "VMM overhead, measured here"); KVM nodes keep 64.
     cfg = guest_config(tmp_path, virtio=True, vmm_overhead_mib=128)
     code, rc = run_json("runtimeclass", "--config", str(cfg), "--max-pod-memory", MAX_POD)
     assert code == 0, rc

@@ -136,7 +136,7 @@ def test_dimm_unplug_that_times_out_stays_pending_and_is_settled(
     boot_guest: BootGuest, run_cli: Run, tmp_path: Path
 ) -> None:
     # A paused guest cannot answer the ACPI eject: the unplug stays pending until it runs again.
-    # (A guest too full to offline the DIMM is no way to test this: it panics, see the README.)
+    # (A guest too full to offline the DIMM is no way to test this: it panics, see docs/design/safe-shrink.md.)
     vm = boot_guest(GuestSpec(virtio_mem_mib=0))
     cfg = guest_config(tmp_path, virtio=False, timeout=3)
     base_kb = vm.status().total_kb

@@ -15,7 +15,7 @@ from tests.strategies import examples, sandbox_requests
 from tests.support.service import Service
 from tests.support.shim import CONFIG, RESPONSE_SCHEMA, request
 
-#: The statuses an exit code maps to (README, "The node service"); 500 is a bug.
+#: The statuses an exit code maps to (docs, "The node service"); 500 is a bug.
 STATUS = {0: 200, 2: 400, 3: 400, 4: 400, 6: 503, 7: 503, 8: 503, 9: 503}
 #: No VM listens here: a request naming it gets as far as the backend and no further.
 NO_VM = "/nonexistent/kata-mem-abuse/qmp.sock"

@@ -27,7 +27,7 @@ from tests.support.shim import (
 
 MiB = 1 << 20
 
-#: The shim corpus: the requests tests/cli/test_shim.py sends (its README example, the
+#: The shim corpus: the requests tests/cli/test_shim.py sends (its documented example, the
 #: memory-boom pod, and every refused request), as raw bodies.
 CORPUS: list[bytes] = [
     json.dumps(request()).encode(),

@@ -20,6 +20,7 @@ import pytest
 
 from tests.support.configs import small_vm_config
 from tests.support.fake_qmp import FakeQemu, FakeQmpServer
+from tests.support.paths import doc
 from tests.support.service import Service, all_read, curl_answer, read_response, start
 from tests.support.shim import ERROR_SCHEMA, request
 from tests.support.waits import wait_until
@@ -200,7 +201,7 @@ def test_every_backend_error_document_is_counted(service: Service, tmp_path: Pat
 
 def test_every_label_the_service_uses_is_documented(service: Service) -> None:
     """Each endpoint label of the latency histogram (a path no endpoint takes included)
-    is in the README's metrics table."""
+    is in the metrics table (docs/guide/service.md)."""
     for method, path in [
         ("GET", "/healthz"),
         ("GET", "/v1/node"),
@@ -218,7 +219,7 @@ def test_every_label_the_service_uses_is_documented(service: Service) -> None:
         )
     }
     assert {"shim", "node", "sandbox", "metrics", "healthz", "other"} <= labels
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    readme = doc("guide/service.md")
     row = next(
         line for line in readme.splitlines() if line.startswith("| `kata_mem_request_seconds`")
     )

@@ -8,3 +8,9 @@ REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures"
 KATA_CONFIGS = FIXTURES / "kata-configs"
 PODS = REPO / "examples" / "pods"
+DOCS = REPO / "docs"
+
+
+def doc(page: str) -> str:
+    """One page of the documentation (``docs/PAGE``), as the site shows it."""
+    return (DOCS / page).read_text()

@@ -29,7 +29,7 @@ CONFIG = str(KATA_CONFIGS / "configuration-qemu.toml")
 
 
 def request(**fields: Any) -> dict[str, Any]:
-    """The README's example request (upstream QEMU configuration, one 256 MiB container,
+    """The documentation's example request (upstream QEMU configuration, one 256 MiB container,
     a 32 GiB 8-CPU host), with ``fields`` replaced."""
     doc: dict[str, Any] = {
         "schema": "kata-mem/shim-request/v1",

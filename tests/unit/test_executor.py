@@ -1,4 +1,4 @@
-"""The executor on the in-memory fake backend: every outcome and reason of the README's "Outcomes",
+"""The executor on the in-memory fake backend: every outcome and reason of the documentation's "Outcomes",
 the journal, the lock, and recovery."""
 
 from __future__ import annotations

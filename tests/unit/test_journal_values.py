@@ -1,6 +1,6 @@
 """The journal is kata-mem's own input from disk: ``Record.from_json`` accepts only what
 the writer produces. A value out of range or inconsistent makes the record corrupt, and
-a corrupt record is rebuilt from the hypervisor with a warning (README, "State, locking
+a corrupt record is rebuilt from the hypervisor with a warning (docs, "State, locking
 and recovery"). A journal written before kata-mem recorded the devices it creates still
 loads, with nothing in it proven kata-mem's."""
 

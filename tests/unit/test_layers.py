@@ -5,7 +5,7 @@ interfaces); a module's layer is the folder it is in. A module may import only f
 its own layer and the layers below it, and no module imports itself back through
 others: no exception is allowed. Every import counts: at the top of a file, inside a
 function (the lazy ones that keep the shim fast) and under ``TYPE_CHECKING``. The same
-map is drawn in the README's "Design" section, and checked against the folders here.
+map is drawn in the documentation's design page (docs/design/layers.md), and checked against the folders here.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.paths import REPO
+from tests.support.paths import REPO, doc
 
 PACKAGE = REPO / "kata_mem"
 
@@ -125,11 +125,9 @@ def _only_a_docstring(path: Path) -> bool:
 
 
 def test_the_readme_draws_these_layers() -> None:
-    """The drawing in the README's Design section: one line per layer, its name and
+    """The drawing on the design page (docs/design/layers.md): one line per layer, its name and
     then its modules (file names without ``.py``), top layer first, as the folders hold them."""
-    readme = (REPO / "README.md").read_text()
-    design = readme[readme.index("\n## Design") :]
-    design = design[: design.index("\n## ", 1)]
+    design = doc("design/layers.md")
     drawing = "".join(design.split("```")[1::2])
     drawn = {
         words[0]: sorted(words[1:])

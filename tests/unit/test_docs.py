@@ -1,0 +1,58 @@
+"""The documentation: the site builds with MkDocs in strict mode (a broken link, a page
+missing from the navigation or a snippet that is not there fails it), and the README stays
+the short front page that links into it."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.support.paths import DOCS, REPO
+
+#: Relative links in Markdown: [text](target), outside code.
+LINK = re.compile(r"\]\(([^)#:]+)(?:#[^)]*)?\)")
+
+
+def test_the_site_builds_in_strict_mode(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    cli = (tmp_path / "site" / "reference" / "cli" / "index.html").read_text()
+    # The CLI pages come from click itself: every command is there.
+    from kata_mem.interfaces.cli import cli as group
+
+    for name in group.commands:
+        assert f"kata-mem {name}" in cli, name
+
+
+def test_every_page_is_in_the_navigation() -> None:
+    nav = (REPO / "mkdocs.yml").read_text()
+    pages = sorted(str(p.relative_to(DOCS)) for p in DOCS.rglob("*.md"))
+    assert [p for p in pages if f": {p}" not in nav] == []
+
+
+def _links(text: str) -> list[str]:
+    outside_code = re.sub(r"```.*?```", "", text, flags=re.S)
+    return LINK.findall(outside_code)
+
+
+def test_the_readme_is_a_front_page_whose_links_resolve() -> None:
+    for name in ("README.md", "CONTRIBUTING.md"):
+        text = (REPO / name).read_text()
+        missing = [t for t in _links(text) if not (REPO / t).exists()]
+        assert missing == [], (name, missing)
+    readme = (REPO / "README.md").read_text()
+    assert len(readme.splitlines()) <= 250
+    for heading in ("## Quick start", "## Install", "## A five-minute tour", "## Documentation"):
+        assert heading in readme
+    assert (REPO / "LICENSE").read_text().lstrip().startswith("Apache License")
