@@ -67,6 +67,8 @@ _STATS: dict[UsageField, str] = {
 #: ACPI _OST: 0 = success, 0x84 = ejection in progress; anything else on an eject is a refusal.
 _OST_EJECT_OK = (0x0, 0x84)
 _OST_INSERT, _OST_EJECT = 0x1, 0x3
+#: virtio-balloon's queues are inflate, deflate, statistics (virtio spec 1.2, 5.5.2).
+_BALLOON_STATS_QUEUE = 2
 
 
 #: Said when a saved request's VMM no longer listens at its socket (adversarial finding A8).
@@ -296,6 +298,8 @@ class QmpBackend:
         self._balloon: Optional[str] = None
         self._machine: Optional[tuple[int, int, Optional[int]]] = None
         self._listed: dict[str, list[tuple[str, str]]] = {}
+        self._backends: Optional[dict[str, int]] = None
+        self._stats_queue: Optional[bool] = None
         self.round_trips = 0
 
     @classmethod
@@ -507,8 +511,16 @@ class QmpBackend:
             ]
         return self._listed[path]
 
-    def _memory_backends(self) -> dict[str, int]:
-        """Every memory backend object with an id, and its size."""
+    def _memory_backends(self, fresh: bool = False) -> dict[str, int]:
+        """Every memory backend object with an id, and its size.
+
+        Read once per connection (or when ``fresh``) and then kept up to date with this
+        connection's own ``object-add`` and ``object-del``: QEMU serves one client at a
+        time on a monitor, so nothing else changes ``/objects`` meanwhile (the same
+        reasoning as :meth:`_children`), and a re-read after a step would only say what
+        the call already knows."""
+        if self._backends is not None and not fresh:
+            return dict(self._backends)
         raw = self._execute("query-memdev")
         if not isinstance(raw, list):
             raise BackendError("unexpected QMP reply: query-memdev is not a list", "ProtocolError")
@@ -517,7 +529,18 @@ class QmpBackend:
             entry = _REPLY.object(item, f"query-memdev[{i}]")
             if isinstance(entry.get("id"), str):
                 backends[entry["id"]] = _REPLY.required_integer(entry, "size", f"query-memdev[{i}]")
-        return backends
+        self._backends = backends
+        return dict(backends)
+
+    def _object_add(self, memdev: str, size: int, props: dict[str, object]) -> None:
+        self._execute("object-add", props)
+        if self._backends is not None:
+            self._backends[memdev] = size
+
+    def _object_del(self, memdev: str) -> None:
+        self._execute("object-del", {"id": memdev})
+        if self._backends is not None:
+            self._backends.pop(memdev, None)
 
     def observe(self) -> VmState:
         base, slots, maxmem = self._machine_memory()
@@ -555,7 +578,7 @@ class QmpBackend:
                     "mem-path": self._hugepages_path,
                     "share": True,
                 }
-            self._execute("object-add", props)
+            self._object_add(memdev, step.size, props)
             try:
                 self._execute(
                     "device_add", {"driver": "pc-dimm", "id": step.device, "memdev": memdev}
@@ -563,14 +586,14 @@ class QmpBackend:
             except BackendError:
                 # No orphan backend object: the DIMM never existed.
                 try:
-                    self._execute("object-del", {"id": memdev})
+                    self._object_del(memdev)
                 except BackendError as exc:
                     log.warning("could not delete %s after a failed device_add: %s", memdev, exc)
                 raise
         elif step.action == "unplug_dimm":
             self._execute("device_del", {"id": step.device})
         elif step.action == "delete_memdev":
-            self._execute("object-del", {"id": step.device})
+            self._object_del(step.device)
         else:
             self._execute(
                 "qom-set",
@@ -616,7 +639,7 @@ class QmpBackend:
                 )
             return StepProgress("pending", "waiting for DEVICE_DELETED")
         if step.action == "delete_memdev":
-            if step.device in self._memory_backends():
+            if step.device in self._memory_backends(fresh=True):
                 return StepProgress("pending", f"{step.device} is still in /objects")
             return StepProgress("done")
         return resize_progress(
@@ -626,7 +649,7 @@ class QmpBackend:
     def _delete_after_unplug(self, memdev: str) -> None:
         """Delete the unplugged DIMM's backend object: the one kata-mem recorded creating."""
         try:
-            self._execute("object-del", {"id": memdev})
+            self._object_del(memdev)
         except BackendError as exc:
             # Left as an orphan; the next call deletes it (a delete_memdev step).
             log.warning("object-del %s after DEVICE_DELETED failed: %s", memdev, exc)
@@ -635,6 +658,9 @@ class QmpBackend:
         path = self._balloon_path()
         if path is None:
             return None
+        # The count first: a reading counted in it is in the statistics read after it
+        # (QEMU handles both commands and the guest's report under one lock).
+        sequence = self._stats_received(path)
         raw = _REPLY.object(
             self._execute("qom-get", {"path": path, "property": "guest-stats"}), "guest-stats"
         )
@@ -644,7 +670,29 @@ class QmpBackend:
             unit=1,
             last_update=raw.get("last-update"),
             observed_at=time.time(),
+            sequence=sequence,
         )
+
+    def _stats_received(self, path: str) -> Optional[int]:
+        """How many statistics reports QEMU has taken from the guest (mod 2^16), or None
+        when this QEMU cannot say (``x-query-virtio-queue-status`` is QEMU 7.2's, and
+        experimental): the balloon's third queue is its statistics queue and QEMU pops
+        one buffer from it per report (hw/virtio/virtio-balloon.c,
+        ``virtio_balloon_receive_stats``), which its ``last-avail-idx`` counts."""
+        if self._stats_queue is False:
+            return None
+        try:
+            raw = self._execute(
+                "x-query-virtio-queue-status",
+                {"path": f"{path}/virtio-backend", "queue": _BALLOON_STATS_QUEUE},
+            )
+        except BackendError as exc:
+            log.debug("QMP socket %s: no statistics count: %s", self.path, exc)
+            self._stats_queue = False
+            return None
+        self._stats_queue = True
+        queue = _REPLY.object(raw, "x-query-virtio-queue-status")
+        return _REPLY.integer(queue, "last-avail-idx", "x-query-virtio-queue-status", minimum=0)
 
     def set_stats_interval(self, seconds: int) -> Optional[int]:
         path = self._balloon_path()
