@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 import os
 import socket
 import stat
@@ -21,14 +22,18 @@ import time
 from collections.abc import Coroutine
 from typing import Any, Optional, TypeVar
 
-from kata_mem.core.errors import BackendError, BackendUnavailable, MissingDependency
+from kata_mem.core.errors import (
+    BackendError,
+    BackendUnavailable,
+    KataMemError,
+    MissingDependency,
+)
 from kata_mem.core.fields import Fields, is_bool, python_value
 
 try:
     from qemu.qmp import (
         ConnectError,
         EventListener,
-        ExecInterruptedError,
         ExecuteError,
         QMPClient,
         QMPError,
@@ -73,6 +78,10 @@ _BALLOON_STATS_QUEUE = 2
 
 #: Said when a saved request's VMM no longer listens at its socket (adversarial finding A8).
 _NOT_ASKED = "the VM it led to is gone, and what listens there now is not talked to"
+
+
+def _key(cmd: str, args: Optional[dict[str, object]]) -> str:
+    return json.dumps([cmd, args], sort_keys=True)
 
 
 def check_socket(path: str, expect: Optional[VmmIdentity] = None) -> os.stat_result:
@@ -300,6 +309,10 @@ class QmpBackend:
         self._listed: dict[str, list[tuple[str, str]]] = {}
         self._backends: Optional[dict[str, int]] = None
         self._stats_queue: Optional[bool] = None
+        #: Replies of commands sent ahead (:meth:`_read_ahead`), until they are asked for.
+        self._ahead: dict[str, tuple[object]] = {}
+        #: Commands sent, and round trips waited for (commands sent together count once).
+        self.commands = 0
         self.round_trips = 0
 
     @classmethod
@@ -361,27 +374,31 @@ class QmpBackend:
     def _run(self, coro: Coroutine[Any, Any, T], what: str) -> T:
         try:
             return self._loop.run_until_complete(asyncio.wait_for(coro, COMMAND_TIMEOUT_S))
-        except ExecuteError as exc:
+        except (ExecuteError, asyncio.TimeoutError, QMPError, OSError, EOFError) as exc:
+            raise self._failed(exc, what) from exc
+
+    def _failed(self, exc: BaseException, what: str) -> KataMemError:
+        """The kata-mem error for a QMP failure during ``what``."""
+        if isinstance(exc, ExecuteError):
             # The QMP error class is part of what the user reads (README, exit 7).
-            raise BackendError(
+            return BackendError(
                 f"QMP socket {self.path}: {what} failed: {exc.error_class}: "
                 f"{str(exc).strip() or '(QEMU gave no description)'}",
                 exc.error_class,
-            ) from exc
-        except asyncio.TimeoutError as exc:
-            raise BackendError(
+            )
+        if isinstance(exc, asyncio.TimeoutError):
+            return BackendError(
                 f"QMP socket {self.path}: {what}: Timeout: no reply within "
                 f"{COMMAND_TIMEOUT_S:g} s (the monitor is hung or the VM is paused)",
                 "Timeout",
-            ) from exc
-        except (ExecInterruptedError, QMPError, OSError, EOFError) as exc:
-            # qemu.qmp's own words ("StateError: QMPClient is disconnecting. Call
-            # disconnect() ...") are about its state machine, not about the VM: debug only.
-            log.debug("QMP socket %s: %s: %s", self.path, what, describe(exc))
-            raise BackendUnavailable(
-                f"QMP socket {self.path}: the VM went away during {what}: {self._gone_text()}; "
-                "the next call reconciles what was done"
-            ) from exc
+            )
+        # qemu.qmp's own words ("StateError: QMPClient is disconnecting. Call
+        # disconnect() ...") are about its state machine, not about the VM: debug only.
+        log.debug("QMP socket %s: %s: %s", self.path, what, describe(exc))
+        return BackendUnavailable(
+            f"QMP socket {self.path}: the VM went away during {what}: {self._gone_text()}; "
+            "the next call reconciles what was done"
+        )
 
     def _gone_text(self) -> str:
         """What became of QEMU, when the connection ended under a command."""
@@ -393,8 +410,53 @@ class QmpBackend:
         return f"QEMU (pid {pid}) closed its monitor connection (it may be shutting down)"
 
     def _execute(self, cmd: str, args: Optional[dict[str, object]] = None) -> object:
+        ahead = self._ahead.pop(_key(cmd, args), None)
+        if ahead is not None:
+            if isinstance(ahead[0], KataMemError):
+                raise ahead[0]
+            return ahead[0]
         self.round_trips += 1
+        self.commands += 1
         return self._run(self._client.execute(cmd, args), cmd)
+
+    def _read_ahead(self, commands: list[tuple[str, Optional[dict[str, object]]]]) -> None:
+        """Send read-only ``commands`` at once and keep their replies (or errors) for the
+        :meth:`_execute` calls that ask for them: one round trip instead of one each.
+        QEMU answers a client's commands in order (docs/interop/qmp-spec.rst,
+        "Commands Responses"), and ``qemu.qmp`` matches replies by id."""
+        todo = [(c, a) for c, a in commands if _key(c, a) not in self._ahead]
+        if len(todo) < 2:
+            return
+
+        async def batch() -> list[object]:
+            return list(
+                await asyncio.gather(
+                    *(self._client.execute(c, a) for c, a in todo), return_exceptions=True
+                )
+            )
+
+        self.round_trips += 1
+        self.commands += len(todo)
+        replies = self._run(batch(), todo[0][0])
+        for (cmd, args), reply in zip(todo, replies):
+            if isinstance(reply, BaseException) and not isinstance(reply, ExecuteError):
+                self._ahead.clear()
+                raise self._failed(reply, cmd) from reply
+            failed = self._failed(reply, cmd) if isinstance(reply, ExecuteError) else None
+            self._ahead[_key(cmd, args)] = (reply if failed is None else failed,)
+
+    def _per_connection(self) -> list[tuple[str, Optional[dict[str, object]]]]:
+        """The reads that are made once per connection and not made yet."""
+        wanted: list[tuple[str, Optional[dict[str, object]]]] = [
+            ("qom-list", {"path": p})
+            for p in ("/machine/peripheral", "/objects")
+            if p not in self._listed
+        ]
+        if self._machine is None:
+            wanted.append(("qom-get", {"path": "/machine", "property": "memory"}))
+        if self._backends is None:
+            wanted.append(("query-memdev", None))
+        return wanted
 
     def _drain_events(self, wait_s: float = 0.0) -> None:
         """Collect the events QEMU has sent; with ``wait_s``, first wait that long for one."""
@@ -543,8 +605,13 @@ class QmpBackend:
             self._backends.pop(memdev, None)
 
     def observe(self) -> VmState:
-        base, slots, maxmem = self._machine_memory()
-        devices, others, regions = self._query_devices()
+        self._read_ahead([*self._per_connection(), ("query-memory-devices", None)])
+        try:
+            base, slots, maxmem = self._machine_memory()
+            devices, others, regions = self._query_devices()
+        finally:
+            # Never a later observation's: what is plugged is read afresh every time.
+            self._ahead.pop(_key("query-memory-devices", None), None)
         state = vm_state(
             base=base,
             maxmem=maxmem,
@@ -695,6 +762,8 @@ class QmpBackend:
         return _REPLY.integer(queue, "last-avail-idx", "x-query-virtio-queue-status", minimum=0)
 
     def set_stats_interval(self, seconds: int) -> Optional[int]:
+        # The first thing an apply does: what its observation needs once comes along.
+        self._read_ahead(self._per_connection())
         path = self._balloon_path()
         if path is None:
             return None
