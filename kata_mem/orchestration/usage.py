@@ -17,7 +17,11 @@ from typing import Callable, Optional
 
 from kata_mem.backends import Backend
 from kata_mem.core import safety
+from kata_mem.core.errors import BackendError
 from kata_mem.core.model import GuestUsage, Settings, VmState
+from kata_mem.edges.logs import get_logger
+
+log = get_logger(__name__)
 
 #: How often a reading that is on its way is looked for (two QMP round trips each).
 FRESH_POLL_S = 0.01
@@ -85,12 +89,15 @@ class UsageReader:
         return usage
 
     def _ask(self) -> None:
-        """Have the guest report now; its polling interval is put back at once, also
-        when asking fails."""
+        """Have the guest report now, and put its polling interval back at once. A
+        refusal to stop polling changed nothing (the readings then come as they come);
+        a failure to put it back is raised: the guest must not be left unpolled."""
         try:
             self._backend.set_stats_interval(0)
-        finally:
-            self._backend.set_stats_interval(self._settings.stats_interval_s)
+        except BackendError as exc:
+            log.debug("no reading asked for: %s", exc)
+            return
+        self._backend.set_stats_interval(self._settings.stats_interval_s)
 
     def step_done(self, total_before: int) -> None:
         """A shrink step from ``total_before`` has just been verified: the reading that
