@@ -233,6 +233,11 @@ def main() -> None:
             f"| {force * 1000:.0f} ms | {safe / force:.2f} |"
         )
     for r in results:
+        for side in ("safe", "force"):
+            each = ", ".join(f"{t * 1000:.0f}" for t in r["times"][side])
+            print(f"\n{r['mechanism']} {side}, each round (ms): {each}", end="")
+        print()
+    for r in results:
         print(f"\ntimeline, {r['mechanism']}, medians in ms (safe / force):\n")
         print("| step | " + " | ".join(PHASES) + " |")
         print("| --- |" + " --- |" * len(PHASES))
