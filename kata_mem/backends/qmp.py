@@ -309,6 +309,7 @@ class QmpBackend:
         self._listed: dict[str, list[tuple[str, str]]] = {}
         self._backends: Optional[dict[str, int]] = None
         self._stats_queue: Optional[bool] = None
+        self._interval: Optional[int] = None
         #: Replies of commands sent ahead (:meth:`_read_ahead`), until they are asked for.
         self._ahead: dict[str, tuple[object]] = {}
         #: Commands sent, and round trips waited for (commands sent together count once).
@@ -767,16 +768,22 @@ class QmpBackend:
         path = self._balloon_path()
         if path is None:
             return None
-        before = self._execute(
-            "qom-get", {"path": path, "property": "guest-stats-polling-interval"}
-        )
-        if not isinstance(before, int) or is_bool(before):
-            raise _REPLY.fail("guest-stats-polling-interval", "an integer", before)
+        # Read once per connection, then known: only this connection sets it meanwhile.
+        before = self._interval
+        if before is None:
+            read = self._execute(
+                "qom-get", {"path": path, "property": "guest-stats-polling-interval"}
+            )
+            if not isinstance(read, int) or is_bool(read):
+                raise _REPLY.fail("guest-stats-polling-interval", "an integer", read)
+            before = read
         if before != seconds:
+            self._interval = None  # unknown until QEMU has taken it
             self._execute(
                 "qom-set",
                 {"path": path, "property": "guest-stats-polling-interval", "value": seconds},
             )
+        self._interval = seconds
         return before
 
     def _balloon_path(self) -> Optional[str]:

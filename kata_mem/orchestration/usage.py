@@ -137,9 +137,8 @@ class UsageReader:
         older one, a fresh reading is awaited first.
         """
         since = self._last_end if self._last_end is not None else self._started
-        usage = self._recent()
-        if usage is not None and self._last_end is not None and self._mark is not None:
-            usage = self.fresh(after=since)
+        counted = self._last_end is not None and self._mark is not None
+        usage = self.fresh(after=since) if counted else self._recent()
         mark = self._mark if self._last_end is not None else None
         stale = usage is not None and not _newer(usage, since, mark)
         ambiguous = stale and self._last_end is not None
