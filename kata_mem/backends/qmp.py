@@ -628,9 +628,11 @@ class QmpBackend:
         return dataclasses.replace(state, vmm_pid=self.vmm_pid)
 
     def begin(self, step: Step) -> None:
-        # Only events that follow this step's commands are about it.
+        # Only events that follow this step's commands are about it, and only devices read
+        # after them.
         self._events.clear()
         self._seen.clear()
+        self._ahead.pop(_key("query-memory-devices", None), None)
         if step.action == "plug_dimm":
             memdev = step.memdev
             props: dict[str, object] = {
@@ -763,8 +765,9 @@ class QmpBackend:
         return _REPLY.integer(queue, "last-avail-idx", "x-query-virtio-queue-status", minimum=0)
 
     def set_stats_interval(self, seconds: int) -> Optional[int]:
-        # The first thing an apply does: what its observation needs once comes along.
-        self._read_ahead(self._per_connection())
+        # The first thing an apply does, and its observation follows (repair observes
+        # first): what that needs goes out now, in the same round trip.
+        self._read_ahead([*self._per_connection(), ("query-memory-devices", None)])
         path = self._balloon_path()
         if path is None:
             return None
