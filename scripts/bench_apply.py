@@ -43,6 +43,15 @@ HOST = HostFacts(memory=16 * GiB, cpus=4, arch="amd64")
 REQUEST = Workload((Container("c", GiB),))
 
 
+def inserted(event: dict[str, Any], device: str) -> bool:
+    """Whether ``event`` (ACPI_DEVICE_OST) says the guest took ``device`` in: source 1 is
+    an insert, status 0 success (ACPI 6.5, 6.3.5 _OST)."""
+    info = event["data"]["info"]
+    return bool(
+        info.get("device") == device and info.get("source") == 1 and info.get("status") == 0
+    )
+
+
 def wait_until(pred: Callable[[], bool], timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while not pred():
@@ -59,7 +68,10 @@ def baseline_dimm(sock: Path) -> int:
         q.execute("query-memory-devices")
         q.execute("object-add", {"qom-type": "memory-backend-ram", "id": "bmem0", "size": GiB})
         q.execute("device_add", {"driver": "pc-dimm", "id": "bdimm0", "memdev": "bmem0"})
-        q.wait_event("ACPI_DEVICE_OST", timeout=30)
+        # The guest's insert confirmation for this DIMM: an eject's (source 3) from the
+        # previous round's unplug can still arrive first.
+        while not inserted(q.wait_event("ACPI_DEVICE_OST", timeout=30), "bdimm0"):
+            pass
         devices = q.execute("query-memory-devices")
         assert any(d["data"].get("id") == "bdimm0" for d in devices)
         return 5  # capabilities + 4 commands

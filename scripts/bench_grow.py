@@ -27,6 +27,9 @@ from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from bench_apply import inserted  # noqa: E402
 
 from kata_mem.backends.qmp import VIRTIO_MEM_POLL_S, QmpBackend  # noqa: E402
 from kata_mem.core.model import Container, HostFacts, Workload  # noqa: E402
@@ -76,7 +79,8 @@ def raw_plug(sock: Path, virtio: bool, size: int) -> None:
         else:
             q.execute("object-add", {"qom-type": "memory-backend-ram", "id": "bmem0", "size": size})
             q.execute("device_add", {"driver": "pc-dimm", "id": "bdimm0", "memdev": "bmem0"})
-            q.wait_event("ACPI_DEVICE_OST", timeout=120)
+            while not inserted(q.wait_event("ACPI_DEVICE_OST", timeout=120), "bdimm0"):
+                pass
 
 
 def kata_mem_grow(sock: Path, cfg_path: Path, state: Path, size: int, host: HostFacts) -> None:
