@@ -310,6 +310,8 @@ class QmpBackend:
         self._backends: Optional[dict[str, int]] = None
         self._stats_queue: Optional[bool] = None
         self._interval: Optional[int] = None
+        #: The virtio-mem step polled last, since the last begin.
+        self._resizing: Optional[Step] = None
         #: Replies of commands sent ahead (:meth:`_read_ahead`), until they are asked for.
         self._ahead: dict[str, tuple[object]] = {}
         #: Commands sent, and round trips waited for (commands sent together count once).
@@ -633,6 +635,7 @@ class QmpBackend:
         self._events.clear()
         self._seen.clear()
         self._ahead.pop(_key("query-memory-devices", None), None)
+        self._resizing = None
         if step.action == "plug_dimm":
             memdev = step.memdev
             props: dict[str, object] = {
@@ -675,11 +678,17 @@ class QmpBackend:
             )
 
     def poll(self, step: Step, wait_s: float = 0.0) -> StepProgress:
+        if step.action == "resize_virtio_mem":
+            # One read of the size per poll: the first poll of a step answers at once, a
+            # later one (the step was pending) first waits a little, then reads.
+            if self._resizing == step and wait_s > 0:
+                self._drain_events(min(wait_s, VIRTIO_MEM_POLL_S))
+            self._resizing = step
+            return self._check(step, query=True)
         self._drain_events()
         progress = self._check(step, query=True)
         if progress.state == "pending" and wait_s > 0:
-            resize = step.action == "resize_virtio_mem"
-            self._drain_events(min(wait_s, VIRTIO_MEM_POLL_S) if resize else wait_s)
+            self._drain_events(wait_s)
             progress = self._check(step, query=False)
         return progress
 
