@@ -4,7 +4,7 @@ over 10,000 containers against a plain sum of the same limits.
 
 Runs are interleaved (A, B, A, B, ...) so that machine noise hits both sides alike;
 the figures that matter are the ratios of the medians. Prints a Markdown table for
-the README.
+docs/benchmarks.md.
 
     .venv/bin/python scripts/bench_preview.py [--runs 30]
 """

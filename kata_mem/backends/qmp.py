@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 import os
 import socket
 import stat
@@ -21,14 +22,18 @@ import time
 from collections.abc import Coroutine
 from typing import Any, Optional, TypeVar
 
-from kata_mem.core.errors import BackendError, BackendUnavailable, MissingDependency
+from kata_mem.core.errors import (
+    BackendError,
+    BackendUnavailable,
+    KataMemError,
+    MissingDependency,
+)
 from kata_mem.core.fields import Fields, is_bool, python_value
 
 try:
     from qemu.qmp import (
         ConnectError,
         EventListener,
-        ExecInterruptedError,
         ExecuteError,
         QMPClient,
         QMPError,
@@ -67,10 +72,16 @@ _STATS: dict[UsageField, str] = {
 #: ACPI _OST: 0 = success, 0x84 = ejection in progress; anything else on an eject is a refusal.
 _OST_EJECT_OK = (0x0, 0x84)
 _OST_INSERT, _OST_EJECT = 0x1, 0x3
+#: virtio-balloon's queues are inflate, deflate, statistics (virtio spec 1.2, 5.5.2).
+_BALLOON_STATS_QUEUE = 2
 
 
 #: Said when a saved request's VMM no longer listens at its socket (adversarial finding A8).
 _NOT_ASKED = "the VM it led to is gone, and what listens there now is not talked to"
+
+
+def _key(cmd: str, args: Optional[dict[str, object]]) -> str:
+    return json.dumps([cmd, args], sort_keys=True)
 
 
 def check_socket(path: str, expect: Optional[VmmIdentity] = None) -> os.stat_result:
@@ -296,6 +307,15 @@ class QmpBackend:
         self._balloon: Optional[str] = None
         self._machine: Optional[tuple[int, int, Optional[int]]] = None
         self._listed: dict[str, list[tuple[str, str]]] = {}
+        self._backends: Optional[dict[str, int]] = None
+        self._stats_queue: Optional[bool] = None
+        self._interval: Optional[int] = None
+        #: The virtio-mem step polled last, since the last begin.
+        self._resizing: Optional[Step] = None
+        #: Replies of commands sent ahead (:meth:`_read_ahead`), until they are asked for.
+        self._ahead: dict[str, tuple[object]] = {}
+        #: Commands sent, and round trips waited for (commands sent together count once).
+        self.commands = 0
         self.round_trips = 0
 
     @classmethod
@@ -357,27 +377,31 @@ class QmpBackend:
     def _run(self, coro: Coroutine[Any, Any, T], what: str) -> T:
         try:
             return self._loop.run_until_complete(asyncio.wait_for(coro, COMMAND_TIMEOUT_S))
-        except ExecuteError as exc:
+        except (ExecuteError, asyncio.TimeoutError, QMPError, OSError, EOFError) as exc:
+            raise self._failed(exc, what) from exc
+
+    def _failed(self, exc: BaseException, what: str) -> KataMemError:
+        """The kata-mem error for a QMP failure during ``what``."""
+        if isinstance(exc, ExecuteError):
             # The QMP error class is part of what the user reads (docs, exit 7).
-            raise BackendError(
+            return BackendError(
                 f"QMP socket {self.path}: {what} failed: {exc.error_class}: "
                 f"{str(exc).strip() or '(QEMU gave no description)'}",
                 exc.error_class,
-            ) from exc
-        except asyncio.TimeoutError as exc:
-            raise BackendError(
+            )
+        if isinstance(exc, asyncio.TimeoutError):
+            return BackendError(
                 f"QMP socket {self.path}: {what}: Timeout: no reply within "
                 f"{COMMAND_TIMEOUT_S:g} s (the monitor is hung or the VM is paused)",
                 "Timeout",
-            ) from exc
-        except (ExecInterruptedError, QMPError, OSError, EOFError) as exc:
-            # qemu.qmp's own words ("StateError: QMPClient is disconnecting. Call
-            # disconnect() ...") are about its state machine, not about the VM: debug only.
-            log.debug("QMP socket %s: %s: %s", self.path, what, describe(exc))
-            raise BackendUnavailable(
-                f"QMP socket {self.path}: the VM went away during {what}: {self._gone_text()}; "
-                "the next call reconciles what was done"
-            ) from exc
+            )
+        # qemu.qmp's own words ("StateError: QMPClient is disconnecting. Call
+        # disconnect() ...") are about its state machine, not about the VM: debug only.
+        log.debug("QMP socket %s: %s: %s", self.path, what, describe(exc))
+        return BackendUnavailable(
+            f"QMP socket {self.path}: the VM went away during {what}: {self._gone_text()}; "
+            "the next call reconciles what was done"
+        )
 
     def _gone_text(self) -> str:
         """What became of QEMU, when the connection ended under a command."""
@@ -389,8 +413,53 @@ class QmpBackend:
         return f"QEMU (pid {pid}) closed its monitor connection (it may be shutting down)"
 
     def _execute(self, cmd: str, args: Optional[dict[str, object]] = None) -> object:
+        ahead = self._ahead.pop(_key(cmd, args), None)
+        if ahead is not None:
+            if isinstance(ahead[0], KataMemError):
+                raise ahead[0]
+            return ahead[0]
         self.round_trips += 1
+        self.commands += 1
         return self._run(self._client.execute(cmd, args), cmd)
+
+    def _read_ahead(self, commands: list[tuple[str, Optional[dict[str, object]]]]) -> None:
+        """Send read-only ``commands`` at once and keep their replies (or errors) for the
+        :meth:`_execute` calls that ask for them: one round trip instead of one each.
+        QEMU answers a client's commands in order (docs/interop/qmp-spec.rst,
+        "Commands Responses"), and ``qemu.qmp`` matches replies by id."""
+        todo = [(c, a) for c, a in commands if _key(c, a) not in self._ahead]
+        if len(todo) < 2:
+            return
+
+        async def batch() -> list[object]:
+            return list(
+                await asyncio.gather(
+                    *(self._client.execute(c, a) for c, a in todo), return_exceptions=True
+                )
+            )
+
+        self.round_trips += 1
+        self.commands += len(todo)
+        replies = self._run(batch(), todo[0][0])
+        for (cmd, args), reply in zip(todo, replies):
+            if isinstance(reply, BaseException) and not isinstance(reply, ExecuteError):
+                self._ahead.clear()
+                raise self._failed(reply, cmd) from reply
+            failed = self._failed(reply, cmd) if isinstance(reply, ExecuteError) else None
+            self._ahead[_key(cmd, args)] = (reply if failed is None else failed,)
+
+    def _per_connection(self) -> list[tuple[str, Optional[dict[str, object]]]]:
+        """The reads that are made once per connection and not made yet."""
+        wanted: list[tuple[str, Optional[dict[str, object]]]] = [
+            ("qom-list", {"path": p})
+            for p in ("/machine/peripheral", "/objects")
+            if p not in self._listed
+        ]
+        if self._machine is None:
+            wanted.append(("qom-get", {"path": "/machine", "property": "memory"}))
+        if self._backends is None:
+            wanted.append(("query-memdev", None))
+        return wanted
 
     def _drain_events(self, wait_s: float = 0.0) -> None:
         """Collect the events QEMU has sent; with ``wait_s``, first wait that long for one."""
@@ -507,8 +576,16 @@ class QmpBackend:
             ]
         return self._listed[path]
 
-    def _memory_backends(self) -> dict[str, int]:
-        """Every memory backend object with an id, and its size."""
+    def _memory_backends(self, fresh: bool = False) -> dict[str, int]:
+        """Every memory backend object with an id, and its size.
+
+        Read once per connection (or when ``fresh``) and then kept up to date with this
+        connection's own ``object-add`` and ``object-del``: QEMU serves one client at a
+        time on a monitor, so nothing else changes ``/objects`` meanwhile (the same
+        reasoning as :meth:`_children`), and a re-read after a step would only say what
+        the call already knows."""
+        if self._backends is not None and not fresh:
+            return dict(self._backends)
         raw = self._execute("query-memdev")
         if not isinstance(raw, list):
             raise BackendError("unexpected QMP reply: query-memdev is not a list", "ProtocolError")
@@ -517,11 +594,27 @@ class QmpBackend:
             entry = _REPLY.object(item, f"query-memdev[{i}]")
             if isinstance(entry.get("id"), str):
                 backends[entry["id"]] = _REPLY.required_integer(entry, "size", f"query-memdev[{i}]")
-        return backends
+        self._backends = backends
+        return dict(backends)
+
+    def _object_add(self, memdev: str, size: int, props: dict[str, object]) -> None:
+        self._execute("object-add", props)
+        if self._backends is not None:
+            self._backends[memdev] = size
+
+    def _object_del(self, memdev: str) -> None:
+        self._execute("object-del", {"id": memdev})
+        if self._backends is not None:
+            self._backends.pop(memdev, None)
 
     def observe(self) -> VmState:
-        base, slots, maxmem = self._machine_memory()
-        devices, others, regions = self._query_devices()
+        self._read_ahead([*self._per_connection(), ("query-memory-devices", None)])
+        try:
+            base, slots, maxmem = self._machine_memory()
+            devices, others, regions = self._query_devices()
+        finally:
+            # Never a later observation's: what is plugged is read afresh every time.
+            self._ahead.pop(_key("query-memory-devices", None), None)
         state = vm_state(
             base=base,
             maxmem=maxmem,
@@ -537,9 +630,12 @@ class QmpBackend:
         return dataclasses.replace(state, vmm_pid=self.vmm_pid)
 
     def begin(self, step: Step) -> None:
-        # Only events that follow this step's commands are about it.
+        # Only events that follow this step's commands are about it, and only devices read
+        # after them.
         self._events.clear()
         self._seen.clear()
+        self._ahead.pop(_key("query-memory-devices", None), None)
+        self._resizing = None
         if step.action == "plug_dimm":
             memdev = step.memdev
             props: dict[str, object] = {
@@ -555,7 +651,7 @@ class QmpBackend:
                     "mem-path": self._hugepages_path,
                     "share": True,
                 }
-            self._execute("object-add", props)
+            self._object_add(memdev, step.size, props)
             try:
                 self._execute(
                     "device_add", {"driver": "pc-dimm", "id": step.device, "memdev": memdev}
@@ -563,14 +659,14 @@ class QmpBackend:
             except BackendError:
                 # No orphan backend object: the DIMM never existed.
                 try:
-                    self._execute("object-del", {"id": memdev})
+                    self._object_del(memdev)
                 except BackendError as exc:
                     log.warning("could not delete %s after a failed device_add: %s", memdev, exc)
                 raise
         elif step.action == "unplug_dimm":
             self._execute("device_del", {"id": step.device})
         elif step.action == "delete_memdev":
-            self._execute("object-del", {"id": step.device})
+            self._object_del(step.device)
         else:
             self._execute(
                 "qom-set",
@@ -582,11 +678,17 @@ class QmpBackend:
             )
 
     def poll(self, step: Step, wait_s: float = 0.0) -> StepProgress:
+        if step.action == "resize_virtio_mem":
+            # One read of the size per poll: the first poll of a step answers at once, a
+            # later one (the step was pending) first waits a little, then reads.
+            if self._resizing == step and wait_s > 0:
+                self._drain_events(min(wait_s, VIRTIO_MEM_POLL_S))
+            self._resizing = step
+            return self._check(step, query=True)
         self._drain_events()
         progress = self._check(step, query=True)
         if progress.state == "pending" and wait_s > 0:
-            resize = step.action == "resize_virtio_mem"
-            self._drain_events(min(wait_s, VIRTIO_MEM_POLL_S) if resize else wait_s)
+            self._drain_events(wait_s)
             progress = self._check(step, query=False)
         return progress
 
@@ -616,7 +718,7 @@ class QmpBackend:
                 )
             return StepProgress("pending", "waiting for DEVICE_DELETED")
         if step.action == "delete_memdev":
-            if step.device in self._memory_backends():
+            if step.device in self._memory_backends(fresh=True):
                 return StepProgress("pending", f"{step.device} is still in /objects")
             return StepProgress("done")
         return resize_progress(
@@ -626,7 +728,7 @@ class QmpBackend:
     def _delete_after_unplug(self, memdev: str) -> None:
         """Delete the unplugged DIMM's backend object: the one kata-mem recorded creating."""
         try:
-            self._execute("object-del", {"id": memdev})
+            self._object_del(memdev)
         except BackendError as exc:
             # Left as an orphan; the next call deletes it (a delete_memdev step).
             log.warning("object-del %s after DEVICE_DELETED failed: %s", memdev, exc)
@@ -635,6 +737,9 @@ class QmpBackend:
         path = self._balloon_path()
         if path is None:
             return None
+        # The count first: a reading counted in it is in the statistics read after it
+        # (QEMU handles both commands and the guest's report under one lock).
+        sequence = self._stats_received(path)
         raw = _REPLY.object(
             self._execute("qom-get", {"path": path, "property": "guest-stats"}), "guest-stats"
         )
@@ -644,22 +749,53 @@ class QmpBackend:
             unit=1,
             last_update=raw.get("last-update"),
             observed_at=time.time(),
+            sequence=sequence,
         )
 
+    def _stats_received(self, path: str) -> Optional[int]:
+        """How many statistics reports QEMU has taken from the guest (mod 2^16), or None
+        when this QEMU cannot say (``x-query-virtio-queue-status`` is QEMU 7.2's, and
+        experimental): the balloon's third queue is its statistics queue and QEMU pops
+        one buffer from it per report (hw/virtio/virtio-balloon.c,
+        ``virtio_balloon_receive_stats``), which its ``last-avail-idx`` counts."""
+        if self._stats_queue is False:
+            return None
+        try:
+            raw = self._execute(
+                "x-query-virtio-queue-status",
+                {"path": f"{path}/virtio-backend", "queue": _BALLOON_STATS_QUEUE},
+            )
+        except BackendError as exc:
+            log.debug("QMP socket %s: no statistics count: %s", self.path, exc)
+            self._stats_queue = False
+            return None
+        self._stats_queue = True
+        queue = _REPLY.object(raw, "x-query-virtio-queue-status")
+        return _REPLY.integer(queue, "last-avail-idx", "x-query-virtio-queue-status", minimum=0)
+
     def set_stats_interval(self, seconds: int) -> Optional[int]:
+        # The first thing an apply does, and its observation follows (repair observes
+        # first): what that needs goes out now, in the same round trip.
+        self._read_ahead([*self._per_connection(), ("query-memory-devices", None)])
         path = self._balloon_path()
         if path is None:
             return None
-        before = self._execute(
-            "qom-get", {"path": path, "property": "guest-stats-polling-interval"}
-        )
-        if not isinstance(before, int) or is_bool(before):
-            raise _REPLY.fail("guest-stats-polling-interval", "an integer", before)
+        # Read once per connection, then known: only this connection sets it meanwhile.
+        before = self._interval
+        if before is None:
+            read = self._execute(
+                "qom-get", {"path": path, "property": "guest-stats-polling-interval"}
+            )
+            if not isinstance(read, int) or is_bool(read):
+                raise _REPLY.fail("guest-stats-polling-interval", "an integer", read)
+            before = read
         if before != seconds:
+            self._interval = None  # unknown until QEMU has taken it
             self._execute(
                 "qom-set",
                 {"path": path, "property": "guest-stats-polling-interval", "value": seconds},
             )
+        self._interval = seconds
         return before
 
     def _balloon_path(self) -> Optional[str]:

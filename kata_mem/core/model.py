@@ -614,6 +614,9 @@ class GuestUsage:
 
     A field is ``None`` when the guest did not report it (QEMU shows -1). The
     reading is as old as ``observed_at - last_update`` seconds (host clock).
+    ``sequence`` counts the readings the hypervisor has received, when it can tell
+    (QEMU: the balloon's statistics queue), so that a reading that arrived after an
+    earlier look is told apart from it although both carry the same whole-second stamp.
     """
 
     total: Optional[int] = None
@@ -623,6 +626,7 @@ class GuestUsage:
     major_faults: Optional[int] = None
     last_update: Optional[float] = None
     observed_at: float = 0.0
+    sequence: Optional[int] = None
 
     @property
     def age(self) -> Optional[float]:

@@ -162,6 +162,7 @@ def balloon_usage(
     unit: int,
     last_update: object,
     observed_at: float,
+    sequence: Optional[int] = None,
 ) -> GuestUsage:
     """Guest usage from balloon statistics as a hypervisor reports them.
 
@@ -169,7 +170,7 @@ def balloon_usage(
     bytes (major faults are a count). A statistic the guest does not report
     (absent, negative, QEMU's u64 -1) is unknown, never zero. ``last_update`` is
     the hypervisor's stamp of the reading, in whole seconds; ``observed_at`` when
-    it was read (host clock).
+    it was read (host clock); ``sequence`` the hypervisor's count of readings, if known.
     """
 
     def count(field: UsageField) -> Optional[int]:
@@ -195,4 +196,5 @@ def balloon_usage(
         major_faults=count("major_faults"),
         last_update=stamp,
         observed_at=observed_at,
+        sequence=sequence,
     )

@@ -356,8 +356,11 @@ class Executor:
             None if watched is None else lambda: self._pressure(watched.latest(), cfg, block),
         )
         after = self._observe()
+        if progress.state == "done" and step.shrinks and reader is not None:
+            # Also after a DIMM unplug: the next step's check must not take a reading from
+            # before it for one after it.
+            reader.step_done(vm.total)
         if progress.state == "done" and watched is not None:
-            watched.step_done(vm.total)
             # After the last step, wait for a reading that shows it; between steps the
             # next step's check reads again anyway.
             last = step.total_after == final_total

@@ -1,9 +1,13 @@
 """Guest usage readings, and whether one is fresh enough to decide a shrink on.
 
 The balloon reports every ``stats_interval_s`` and QEMU stamps each reading in
-whole seconds, so a reading may predate the step that just ended. A
-:class:`UsageReader` follows one call's steps and judges each reading against
-them, waiting for a newer one only when that could change the answer.
+whole seconds, so a stamp alone proves a reading newer than a moment only a
+second later. Where the hypervisor also counts the readings it received
+(``GuestUsage.sequence``), a reading whose count differs from one looked at
+after that moment arrived after it. A :class:`UsageReader` follows one call's
+steps and judges each reading against them; after each shrink step it asks the
+guest for a new reading at once, so that it arrives while the executor verifies
+the step.
 """
 
 from __future__ import annotations
@@ -13,34 +17,32 @@ from typing import Callable, Optional
 
 from kata_mem.backends import Backend
 from kata_mem.core import safety
+from kata_mem.core.errors import BackendError
 from kata_mem.core.model import GuestUsage, Settings, VmState
+from kata_mem.edges.logs import get_logger
+
+log = get_logger(__name__)
+
+#: How often a reading that is on its way is looked for (two QMP round trips each).
+FRESH_POLL_S = 0.01
 
 
-def fresh_usage(
-    backend: Backend,
-    interval_s: float,
-    clock: Callable[[], float] = time.time,
-    sleep: Callable[[float], None] = time.sleep,
-    after: Optional[float] = None,
-) -> Optional[GuestUsage]:
-    """A balloon reading taken at or after ``after`` (default: now).
-
-    QEMU stamps readings in whole seconds and the guest reports every
-    ``interval_s``, so this waits up to about two intervals; if no such reading
-    comes, the last one is returned, however old (the safety check then calls
-    its age unknown).
-    """
-    not_before = clock() if after is None else after
-    deadline = clock() + 3 * interval_s + 2.0
-    usage = backend.guest_usage()
-    while usage is not None and (usage.last_update or 0) < not_before and clock() < deadline:
-        sleep(0.1)
-        usage = backend.guest_usage()
-    return usage
+def _newer(usage: GuestUsage, after: float, mark: Optional[int]) -> bool:
+    """Whether ``usage`` was taken after ``after``: its stamp says so, or its count
+    differs from ``mark``, the count of a reading looked at after ``after``."""
+    if (usage.last_update or 0) >= after:
+        return True
+    return mark is not None and usage.sequence is not None and usage.sequence != mark
 
 
 class UsageReader:
-    """The guest usage readings of one call, judged against the steps it ran."""
+    """The guest usage readings of one call, judged against the steps it ran.
+
+    It may ask the guest for a reading now (``guest-stats-polling-interval`` set to 0
+    and back: QEMU then polls at once, hw/virtio/virtio-balloon.c,
+    ``balloon_stats_set_poll_interval``), which an apply may do and a read-only
+    command never does: only the executor makes a reader.
+    """
 
     def __init__(
         self,
@@ -55,8 +57,10 @@ class UsageReader:
         self._sleep = sleep
         self._started = clock()
         # When the last shrink step ended and the VM's total before it: a reading
-        # stamped before that end may not show the step yet.
+        # stamped before that end may not show the step yet, unless its count
+        # differs from ``_mark``, the count of the first reading looked at after it.
         self._last_end: Optional[float] = None
+        self._mark: Optional[int] = None
         self._total_before_last = 0
 
     def latest(self) -> Optional[GuestUsage]:
@@ -64,14 +68,45 @@ class UsageReader:
         return self._backend.guest_usage()
 
     def fresh(self, after: Optional[float] = None) -> Optional[GuestUsage]:
-        """A reading taken at or after ``after`` (default: now), waiting for it if need be."""
-        return fresh_usage(
-            self._backend, self._settings.stats_interval_s, self._clock, self._sleep, after
-        )
+        """A reading taken after ``after`` (default: now), waiting for it if need be:
+        up to about two polling intervals; if none comes, the last one, however old
+        (the safety check then calls its age unknown)."""
+        not_before = self._clock() if after is None else after
+        mark = self._mark if after is not None and after == self._last_end else None
+        deadline = self._clock() + 3 * self._settings.stats_interval_s + 2.0
+        usage = self.latest()
+        if usage is None or _newer(usage, not_before, mark):
+            return usage
+        if mark is None and usage.sequence is not None:
+            # This look is after ``not_before``: any later count is a later reading.
+            mark = usage.sequence
+            self._ask()
+        while self._clock() < deadline:
+            self._sleep(FRESH_POLL_S if mark is not None else 0.1)
+            usage = self.latest()
+            if usage is None or _newer(usage, not_before, mark):
+                return usage
+        return usage
+
+    def _ask(self) -> None:
+        """Have the guest report now, and put its polling interval back at once. A
+        refusal to stop polling changed nothing (the readings then come as they come);
+        a failure to put it back is raised: the guest must not be left unpolled."""
+        try:
+            self._backend.set_stats_interval(0)
+        except BackendError as exc:
+            log.debug("no reading asked for: %s", exc)
+            return
+        self._backend.set_stats_interval(self._settings.stats_interval_s)
 
     def step_done(self, total_before: int) -> None:
-        """A shrink step from ``total_before`` has just been verified."""
+        """A shrink step from ``total_before`` has just been verified: the reading that
+        will show it is asked for now, while the executor goes on."""
         self._last_end, self._total_before_last = self._clock(), total_before
+        usage = self.latest()
+        self._mark = None if usage is None else usage.sequence
+        if self._mark is not None:
+            self._ask()
 
     def since_last_step(self) -> Optional[GuestUsage]:
         """A reading that shows the last step (waiting for it if need be)."""
@@ -93,15 +128,19 @@ class UsageReader:
     ) -> tuple[safety.Verdict, Optional[GuestUsage]]:
         """The safety check for shrinking to ``after_total``, waiting only when it must.
 
-        The latest reading is used if it is recent. One that may predate the
-        previous step is judged as if it did (the VM then had more memory, so more
-        counts as removed: the conservative side). A shrink is deferred only on a
-        reading taken during this call and after the previous step: if the quick
-        judgement says defer on an older one, a fresh reading is awaited first.
+        The latest reading is used if it is recent. After a step, where readings are
+        counted (and so one is already on its way), the check waits for one that
+        shows the step. Otherwise one that may predate the previous step is judged as
+        if it did (the VM then had more memory, so more counts as removed: the
+        conservative side). A shrink is deferred only on a reading taken during this
+        call and after the previous step: if the quick judgement says defer on an
+        older one, a fresh reading is awaited first.
         """
-        usage = self._recent()
         since = self._last_end if self._last_end is not None else self._started
-        stale = usage is not None and (usage.last_update or 0) < since
+        counted = self._last_end is not None and self._mark is not None
+        usage = self.fresh(after=since) if counted else self._recent()
+        mark = self._mark if self._last_end is not None else None
+        stale = usage is not None and not _newer(usage, since, mark)
         ambiguous = stale and self._last_end is not None
         current = self._total_before_last if ambiguous else vm.total
 
@@ -118,5 +157,6 @@ class UsageReader:
         verdict = judge(usage, current)
         if verdict.action == "defer" and stale:
             usage = self.fresh(after=since)
-            verdict = judge(usage, vm.total)
+            stale = usage is not None and not _newer(usage, since, mark)
+            verdict = judge(usage, self._total_before_last if stale and ambiguous else vm.total)
         return verdict, usage
