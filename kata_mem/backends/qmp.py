@@ -494,7 +494,19 @@ class QmpBackend:
     def _query_devices(self) -> tuple[list[MemoryDevice], list[int], list[tuple[str, int, int]]]:
         """The DIMM and virtio-mem devices, the sizes of the other memory devices, and the
         regions of those in the device-memory area (nvdimm, virtio-pmem: sgx-epc has its own)."""
-        raw = self._execute("query-memory-devices")
+        return self._devices(self._execute("query-memory-devices"))
+
+    def _keep_for_verifying(self, raw: object) -> None:
+        """Keep a ``query-memory-devices`` reply read after a step was done for the
+        observation that verifies the step, which the executor makes next: it is QEMU's
+        answer after the step, and asking again would only repeat it. A later step's
+        :meth:`begin` drops it, and so does that observation."""
+        self._ahead[_key("query-memory-devices", None)] = (raw,)
+
+    def _devices(
+        self, raw: object
+    ) -> tuple[list[MemoryDevice], list[int], list[tuple[str, int, int]]]:
+        """:meth:`_query_devices` from its reply."""
         if not isinstance(raw, list):
             raise BackendError(
                 "unexpected QMP reply: query-memory-devices is not a list", "ProtocolError"
@@ -706,8 +718,13 @@ class QmpBackend:
             )
         if step.action == "unplug_dimm":
             deleted = self._event("DEVICE_DELETED", step.device) is not None
-            if deleted or (query and all(d.id != step.device for d in self._query_devices()[0])):
+            raw = None if deleted or not query else self._execute("query-memory-devices")
+            if deleted or (
+                raw is not None and all(d.id != step.device for d in self._devices(raw)[0])
+            ):
                 self._delete_after_unplug(step.memdev)
+                if raw is not None:
+                    self._keep_for_verifying(raw)
                 return StepProgress("done")
             if self._event("DEVICE_UNPLUG_GUEST_ERROR", step.device) is not None:
                 return StepProgress("rejected", "DEVICE_UNPLUG_GUEST_ERROR")
@@ -721,9 +738,13 @@ class QmpBackend:
             if step.device in self._memory_backends(fresh=True):
                 return StepProgress("pending", f"{step.device} is still in /objects")
             return StepProgress("done")
-        return resize_progress(
-            step, next((d for d in self._query_devices()[0] if d.id == step.device), None)
+        raw = self._execute("query-memory-devices")
+        progress = resize_progress(
+            step, next((d for d in self._devices(raw)[0] if d.id == step.device), None)
         )
+        if progress.state == "done":
+            self._keep_for_verifying(raw)
+        return progress
 
     def _delete_after_unplug(self, memdev: str) -> None:
         """Delete the unplugged DIMM's backend object: the one kata-mem recorded creating."""

@@ -154,3 +154,26 @@ def test_a_reply_of_the_wrong_shape_names_the_field(
     assert str(info.value) == (
         "unexpected QMP reply: query-memory-devices[0].data.size: expected an integer from -9223372036854775808 to 9223372036854775807, got '1G'"
     )
+
+
+def test_a_done_resize_is_verified_from_the_read_that_found_it_done(
+    server: FakeQmpServer, qemu: RecordingQemu
+) -> None:
+    # The poll that finds the step done read the devices from QEMU after the step; the
+    # observation that verifies it takes that reply instead of asking again (issue 19).
+    qemu.add_virtio_mem("vm0", 0, 2048 * MiB)
+    backend = QmpBackend.connect(str(server.path))
+    try:
+        backend.observe()
+        step = Step("resize_virtio_mem", "vm0", 1024 * MiB, 1024 * MiB, 1536 * MiB)
+        backend.begin(step)
+        assert backend.poll(step, 1.0).state == "done"
+        polled = len(qemu.calls)
+        after = backend.observe()
+        assert qemu.calls[polled:] == []
+        assert after.total == 1536 * MiB
+        # Kept for that observation only: the next one reads afresh.
+        backend.observe()
+        assert [c for c, _ in qemu.calls[polled:]] == ["query-memory-devices"]
+    finally:
+        backend.close()
