@@ -44,7 +44,7 @@ except ImportError as exc:  # a dependency of kata-mem: missing only from a brok
         f"the QMP backend needs qemu.qmp, which cannot be imported ({exc}); "
         "install it with: pip install 'qemu.qmp>=0.0.3' (or reinstall kata-mem)"
     ) from exc
-from kata_mem.core.model import GuestUsage, MemoryDevice, Step, VmState
+from kata_mem.core.model import MEMDEV_PREFIX, GuestUsage, MemoryDevice, Step, VmState
 from kata_mem.core.reports import StepProgress, UsageField, balloon_usage, resize_progress, vm_state
 from kata_mem.core.request import VmmIdentity
 from kata_mem.edges.logs import describe, get_logger
@@ -307,7 +307,8 @@ class QmpBackend:
         self._balloon: Optional[str] = None
         self._machine: Optional[tuple[int, int, Optional[int]]] = None
         self._listed: dict[str, list[tuple[str, str]]] = {}
-        self._backends: Optional[dict[str, int]] = None
+        #: The sizes of the backend objects read so far (an object's size never changes).
+        self._sizes: dict[str, int] = {}
         self._stats_queue: Optional[bool] = None
         self._interval: Optional[int] = None
         #: The virtio-mem step polled last, since the last begin.
@@ -457,8 +458,6 @@ class QmpBackend:
         ]
         if self._machine is None:
             wanted.append(("qom-get", {"path": "/machine", "property": "memory"}))
-        if self._backends is None:
-            wanted.append(("query-memdev", None))
         return wanted
 
     def _drain_events(self, wait_s: float = 0.0) -> None:
@@ -588,36 +587,45 @@ class QmpBackend:
             ]
         return self._listed[path]
 
-    def _memory_backends(self, fresh: bool = False) -> dict[str, int]:
-        """Every memory backend object with an id, and its size.
+    def _loose_backends(self, devices: list[MemoryDevice]) -> dict[str, int]:
+        """The memory backend objects named like kata-mem's (``kmmem*``) that no device
+        uses, and their sizes: the only ones that can be orphans or look-alikes, since
+        kata-mem names every object it creates so (``planner._new_ids``). Any other object
+        is only an id that new ones avoid, which the list of ``/objects`` gives.
 
-        Read once per connection (or when ``fresh``) and then kept up to date with this
-        connection's own ``object-add`` and ``object-del``: QEMU serves one client at a
-        time on a monitor, so nothing else changes ``/objects`` meanwhile (the same
-        reasoning as :meth:`_children`), and a re-read after a step would only say what
-        the call already knows."""
-        if self._backends is not None and not fresh:
-            return dict(self._backends)
-        raw = self._execute("query-memdev")
-        if not isinstance(raw, list):
-            raise BackendError("unexpected QMP reply: query-memdev is not a list", "ProtocolError")
-        backends = {}
-        for i, item in enumerate(raw):
-            entry = _REPLY.object(item, f"query-memdev[{i}]")
-            if isinstance(entry.get("id"), str):
-                backends[entry["id"]] = _REPLY.required_integer(entry, "size", f"query-memdev[{i}]")
-        self._backends = backends
-        return dict(backends)
+        Found from that list, whose types tell memory backends (QEMU's are all
+        ``memory-backend-*``: backends/hostmem-ram.c, hostmem-file.c, hostmem-memfd.c,
+        hostmem-epc.c), so that no ``query-memdev`` is needed; a size, which only the
+        ownership proof uses, is read only for these objects, usually none."""
+        in_use = {d.memdev for d in devices}
+        names = [
+            n
+            for n, kind in self._children("/objects")
+            if kind.startswith("child<memory-backend-")
+            and n.startswith(MEMDEV_PREFIX)
+            and n not in in_use
+        ]
+        size: dict[str, tuple[str, Optional[dict[str, object]]]] = {
+            n: ("qom-get", {"path": f"/objects/{n}", "property": "size"}) for n in names
+        }
+        self._read_ahead([size[n] for n in names if n not in self._sizes])
+        for n in names:
+            if n not in self._sizes:
+                reply = {"size": self._execute(*size[n])}
+                self._sizes[n] = _REPLY.required_integer(reply, "size", f"qom-get /objects/{n}")
+        return {n: self._sizes[n] for n in names}
 
-    def _object_add(self, memdev: str, size: int, props: dict[str, object]) -> None:
+    def _object_add(self, memdev: str, props: dict[str, object]) -> None:
         self._execute("object-add", props)
-        if self._backends is not None:
-            self._backends[memdev] = size
+        # Kept up to date, as QEMU serves one client at a time on a monitor (as for
+        # :meth:`_children`): a re-read after a step would only say what the call knows.
+        if "/objects" in self._listed:
+            self._listed["/objects"].append((memdev, f"child<{props['qom-type']}>"))
 
     def _object_del(self, memdev: str) -> None:
         self._execute("object-del", {"id": memdev})
-        if self._backends is not None:
-            self._backends.pop(memdev, None)
+        if "/objects" in self._listed:
+            self._listed["/objects"] = [o for o in self._listed["/objects"] if o[0] != memdev]
 
     def observe(self) -> VmState:
         self._read_ahead([*self._per_connection(), ("query-memory-devices", None)])
@@ -634,7 +642,7 @@ class QmpBackend:
             devices=devices,
             unmanaged=others,
             unmanaged_regions=regions,
-            memory_backends=self._memory_backends(),
+            memory_backends=self._loose_backends(devices),
             other_ids=[
                 n for n, _ in self._children("/objects") + self._children("/machine/peripheral")
             ],
@@ -663,7 +671,7 @@ class QmpBackend:
                     "mem-path": self._hugepages_path,
                     "share": True,
                 }
-            self._object_add(memdev, step.size, props)
+            self._object_add(memdev, props)
             try:
                 self._execute(
                     "device_add", {"driver": "pc-dimm", "id": step.device, "memdev": memdev}
@@ -735,7 +743,9 @@ class QmpBackend:
                 )
             return StepProgress("pending", "waiting for DEVICE_DELETED")
         if step.action == "delete_memdev":
-            if step.device in self._memory_backends(fresh=True):
+            # Read again: the step is verified from QEMU, not from what was sent.
+            self._listed.pop("/objects", None)
+            if any(n == step.device for n, _ in self._children("/objects")):
                 return StepProgress("pending", f"{step.device} is still in /objects")
             return StepProgress("done")
         raw = self._execute("query-memory-devices")

@@ -63,7 +63,8 @@ def vm_state(
     devices. ``maxmem`` is QEMU's ``maxmem`` (None when unknown); ``slots`` 0 means
     not reported, and then the highest slot in use is the best guess (QEMU before
     7.1). ``memory_backends`` are the hypervisor's memory backend objects, id to
-    size (None: it shows none, as libvirt); ``other_ids`` every other id it uses.
+    size, of which those no device uses and named like kata-mem's are enough (None: it
+    shows none, as libvirt); ``other_ids`` every other id it uses.
     """
     if base is None:
         base = (

@@ -177,3 +177,29 @@ def test_a_done_resize_is_verified_from_the_read_that_found_it_done(
         assert [c for c, _ in qemu.calls[polled:]] == ["query-memory-devices"]
     finally:
         backend.close()
+
+
+def test_only_loose_objects_named_like_kata_mems_have_their_size_read(
+    server: FakeQmpServer, qemu: RecordingQemu
+) -> None:
+    # Issue 19: no query-memdev; the /objects list tells the memory backends, and only a
+    # kmmem* one that no device uses can be an orphan or a look-alike, so only its size
+    # is read. The other objects are ids that new ones avoid.
+    qemu.objects.update({"pc.ram": 512 * MiB, "kmmem3": 128 * MiB, "kmmem4": 256 * MiB})
+    qemu.devices["kmdimm4"] = {
+        "type": "dimm",
+        "data": {"id": "kmdimm4", "size": 256 * MiB, "slot": 0, "memdev": "/objects/kmmem4"},
+    }
+    backend = QmpBackend.connect(str(server.path))
+    try:
+        vm = backend.observe()
+        backend.observe()
+    finally:
+        backend.close()
+    assert vm.loose == (BackendObject("kmmem3", 128 * MiB),)
+    assert {"pc.ram", "kmmem3", "kmmem4"} <= vm.taken_ids
+    assert "query-memdev" not in [c for c, _ in qemu.calls]
+    # Read once per connection: an object's size never changes.
+    assert [a["path"] for c, a in qemu.calls if a.get("path", "").startswith("/objects/")] == [
+        "/objects/kmmem3"
+    ]

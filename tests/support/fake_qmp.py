@@ -145,8 +145,13 @@ class FakeQemu:
                     ]
                 }, []
             return {"return": []}, []
-        if cmd == "query-memdev":
-            return {"return": [{"id": n, "size": size} for n, size in self.objects.items()]}, []
+        if cmd == "qom-get" and str(args.get("path", "")).startswith("/objects/"):
+            oid = str(args["path"]).removeprefix("/objects/")
+            if oid not in self.objects or args.get("property") != "size":
+                return {
+                    "error": {"class": "DeviceNotFound", "desc": f"'{args['path']}' not found"}
+                }, []
+            return {"return": self.objects[oid]}, []
         if cmd == "query-acpi-ospm-status":
             return {"return": []}, []
         if cmd == "object-add":
