@@ -20,11 +20,13 @@ import stat
 import struct
 import time
 from collections.abc import Coroutine
+from pathlib import Path
 from typing import Any, Optional, TypeVar
 
 from kata_mem.core.errors import (
     BackendError,
     BackendUnavailable,
+    ConfigError,
     KataMemError,
     MissingDependency,
 )
@@ -48,6 +50,7 @@ from kata_mem.core.model import MEMDEV_PREFIX, GuestUsage, MemoryDevice, Step, V
 from kata_mem.core.reports import StepProgress, UsageField, balloon_usage, resize_progress, vm_state
 from kata_mem.core.request import VmmIdentity
 from kata_mem.edges.logs import describe, get_logger
+from kata_mem.edges.ownership import check_way, who
 
 log = get_logger(__name__)
 T = TypeVar("T")
@@ -78,21 +81,37 @@ _BALLOON_STATS_QUEUE = 2
 
 #: Said when a saved request's VMM no longer listens at its socket (adversarial finding A8).
 _NOT_ASKED = "the VM it led to is gone, and what listens there now is not talked to"
+#: Said when a request saved before the pin leads to a VMM it cannot prove is the one
+#: applied to (adversarial finding B1).
+_UNPROVEN = (
+    "its saved request, written by an earlier kata-mem, does not say which VMM it was applied "
+    "to (no backend.vmm), so only a socket and a listener of root's or the caller's, on a way no "
+    "other user can swap, are taken for it. Nothing was sent and nothing was changed; an apply "
+    "or a shim call that names this socket pins the VMM listening there"
+)
+
+
+def _trusted(uid: int) -> bool:
+    return uid in (0, os.geteuid())
 
 
 def _key(cmd: str, args: Optional[dict[str, object]]) -> str:
     return json.dumps([cmd, args], sort_keys=True)
 
 
-def check_socket(path: str, expect: Optional[VmmIdentity] = None) -> os.stat_result:
+def check_socket(
+    path: str, expect: Optional[VmmIdentity] = None, *, unpinned: bool = False
+) -> os.stat_result:
     """The socket file at ``path``, or the reason kata-mem does not connect to it.
 
     In this order: a missing path means the VM is gone; as root a symlink is refused,
     because it could point kata-mem at another VM's monitor; anything but a unix socket
-    is refused; and with ``expect`` (the VMM a saved request was applied to), another
-    socket than that one means its VM is gone.
+    is refused; with ``expect`` (the VMM a saved request was applied to), another
+    socket than that one means its VM is gone; and ``unpinned`` (a saved request without
+    one) refuses a socket another user owns, or could swap through a directory above it.
 
-    :raises BackendUnavailable: for each of these (``gone`` when the VM is gone).
+    :raises BackendUnavailable: for each of these (``gone`` when the VM is gone; an
+        unpinned socket that is not proven is not gone: its state is kept).
     """
     try:
         st = os.lstat(path)
@@ -121,6 +140,15 @@ def check_socket(path: str, expect: Optional[VmmIdentity] = None) -> os.stat_res
     other = None if expect is None else expect.other_socket(st.st_dev, st.st_ino, st.st_uid)
     if other is not None:
         raise BackendUnavailable(f"QMP socket {path}: {other}; {_NOT_ASKED}", gone=True)
+    if unpinned and expect is None:
+        if not _trusted(st.st_uid):
+            raise BackendUnavailable(
+                f"QMP socket {path}: is owned by {who(st.st_uid)}; {_UNPROVEN}"
+            )
+        try:
+            check_way(Path(path), f"QMP socket {path}", "the socket")
+        except ConfigError as exc:
+            raise BackendUnavailable(f"{exc.message}; {_UNPROVEN}") from exc
     return st
 
 
@@ -137,21 +165,33 @@ def _not_dialed(path: str, exc: OSError) -> BackendUnavailable:
 
 
 def _identify(
-    path: str, st: os.stat_result, sock: socket.socket, expect: Optional[VmmIdentity]
+    path: str,
+    st: os.stat_result,
+    sock: socket.socket,
+    expect: Optional[VmmIdentity],
+    unpinned: bool = False,
 ) -> VmmIdentity:
     """The VMM that ``sock``, connected to the socket file ``st``, reached: told before a
     byte is read or sent.
 
-    :raises BackendUnavailable: (``gone``) another process than ``expect``'s listens.
+    :raises BackendUnavailable: (``gone``) another process than ``expect``'s listens;
+        (not ``gone``) ``unpinned`` and the listener is neither root nor the caller.
     """
     uid, pid = peer_credentials(sock)
     other = None if expect is None else expect.other_peer(uid, pid)
     if other is not None:
         raise BackendUnavailable(f"QMP socket {path}: {other}; {_NOT_ASKED}", gone=True)
+    if unpinned and expect is None and not _trusted(uid):
+        raise BackendUnavailable(
+            f"QMP socket {path}: the process listening on it (pid {pid}) runs as {who(uid)}; "
+            f"{_UNPROVEN}"
+        )
     return VmmIdentity(st.st_dev, st.st_ino, st.st_uid, uid, pid)
 
 
-def presence(path: str, expect: Optional[VmmIdentity] = None) -> Optional[str]:
+def presence(
+    path: str, expect: Optional[VmmIdentity] = None, *, unpinned: bool = False
+) -> Optional[str]:
     """Why the VM whose monitor is at ``path`` is gone, or None when it is there.
 
     Decided as :meth:`QmpBackend.connect` decides (:func:`check_socket`, the same reading
@@ -160,10 +200,10 @@ def presence(path: str, expect: Optional[VmmIdentity] = None) -> Optional[str]:
     (the connection waits in its backlog, or the backlog is full) counts as there.
 
     :raises BackendUnavailable: it cannot be told (a symlink as root, not a socket,
-        permission denied), as connecting would say.
+        permission denied, an ``unpinned`` VMM not proven), as connecting would say.
     """
     try:
-        st = check_socket(path, expect)
+        st = check_socket(path, expect, unpinned=unpinned)
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
             sock.settimeout(PRESENCE_TIMEOUT_S)
             try:
@@ -172,7 +212,7 @@ def presence(path: str, expect: Optional[VmmIdentity] = None) -> Optional[str]:
                 return None  # a full backlog: the monitor is busy, its VM is there
             except OSError as exc:
                 raise _not_dialed(path, exc) from exc
-            _identify(path, st, sock, expect)
+            _identify(path, st, sock, expect, unpinned)
             # Take the greeting before hanging up, as a client does; a monitor busy with
             # another client sends none within the timeout, and that is fine too.
             with contextlib.suppress(OSError):
@@ -242,7 +282,11 @@ def peer_credentials(sock: socket.socket) -> tuple[int, Optional[int]]:
 
 
 async def _open(
-    path: str, st: os.stat_result, expect: Optional[VmmIdentity], made: list[QMPClient]
+    path: str,
+    st: os.stat_result,
+    expect: Optional[VmmIdentity],
+    made: list[QMPClient],
+    unpinned: bool = False,
 ) -> tuple[QMPClient, EventListener, VmmIdentity]:
     """A client connected over a socket of our own, so that its peer can be asked who it
     is (:func:`_identify`) before the QMP session starts; with its event listener, and
@@ -269,7 +313,7 @@ async def _open(
             await asyncio.get_running_loop().sock_connect(sock, path)
         except OSError as exc:
             raise _not_dialed(path, exc) from exc
-        vmm = _identify(path, st, sock, expect)
+        vmm = _identify(path, st, sock, expect, unpinned)
         await client.connect(sock)
     except BaseException:
         sock.close()
@@ -321,22 +365,30 @@ class QmpBackend:
 
     @classmethod
     def connect(
-        cls, path: str, *, hugepages_path: Optional[str] = None, vmm: Optional[VmmIdentity] = None
+        cls,
+        path: str,
+        *,
+        hugepages_path: Optional[str] = None,
+        vmm: Optional[VmmIdentity] = None,
+        unpinned: bool = False,
     ) -> QmpBackend:
         """Connect and negotiate capabilities; nothing else is sent, so connecting changes
         nothing on the VM. With ``vmm`` (a saved request's), only to that VMM: another
         socket at ``path``, or another process listening on it, is never talked to.
+        ``unpinned`` (a saved request without ``vmm``): only to a socket and a listener
+        of root's or the caller's (:func:`check_socket`, :func:`_identify`).
 
         :raises BackendUnavailable: missing socket, not a socket, another VMM than ``vmm``
-            (these three, and a refused connection, with ``gone``), or no greeting.
+            (these three, and a refused connection, with ``gone``), an unpinned VMM not
+            proven, or no greeting.
         """
-        st = check_socket(path, vmm)
+        st = check_socket(path, vmm, unpinned=unpinned)
         for attempt in range(CONNECT_ATTEMPTS):
             loop = asyncio.new_event_loop()
             made: list[QMPClient] = []
             try:
                 client, events, reached = loop.run_until_complete(
-                    asyncio.wait_for(_open(path, st, vmm, made), CONNECT_TIMEOUT_S)
+                    asyncio.wait_for(_open(path, st, vmm, made, unpinned), CONNECT_TIMEOUT_S)
                 )
                 break
             except asyncio.TimeoutError as exc:  # an OSError too: caught first

@@ -44,15 +44,32 @@ SIZING_MODELS: tuple[SizingModel, ...] = ("kata", "pod-overhead", "pod-limit")
 SANDBOX_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 
 
-def check_sandbox_id(sandbox: str) -> str:
-    """Sandbox ids name directories, so only a safe alphabet is accepted.
+#: What ``kata-mem serve`` keeps at the root of the state directory when it listens
+#: there, as it does by default (``/run/kata-mem/kata-mem.sock`` in ``/run/kata-mem``):
+#: its socket (made by it or by systemd's kata-mem.socket) and the socket's lock.
+#: kata-mem's own entries, neither sandboxes nor someone else's, so no sandbox id either.
+#: (Its other entries, the markers, the ledger and temporary files, start with a dot,
+#: which no id does.)
+SERVICE_ENTRIES = ("kata-mem.sock", "kata-mem.sock.lock")
 
-    :raises InputError: for anything else (``..``, slashes, empty, too long).
+
+def check_sandbox_id(sandbox: str) -> str:
+    """Sandbox ids name directories, so only a safe alphabet is accepted, and none of the
+    names the state directory keeps for kata-mem's own entries: a sandbox by such a name
+    would be one no listing, ledger check or reconcile sees, and its directory would
+    keep ``serve`` from starting there (adversarial finding B2).
+
+    :raises InputError: for anything else (``..``, slashes, empty, too long, reserved).
     """
     if not SANDBOX_ID.fullmatch(sandbox) or sandbox in (".", ".."):
         raise InputError(
             f"sandbox id {sandbox!r}: expected 1-128 characters of letters, digits, '_', '.', '-' "
             "(starting with a letter or digit)"
+        )
+    if sandbox in SERVICE_ENTRIES:
+        raise InputError(
+            f"sandbox id {sandbox!r}: reserved for kata-mem serve's own entries in the state "
+            f"directory ({', '.join(SERVICE_ENTRIES)}); choose another id"
         )
     return sandbox
 

@@ -465,6 +465,12 @@ class Endpoint:
     it, kept in the saved request: a later call through that request talks to that VMM
     only, and finds the VM gone when another listens there (:class:`VmmIdentity`).
 
+    ``saved`` marks an endpoint read from a saved request (input from disk, which no
+    caller named just now). One without a ``vmm`` was saved by a kata-mem older than the
+    pin: it leads only to a socket and a listener that are root's or the caller's, on a
+    way no other user can swap, until a call through it pins the VMM (adversarial
+    finding B1). Not saved itself: a request written back carries the ``vmm`` instead.
+
     :raises InputError: (on construction) a libvirt URI that is not one of
         :data:`LIBVIRT_URIS`; every interface builds its endpoint here, so every one
         is checked the same way.
@@ -474,6 +480,12 @@ class Endpoint:
     target: str
     domain: str = ""
     vmm: Optional[VmmIdentity] = None
+    saved: bool = field(default=False, compare=False)
+
+    @property
+    def unpinned(self) -> bool:
+        """A saved QMP endpoint whose VMM is not pinned: it must prove whose it is."""
+        return self.saved and self.kind == "qmp" and self.vmm is None
 
     def __post_init__(self) -> None:
         if self.kind == "libvirt" and self.target not in LIBVIRT_URIS:

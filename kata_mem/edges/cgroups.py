@@ -16,13 +16,16 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Optional
 
-from kata_mem.core.errors import KataMemError
+from kata_mem.core.errors import ConfigError, KataMemError
 from kata_mem.core.model import CgroupLevel, HostCgroup
 from kata_mem.edges.files import read_capped_text
+from kata_mem.edges.ownership import check_way, mode, who
 
 #: Per version: (limit file, usage file).
 FILES = {2: ("memory.max", "memory.current"), 1: ("memory.limit_in_bytes", "memory.usage_in_bytes")}
@@ -108,22 +111,34 @@ def cgroup_of_dir(directory: str, origin: str) -> HostCgroup:
     no longer has the limit file) that has a limit gives a :class:`CgroupLevel`,
     innermost first, with its usage (``None`` when unreadable).
 
+    As root, the directory, every directory above it and the limit and usage files read
+    must be root's and not writable by group or others, as for every file kata-mem reads
+    as root (:mod:`kata_mem.edges.ownership`): the path is saved and read again by
+    ``reconcile`` and the service, and whoever could write those files would choose the
+    limit root sizes VMs against (adversarial finding B5).
+
     :raises CgroupUnreadable: when the directory does not exist, has no memory limit
-        file, or a limit file on the way up cannot be read or parsed (a guard must
-        not silently skip a limit).
+        file, a limit file on the way up cannot be read or parsed (a guard must not
+        silently skip a limit), or, as root, another user could have written it.
     """
     start = os.path.abspath(directory)
     prefix = f"{origin} {directory!r}"
     if not os.path.isdir(start):
         what = "is not a directory" if os.path.exists(start) else "does not exist"
         raise CgroupUnreadable(f"{prefix}: {what}; expected a memory cgroup directory{_EXAMPLE}")
+    as_root = os.geteuid() == 0
+    if as_root:
+        try:
+            check_way(Path(start), prefix, "the host cgroup", itself=True)
+        except ConfigError as exc:
+            raise CgroupUnreadable(exc.message) from exc
     version = _version(start)
     if version is None:
         raise CgroupUnreadable(
             f"{prefix}: has neither memory.max (cgroup v2) nor memory.limit_in_bytes "
             f"(cgroup v1); expected a memory cgroup directory{_EXAMPLE}"
         )
-    return _walk(start, version, prefix, origin)
+    return _walk(start, version, prefix, origin, trusted_files=as_root)
 
 
 def cgroup_of_pid(pid: int, *, proc: str = "/proc", mountinfo: Optional[str] = None) -> HostCgroup:
@@ -332,14 +347,24 @@ def _version(directory: str) -> Optional[int]:
     return None
 
 
-def _walk(start: str, version: int, prefix: str, origin: str) -> HostCgroup:
+def _walk(
+    start: str, version: int, prefix: str, origin: str, *, trusted_files: bool = False
+) -> HostCgroup:
+    """The cgroup at ``start`` and its limits up to the mount's root; ``trusted_files``:
+    refuse a limit or usage file another user could have written."""
     limit_name, usage_name = FILES[version]
+    if trusted_files:
+        _check_written_by_root(os.path.join(start, usage_name), prefix)
     usage, problem = _usage(os.path.join(start, usage_name))
     unread = [problem] if problem else []
     levels = []
     directory = start
     while True:
         limit_file = os.path.join(directory, limit_name)
+        if trusted_files:
+            _check_written_by_root(limit_file, prefix)
+            if directory != start:
+                _check_written_by_root(os.path.join(directory, usage_name), prefix)
         try:
             raw = _read(limit_file, _VALUE_CAP, f"cgroup {limit_name}")
             limit = parse_limit(raw, version)
@@ -367,6 +392,22 @@ def _walk(start: str, version: int, prefix: str, origin: str) -> HostCgroup:
         origin=origin,
         unread_usage=tuple(unread),
     )
+
+
+def _check_written_by_root(path: str, prefix: str) -> None:
+    """Refuse a cgroup file another user could have written (its owner or its mode)."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return  # not there: reading it says so
+    if info.st_uid not in (0, os.geteuid()) or (
+        not stat.S_ISLNK(info.st_mode) and info.st_mode & 0o022
+    ):
+        raise CgroupUnreadable(
+            f"{prefix}: {path} is owned by {who(info.st_uid)}, mode {mode(info)}; another user "
+            "could have written it, so kata-mem does not size against it. A host cgroup's "
+            "files must be root's and not writable by group or others"
+        )
 
 
 def _usage(path: str) -> tuple[Optional[int], str]:

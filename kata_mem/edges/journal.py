@@ -13,6 +13,7 @@ who may have written it is :mod:`kata_mem.edges.statedir`'s.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import json
 import os
@@ -267,7 +268,9 @@ class SandboxState:
                 f"{self.request_path}: is for sandbox {saved.sandbox!r}, not {self.sandbox!r}; "
                 f"remove {self.dir} once its VM is gone"
             )
-        return saved
+        if saved.endpoint is None:
+            return saved
+        return dataclasses.replace(saved, endpoint=dataclasses.replace(saved.endpoint, saved=True))
 
     def _read_request(self) -> Optional[bytes]:
         """The last request's bytes, or None when there is none. Reads only.

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Literal, Optional
 
 from kata_mem.core.errors import ConfigError, KataMemError
-from kata_mem.core.model import SANDBOX_ID
+from kata_mem.core.model import SANDBOX_ID, SERVICE_ENTRIES
 from kata_mem.edges.files import read_open
 from kata_mem.edges.locks import same_file
 from kata_mem.edges.ownership import check_way, others_could_write, who
@@ -62,11 +62,6 @@ TEMP = re.compile(
     r"\.(?:journal\.json|request\.json|kata-mem-state|kata-mem-sandbox|kata-mem-ledger|probe"
     r"|removing\.[A-Za-z0-9][A-Za-z0-9_.-]*)\.\d+\.tmp"
 )
-#: What ``kata-mem serve`` keeps at the root of the state directory when it listens
-#: there, as it does by default (``/run/kata-mem/kata-mem.sock`` in ``/run/kata-mem``):
-#: its socket (made by it or by systemd's kata-mem.socket) and the socket's lock.
-#: kata-mem's own entries, neither sandboxes nor someone else's.
-SERVICE_ENTRIES = ("kata-mem.sock", "kata-mem.sock.lock")
 WHAT_TO_DO = (
     "Set [kata_mem] state_dir or --state-dir to a directory kata-mem created, "
     "an empty directory, or a path that does not exist yet"

@@ -1159,7 +1159,7 @@ def _check_not_in_state_dir(path: str, state_dir: str) -> None:
 
     :raises ConfigError: it has another name.
     """
-    from kata_mem.edges.statedir import SERVICE_ENTRIES
+    from kata_mem.core.model import SERVICE_ENTRIES
 
     with contextlib.suppress(OSError):  # no state directory yet: nothing to share
         parent = os.path.dirname(os.path.abspath(path))

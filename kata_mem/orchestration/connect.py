@@ -26,7 +26,8 @@ class Opened:
 def open_backend(endpoint: Endpoint, *, hugepages_path: Optional[str] = None) -> Opened:
     """Connect to the endpoint's hypervisor; the client library is imported only now.
     With ``hugepages_path`` (a hugetlbfs mount) new DIMMs are backed by hugepages there.
-    An endpoint with a ``vmm`` is connected to that VMM only.
+    An endpoint with a ``vmm`` is connected to that VMM only; a saved one without
+    (:attr:`~kata_mem.core.request.Endpoint.unpinned`) to root's or the caller's only.
 
     :raises BackendUnavailable: the endpoint cannot be reached, or leads to another VMM
         than its ``vmm`` (``gone``).
@@ -39,7 +40,10 @@ def open_backend(endpoint: Endpoint, *, hugepages_path: Optional[str] = None) ->
             from kata_mem.backends.qmp import QmpBackend
 
             qmp = QmpBackend.connect(
-                endpoint.target, hugepages_path=hugepages_path, vmm=endpoint.vmm
+                endpoint.target,
+                hugepages_path=hugepages_path,
+                vmm=endpoint.vmm,
+                unpinned=endpoint.unpinned,
             )
             return Opened(qmp, replace(endpoint, vmm=qmp.vmm))
         from kata_mem.backends.libvirt import LibvirtBackend
@@ -61,7 +65,7 @@ def vm_gone(endpoint: Endpoint) -> Optional[str]:
         if endpoint.kind == "qmp":
             from kata_mem.backends import qmp
 
-            return qmp.presence(endpoint.target, endpoint.vmm)
+            return qmp.presence(endpoint.target, endpoint.vmm, unpinned=endpoint.unpinned)
         from kata_mem.backends import libvirt
 
         return libvirt.presence(endpoint.target, endpoint.domain)

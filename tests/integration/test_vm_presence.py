@@ -333,3 +333,101 @@ def test_a_saved_vmm_that_is_this_one_is_talked_to(tmp_path: Path) -> None:
         again = open_backend(opened.endpoint)
         again.backend.close()
         assert again.endpoint == opened.endpoint
+
+
+# --- a request saved before the pin (no backend.vmm): adversarial finding B1 ---------
+
+
+def _unpin(tmp_path: Path) -> bytes:
+    """The saved request as a kata-mem older than the VMM pin wrote it: no ``vmm``."""
+    path = tmp_path / "state" / "sb" / "request.json"
+    saved = json.loads(path.read_text())
+    del saved["backend"]["vmm"]
+    path.write_text(json.dumps(saved))
+    return path.read_bytes()
+
+
+def _nobodys_socket(sock: Path) -> tuple[QemuProcess, Optional[socket.socket]]:
+    return QemuProcess(sock, AS_NOBODY), None
+
+
+def _nobodys_listener(sock: Path) -> tuple[QemuProcess, Optional[socket.socket]]:
+    bound = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    bound.bind(str(sock))
+    return QemuProcess(sock, AS_NOBODY, fd=bound.fileno()), bound
+
+
+def _roots_in_a_directory_others_can_write(sock: Path) -> tuple[QemuProcess, None]:
+    sock.parent.chmod(0o777)  # not sticky: anyone may rename the socket away and bind another
+    return QemuProcess(sock), None
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="plants another user's listener")
+@pytest.mark.parametrize(
+    ("listen", "why"),
+    [
+        pytest.param(_nobodys_socket, f"is owned by nobody (uid {NOBODY})", id="nobody's socket"),
+        pytest.param(
+            _nobodys_listener,
+            "the process listening on it (pid {pid}) runs as nobody",
+            id="nobody listens on root's socket",
+        ),
+        pytest.param(
+            _roots_in_a_directory_others_can_write,
+            "{dir} is owned by root (uid 0), mode 0777; another user could replace the socket",
+            id="root's, in a directory others can write",
+        ),
+    ],
+)
+def test_a_request_saved_without_a_vmm_reaches_only_a_vmm_of_roots(
+    run_cli: Run, tmp_path: Path, sticky: Path, listen: Callable[..., Any], why: str
+) -> None:
+    # As in the finding: applied through root's QEMU by a kata-mem that saved no VMM;
+    # root's QEMU exits, and what listens at the path now is not proven to be root's.
+    cfg = _config(tmp_path)
+    where = sticky
+    sock = where / "qmp.sock"
+    with FakeQmpServer(sock, FakeQemu()):
+        assert _apply(run_cli, cfg, sock)["status"] == "Resized"
+    saved_before = _unpin(tmp_path)
+    journal_before = (tmp_path / "state" / "sb" / "journal.json").read_bytes()
+    impostor, bound = listen(sock)
+    try:
+        said = why.format(pid=impostor.proc.pid, dir=where)
+        saved = SandboxState(tmp_path / "state", "sb").saved_request()
+        assert saved is not None and saved.endpoint is not None
+        # GET /v1/sandboxes/ID reads through the saved request: refused, not "gone" ...
+        with pytest.raises(BackendUnavailable) as reading:
+            read_status(saved.endpoint, "sb", str(tmp_path / "state"))
+        assert not reading.value.gone
+        assert reading.value.message.startswith(f"QMP socket {sock}: "), reading.value.message
+        assert said in reading.value.message
+        assert "Nothing was sent and nothing was changed" in reading.value.message
+        # ... and so is reconcile, which keeps the sandbox's state as it is.
+        r = run_cli("reconcile", "--state-dir", str(tmp_path / "state"))
+        assert r.code == 6, r
+        assert r.out.startswith(f"sb: failed: QMP socket {sock}: "), r.out
+        assert said in r.out and "does not say which VMM it was applied to" in r.out
+        assert (tmp_path / "state" / "sb" / "request.json").read_bytes() == saved_before
+        assert (tmp_path / "state" / "sb" / "journal.json").read_bytes() == journal_before
+        assert impostor.seen()["commands"] == []
+    finally:
+        impostor.stop()
+        if bound is not None:
+            bound.close()
+
+
+def test_a_request_saved_without_a_vmm_is_pinned_to_roots_vmm(run_cli: Run, tmp_path: Path) -> None:
+    cfg = _config(tmp_path)
+    sock = tmp_path / "qmp.sock"
+    with FakeQmpServer(sock, FakeQemu()):
+        assert _apply(run_cli, cfg, sock)["status"] == "Resized"
+    _unpin(tmp_path)
+    again = QemuProcess(sock)
+    try:
+        r = run_cli("reconcile", "--state-dir", str(tmp_path / "state"))
+        assert r.code == 0 and r.out.startswith("sb: retried: "), r
+        assert _saved_vmm(tmp_path)["peer_pid"] == again.proc.pid
+        assert again.seen()["commands"] != []
+    finally:
+        again.stop()
