@@ -309,8 +309,10 @@ def plan(
     is recorded with its cause.
     """
     vm = vm if vm is not None else assumed_vm(cfg, host)
-    mem_plan, warnings = _plan_memory(cfg, host, workload, vm, guards or Guards())
-    vcpus, vcpu_notes = _plan_vcpus(cfg, host, workload)
+    need, warnings = demand(cfg, workload)  # once: memory and vCPUs size the same workload
+    mem_plan, mem_notes = _plan_memory(cfg, host, workload, need, vm, guards or Guards())
+    vcpus, vcpu_notes = _plan_vcpus(cfg, host, need)
+    warnings += mem_notes
     warnings += vcpu_notes
     warnings += [Note("vcpu_clamp", c.detail) for c in vcpus.clamps]
     if workload.sizing is not None:
@@ -542,16 +544,19 @@ def level_room(cfg: SizingConfig, level: CgroupLevel, current: int) -> int:
 
 
 def _plan_memory(
-    cfg: SizingConfig, host: HostFacts, request: Workload, vm: VmState, guards: Guards
+    cfg: SizingConfig,
+    host: HostFacts,
+    request: Workload,
+    need: Demand,
+    vm: VmState,
+    guards: Guards,
 ) -> tuple[MemoryPlan, list[Note]]:
     mech = mechanism(cfg)
     host_mem, _ = effective_host_memory(host)
     ceiling, ceiling_cause = max_memory(cfg, host)
     block = block_size(cfg, host, vm)
     base = vm.base
-    need, warnings = demand(cfg, request)
-    requested, notes = sized(cfg, host, request, need)
-    warnings += notes
+    requested, warnings = sized(cfg, host, request, need)
     if guards.cgroup_warning:
         warnings.append(Note("host_cgroup", guards.cgroup_warning))
     clamps: list[Clamp] = []
@@ -933,9 +938,7 @@ def _resize_virtio_mem(
     return tuple(steps), vm.base + others + want
 
 
-def _plan_vcpus(
-    cfg: SizingConfig, host: HostFacts, request: Workload
-) -> tuple[VcpuPlan, list[Note]]:
+def _plan_vcpus(cfg: SizingConfig, host: HostFacts, need: Demand) -> tuple[VcpuPlan, list[Note]]:
     """Kata ``defaultMaxVCPUs``/``defaultVCPUs``; target = ceil(default + sum of quota/period).
 
     ``default`` is the value the VM actually boots with: never above the maximum
@@ -947,7 +950,6 @@ def _plan_vcpus(
     (Go ``oci.SandboxConfig``, runtime-rs ``InitialSizeManager::setup_config``);
     only the architecture's cap still applies (Go ``validateHypervisorConfig``).
     """
-    need, _ = demand(cfg, request)
     work_cpu = need.cpu
     arch_cap = ARCH_MAX_VCPUS.get(host.arch)
     if arch_cap is None:

@@ -871,6 +871,76 @@ class SandboxResize:
 # --- The request -------------------------------------------------------------------
 
 
+def _document(data: Union[bytes, dict[str, Any]]) -> dict[str, Any]:
+    """A request's document: its raw bytes decoded (or the document already decoded,
+    whose keys and text are then taken as they are), an object of the schema, with
+    known keys only.
+
+    :raises InputError: as :meth:`SandboxRequest.from_json`.
+    """
+    if isinstance(data, bytes):
+        if len(data) > MAX_REQUEST_BYTES:
+            raise InputError(f"request larger than {MAX_REQUEST_BYTES} bytes")
+        try:
+            doc = _decode(data)
+        except InputError as exc:
+            # json.loads raises a plain ValueError (its syntax errors are
+            # JSONDecodeErrors, text errors UnicodeErrors) for one thing only: an
+            # integer longer than int() converts, whose message is Python's advice
+            # to raise sys.set_int_max_str_digits(). Say what a request may hold.
+            if type(exc.__cause__) is ValueError:
+                raise InputError(
+                    "request: a number of thousands of digits; expected integers of at "
+                    f"most 64 bits ({INT64_MIN} to {UINT64_MAX})"
+                ) from exc
+            raise
+    else:
+        doc = data
+    if not isinstance(doc, dict):
+        raise _REQUEST.fail("", "a JSON object", doc)
+    if doc.get("schema") != REQUEST_SCHEMA:
+        raise InputError(
+            f"request schema: expected {REQUEST_SCHEMA!r}, got {json.dumps(doc.get('schema'))[:80]}"
+        )
+    _REQUEST.only(doc, _TOP)
+    return doc
+
+
+@dataclass(frozen=True)
+class RequestHead:
+    """What a request names: its sandbox and its backend (``None``: none given)."""
+
+    sandbox: str
+    endpoint: Optional[Endpoint]
+
+
+def _head(doc: dict[str, Any]) -> RequestHead:
+    """The sandbox and the backend of a request's document (:func:`_document`), checked.
+
+    :raises InputError: as :meth:`SandboxRequest.from_json`.
+    """
+    sandbox = _REQUEST.required_string(doc, "sandbox_id")
+    try:
+        check_sandbox_id(sandbox)
+    except InputError as exc:
+        raise InputError(f"request sandbox_id: {exc.message}") from exc
+    backend = _REQUEST.mapping(doc, "backend")
+    endpoint = None if backend is None else Endpoint.from_json(backend)
+    if endpoint is not None and endpoint.kind == "qmp":
+        _absolute(endpoint.target, "backend.socket", "QMP unix socket")
+    return RequestHead(sandbox, endpoint)
+
+
+def request_head(raw: bytes) -> RequestHead:
+    """The sandbox and the backend of the request ``raw``, read only as far as they go:
+    its document and those two checked as :meth:`SandboxRequest.from_json` checks them,
+    the workload neither read nor checked (what ``status --all`` shows of a saved request).
+
+    :raises InputError: as :meth:`SandboxRequest.from_json`, for what is read.
+    """
+    return _head(_document(raw))
+
+
 @dataclass(frozen=True)
 class SandboxRequest:
     """One request about one sandbox, and what is to be done with it (``mode``):
@@ -953,37 +1023,9 @@ class SandboxRequest:
             UTF-8, an unknown schema version, a missing or wrongly typed field (named),
             or an unknown field.
         """
-        if isinstance(data, bytes):
-            if len(data) > MAX_REQUEST_BYTES:
-                raise InputError(f"request larger than {MAX_REQUEST_BYTES} bytes")
-            try:
-                doc = _decode(data)
-            except InputError as exc:
-                # json.loads raises a plain ValueError (its syntax errors are
-                # JSONDecodeErrors, text errors UnicodeErrors) for one thing only: an
-                # integer longer than int() converts, whose message is Python's advice
-                # to raise sys.set_int_max_str_digits(). Say what a request may hold.
-                if type(exc.__cause__) is ValueError:
-                    raise InputError(
-                        "request: a number of thousands of digits; expected integers of at "
-                        f"most 64 bits ({INT64_MIN} to {UINT64_MAX})"
-                    ) from exc
-                raise
-        else:
-            doc = data
-        if not isinstance(doc, dict):
-            raise _REQUEST.fail("", "a JSON object", doc)
-        if doc.get("schema") != REQUEST_SCHEMA:
-            raise InputError(
-                f"request schema: expected {REQUEST_SCHEMA!r}, got "
-                f"{json.dumps(doc.get('schema'))[:80]}"
-            )
-        _REQUEST.only(doc, _TOP)
-        sandbox = _REQUEST.required_string(doc, "sandbox_id")
-        try:
-            check_sandbox_id(sandbox)
-        except InputError as exc:
-            raise InputError(f"request sandbox_id: {exc.message}") from exc
+        doc = _document(data)
+        head = _head(doc)
+        sandbox, endpoint = head.sandbox, head.endpoint
         event = _REQUEST.choice(doc, "event", EVENTS)
         config = _absolute(_REQUEST.string(doc, "config"), "config", "Kata configuration file")
         items = doc.get("containers", [])
@@ -992,10 +1034,6 @@ class SandboxRequest:
         containers = unique_containers(
             tuple(_container(item, path("containers", i)) for i, item in enumerate(items))
         )
-        backend = _REQUEST.mapping(doc, "backend")
-        endpoint = None if backend is None else Endpoint.from_json(backend)
-        if endpoint is not None and endpoint.kind == "qmp":
-            _absolute(endpoint.target, "backend.socket", "QMP unix socket")
         apply = _REQUEST.boolean(doc, "apply")
         mode: Mode = "delete" if event == "delete" else "apply" if apply else "plan"
         host = _REQUEST.mapping(doc, "host")

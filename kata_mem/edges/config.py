@@ -85,7 +85,7 @@ def find_config(explicit: Optional[str], env: Mapping[str, str]) -> tuple[Path, 
     )
 
 
-def _trusted(path: Path) -> Optional[Callable[[int], None]]:
+def _trusted(path: Path) -> Optional[Callable[[os.stat_result], None]]:
     """As root, the check that no other user could have written the configuration file
     ``path`` (:mod:`kata_mem.edges.ownership`): it chooses where root creates directories
     and files (``state_dir``), what it hands QEMU (``hugepages_path``) and whether shrink
@@ -98,8 +98,7 @@ def _trusted(path: Path) -> Optional[Callable[[int], None]]:
         return None
     check_way(path, str(path), "this configuration file")
 
-    def check(fd: int) -> None:
-        info = os.fstat(fd)
+    def check(info: os.stat_result) -> None:
         if not stat.S_ISREG(info.st_mode):
             return  # a device or FIFO: read_open refuses it for what it is, before reading
         if others_could_write(info):

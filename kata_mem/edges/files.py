@@ -39,14 +39,14 @@ def read_capped(
     cap: int,
     what: str,
     error: type[KataMemError],
-    check: Optional[Callable[[int], None]] = None,
+    check: Optional[Callable[[os.stat_result], None]] = None,
 ) -> bytes:
     """The bytes of the regular file ``path``, at most ``cap`` of them.
 
     The file is opened with ``O_NONBLOCK`` so that a FIFO without a writer cannot
     block the open; its type is checked on the open descriptor (no race with a
-    rename) before anything is read, and so is ``check`` (given the descriptor: who
-    may have written it), when given.
+    rename) before anything is read, and so is ``check`` (given the descriptor's
+    ``fstat``: who may have written it), when given.
 
     :raises error: (the caller's class, with ``what`` naming the file's role) when
         the file is missing, unreadable, not a regular file, or larger than ``cap``;
@@ -61,23 +61,33 @@ def read_capped(
             raise error(f"{path}: is a socket, expected {_a(what)} file") from exc
         raise error(f"{path}: cannot read the {what}: {exc.strerror or exc}") from exc
     try:
+        try:
+            info = os.fstat(fd)
+        except OSError as exc:
+            raise error(f"{path}: cannot read the {what}: {exc.strerror or exc}") from exc
         if check is not None:
-            check(fd)
-        return read_open(fd, path, cap=cap, what=what, error=error)
+            check(info)
+        return read_open(fd, info, path, cap=cap, what=what, error=error)
     finally:
         os.close(fd)
 
 
 def read_open(
-    fd: int, path: Union[str, Path], *, cap: int, what: str, error: type[KataMemError]
+    fd: int,
+    info: os.stat_result,
+    path: Union[str, Path],
+    *,
+    cap: int,
+    what: str,
+    error: type[KataMemError],
 ) -> bytes:
-    """:func:`read_capped` on a descriptor the caller opened (and checked, and closes);
-    ``path`` names it in errors.
+    """:func:`read_capped` on a descriptor the caller opened (and checked, and closes),
+    given its ``fstat`` (the caller's, which said who could have written it: one
+    ``fstat`` a file); ``path`` names it in errors.
 
     :raises error: as :func:`read_capped`.
     """
     try:
-        info = os.fstat(fd)
         kind = stat.S_IFMT(info.st_mode)
         if kind != stat.S_IFREG:
             shown = _KINDS.get(kind, "not a regular file")

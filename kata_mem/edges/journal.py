@@ -21,12 +21,12 @@ import stat
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, Callable, Literal, Optional, TypeVar
 
 from kata_mem.core.errors import ConfigError, InputError, KataMemError
 from kata_mem.core.model import Note, NoteCode, check_sandbox_id
 from kata_mem.core.record import Record
-from kata_mem.core.request import SandboxRequest
+from kata_mem.core.request import Endpoint, RequestHead, SandboxRequest, request_head
 from kata_mem.edges.files import STATE_CAP, read_open
 from kata_mem.edges.ledger import read_ledger, write_ledger
 from kata_mem.edges.locks import flock_until, same_file
@@ -50,6 +50,9 @@ from kata_mem.edges.statedir import (
     sandboxes,
     state_dir_state,
 )
+
+#: What a saved request is read as: all of it, or only as far as its backend.
+_Saved = TypeVar("_Saved", SandboxRequest, RequestHead)
 
 #: How long a second call for the same sandbox waits for the first to finish.
 LOCK_WAIT_S = 120.0
@@ -217,7 +220,9 @@ class SandboxState:
             if others_could_write(info):
                 raise refusal(self.root, self.path, info)
             try:
-                raw = read_open(fd, self.path, cap=STATE_CAP, what="journal", error=ConfigError)
+                raw = read_open(
+                    fd, info, self.path, cap=STATE_CAP, what="journal", error=ConfigError
+                )
                 return Record.from_json(self.sandbox, json.loads(raw))
             except KataMemError as exc:
                 self._warn("journal", f"journal unreadable ({exc.message}); {then}")
@@ -256,11 +261,31 @@ class SandboxState:
             it is for another sandbox.
         :raises InputError: it is not a valid request (named by its path).
         """
+        return self._saved(SandboxRequest.from_json)
+
+    def saved_endpoint(self) -> Optional[Endpoint]:
+        """The backend of the last request applied to this sandbox (None: no request, or
+        one without a backend), read only as far as it (:func:`request_head`): the file
+        checked as :meth:`saved_request` checks it, the workload not read. Reads only.
+
+        :raises ConfigError: as :meth:`saved_request`.
+        :raises InputError: its document, sandbox or backend is not valid (named by its path).
+        """
+        head = self._saved(request_head)
+        return None if head is None else head.endpoint
+
+    def _saved(self, read: Callable[[bytes], _Saved]) -> Optional[_Saved]:
+        """What ``read`` makes of the saved request's bytes, refused when it is for
+        another sandbox.
+
+        :raises ConfigError: as :meth:`saved_request`.
+        :raises InputError: as ``read``, named by its path.
+        """
         raw = self._read_request()
         if raw is None:
             return None
         try:
-            saved = SandboxRequest.from_json(raw)
+            saved = read(raw)
         except InputError as exc:
             raise InputError(f"{self.request_path}: {exc.message}") from exc
         if saved.sandbox != self.sandbox:
@@ -291,7 +316,7 @@ class SandboxState:
             if others_could_write(info):
                 raise refusal(self.root, self.request_path, info)
             return read_open(
-                fd, self.request_path, cap=STATE_CAP, what="saved request", error=ConfigError
+                fd, info, self.request_path, cap=STATE_CAP, what="saved request", error=ConfigError
             )
         finally:
             os.close(fd)

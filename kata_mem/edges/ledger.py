@@ -47,7 +47,9 @@ def read_ledger(root: Path) -> tuple[Optional[dict[str, int]], str]:
         if others_could_write(info):
             return None, refusal(root, path, info).message
         try:
-            doc = json.loads(read_open(fd, path, cap=STATE_CAP, what="ledger", error=ConfigError))
+            doc = json.loads(
+                read_open(fd, info, path, cap=STATE_CAP, what="ledger", error=ConfigError)
+            )
         except (KataMemError, ValueError, RecursionError) as exc:
             return None, f"damaged ({exc})"
     finally:

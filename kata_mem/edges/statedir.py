@@ -123,7 +123,7 @@ def marker(
             raise refusal(root, where / name, info)
         try:
             doc = json.loads(
-                read_open(fd, where / name, cap=4096, what="marker", error=ConfigError)
+                read_open(fd, info, where / name, cap=4096, what="marker", error=ConfigError)
             )
         except (KataMemError, ValueError, RecursionError):
             return "bad"

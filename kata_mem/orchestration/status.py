@@ -4,6 +4,7 @@ VM (:func:`node_status`)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Any, Optional
 
@@ -73,11 +74,9 @@ def node_status(settings: Settings, host: HostFacts, state_dir: str) -> NodeStat
             notes.append(Note("journal", f"sandbox {name}: {dropped}"))
         committed += record.commitment
         endpoint = None
-        try:
-            saved = state.saved_request()
-            endpoint = None if saved is None else saved.endpoint
-        except KataMemError:
-            pass  # an unreadable saved request leaves the backend unknown; reconcile reports it
+        # An unreadable saved request leaves the backend unknown; reconcile reports it.
+        with contextlib.suppress(KataMemError):
+            endpoint = state.saved_endpoint()
         last = record.last_outcome
         status = "running" if record.state == "running" else (last.status if last else "unknown")
         rows.append(

@@ -270,3 +270,29 @@ def test_status_all_refuses_a_foreign_state_dir(run_cli: Run, tmp_path: Path) ->
     (tmp_path / "foreign" / "x").mkdir(parents=True)
     r = run_cli("status", "--all", "--state-dir", str(tmp_path / "foreign"), "--json")
     assert r.code == 3, r.err
+
+
+def test_status_all_reads_a_saved_request_only_as_far_as_its_backend(
+    run_cli: Run, tmp_path: Path
+) -> None:
+    # status shows the backend, so it checks the document, the sandbox and the backend as
+    # every reader does, and leaves the workload to reconcile (issue 16 §2: the per-sandbox
+    # cost at 1,000 sandboxes). A bad container no longer hides the backend; a bad backend,
+    # another sandbox's request or an unknown key still leave it unknown.
+    state = tmp_path / "state"
+    good = {"type": "qmp", "socket": "/run/vc/sb-a/qmp.sock"}
+    docs = {
+        "sb-a": {"containers": [{"id": 5}], "backend": good},
+        "sb-b": {"backend": {"type": "qmp", "socket": "relative.sock"}},
+        "sb-c": {"sandbox_id": "sb-a", "backend": good},
+        "sb-d": {"backend": good, "unknown": 1},
+        "sb-e": {"backend": {"type": "libvirt", "uri": "qemu+ssh://h/system", "domain": "d"}},
+    }
+    for name, extra in docs.items():
+        _sandbox(state, name, Record(name, observed=2048 * MiB), Endpoint("qmp", "/x.sock"))
+        doc = json.loads((state / name / "request.json").read_text()) | extra
+        (state / name / "request.json").write_text(json.dumps(doc))
+    r = run_cli("status", "--all", "--state-dir", str(state), "--host-memory", "16Gi", "--json")
+    assert r.code == 0, r.err
+    rows = {s["sandbox"]: s["backend"] for s in json.loads(r.out)["sandboxes"]}
+    assert rows == {"sb-a": good, "sb-b": None, "sb-c": None, "sb-d": None, "sb-e": None}

@@ -181,3 +181,26 @@ def test_plan_case(case: dict[str, Any], make_config: Callable[..., SizingConfig
             _subset(plan_json(result, cfg)["memory"], want, "memory")
         else:
             assert got[key] == want, key
+
+
+def test_a_plan_sizes_its_workload_once(
+    make_config: Callable[..., SizingConfig], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Memory and vCPUs size the same workload: the plan-only answer computed it twice
+    # (issue 16 §4). Counted on a real plan, which must stay what it was.
+    from kata_mem.core import planner
+    from tests.support.configs import HOST
+
+    cfg = make_config()
+    work = Workload((Container("c1", memory_limit=512 * MiB, cpu=Fraction(1, 2)),))
+    want = plan(cfg, HOST, work)
+    calls: list[Workload] = []
+    real = planner.demand
+
+    def counted(cfg: SizingConfig, request: Workload) -> Any:
+        calls.append(request)
+        return real(cfg, request)
+
+    monkeypatch.setattr(planner, "demand", counted)
+    assert plan(cfg, HOST, work) == want
+    assert calls == [work]
