@@ -20,6 +20,7 @@ import pytest
 
 from tests.support.cli import kata_mem_process
 from tests.support.configs import HOST_ARGS, guest_config
+from tests.support.fake_qmp import FakeQemu, FakeQmpServer
 from tests.support.paths import REPO
 from tests.support.shim import RESPONSE_SCHEMA, request
 from tests.support.waits import wait_until
@@ -134,3 +135,36 @@ def test_sigint_on_apply_stops_it_as_sigterm_would_and_reconcile_settles_it(
     done = kata_mem_process("reconcile", "--state-dir", str(state))
     assert done.returncode == 0, done.stderr
     assert not (state / "hang").exists(), done.stdout
+
+
+def test_sigint_mid_step_leaves_a_journal_the_next_apply_settles(tmp_path: Path) -> None:
+    """Cut while the guest has not confirmed a DIMM insert: the journal shows the step
+    in flight, and the next apply settles it from the VM and completes the resize."""
+    qemu = FakeQemu(guest_confirms=False)
+    with FakeQmpServer(tmp_path / "qmp.sock", qemu) as server:
+        cfg = guest_config(tmp_path, virtio=False, timeout=60)
+        args = ("--config", str(cfg), "--qmp", str(server.path), "--sandbox", "sb")
+        proc = _start("apply", *args, "--limit", "256Mi", *HOST_ARGS)
+        try:
+            wait_until(lambda: "device_add" in qemu.commands, "apply plugs a DIMM", timeout=60)
+            proc.send_signal(signal.SIGINT)
+            out, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        assert (proc.returncode, out) == (130, b""), err
+        _one_line(err.decode())
+        journal = json.loads((tmp_path / "state" / "sb" / "journal.json").read_text())
+        assert (journal["state"], journal["phase"], journal["step"]["action"]) == (
+            "running",
+            "issued",
+            "plug_dimm",
+        ), journal
+        qemu.guest_confirms = True
+        done = kata_mem_process("apply", *args, "--limit", "256Mi", *HOST_ARGS, "--json")
+        assert done.returncode == 0, done.stderr
+        outcome = json.loads(done.stdout)
+        assert (outcome["status"], outcome["observed_mib"]) == ("NoChange", 768), outcome
+        settled = json.loads((tmp_path / "state" / "sb" / "journal.json").read_text())
+        assert (settled["state"], settled["step"]) != ("running", journal["step"]), settled
