@@ -12,6 +12,7 @@ code the CLI and the shim use::
      +-- BackendError            7  the hypervisor refused or failed a command
      |    +-- BackendUnsupported 7  the hypervisor cannot do this at all (e.g. VIR_ERR_NO_SUPPORT)
      +-- MissingDependency       9  a Python library kata-mem needs is not installed
+     +-- Interrupted           130  SIGINT (Ctrl-C) ended the call
 
 Three exit codes have no class. 2 is click's usage error. 8 (the guest did not
 complete in time) is an outcome, not an error: the call ends normally with
@@ -109,6 +110,19 @@ class MissingDependency(KataMemError):
 
     exit_code = 9
     kind = "missing-dependency"
+
+
+class Interrupted(KataMemError):
+    """SIGINT (Ctrl-C) ended the call where it was, as SIGTERM or a kill would: the
+    journal is written before each command and updated after it, so the next call on the
+    sandbox (or ``kata-mem reconcile``) settles a step cut short from the hypervisor.
+
+    130 is what a shell reports for a command SIGINT ends (128 + 2), so a script sees
+    the same code whether kata-mem or the shell reports it.
+    """
+
+    exit_code = 130
+    kind = "interrupted"
 
 
 #: The exit code of an outcome whose guest did not confirm a step in time.

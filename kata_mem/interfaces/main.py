@@ -3,12 +3,15 @@ it runs on every container event and must start fast."""
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import sys
+from types import FrameType
 from typing import Optional
 
 from kata_mem.edges import logs
-from kata_mem.interfaces.pipes import ResultLost, flush, lost, own_stdio
+from kata_mem.interfaces.pipes import ResultLost, flush, lost, own_stdio, stdout_used, write_now
 
 #: Where the JSON Schemas of the shim protocol are installed (package data).
 SCHEMA_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "schemas")
@@ -65,6 +68,44 @@ def _shim_usage(message: str) -> int:
     return 2
 
 
+#: Whether this process is ``kata-mem shim``: SIGINT answers with its document.
+_shim = False
+
+
+def _interrupted(signum: int, frame: Optional[FrameType]) -> None:
+    """SIGINT (Ctrl-C): end the call where it is, as SIGTERM's default action does,
+    once it is reported: one line on stderr and, for the shim, its error document on
+    stdout, exit 130. Raising KeyboardInterrupt instead would unwind through qemu.qmp's
+    event loop and the executor's ``finally`` blocks half way through a step (a
+    traceback per coroutine left pending, asyncio's "Task was destroyed"); ending here
+    leaves the journal as a kill does, which the next call or ``kata-mem reconcile``
+    settles from the hypervisor (docs/design/state.md). A shim whose answer is already
+    on its way finishes it and exits with its code: the work is done."""
+    from kata_mem.core.errors import Interrupted
+
+    if _shim and stdout_used():
+        return
+    error = Interrupted(
+        "interrupted (SIGINT): stopped where it was, as SIGTERM would stop it; a step cut "
+        "short is settled from the VM by the next call on the sandbox or kata-mem reconcile"
+    )
+    logger, prefix = ("kata_mem.shim", "kata-mem shim") if _shim else ("kata_mem", "kata-mem")
+    line = logs.line(
+        "error",
+        error.message,
+        logger=logger,
+        prefix=prefix,
+        kind=error.kind,
+        exit_code=error.exit_code,
+    )
+    write_now(2, line + "\n")
+    if _shim:
+        from kata_mem.interfaces.protocol import Answer
+
+        write_now(1, json.dumps(Answer(error=error).document()) + "\n")
+    os._exit(error.exit_code)
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     # Global options may come before or after the command. click handles them for
@@ -85,6 +126,8 @@ def main(argv: Optional[list[str]] = None) -> int:
             return _print_schema(args[1:])
         if len(args) > 1:
             return _shim_usage(f"unexpected argument {args[1]!r}; a request goes on stdin")
+        global _shim  # noqa: PLW0603 - what this process is, decided once
+        _shim = True
         from kata_mem.interfaces.shim import run_shim
 
         return run_shim(sys.stdin.buffer, sys.stdout, dict(os.environ))
@@ -96,6 +139,7 @@ def main(argv: Optional[list[str]] = None) -> int:
 def run() -> None:
     """The ``kata-mem`` process: stdin, stdout and stderr as kata-mem needs them
     (:func:`~kata_mem.interfaces.pipes.own_stdio`), then :func:`main`."""
+    signal.signal(signal.SIGINT, _interrupted)
     own_stdio()
     code = main()
     sys.exit(flush() or code)

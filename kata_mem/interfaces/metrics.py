@@ -101,8 +101,8 @@ class Metrics:
         )
         self.latency = Histogram(
             "kata_mem_request_seconds",
-            "Time to answer a request, by endpoint.",
-            ["endpoint"],
+            "Time to answer a request, by endpoint and listener (unix socket or metrics address).",
+            ["endpoint", "listener"],
             buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1, 5, 20, 60),
             registry=self.registry,
         )

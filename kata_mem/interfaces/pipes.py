@@ -68,6 +68,9 @@ class _Output(io.RawIOBase):
         self._absent = absent  # closed when the process started: nothing to write to
         self._result = result
         self._dropping = False
+        #: Set once a write is about to start: what SIGINT asks (see ``main``) to know
+        #: whether the result is on its way.
+        self.used = False
 
     def writable(self) -> bool:
         return True
@@ -85,6 +88,7 @@ class _Output(io.RawIOBase):
         try:
             if self._absent:
                 raise OSError(errno.EBADF, "closed when kata-mem started")
+            self.used = True
             return os.write(self._fd, data)
         except OSError as exc:
             self._dropping = True
@@ -127,6 +131,23 @@ def own_stdio() -> None:
     stderr = _text(_Output(2, absent=closed[2], result=False), sys.stderr, "backslashreplace")
     stderr.reconfigure(line_buffering=True, write_through=True)  # as Python's own stderr
     sys.stderr = stderr
+
+
+def stdout_used() -> bool:
+    """Whether a write to stdout has started (a result is on its way, whole or not)."""
+    raw = getattr(getattr(sys.stdout, "buffer", None), "raw", None)
+    return raw.used if isinstance(raw, _Output) else True
+
+
+def write_now(fd: int, text: str) -> None:
+    """Write ``text`` on ``fd`` past Python's buffers, for a process about to end: what
+    cannot be written is lost, as :class:`_Output` loses a diagnostic."""
+    data = text.encode("utf-8", "backslashreplace")
+    try:
+        while data:
+            data = data[os.write(fd, data) :]
+    except OSError:
+        pass
 
 
 def lost(exc: ResultLost) -> int:

@@ -46,7 +46,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, TypeVar, cast
+from typing import Any, Callable, Optional, TypeVar, Union, cast
 
 from aiohttp import HttpVersion11, web
 from aiohttp.http_exceptions import HttpProcessingError
@@ -99,6 +99,38 @@ class Peer:
     pid: int
     uid: int
     gid: int
+
+
+@dataclass(frozen=True)
+class Remote:
+    """A client of the metrics address: TCP says where it is, not who."""
+
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"{MetricsAddress(self.host, self.port)} (TCP)"
+
+
+@dataclass(frozen=True)
+class Port:
+    """One of serve's listeners, and what its requests may ask: every request to either
+    goes through the same handlers, middleware and error documents."""
+
+    name: str  # the ``listener`` label of ``kata_mem_request_seconds``
+    checks_peer: bool  # SO_PEERCRED: only a unix socket has it
+    routes: str  # what it serves, for the refusals' messages
+
+
+UNIX = Port(
+    "unix", True, "POST /v1/shim, GET /v1/node, GET /v1/sandboxes/ID, GET /metrics or GET /healthz"
+)
+TCP = Port(
+    "tcp",
+    False,
+    "GET /metrics or GET /healthz: the metrics address serves those only (the other "
+    "endpoints are on the unix socket)",
+)
 
 
 def peer_of(sock: socket.socket) -> Peer:
@@ -586,8 +618,15 @@ def _json(doc: dict[str, Any], status: int, exit_code: Optional[int] = None) -> 
     return resp
 
 
-def _peer_text(peer: Optional[Peer]) -> str:
+def _peer_text(peer: Union[Peer, Remote, None]) -> str:
+    if isinstance(peer, Remote):
+        return str(peer)
     return "an unknown peer" if peer is None else f"uid {peer.uid} gid {peer.gid} pid {peer.pid}"
+
+
+def _remote_of_transport(transport: asyncio.BaseTransport) -> Optional[Remote]:
+    name = transport.get_extra_info("peername")
+    return Remote(str(name[0]), int(name[1])) if isinstance(name, tuple) else None
 
 
 def _peer_of_transport(transport: Optional[asyncio.BaseTransport]) -> Optional[Peer]:
@@ -628,21 +667,6 @@ async def _unrouted(request: web.Request) -> web.StreamResponse:
     raise web.HTTPNotFound()
 
 
-async def _metrics_only(request: web.Request) -> web.StreamResponse:
-    """Anything but GET /metrics and /healthz on the metrics address: 405 for another
-    method of those two, else 404 (the shim's endpoints are never served over TCP)."""
-    known = request.path in ("/metrics", "/healthz")
-    error = InputError(
-        f"{request.method} {request.path}: {'method not allowed' if known else 'not found'} on "
-        "the metrics address, which serves GET /metrics and GET /healthz only (the other "
-        "endpoints are on the unix socket)"
-    )
-    resp = _json(render.error_json(error), 405 if known else 404, error.exit_code)
-    if known:
-        resp.headers["Allow"] = "GET, HEAD"
-    return resp
-
-
 class _Protocol(web.RequestHandler):
     """aiohttp's connection handler, answering what aiohttp refuses before any handler
     runs (a request line, header or chunk it cannot parse) and a handler's bug as the
@@ -650,15 +674,18 @@ class _Protocol(web.RequestHandler):
     answer is plain text, logged at ERROR with a traceback
     (``aiohttp.web_protocol.RequestHandler.handle_error``, "Error handling request")."""
 
-    def __init__(self, service: Service, manager: web.Server, **options: Any) -> None:
+    def __init__(self, service: Service, manager: web.Server, port: Port, **options: Any) -> None:
         super().__init__(manager, **options)
         self.service = service
-        self.peer: Optional[Peer] = None
+        self.port = port
+        self.peer: Union[Peer, Remote, None] = None
         self._first_request: Optional[asyncio.TimerHandle] = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # SO_PEERCRED is the peer as it connected: read once, for every request it sends.
-        self.peer = _peer_of_transport(transport)
+        # TCP has none: the address, for the log.
+        checked = self.port.checks_peer
+        self.peer = _peer_of_transport(transport) if checked else _remote_of_transport(transport)
         super().connection_made(transport)
         # aiohttp's keep-alive timer starts after a response, and before 3.14 nothing
         # closed a connection that never sent a byte: that is cut here, on every version.
@@ -695,7 +722,7 @@ class _Protocol(web.RequestHandler):
                 describe(exc) if exc else status,
             )
             return web.Response(status=status)  # no one is left to read it
-        if peer is None or not peer_allowed(peer, self.service.group):
+        if self.port.checks_peer and not self.service.allowed(peer):
             return self.service.forbidden(peer, "a request")
         if status >= 500:
             error = KataMemError(
@@ -705,10 +732,7 @@ class _Protocol(web.RequestHandler):
             resp = self.service.refuse(error, status, peer, "a request", cause=exc)
         else:
             text = _parse_error(exc, message)
-            error = InputError(
-                f"HTTP request: {text}; expected HTTP/1.1 with POST /v1/shim, "
-                "GET /v1/node, GET /v1/sandboxes/ID, GET /metrics or GET /healthz"
-            )
+            error = InputError(f"HTTP request: {text}; expected HTTP/1.1 with {self.port.routes}")
             resp = self.service.refuse(error, status, peer, "a request")
         resp.force_close()
         return resp
@@ -759,18 +783,25 @@ class Service:
         return app
 
     def metrics_app(self) -> web.Application:
-        """What ``--metrics-address`` serves: the two read-only endpoints, nothing else."""
-        app = web.Application()
-        app.router.add_get("/metrics", self.metrics_text)
-        app.router.add_get("/healthz", self.healthz)
-        app.router.add_route("*", "/{path:.*}", _metrics_only)
+        """What ``--metrics-address`` serves: the two read-only endpoints, nothing else,
+        through the same middleware as the unix socket's (``_guard``, with no peer check:
+        TCP has no credentials) and as ``app`` routes them."""
+        app = web.Application(middlewares=[self._guard], client_max_size=MAX_REQUEST_BYTES)
+        later = _expect_later
+        app.router.add_get("/metrics", self.metrics_text, name="metrics", expect_handler=later)
+        app.router.add_get("/healthz", self.healthz, name="healthz", expect_handler=later)
+        app.router.add_route("*", "/{path:.*}", _unrouted, expect_handler=later)
         return app
+
+    def allowed(self, peer: Union[Peer, Remote, None]) -> bool:
+        """Whether the unix socket's peer may ask (root, or a member of ``--group``)."""
+        return isinstance(peer, Peer) and peer_allowed(peer, self.group)
 
     def refuse(
         self,
         exc: KataMemError,
         status: int,
-        peer: Optional[Peer],
+        peer: Union[Peer, Remote, None],
         what: str,
         cause: Optional[BaseException] = None,
     ) -> web.Response:
@@ -783,7 +814,7 @@ class Service:
         self.metrics.count_error(exc)
         return _json(render.error_json(exc), status, exc.exit_code)
 
-    def forbidden(self, peer: Optional[Peer], what: str) -> web.Response:
+    def forbidden(self, peer: Union[Peer, Remote, None], what: str) -> web.Response:
         """403 for a peer that may not ask; the connection is closed, its body unread."""
         group = "" if self.group is None else f" or members of its --group (gid {self.group})"
         resp = self.refuse(
@@ -823,10 +854,11 @@ class Service:
         start = time.perf_counter()
         route = request.match_info.route.name or "other"
         what = f"{request.method} {request.path}"
-        peer = cast(_Protocol, request.protocol).peer
+        protocol = cast(_Protocol, request.protocol)
+        peer, port = protocol.peer, protocol.port
         # The peer first: nothing of a refused peer's request is read or decoded.
         expected = _expectations(request)
-        if peer is None or not peer_allowed(peer, self.group):
+        if port.checks_peer and not self.allowed(peer):
             response: web.StreamResponse = self.forbidden(peer, what)
             request.content.feed_eof()  # not even drained: closed once the 403 is sent
         elif any(e != "100-continue" for e in expected):
@@ -844,21 +876,21 @@ class Service:
             request.content.feed_eof()  # the body is not read
         else:
             request["peer"] = peer
-            # 100 Continue once the body is about to be read (``_body``), never before.
+            # 100 Continue once the body is about to be read (``_body``), never before;
+            # so never on the metrics address, whose endpoints read none.
             request["continue"] = bool(expected) and request.version >= HttpVersion11
             try:
                 response = await handler(request)
             except web.HTTPException as exc:  # the router's 404 and 405, as documents
                 response = self.refuse(
-                    InputError(
-                        f"{what}: {exc.reason}; expected POST /v1/shim, GET /v1/node, "
-                        "GET /v1/sandboxes/ID, GET /metrics or GET /healthz"
-                    ),
+                    InputError(f"{what}: {exc.reason}; expected {port.routes}"),
                     exc.status,
                     peer,
                     what,
                 )
-        self.metrics.latency.labels(route).observe(time.perf_counter() - start)
+                if isinstance(exc, web.HTTPMethodNotAllowed):  # RFC 9110, 15.5.6
+                    response.headers["Allow"] = ", ".join(sorted(exc.allowed_methods))
+        self.metrics.latency.labels(route, port.name).observe(time.perf_counter() - start)
         return response
 
     async def _body(self, request: web.Request) -> Optional[bytes]:
@@ -1120,7 +1152,7 @@ async def _serve(
         "auto_decompress": False,
     }
     listening = await loop.create_server(
-        lambda: _Protocol(service, server, **options), sock=sock, backlog=1024
+        lambda: _Protocol(service, server, UNIX, **options), sock=sock, backlog=1024
     )
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -1132,21 +1164,24 @@ async def _serve(
         service.reconcile_interval,
     )
     scrapes: Optional[web.AppRunner] = None
+    scraping: Optional[asyncio.AbstractServer] = None
     if metrics_sock is not None:
         scrapes = web.AppRunner(
-            service.metrics_app(),
-            handle_signals=False,
-            access_log=None,
-            keepalive_timeout=service.idle_timeout,
+            service.metrics_app(), handle_signals=False, shutdown_timeout=SHUTDOWN_TIMEOUT_S
         )
         await scrapes.setup()
-        await web.SockSite(scrapes, metrics_sock).start()
+        tcp_server = scrapes.server
+        assert tcp_server is not None  # set up
+        scraping = await loop.create_server(
+            lambda: _Protocol(service, tcp_server, TCP, **options), sock=metrics_sock, backlog=128
+        )
         host, port = metrics_sock.getsockname()[:2]
         log.info("metrics on %s (GET /metrics, /healthz)", MetricsAddress(host, port))
     loop_task = asyncio.create_task(service.reconcile_loop(stop))
     await stop.wait()
     log.info("stopping: no new connections; waiting for requests and visits in flight")
-    if scrapes is not None:
+    if scraping is not None and scrapes is not None:
+        scraping.close()
         await scrapes.cleanup()
     listening.close()
     # Waits for the handlers still running; the loop finishes the visits it started.

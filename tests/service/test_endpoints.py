@@ -145,7 +145,7 @@ def test_apply_then_sandbox_status_node_and_metrics(service: Service, tmp_path: 
     assert samples['kata_mem_sandbox_target_bytes{sandbox="sb-applied"}'] == 768 * MiB
     assert samples['kata_mem_outcomes_total{reason="",status="Resized"}'] >= 1
     assert samples['kata_mem_backend_errors_total{kind="backend-unavailable"}'] >= 1
-    assert samples['kata_mem_request_seconds_count{endpoint="shim"}'] >= 2
+    assert samples['kata_mem_request_seconds_count{endpoint="shim",listener="unix"}'] >= 2
     assert samples["kata_mem_deferred_shrinks"] == 0
 
     # The VM is gone now: its status is a 503 with the error document.

@@ -215,7 +215,8 @@ def test_every_label_the_service_uses_is_documented(service: Service) -> None:
     labels = {
         m.group(1)
         for m in re.finditer(
-            r'kata_mem_request_seconds_count\{endpoint="([^"]+)"\}', "\n".join(_samples(service))
+            r'kata_mem_request_seconds_count\{endpoint="([^"]+)",listener="unix"\}',
+            "\n".join(_samples(service)),
         )
     }
     assert {"shim", "node", "sandbox", "metrics", "healthz", "other"} <= labels
@@ -290,7 +291,9 @@ def test_an_expectation_the_service_cannot_meet_is_417_with_a_document(
 ) -> None:
     # Before: aiohttp's own "417 Expectation Failed", text/plain, no log line, not counted.
     log = Log(service)
-    before = _samples(service).get('kata_mem_request_seconds_count{endpoint="other"}', 0.0)
+    before = _samples(service).get(
+        'kata_mem_request_seconds_count{endpoint="other",listener="unix"}', 0.0
+    )
     raw = f"{method} {path} HTTP/1.1\r\nHost: x\r\nExpect: bogus\r\nContent-Length: 2\r\n\r\n{{}}"
     status, headers, reply = _exchange(service, raw.encode())
     assert status == 417 and headers["content-type"].startswith("application/json"), reply
@@ -299,7 +302,9 @@ def test_an_expectation_the_service_cannot_meet_is_417_with_a_document(
     assert "Expect 'bogus': not an expectation kata-mem serve meets" in doc["error"]["message"]
     _one_refusal(log, 417)
     if path == "/no/such/path":
-        after = _samples(service)['kata_mem_request_seconds_count{endpoint="other"}']
+        after = _samples(service)[
+            'kata_mem_request_seconds_count{endpoint="other",listener="unix"}'
+        ]
         assert after == before + 1
 
 

@@ -16,13 +16,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 
 from tests.support.cli import kata_mem_process
 from tests.support.configs import small_vm_config
 from tests.support.fake_qmp import FakeQemu, FakeQmpServer
-from tests.support.service import Service, start
-from tests.support.shim import request
+from tests.support.service import Service, read_response, start
+from tests.support.shim import ERROR_SCHEMA, request
 from tests.support.waits import wait_until
 
 
@@ -78,10 +79,133 @@ def test_nothing_else_is_served_over_tcp(
     got, answer = tcp(port, method, path, body)
     doc = json.loads(answer)
     assert (got, doc["schema"], doc["error"]["exit_code"]) == (status, "kata-mem/error/v1", 4)
-    assert "serves GET /metrics and GET /healthz only" in doc["error"]["message"]
+    assert "the metrics address serves those only" in doc["error"]["message"]
     # The shim never ran: it would have counted its plan's request (the unix socket's own).
     metrics = tcp(port, "GET", "/metrics")[1].decode()
-    assert 'kata_mem_request_seconds_count{endpoint="shim"}' not in metrics
+    assert 'kata_mem_request_seconds_count{endpoint="shim"' not in metrics
+    assert 'kata_mem_request_seconds_count{endpoint="other",listener="tcp"}' in metrics
+
+
+def exchange(port: int, raw: bytes) -> tuple[bytes, dict[str, str], bytes]:
+    """Send raw bytes to the metrics address, read one response: the status line and
+    anything before it (a 100 Continue), headers, body."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(raw)
+        reply = read_response(sock)
+    head, _, body = reply.partition(b"\r\n\r\n")
+    status_line, *fields = head.decode("latin-1").split("\r\n")
+    headers = {k.lower(): v.strip() for k, _, v in (f.partition(":") for f in fields)}
+    return status_line.encode(), headers, body
+
+
+def _status(line: bytes) -> int:
+    return int(line.split()[1])
+
+
+def _new_lines(svc: Service, at: int) -> list[str]:
+    return svc.stderr()[at:].splitlines()
+
+
+def _one_tcp_refusal(svc: Service, at: int, status: int) -> str:
+    """The one line serve logged for a request refused on the metrics address."""
+    lines = wait_until(lambda: _new_lines(svc, at), "serve logs the refusal")
+    assert len(lines) == 1 and "Traceback" not in svc.stderr()[at:], lines
+    assert f": {status}: " in lines[0] and re.search(r"127\.0\.0\.1:\d+ \(TCP\)", lines[0]), lines
+    return lines[0]
+
+
+def _doc(headers: dict[str, str], body: bytes, code: int = 4) -> dict[str, Any]:
+    assert headers["content-type"].startswith("application/json"), body
+    doc: dict[str, Any] = json.loads(body)
+    jsonschema.validate(doc, ERROR_SCHEMA)
+    assert doc["error"]["exit_code"] == code and "\n" not in doc["error"]["message"], doc
+    return doc
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"GET /healthz HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n",
+        b"GET /heal\x00thz HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"y" * 70000 + b"\r\n\r\n",
+        b"GET /healthz HTTP/9.9\r\nHost: x\r\n\r\n",
+        b"GARBAGE\r\n\r\n",
+    ],
+    ids=["bad header", "nul in path", "header too long", "version", "request line"],
+)
+def test_malformed_http_on_the_metrics_address_is_400_with_a_document_and_one_log_line(
+    scraped: tuple[Service, int], raw: bytes
+) -> None:
+    # Before: aiohttp's text/plain 400 and an ERROR with an 11-line traceback per request.
+    svc, port = scraped
+    at = len(svc.stderr())
+    line, headers, body = exchange(port, raw)
+    assert _status(line) == 400, (line, body)
+    assert "serves those only" in _doc(headers, body)["error"]["message"]
+    _one_tcp_refusal(svc, at, 400)
+    assert tcp(port, "GET", "/healthz")[0] == 200
+
+
+def test_an_expectation_not_met_on_the_metrics_address_is_417_with_a_document(
+    scraped: tuple[Service, int],
+) -> None:
+    svc, port = scraped
+    at = len(svc.stderr())
+    line, headers, body = exchange(
+        port, b"GET /metrics HTTP/1.1\r\nHost: x\r\nExpect: bogus\r\n\r\n"
+    )
+    assert _status(line) == 417, (line, body)
+    assert "Expect 'bogus'" in _doc(headers, body)["error"]["message"]
+    _one_tcp_refusal(svc, at, 417)
+
+
+def test_the_metrics_address_never_invites_a_body(scraped: tuple[Service, int]) -> None:
+    """GET only: 100 Continue would ask for a body nothing reads; the answer is the 405."""
+    svc, port = scraped
+    at = len(svc.stderr())
+    raw = b"POST /metrics HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n"
+    line, headers, body = exchange(port, raw)
+    assert b"100 Continue" not in line and _status(line) == 405, (line, body)
+    assert headers["allow"] == "GET, HEAD"
+    _doc(headers, body)
+    _one_tcp_refusal(svc, at, 405)
+
+
+def test_head_is_answered_on_the_metrics_address_as_on_the_unix_socket(
+    scraped: tuple[Service, int],
+) -> None:
+    svc, port = scraped
+    for path in ("/healthz", "/metrics"):
+        on_socket = svc.request("HEAD", path)
+        line, headers, body = exchange(port, f"HEAD {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        assert (_status(line), body) == (on_socket.status, b"") == (200, b"")
+        assert headers["content-type"] == on_socket.headers["content-type"]
+
+
+def _count(text: str, endpoint: str, listener: str) -> float:
+    sample = f'kata_mem_request_seconds_count{{endpoint="{endpoint}",listener="{listener}"}} '
+    found = [line for line in text.splitlines() if line.startswith(sample)]
+    return float(found[0].rpartition(" ")[2]) if found else 0.0
+
+
+def test_requests_on_the_metrics_address_are_logged_and_counted_as_on_the_socket(
+    scraped: tuple[Service, int],
+) -> None:
+    svc, port = scraped
+    text = tcp(port, "GET", "/metrics")[1].decode()
+    before = {(e, "tcp"): _count(text, e, "tcp") for e in ("metrics", "healthz", "other")}
+    unix_before = _count(text, "metrics", "unix")
+    at = len(svc.stderr())
+    status, body = tcp(port, "GET", "/v1/node")
+    assert status == 404 and "not found" in json.loads(body)["error"]["message"].lower()
+    assert "GET /v1/node" in _one_tcp_refusal(svc, at, 404)
+    assert tcp(port, "GET", "/healthz")[0] == 200
+    text = tcp(port, "GET", "/metrics")[1].decode()
+    # This scrape is counted once it is answered: the one before it is in its text.
+    assert _count(text, "metrics", "tcp") == before["metrics", "tcp"] + 1
+    assert _count(text, "healthz", "tcp") == before["healthz", "tcp"] + 1
+    assert _count(text, "other", "tcp") == before["other", "tcp"] + 1
+    assert _count(text, "metrics", "unix") == unix_before
 
 
 def _listening_tcp_inodes(pid: int) -> set[str]:
