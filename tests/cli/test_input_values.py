@@ -692,3 +692,55 @@ def test_host_arch_completes_the_architecture_names() -> None:
 
     assert _complete("preview", "--host-arch", "") == [f"plain,{n}" for n in GO_ARCH]
     assert _complete("host", "--host-arch", "a") == ["plain,amd64", "plain,aarch64", "plain,arm64"]
+
+
+# --- Adversarial pass 3 (B7, B8): values named by key and type, overheads that are sizes ----
+
+_DEFAULT_MEMORY = "io.katacontainers.config.hypervisor.default_memory"
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [(1024, "a number, 1024"), (None, "null"), (True, "a boolean, true"), ({}, "an object")],
+)
+def test_an_annotation_value_that_is_not_a_string_is_named_by_key_and_type(
+    cfg: Path, value: Any, shown: str
+) -> None:
+    # Before: "request annotations: expected an object of strings, got dict".
+    code, out, _ = _shim(shim_request_doc(cfg, annotations={_DEFAULT_MEMORY: value}))
+    assert code == 4 and out["error"]["kind"] == "input"
+    assert out["error"]["message"].endswith(
+        f'request annotations["{_DEFAULT_MEMORY}"]: expected a string, got {shown}'
+    ), out["error"]["message"]
+
+
+def _resize_doc(cfg: Path, **fields: Any) -> dict[str, Any]:
+    doc = shim_request_doc(
+        cfg, event="update-sandbox", sandbox_resources={"memory_limit_bytes": GiB}
+    )
+    del doc["containers"]
+    doc.update(fields)
+    return doc
+
+
+def test_an_update_sandbox_answer_says_the_pods_new_resources_sized_it(cfg: Path) -> None:
+    # Before: "sandbox sized from CRI annotations (request sandbox_resources)", no annotation given.
+    code, out, _ = _shim(_resize_doc(cfg))
+    assert code == 0, out
+    texts = list(out["warnings"])
+    assert (
+        "sandbox sized from the pod's new resources (CRI UpdatePodSandboxResources) "
+        "(request sandbox_resources)" in texts
+    ), texts
+    assert not [t for t in texts if "annotation" in t], texts
+
+
+@pytest.mark.parametrize("overhead", [-1, -(2**63)])
+def test_a_negative_overhead_is_refused(cfg: Path, overhead: int) -> None:
+    # Before: accepted as "no overhead"; an overhead is a size, never "none".
+    code, out, _ = _shim(_resize_doc(cfg, overhead={"memory_limit_bytes": overhead}))
+    assert code == 4 and out["error"]["kind"] == "input"
+    assert (
+        "request overhead.memory_limit_bytes: expected an integer from 0"
+        in (out["error"]["message"])
+    ), out["error"]["message"]
