@@ -248,6 +248,15 @@ _resources = st.fixed_dictionaries(
         "cpu_period": st.one_of(st.none(), _uint63),
     },
 )
+#: An overhead is a size: never negative.
+_overhead = st.fixed_dictionaries(
+    {},
+    optional={
+        "memory_limit_bytes": st.one_of(st.none(), _uint63),
+        "cpu_quota": st.one_of(st.none(), _int64),
+        "cpu_period": st.one_of(st.none(), _uint63),
+    },
+)
 #: ``update-sandbox`` request documents (CRI UpdatePodSandboxResources) that the shipped
 #: schema and the reader accept.
 valid_sandbox_updates: st.SearchStrategy[dict[str, Any]] = st.fixed_dictionaries(
@@ -258,7 +267,7 @@ valid_sandbox_updates: st.SearchStrategy[dict[str, Any]] = st.fixed_dictionaries
         "sandbox_resources": _resources,
     },
     optional={
-        "overhead": st.one_of(st.none(), _resources),
+        "overhead": st.one_of(st.none(), _overhead),
         "containers": st.just([]),
         "allow_shrink": st.booleans(),
     },

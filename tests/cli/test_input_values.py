@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import click
+import jsonschema
 import pytest
 
 from kata_mem.core.units import GiB, MiB
@@ -28,7 +29,7 @@ from tests.support.cli import CliResult, kata_mem_process
 from tests.support.configs import HOST_ARGS, write_config
 from tests.support.memcg import CgroupUnavailable, MemoryCgroup
 from tests.support.paths import REPO
-from tests.support.shim import shim_request_doc
+from tests.support.shim import REQUEST_SCHEMA, shim_request_doc
 
 Run = Callable[..., CliResult]
 HOST = ("--host-cpus", "4", "--host-arch", "amd64")  # HOST_ARGS without the memory
@@ -738,7 +739,10 @@ def test_an_update_sandbox_answer_says_the_pods_new_resources_sized_it(cfg: Path
 @pytest.mark.parametrize("overhead", [-1, -(2**63)])
 def test_a_negative_overhead_is_refused(cfg: Path, overhead: int) -> None:
     # Before: accepted as "no overhead"; an overhead is a size, never "none".
-    code, out, _ = _shim(_resize_doc(cfg, overhead={"memory_limit_bytes": overhead}))
+    doc = _resize_doc(cfg, overhead={"memory_limit_bytes": overhead})
+    with pytest.raises(jsonschema.ValidationError):  # the shipped schema says so too
+        jsonschema.validate(doc, REQUEST_SCHEMA)
+    code, out, _ = _shim(doc)
     assert code == 4 and out["error"]["kind"] == "input"
     assert (
         "request overhead.memory_limit_bytes: expected an integer from 0"
