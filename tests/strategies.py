@@ -191,7 +191,8 @@ def sandbox_requests(draw: st.DrawFn) -> SandboxRequest:
     resize = None
     if event == "update-sandbox" or (event == "reconcile" and draw(st.booleans())):
         resources = st.builds(SandboxResources, _int64, _int64, _uint63)
-        resize = SandboxResize(draw(resources), draw(resources))
+        overhead = st.builds(SandboxResources, _uint63, _int64, _uint63)  # a size: not negative
+        resize = SandboxResize(draw(resources), draw(overhead))
         workload = resize.workload()
     return SandboxRequest(
         sandbox=draw(st.from_regex(SANDBOX_ID, fullmatch=True)),
