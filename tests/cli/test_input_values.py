@@ -584,6 +584,12 @@ def test_a_usage_file_that_is_not_a_number_is_a_warning(
     [
         ({"stats_interval_s": 4294967296}, "stats_interval_s"),
         ({"stats_interval_s": 6, "usage_max_age_s": 6}, "stats_interval_s"),
+        # A13: a step timeout no hypervisor step meets (every shrink: UnplugTimeout), or
+        # one no timer takes; shrink steps of nothing (one block at a time).
+        ({"step_timeout_s": 1e-300}, "step_timeout_s"),
+        ({"step_timeout_s": 0.05}, "step_timeout_s"),
+        ({"step_timeout_s": 1e300}, "step_timeout_s"),
+        ({"shrink_step_min_mib": 0, "shrink_step_percent": 0}, "shrink_step_min_mib"),
     ],
 )
 def test_a_setting_the_hypervisor_cannot_use_is_refused_by_config_check(
