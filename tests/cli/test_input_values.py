@@ -754,3 +754,47 @@ def test_a_negative_overhead_is_refused(cfg: Path, overhead: int) -> None:
         "request overhead.memory_limit_bytes: expected an integer from 0"
         in (out["error"]["message"])
     ), out["error"]["message"]
+
+
+_CONTAINER = "spec:\n  {pod}containers:\n  - name: a\n    resources: {res}\n"
+
+
+@pytest.mark.parametrize(
+    ("pod", "res", "needle"),
+    [
+        (
+            "",
+            "{limits: {memory: 1Gi}, requests: {memory: 2Gi}}",
+            'spec.containers[0].resources.requests.memory: "2Gi" is above '
+            'spec.containers[0].resources.limits.memory "1Gi"',
+        ),
+        (
+            "resources: {limits: {memory: 512Mi}}\n  ",
+            "{limits: {memory: 1Gi}}",
+            "spec.containers[0].resources.limits.memory: 1024 MiB is above the pod's "
+            "spec.resources.limits.memory (512 MiB)",
+        ),
+        (
+            "resources: {limits: {cpu: 500m}}\n  ",
+            '{limits: {cpu: "2"}}',
+            "spec.containers[0].resources.limits.cpu: 2 CPUs is above the pod's "
+            "spec.resources.limits.cpu (0.5 CPUs)",
+        ),
+        (
+            "resources: {limits: {memory: 1Gi}, requests: {memory: 2Gi}}\n  ",
+            "{}",
+            'spec.resources.requests.memory: "2Gi" is above spec.resources.limits.memory "1Gi"',
+        ),
+    ],
+)
+def test_a_pod_kubernetes_refuses_is_not_sized(
+    run_cli: Run, cfg: Path, tmp_path: Path, pod: str, res: str, needle: str
+) -> None:
+    # Before: planned (1536 MiB for a request above its limit, 1024 for a container above
+    # the pod's limit), a Pod the API server never admits.
+    manifest = tmp_path / "pod.yaml"
+    manifest.write_text(
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\n" + _CONTAINER.format(pod=pod, res=res)
+    )
+    r = run_cli("preview", "--config", str(cfg), "--pod", str(manifest), *HOST_ARGS)
+    _error(r, 4, f"{manifest}: {needle}", "as Kubernetes requires")
