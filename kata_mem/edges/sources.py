@@ -413,17 +413,27 @@ def read_oci(
     pages = resources.get("hugepageLimits") or []
     if not isinstance(pages, list):
         raise spec_fields.fail("linux.resources.hugepageLimits", "a list", pages)
+    sizes: dict[str, str] = {}
     for i, page in enumerate(pages):
         at = f"linux.resources.hugepageLimits[{i}]"
         if not isinstance(page, dict):
             raise spec_fields.fail(at, "an object", page)
         names = [_page_size_name(size) for size in HUGEPAGE_SIZES[arch]]
-        if page.get("pageSize") not in names:
+        size = page.get("pageSize")
+        if size not in names:
             raise spec_fields.fail(
                 field_path(at, "pageSize"),
                 f"a hugepage size of {arch}: " + " or ".join(names),
-                page.get("pageSize"),
+                size,
             )
+        if size in sizes:
+            # One cgroup file per page size (hugetlb.<size>.limit_in_bytes): runc writes
+            # both, and the last one is the limit, so neither the sum nor the first is.
+            raise InputError(
+                f"{path}: {at}.pageSize: {size!r} is also that of {sizes[size]}; expected "
+                "each page size once"
+            )
+        sizes[size] = at
         hugepages += max(integer(page, "limit", at), 0)
     cpu_obj = mapping(resources, "cpu", "linux.resources")
     quota = integer(cpu_obj, "quota", "linux.resources.cpu")

@@ -798,3 +798,18 @@ def test_a_pod_kubernetes_refuses_is_not_sized(
     )
     r = run_cli("preview", "--config", str(cfg), "--pod", str(manifest), *HOST_ARGS)
     _error(r, 4, f"{manifest}: {needle}", "as Kubernetes requires")
+
+
+def test_an_oci_page_size_given_twice_is_refused(run_cli: Run, cfg: Path, tmp_path: Path) -> None:
+    # Before: summed (1 GiB + 1 byte: requested 1537 MiB); runc writes the one cgroup file
+    # twice, so the last limit (1 byte) is the cgroup's.
+    spec = tmp_path / "config.json"
+    pages = [{"pageSize": "2MB", "limit": GiB}, {"pageSize": "2MB", "limit": 1}]
+    spec.write_text(json.dumps({"linux": {"resources": {"hugepageLimits": pages}}}))
+    r = run_cli("preview", "--config", str(cfg), "--oci", str(spec), *HOST_ARGS)
+    _error(
+        r,
+        4,
+        f"{spec}: linux.resources.hugepageLimits[1].pageSize: '2MB' is also that of "
+        "linux.resources.hugepageLimits[0]; expected each page size once",
+    )
