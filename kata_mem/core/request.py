@@ -305,7 +305,7 @@ def _crio_resources(raw: str, key: str, where: str, notes: list[Note]) -> tuple[
     containerd annotation is (kata-containers PR #13649, the Go runtime's reader under
     review, logs and sizes from 0 too)."""
     try:
-        doc = json.loads(raw)
+        doc = json.loads(raw, parse_float=spelled_float)  # 1e400 shown as written
     except (ValueError, RecursionError):
         doc = None
     if not isinstance(doc, dict):
@@ -324,7 +324,7 @@ def _crio_resources(raw: str, key: str, where: str, notes: list[Note]) -> tuple[
             notes.append(
                 Note(
                     "cri_annotations",
-                    f"{where}: annotation {key}: {name} {json.dumps(value)[:40]} is not a "
+                    f"{where}: annotation {key}: {name} {json_value(value)[:40]} is not a "
                     "64-bit integer; read as absent (0), as Kata reads a malformed sizing "
                     "annotation",
                 )

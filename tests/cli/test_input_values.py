@@ -813,3 +813,36 @@ def test_an_oci_page_size_given_twice_is_refused(run_cli: Run, cfg: Path, tmp_pa
         f"{spec}: linux.resources.hugepageLimits[1].pageSize: '2MB' is also that of "
         "linux.resources.hugepageLimits[0]; expected each page size once",
     )
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("preview", "--limit", "1e400"),
+        ("preview", "--limit", "99999999999999Ei"),
+        ("runtimeclass", "--max-pod-memory", "1e400"),
+    ],
+)
+def test_a_size_above_int64_on_the_command_line_is_refused(
+    run_cli: Run, cfg: Path, args: tuple[str, ...]
+) -> None:
+    # Before: saturated to 8 EiB - 1 byte and planned ("requested 8796093022720"), where
+    # the shim refuses the same size (exit 4).
+    host = HOST_ARGS if args[0] == "preview" else ()
+    r = run_cli(args[0], "--config", str(cfg), *args[1:], *host)
+    _error(r, 4, f"{args[2]!r} is above 9223372036854775807 bytes")
+
+
+def test_a_crio_annotation_number_no_float_holds_is_shown_as_written(cfg: Path) -> None:
+    # Before: "memory_limit_in_bytes Infinity is not a 64-bit integer", a value the
+    # annotation never held.
+    raw = '{"memory_limit_in_bytes": 1e400}'
+    doc = shim_request_doc(
+        cfg, containers=[], annotations={"io.kubernetes.cri-o.PodLinuxResources": raw}
+    )
+    code, out, _ = _shim(doc)
+    assert code == 0, out
+    assert any(
+        "memory_limit_in_bytes 1e400 is not a 64-bit integer" in w for w in out["warnings"]
+    ), out["warnings"]
+    assert not [w for w in out["warnings"] if "Infinity" in w]
