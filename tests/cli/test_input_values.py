@@ -262,8 +262,9 @@ def test_an_empty_value_is_a_usage_error_naming_the_option(
 
 
 #: stdout or stderr, as a caller may hand it over: a pipe whose reader has gone (``| true``),
-#: closed (``>&-``), or a full disk (``>/dev/full``).
-BROKEN = ("pipe", "closed", "full")
+#: closed (``>&-``), a full disk (``>/dev/full``), or a descriptor open for reading only
+#: (``1<&0``: EBADF on write, which is no reader gone).
+BROKEN = ("pipe", "closed", "full", "read-only")
 
 
 def _stdio(how: str, fd: int) -> tuple[Any, Any]:
@@ -272,6 +273,8 @@ def _stdio(how: str, fd: int) -> tuple[Any, Any]:
         return subprocess.DEVNULL, lambda: os.close(fd)
     if how == "full":
         return open("/dev/full", "wb"), None
+    if how == "read-only":
+        return open(os.devnull, "rb"), None
     read, write = os.pipe()
     os.close(read)  # the reader has gone before the first byte is written
     return os.fdopen(write, "wb"), None
@@ -316,10 +319,12 @@ def test_a_stdout_that_takes_no_result_is_no_bug(cfg: Path, args: list[str], how
             stdout.close()
     err = r.stderr.decode()
     assert "Traceback" not in err and "Exception" not in err and "bug" not in err, err
-    if how == "full":  # it cannot take bytes: said in one line, exit 74 (EX_IOERR)
+    if how in ("full", "read-only"):  # it cannot take bytes: one line, 74 (EX_IOERR)
+        # Before, for read-only: 141 without a word, as if nobody read stdout.
+        cause = "No space left on device" if how == "full" else "Bad file descriptor"
         assert r.returncode == 74, err
         assert err.endswith(
-            "error: stdout: the result could not be written (No space left on device): what "
+            f"error: stdout: the result could not be written ({cause}): what "
             "the command did stands, only its report is lost\n"
         ), err
     else:  # nobody reads it: quiet, 141 as for SIGPIPE
