@@ -271,3 +271,30 @@ def test_an_apply_says_so_when_it_rebuilds_a_damaged_ledger(tmp_path: Path) -> N
     assert [n.text for n in again.notes if "ledger" in n.text] == [
         "the node ledger is damaged (not a kata-mem ledger); rebuilt from the journals"
     ]
+
+
+def test_an_apply_that_agrees_with_the_ledger_reads_only_its_own_journal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Holding the entry to the journal costs no read of the other sandboxes' journals:
+    admission stays one file read whatever the number of sandboxes."""
+    state, fake, time, cfg = _two_sandboxes(tmp_path)
+    _sandboxes(state.root, 30)
+    workload = Workload((Container("c", memory_limit=GiB),))
+    guards = HostSide(cfg, HOST)
+    run_locked(
+        state, lambda: fake, cfg, HOST, workload, Options(), time.clock, time.sleep, None, guards
+    )
+    loads = []
+    real = SandboxState.load
+
+    def counted(self: SandboxState, **kwargs: Any) -> Record:
+        loads.append(self.sandbox)
+        return real(self, **kwargs)
+
+    monkeypatch.setattr(SandboxState, "load", counted)
+    again = run_locked(
+        state, lambda: fake, cfg, HOST, workload, Options(), time.clock, time.sleep, None, guards
+    )
+    assert again.outcome.status == "NoChange"
+    assert set(loads) == {"sb"}
