@@ -322,8 +322,11 @@ class SandboxState:
                 return "busy"
             self.clear()
             # After the journal is gone: the node's total falls only once it is.
+            from kata_mem.edges.logs import get_logger
+
+            # Logged, not one of this sandbox's notes: the ledger is the node's.
             for note in record_commitment(self.root, self.sandbox, None, None):
-                self._warn(note.code, note.text)
+                get_logger(__name__).warning("%s", note.text)
         return "removed"
 
     def clear(self) -> None:
