@@ -463,7 +463,7 @@ def cli_containers(limits: tuple[str, ...], cpus: tuple[str, ...]) -> tuple[Cont
     :raises QuantityError: for a value that is not a quantity or is negative.
     """
     out = [
-        Container(f"--limit #{i + 1}", quantity_bytes(q, f"--limit {q!r}"), origin="--limit")
+        Container(f"--limit #{i + 1}", quantity_bytes(q, f"--limit {q[:40]!r}{'...' if len(q) > 40 else ''}"), origin="--limit")
         for i, q in enumerate(limits)
     ]
     for i, q in enumerate(cpus):
