@@ -191,7 +191,8 @@ def sandbox_requests(draw: st.DrawFn) -> SandboxRequest:
     resize = None
     if event == "update-sandbox" or (event == "reconcile" and draw(st.booleans())):
         resources = st.builds(SandboxResources, _int64, _int64, _uint63)
-        resize = SandboxResize(draw(resources), draw(resources))
+        overhead = st.builds(SandboxResources, _uint63, _int64, _uint63)  # a size: not negative
+        resize = SandboxResize(draw(resources), draw(overhead))
         workload = resize.workload()
     return SandboxRequest(
         sandbox=draw(st.from_regex(SANDBOX_ID, fullmatch=True)),
@@ -248,6 +249,15 @@ _resources = st.fixed_dictionaries(
         "cpu_period": st.one_of(st.none(), _uint63),
     },
 )
+#: An overhead is a size: never negative.
+_overhead = st.fixed_dictionaries(
+    {},
+    optional={
+        "memory_limit_bytes": st.one_of(st.none(), _uint63),
+        "cpu_quota": st.one_of(st.none(), _int64),
+        "cpu_period": st.one_of(st.none(), _uint63),
+    },
+)
 #: ``update-sandbox`` request documents (CRI UpdatePodSandboxResources) that the shipped
 #: schema and the reader accept.
 valid_sandbox_updates: st.SearchStrategy[dict[str, Any]] = st.fixed_dictionaries(
@@ -258,7 +268,7 @@ valid_sandbox_updates: st.SearchStrategy[dict[str, Any]] = st.fixed_dictionaries
         "sandbox_resources": _resources,
     },
     optional={
-        "overhead": st.one_of(st.none(), _resources),
+        "overhead": st.one_of(st.none(), _overhead),
         "containers": st.just([]),
         "allow_shrink": st.booleans(),
     },

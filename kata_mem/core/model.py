@@ -301,7 +301,9 @@ class Demand:
 
 @dataclass(frozen=True)
 class SandboxSizing:
-    """Pod-level sizing from CRI annotations (``io.kubernetes.cri.sandbox-*``).
+    """Pod-level sizing from CRI annotations (``io.kubernetes.cri.sandbox-*``), or from
+    the pod's new resources of a CRI ``UpdatePodSandboxResources``; ``source`` says which
+    in notes, ``origin`` where it was read.
 
     ``notes`` name annotations that did not parse and were read as absent (as Kata does).
     """
@@ -310,6 +312,7 @@ class SandboxSizing:
     cpu: Fraction
     origin: str = ""
     notes: tuple[Note, ...] = ()
+    source: str = "CRI annotations"
 
 
 @dataclass(frozen=True)

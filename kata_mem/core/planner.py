@@ -367,7 +367,7 @@ def demand(cfg: SizingConfig, request: Workload) -> tuple[Demand, list[Note]]:
         notes.append(
             Note(
                 "cri_annotations",
-                f"sandbox sized from CRI annotations ({sizing.origin or 'sandbox spec'})",
+                f"sandbox sized from {sizing.source} ({sizing.origin or 'sandbox spec'})",
             )
         )
         return Demand(

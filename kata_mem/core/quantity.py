@@ -42,6 +42,9 @@ _EXPECTED = (
 )
 
 
+_ABOVE_INT64 = Fraction(INT64_MAX + 1)
+
+
 def parse_quantity(text: str) -> Fraction:
     """Parse ``text`` exactly as a Kubernetes quantity.
 
@@ -66,10 +69,12 @@ def parse_quantity(text: str) -> Fraction:
         if mantissa and len(digits) - frac_len < -30:
             value = _NANO  # below 10^-30 * 2^60 < 1n: rounds up to the smallest amount
         elif len(digits) - frac_len > _HUGE_EXP:
-            value = Fraction(INT64_MAX)  # at least 10^40: capped just below anyway
+            value = _ABOVE_INT64  # at least 10^40: capped just below anyway
         else:
             value = Fraction(mantissa) / Fraction(10) ** frac_len * (1 << _BINARY[suffix])
-        value = min(value, Fraction(INT64_MAX))
+        # Capped, as a decimal exponent is, but above every int64 so that a reader of
+        # sizes still sees it is too large (``quantity_bytes`` refuses it).
+        value = min(value, _ABOVE_INT64)
     else:
         if suffix in _DECIMAL:
             exp = _DECIMAL[suffix]
@@ -96,8 +101,8 @@ def parse_quantity(text: str) -> Fraction:
 def quantity_bytes(text: str, what: str = "memory") -> int:
     """Parse a memory quantity into whole bytes (ceiling, like ``Quantity.Value()``).
 
-    :raises QuantityError: on a malformed or negative quantity; ``what`` names the
-        field in the message.
+    :raises QuantityError: on a malformed or negative quantity, or one above a signed
+        64-bit integer; ``what`` names the field in the message.
     """
     try:
         value = parse_quantity(text)
@@ -105,7 +110,15 @@ def quantity_bytes(text: str, what: str = "memory") -> int:
         raise QuantityError(f"{what}: {exc}") from exc
     if value < 0:
         raise QuantityError(f"{what}: {text!r} is negative; expected a size of 0 or more")
-    return min(-(-value.numerator // value.denominator), INT64_MAX)
+    size = -(-value.numerator // value.denominator)
+    if size > INT64_MAX:
+        # Refused, not saturated: a size no CRI field (int64) nor the shim takes, and a
+        # saturated one would be planned as if it had been asked for.
+        raise QuantityError(
+            f"{what}: {text[:40]!r} is above {INT64_MAX} bytes (8 EiB - 1 byte); expected "
+            "a size a signed 64-bit integer holds, as CRI and the shim take"
+        )
+    return size
 
 
 def format_quantity(value: Fraction) -> str:

@@ -21,7 +21,7 @@ from fractions import Fraction
 from typing import Any, Literal, Optional, Union
 
 from kata_mem.core.errors import InputError
-from kata_mem.core.fields import Fields, is_int, path, spelled_float
+from kata_mem.core.fields import Fields, is_int, json_value, path, spelled_float
 from kata_mem.core.model import (
     ARCHES,
     Arch,
@@ -305,7 +305,7 @@ def _crio_resources(raw: str, key: str, where: str, notes: list[Note]) -> tuple[
     containerd annotation is (kata-containers PR #13649, the Go runtime's reader under
     review, logs and sizes from 0 too)."""
     try:
-        doc = json.loads(raw)
+        doc = json.loads(raw, parse_float=spelled_float)  # 1e400 shown as written
     except (ValueError, RecursionError):
         doc = None
     if not isinstance(doc, dict):
@@ -324,7 +324,7 @@ def _crio_resources(raw: str, key: str, where: str, notes: list[Note]) -> tuple[
             notes.append(
                 Note(
                     "cri_annotations",
-                    f"{where}: annotation {key}: {name} {json.dumps(value)[:40]} is not a "
+                    f"{where}: annotation {key}: {name} {json_value(value)[:40]} is not a "
                     "64-bit integer; read as absent (0), as Kata reads a malformed sizing "
                     "annotation",
                 )
@@ -787,6 +787,16 @@ def _decode(raw: bytes) -> Any:
     return doc
 
 
+def _kind(value: Any) -> str:
+    """A JSON value by its type, with its text when it is a number or a boolean."""
+    if value is None:
+        return "null"
+    if isinstance(value, (dict, list)):
+        return "an object" if isinstance(value, dict) else "an array"
+    kind = "a boolean" if isinstance(value, bool) else "a number"
+    return f"{kind}, {json_value(value)}"
+
+
 # --- A pod's new resources (CRI UpdatePodSandboxResources) -------------------------
 
 #: What the sandbox's resources are read as, in errors and notes.
@@ -826,11 +836,13 @@ class SandboxResources:
         }
 
     @classmethod
-    def from_json(cls, doc: dict[str, Any], at: str) -> SandboxResources:
+    def from_json(
+        cls, doc: dict[str, Any], at: str, memory_minimum: int = INT64_MIN
+    ) -> SandboxResources:
         """:raises InputError: an unknown field, or one that is not an integer in range."""
         _REQUEST.only(doc, ("memory_limit_bytes", "cpu_quota", "cpu_period"), at)
         return cls(
-            _REQUEST.integer(doc, "memory_limit_bytes", at) or 0,
+            _REQUEST.integer(doc, "memory_limit_bytes", at, minimum=memory_minimum) or 0,
             _REQUEST.integer(doc, "cpu_quota", at) or 0,
             _REQUEST.integer(doc, "cpu_period", at, minimum=0) or 0,
         )
@@ -862,7 +874,12 @@ class SandboxResize:
         overhead = self.overhead.memory or None
         return Workload(
             (),
-            SandboxSizing(self.resources.memory, self.resources.cpu, RESOURCES_ORIGIN),
+            SandboxSizing(
+                self.resources.memory,
+                self.resources.cpu,
+                RESOURCES_ORIGIN,
+                source="the pod's new resources (CRI UpdatePodSandboxResources)",
+            ),
             overhead,
             OVERHEAD_ORIGIN if overhead is not None else "",
         )
@@ -1043,10 +1060,14 @@ class SandboxRequest:
         overhead = None
         hypervisor: tuple[tuple[str, str], ...] = ()
         if annotations is not None:
-            if not isinstance(annotations, dict) or not all(
-                isinstance(k, str) and isinstance(v, str) for k, v in annotations.items()
-            ):
+            if not isinstance(annotations, dict):
                 raise _REQUEST.fail("annotations", "an object of strings", annotations)
+            for key, value in annotations.items():
+                if not isinstance(value, str):
+                    # Named by key and type: Kubernetes annotation values are strings
+                    # (ObjectMeta.Annotations is map[string]string), a number is a mistake.
+                    where = _REQUEST.name(path("annotations", key))
+                    raise InputError(f"{where}: expected a string, got {_kind(value)}")
             if any(k in annotations for k in SANDBOX_SIZING_KEYS):
                 sizing = sandbox_sizing(annotations, "request annotations")
             overhead = overhead_annotation(annotations, "request annotations")
@@ -1098,7 +1119,10 @@ def _resize(doc: dict[str, Any]) -> Optional[SandboxResize]:
         SandboxResources.from_json(resources, "sandbox_resources"),
         SandboxResources()
         if overhead is None
-        else SandboxResources.from_json(overhead, "overhead"),
+        # An overhead is a size (a RuntimeClass's overhead.podFixed, which the API server
+        # holds non-negative: kubernetes pkg/apis/node/validation validateOverhead), never
+        # the negative "none" a limit may be.
+        else SandboxResources.from_json(overhead, "overhead", memory_minimum=0),
     )
 
 

@@ -459,6 +459,10 @@ def _mib(v: Any) -> bool:
     return is_int(v) and 0 <= v <= to_mib_floor(INT64_MAX)
 
 
+#: The range of ``step_timeout_s`` (seconds).
+STEP_TIMEOUT_MIN_S = 0.1
+STEP_TIMEOUT_MAX_S = 3600
+
 #: The longest balloon statistics interval both hypervisors take (libvirt's ``int``).
 STATS_INTERVAL_MAX = (1 << 31) - 1
 
@@ -475,7 +479,15 @@ SETTINGS_KEYS: dict[str, tuple[str, int, Callable[[Any], bool], str]] = {
     "headroom_percent": ("headroom_percent", 1, _percent, "an integer from 0 to 100"),
     "shrink_step_min_mib": ("shrink_step_min", MiB, _nonneg_int, "a non-negative integer (MiB)"),
     "shrink_step_percent": ("shrink_step_percent", 1, _percent, "an integer from 0 to 100"),
-    "step_timeout_s": ("step_timeout_s", 1, _positive_number, "a positive number of seconds"),
+    # Below a tenth of a second no hypervisor reports a step done (every step would time
+    # out); above an hour a step holds the sandbox's lock, and the shim, longer than any
+    # caller waits, and a timer may not take it at all.
+    "step_timeout_s": (
+        "step_timeout_s",
+        1,
+        lambda v: is_number(v) and STEP_TIMEOUT_MIN_S <= v <= STEP_TIMEOUT_MAX_S,
+        f"a number of seconds from {STEP_TIMEOUT_MIN_S} to {STEP_TIMEOUT_MAX_S}",
+    ),
     "usage_max_age_s": ("usage_max_age_s", 1, _positive_number, "a positive number of seconds"),
     # Set on the guest's balloon: QEMU refuses more than UINT32_MAX seconds ("timer value
     # is too big", hw/virtio/virtio-balloon.c balloon_stats_set_poll_interval), libvirt
@@ -562,6 +574,14 @@ def load_settings(
             f"[kata_mem] usage_max_age_s ({toml_value(values['usage_max_age_s'])}): the guest "
             "reports its usage every stats_interval_s seconds and a reading older than "
             "usage_max_age_s is unknown; expected stats_interval_s below usage_max_age_s"
+        )
+    if values["shrink_step_min"] == 0 and values["shrink_step_percent"] == 0:
+        # A step of nothing: the planner would fall back to one block (2 MiB of virtio-mem),
+        # a thousand verified steps for a 2 GiB shrink.
+        raise ConfigError(
+            f"{reader.where('shrink_step_min_mib')}: 0 with [kata_mem] shrink_step_percent 0 "
+            "makes shrink steps of nothing; expected shrink_step_min_mib or "
+            "shrink_step_percent above 0"
         )
     return Settings(**values), [(f"kata_mem.{k}", s) for k, s in reader.sources]
 

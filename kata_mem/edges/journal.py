@@ -27,6 +27,7 @@ from kata_mem.core.errors import ConfigError, InputError, KataMemError
 from kata_mem.core.model import Note, NoteCode, check_sandbox_id
 from kata_mem.core.record import Record
 from kata_mem.core.request import Endpoint, RequestHead, SandboxRequest, request_head
+from kata_mem.core.units import fmt_bytes
 from kata_mem.edges.files import STATE_CAP, read_open
 from kata_mem.edges.ledger import read_ledger, write_ledger
 from kata_mem.edges.locks import flock_until, same_file
@@ -349,7 +350,11 @@ class SandboxState:
                 return "busy"
             self.clear()
             # After the journal is gone: the node's total falls only once it is.
-            record_commitment(self.root, self.sandbox, None, None)
+            from kata_mem.edges.logs import get_logger
+
+            # Logged, not one of this sandbox's notes: the ledger is the node's.
+            for note in record_commitment(self.root, self.sandbox, None, None):
+                get_logger(__name__).warning("%s", note.text)
         return "removed"
 
     def clear(self) -> None:
@@ -419,7 +424,7 @@ class NodeLedger:
         self.notes: list[Note] = []
         entries, problem = read_ledger(root)
         if entries is not None and limit is not None and max(entries.values(), default=0) > limit:
-            entries, problem = None, "it counts a sandbox above the host's memory"
+            entries, problem = None, "counts a sandbox above the host's memory"
         if entries is None and (create or problem != "missing"):
             entries = self._rebuilt(problem)
         self._entries = entries
@@ -441,6 +446,24 @@ class NodeLedger:
         """Bytes held or being grown to by every sandbox but ``but``."""
         entries = self._entries or {}
         return sum(entries.values()) - entries.get(but, 0)
+
+    def hold_to(self, sandbox: str, journal: int) -> None:
+        """Hold ``sandbox``'s entry to its journal, read under its lock a moment ago. An
+        entry below it is what no crash leaves (the ledger is written before a grow's
+        journal and after a fall's): the ledger was restored, copied or edited, so none of
+        its entries is trusted and it is rebuilt from the journals, with a note. An entry
+        above it is what a crash leaves: brought down to the journal. Costs nothing more
+        than the admission's own read unless the ledger is wrong."""
+        if self._entries is None:
+            return
+        counted = self._entries.get(sandbox, 0)
+        if counted < journal:
+            self._entries = self._rebuilt(
+                f"counts {fmt_bytes(counted)} for {sandbox}, whose journal holds "
+                f"{fmt_bytes(journal)}"
+            )
+        elif counted > journal:
+            self.record(sandbox, journal)
 
     def record(self, sandbox: str, commitment: Optional[int]) -> None:
         """``sandbox`` now holds ``commitment`` (``None``: it is gone); written when it changed."""
@@ -489,14 +512,17 @@ def node_admission(
 
 def record_commitment(
     state_dir: str | Path, sandbox: str, commitment: Optional[int], limit: Optional[int]
-) -> None:
+) -> list[Note]:
     """Set ``sandbox``'s commitment in the ledger (``None``: forget it), under the node lock;
-    ``limit`` (the host's memory, when known) bounds what a rebuild counts."""
+    ``limit`` (the host's memory, when known) bounds what a rebuild counts. Returns the
+    notes of a rebuild."""
     root = Path(state_dir)
     if state_dir_state(root) != "ours":
-        return
+        return []
     with node_lock(root):
-        NodeLedger(root, limit, create=False).record(sandbox, commitment)
+        ledger = NodeLedger(root, limit, create=False)
+        ledger.record(sandbox, commitment)
+    return ledger.notes
 
 
 def check_ledger(state_dir: str | Path, limit: int) -> list[Note]:

@@ -45,13 +45,16 @@ def read_ledger(root: Path) -> tuple[Optional[dict[str, int]], str]:
     try:
         info = os.fstat(fd)
         if others_could_write(info):
-            return None, refusal(root, path, info).message
+            return (
+                None,
+                f"could have been written by another user ({refusal(root, path, info).message})",
+            )
         try:
             doc = json.loads(
                 read_open(fd, info, path, cap=STATE_CAP, what="ledger", error=ConfigError)
             )
         except (KataMemError, ValueError, RecursionError) as exc:
-            return None, f"damaged ({exc})"
+            return None, f"is damaged ({exc})"
     finally:
         os.close(fd)
     entries = doc.get("commitments") if isinstance(doc, dict) else None
@@ -61,7 +64,7 @@ def read_ledger(root: Path) -> tuple[Optional[dict[str, int]], str]:
         or not isinstance(entries, dict)
         or not _valid(entries)
     ):
-        return None, "damaged (not a kata-mem ledger)"
+        return None, "is damaged (not a kata-mem ledger)"
     return entries, ""
 
 

@@ -30,7 +30,7 @@ from kata_mem.core.request import (
     sandbox_sizing,
     unique_containers,
 )
-from kata_mem.core.units import INT64_MAX
+from kata_mem.core.units import INT64_MAX, fmt_bytes
 from kata_mem.edges.files import MANIFEST_CAP, read_capped_text
 
 ANN_CONTAINER_TYPE = ("io.kubernetes.cri.container-type", "io.kubernetes.cri-o.ContainerType")
@@ -69,6 +69,8 @@ def load_pod(path: Path, arch: Arch) -> Workload:
     containers = pod_containers(pods[0], str(path), arch)
     spec = pods[0]["spec"]
     pod = _pod_resources(spec, str(path), arch)
+    if pod is not None:
+        _within_pod_limits(containers, pod)
     hypervisor = _pod_annotations(pods[0], str(path))
     shown = f"{path}: metadata.annotations" if hypervisor else ""
     overhead = spec.get("overhead")
@@ -121,12 +123,32 @@ def _pod_resources(spec: dict[str, Any], where: str, arch: Arch) -> Optional[Pod
         raise InputError(f"{where}: spec.resources.limits: expected a mapping")
     got = _limits(limits, where, "spec.resources", arch)
     memory, hugepages, cpu, seen = got
+    _requests_within_limits(resources, limits, where, "spec.resources")
     return PodResources(
         memory if "memory" in seen and memory > 0 else None,
         cpu if "cpu" in seen and cpu > 0 else None,
         hugepages if "hugepages" in seen and hugepages > 0 else None,
         f"{where}: spec.resources.limits",
     )
+
+
+def _within_pod_limits(containers: tuple[Container, ...], pod: PodResources) -> None:
+    """Kubernetes refuses a container limit above the pod-level one (KEP-2837;
+    pkg/apis/core/validation/validation.go ``validatePodResourceConsistency``: "must be
+    less than or equal to pod limits"), so such a Pod never runs and is not sized."""
+    for container in containers:
+        for key, have, cap in (
+            ("memory", Fraction(container.memory_limit), pod.memory),
+            ("cpu", container.cpu, pod.cpu),
+        ):
+            if cap is not None and have > cap:
+                shown = fmt_bytes(int(have)) if key == "memory" else f"{float(have):g} CPUs"
+                allowed = fmt_bytes(int(cap)) if key == "memory" else f"{float(cap):g} CPUs"
+                raise InputError(
+                    f"{container.origin}.resources.limits.{key}: {shown} is above the pod's "
+                    f"spec.resources.limits.{key} ({allowed}); expected each container's "
+                    "limit at most the pod's, as Kubernetes requires"
+                )
 
 
 def pod_containers(pod: dict[str, Any], where: str, arch: Arch) -> tuple[Container, ...]:
@@ -198,7 +220,31 @@ def _pod_container(item: dict[str, Any], role: Role, where: str, at: str, arch: 
     if not isinstance(limits, dict):
         raise InputError(f"{where}: {at}.resources.limits: expected a mapping")
     memory, hugepages, cpu, _ = _limits(limits, where, f"{at}.resources", arch)
+    _requests_within_limits(resources, limits, where, f"{at}.resources")
     return Container(name, memory, hugepages, cpu, role, "running", f"{where}: {at}")
+
+
+def _requests_within_limits(
+    resources: dict[str, Any], limits: dict[str, Any], where: str, at: str
+) -> None:
+    """Kubernetes refuses a request above its limit (pkg/apis/core/validation/validation.go
+    ``ValidateResourceRequirements``: "must be less than or equal to ... limit"), so such
+    a Pod never runs and is not sized."""
+    requests = resources.get("requests") or {}
+    if not isinstance(requests, dict):
+        raise InputError(f"{where}: {at}.requests: expected a mapping")
+    for key in ("memory", "cpu"):
+        if key not in requests or limits.get(key) is None:
+            continue
+        field = f"{where}: {at}.requests.{key}"
+        request = _yaml_quantity(requests[key], field)
+        limit = _yaml_quantity(limits[key], f"{where}: {at}.limits.{key}")
+        if request > limit:
+            raise InputError(
+                f"{field}: {_shown(requests[key])} is above {at}.limits.{key} "
+                f"{_shown(limits[key])}; expected a request of at most the limit, as "
+                "Kubernetes requires"
+            )
 
 
 def _limits(
@@ -367,17 +413,27 @@ def read_oci(
     pages = resources.get("hugepageLimits") or []
     if not isinstance(pages, list):
         raise spec_fields.fail("linux.resources.hugepageLimits", "a list", pages)
+    sizes: dict[str, str] = {}
     for i, page in enumerate(pages):
         at = f"linux.resources.hugepageLimits[{i}]"
         if not isinstance(page, dict):
             raise spec_fields.fail(at, "an object", page)
         names = [_page_size_name(size) for size in HUGEPAGE_SIZES[arch]]
-        if page.get("pageSize") not in names:
+        size = page.get("pageSize")
+        if size not in names:
             raise spec_fields.fail(
                 field_path(at, "pageSize"),
                 f"a hugepage size of {arch}: " + " or ".join(names),
-                page.get("pageSize"),
+                size,
             )
+        if size in sizes:
+            # One cgroup file per page size (hugetlb.<size>.limit_in_bytes): runc writes
+            # both, and the last one is the limit, so neither the sum nor the first is.
+            raise InputError(
+                f"{path}: {at}.pageSize: {size!r} is also that of {sizes[size]}; expected "
+                "each page size once"
+            )
+        sizes[size] = at
         hugepages += max(integer(page, "limit", at), 0)
     cpu_obj = mapping(resources, "cpu", "linux.resources")
     quota = integer(cpu_obj, "quota", "linux.resources.cpu")
@@ -407,7 +463,11 @@ def cli_containers(limits: tuple[str, ...], cpus: tuple[str, ...]) -> tuple[Cont
     :raises QuantityError: for a value that is not a quantity or is negative.
     """
     out = [
-        Container(f"--limit #{i + 1}", quantity_bytes(q, f"--limit {q!r}"), origin="--limit")
+        Container(
+            f"--limit #{i + 1}",
+            quantity_bytes(q, f"--limit {q[:40]!r}{'...' if len(q) > 40 else ''}"),
+            origin="--limit",
+        )
         for i, q in enumerate(limits)
     ]
     for i, q in enumerate(cpus):

@@ -39,22 +39,25 @@ CLOSED_STDOUT = 141
 #: The exit code when stdout cannot take the result (a full disk, an I/O error):
 #: ``EX_IOERR`` of sysexits.h, "an error occurred while doing I/O on some file".
 STDOUT_FAILED = 74
-#: What writing to a stdout whose reader has gone (or that is not there) fails with.
-_READER_GONE = (errno.EPIPE, errno.ECONNRESET, errno.EBADF)
+#: What writing to a stdout whose reader has gone fails with. Not EBADF: a stdout that
+#: is not there is known from the start (``absent``), and EBADF on one that is there is a
+#: descriptor open for reading only (``1<&0``), which cannot take the result: 74.
+_READER_GONE = (errno.EPIPE, errno.ECONNRESET)
 
 
 class ResultLost(Exception):
     """Writing the result on stdout failed with ``cause``. Not an ``OSError``: nothing on
     the way (click answers every ``EPIPE`` with a quiet exit 1) takes it for another."""
 
-    def __init__(self, cause: OSError) -> None:
+    def __init__(self, cause: OSError, absent: bool = False) -> None:
         super().__init__(str(cause))
         self.cause = cause
+        self.absent = absent
 
     @property
     def closed(self) -> bool:
         """Nobody reads stdout (as opposed to: it cannot take the bytes)."""
-        return self.cause.errno in _READER_GONE
+        return self.absent or self.cause.errno in _READER_GONE
 
 
 class _Output(io.RawIOBase):
@@ -93,7 +96,7 @@ class _Output(io.RawIOBase):
         except OSError as exc:
             self._dropping = True
             if self._result:
-                raise ResultLost(exc) from exc
+                raise ResultLost(exc, self._absent) from exc
             return size
 
 

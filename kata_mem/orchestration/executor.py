@@ -207,6 +207,11 @@ class Executor:
         sandbox = self.state.sandbox
         budget = cfg.settings.node_overcommit is not None
         with node_admission(self.state.root, host.memory, budget) as ledger:
+            if ledger is not None:
+                ledger.hold_to(sandbox, self.record.commitment)
+                held = self.record.commitment
+                for note in ledger.notes:
+                    self._note(note)
             guards = None
             if host_side is not None:
                 guards = host_side.read(vm, lambda: ledger.others(sandbox) if ledger else 0)
@@ -230,7 +235,10 @@ class Executor:
         self._finish(outcome, pending)
         if self.record.commitment != held:
             # After the journal: the ledger falls only once the journal says it may.
-            record_commitment(self.state.root, sandbox, self.record.commitment, host.memory)
+            for note in record_commitment(
+                self.state.root, sandbox, self.record.commitment, host.memory
+            ):
+                self._note(note)
         cgroup = p.memory.host_cgroup
         if host_side is not None and cgroup is not None and outcome.steps:
             after = replace(cgroup, usage_after=host_side.charge(cgroup))

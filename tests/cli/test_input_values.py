@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import click
+import jsonschema
 import pytest
 
 from kata_mem.core.units import GiB, MiB
@@ -28,7 +29,7 @@ from tests.support.cli import CliResult, kata_mem_process
 from tests.support.configs import HOST_ARGS, write_config
 from tests.support.memcg import CgroupUnavailable, MemoryCgroup
 from tests.support.paths import REPO
-from tests.support.shim import shim_request_doc
+from tests.support.shim import REQUEST_SCHEMA, shim_request_doc
 
 Run = Callable[..., CliResult]
 HOST = ("--host-cpus", "4", "--host-arch", "amd64")  # HOST_ARGS without the memory
@@ -261,8 +262,9 @@ def test_an_empty_value_is_a_usage_error_naming_the_option(
 
 
 #: stdout or stderr, as a caller may hand it over: a pipe whose reader has gone (``| true``),
-#: closed (``>&-``), or a full disk (``>/dev/full``).
-BROKEN = ("pipe", "closed", "full")
+#: closed (``>&-``), a full disk (``>/dev/full``), or a descriptor open for reading only
+#: (``1<&0``: EBADF on write, which is no reader gone).
+BROKEN = ("pipe", "closed", "full", "read-only")
 
 
 def _stdio(how: str, fd: int) -> tuple[Any, Any]:
@@ -271,6 +273,8 @@ def _stdio(how: str, fd: int) -> tuple[Any, Any]:
         return subprocess.DEVNULL, lambda: os.close(fd)
     if how == "full":
         return open("/dev/full", "wb"), None
+    if how == "read-only":
+        return open(os.devnull, "rb"), None
     read, write = os.pipe()
     os.close(read)  # the reader has gone before the first byte is written
     return os.fdopen(write, "wb"), None
@@ -315,10 +319,12 @@ def test_a_stdout_that_takes_no_result_is_no_bug(cfg: Path, args: list[str], how
             stdout.close()
     err = r.stderr.decode()
     assert "Traceback" not in err and "Exception" not in err and "bug" not in err, err
-    if how == "full":  # it cannot take bytes: said in one line, exit 74 (EX_IOERR)
+    if how in ("full", "read-only"):  # it cannot take bytes: one line, 74 (EX_IOERR)
+        # Before, for read-only: 141 without a word, as if nobody read stdout.
+        cause = "No space left on device" if how == "full" else "Bad file descriptor"
         assert r.returncode == 74, err
         assert err.endswith(
-            "error: stdout: the result could not be written (No space left on device): what "
+            f"error: stdout: the result could not be written ({cause}): what "
             "the command did stands, only its report is lost\n"
         ), err
     else:  # nobody reads it: quiet, 141 as for SIGPIPE
@@ -583,6 +589,12 @@ def test_a_usage_file_that_is_not_a_number_is_a_warning(
     [
         ({"stats_interval_s": 4294967296}, "stats_interval_s"),
         ({"stats_interval_s": 6, "usage_max_age_s": 6}, "stats_interval_s"),
+        # A13: a step timeout no hypervisor step meets (every shrink: UnplugTimeout), or
+        # one no timer takes; shrink steps of nothing (one block at a time).
+        ({"step_timeout_s": 1e-300}, "step_timeout_s"),
+        ({"step_timeout_s": 0.05}, "step_timeout_s"),
+        ({"step_timeout_s": 1e300}, "step_timeout_s"),
+        ({"shrink_step_min_mib": 0, "shrink_step_percent": 0}, "shrink_step_min_mib"),
     ],
 )
 def test_a_setting_the_hypervisor_cannot_use_is_refused_by_config_check(
@@ -692,3 +704,150 @@ def test_host_arch_completes_the_architecture_names() -> None:
 
     assert _complete("preview", "--host-arch", "") == [f"plain,{n}" for n in GO_ARCH]
     assert _complete("host", "--host-arch", "a") == ["plain,amd64", "plain,aarch64", "plain,arm64"]
+
+
+# --- Adversarial pass 3 (B7, B8): values named by key and type, overheads that are sizes ----
+
+_DEFAULT_MEMORY = "io.katacontainers.config.hypervisor.default_memory"
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [(1024, "a number, 1024"), (None, "null"), (True, "a boolean, true"), ({}, "an object")],
+)
+def test_an_annotation_value_that_is_not_a_string_is_named_by_key_and_type(
+    cfg: Path, value: Any, shown: str
+) -> None:
+    # Before: "request annotations: expected an object of strings, got dict".
+    code, out, _ = _shim(shim_request_doc(cfg, annotations={_DEFAULT_MEMORY: value}))
+    assert code == 4 and out["error"]["kind"] == "input"
+    assert out["error"]["message"].endswith(
+        f'request annotations["{_DEFAULT_MEMORY}"]: expected a string, got {shown}'
+    ), out["error"]["message"]
+
+
+def _resize_doc(cfg: Path, **fields: Any) -> dict[str, Any]:
+    doc = shim_request_doc(
+        cfg, event="update-sandbox", sandbox_resources={"memory_limit_bytes": GiB}
+    )
+    del doc["containers"]
+    doc.update(fields)
+    return doc
+
+
+def test_an_update_sandbox_answer_says_the_pods_new_resources_sized_it(cfg: Path) -> None:
+    # Before: "sandbox sized from CRI annotations (request sandbox_resources)", no annotation given.
+    code, out, _ = _shim(_resize_doc(cfg))
+    assert code == 0, out
+    texts = list(out["warnings"])
+    assert (
+        "sandbox sized from the pod's new resources (CRI UpdatePodSandboxResources) "
+        "(request sandbox_resources)" in texts
+    ), texts
+    assert not [t for t in texts if "annotation" in t], texts
+
+
+@pytest.mark.parametrize("overhead", [-1, -(2**63)])
+def test_a_negative_overhead_is_refused(cfg: Path, overhead: int) -> None:
+    # Before: accepted as "no overhead"; an overhead is a size, never "none".
+    doc = _resize_doc(cfg, overhead={"memory_limit_bytes": overhead})
+    with pytest.raises(jsonschema.ValidationError):  # the shipped schema says so too
+        jsonschema.validate(doc, REQUEST_SCHEMA)
+    code, out, _ = _shim(doc)
+    assert code == 4 and out["error"]["kind"] == "input"
+    assert (
+        "request overhead.memory_limit_bytes: expected an integer from 0"
+        in (out["error"]["message"])
+    ), out["error"]["message"]
+
+
+_CONTAINER = "spec:\n  {pod}containers:\n  - name: a\n    resources: {res}\n"
+
+
+@pytest.mark.parametrize(
+    ("pod", "res", "needle"),
+    [
+        (
+            "",
+            "{limits: {memory: 1Gi}, requests: {memory: 2Gi}}",
+            'spec.containers[0].resources.requests.memory: "2Gi" is above '
+            'spec.containers[0].resources.limits.memory "1Gi"',
+        ),
+        (
+            "resources: {limits: {memory: 512Mi}}\n  ",
+            "{limits: {memory: 1Gi}}",
+            "spec.containers[0].resources.limits.memory: 1024 MiB is above the pod's "
+            "spec.resources.limits.memory (512 MiB)",
+        ),
+        (
+            "resources: {limits: {cpu: 500m}}\n  ",
+            '{limits: {cpu: "2"}}',
+            "spec.containers[0].resources.limits.cpu: 2 CPUs is above the pod's "
+            "spec.resources.limits.cpu (0.5 CPUs)",
+        ),
+        (
+            "resources: {limits: {memory: 1Gi}, requests: {memory: 2Gi}}\n  ",
+            "{}",
+            'spec.resources.requests.memory: "2Gi" is above spec.resources.limits.memory "1Gi"',
+        ),
+    ],
+)
+def test_a_pod_kubernetes_refuses_is_not_sized(
+    run_cli: Run, cfg: Path, tmp_path: Path, pod: str, res: str, needle: str
+) -> None:
+    # Before: planned (1536 MiB for a request above its limit, 1024 for a container above
+    # the pod's limit), a Pod the API server never admits.
+    manifest = tmp_path / "pod.yaml"
+    manifest.write_text(
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\n" + _CONTAINER.format(pod=pod, res=res)
+    )
+    r = run_cli("preview", "--config", str(cfg), "--pod", str(manifest), *HOST_ARGS)
+    _error(r, 4, f"{manifest}: {needle}", "as Kubernetes requires")
+
+
+def test_an_oci_page_size_given_twice_is_refused(run_cli: Run, cfg: Path, tmp_path: Path) -> None:
+    # Before: summed (1 GiB + 1 byte: requested 1537 MiB); runc writes the one cgroup file
+    # twice, so the last limit (1 byte) is the cgroup's.
+    spec = tmp_path / "config.json"
+    pages = [{"pageSize": "2MB", "limit": GiB}, {"pageSize": "2MB", "limit": 1}]
+    spec.write_text(json.dumps({"linux": {"resources": {"hugepageLimits": pages}}}))
+    r = run_cli("preview", "--config", str(cfg), "--oci", str(spec), *HOST_ARGS)
+    _error(
+        r,
+        4,
+        f"{spec}: linux.resources.hugepageLimits[1].pageSize: '2MB' is also that of "
+        "linux.resources.hugepageLimits[0]; expected each page size once",
+    )
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("preview", "--limit", "1e400"),
+        ("preview", "--limit", "99999999999999Ei"),
+        ("runtimeclass", "--max-pod-memory", "1e400"),
+    ],
+)
+def test_a_size_above_int64_on_the_command_line_is_refused(
+    run_cli: Run, cfg: Path, args: tuple[str, ...]
+) -> None:
+    # Before: saturated to 8 EiB - 1 byte and planned ("requested 8796093022720"), where
+    # the shim refuses the same size (exit 4).
+    host = HOST_ARGS if args[0] == "preview" else ()
+    r = run_cli(args[0], "--config", str(cfg), *args[1:], *host)
+    _error(r, 4, f"{args[2]!r} is above 9223372036854775807 bytes")
+
+
+def test_a_crio_annotation_number_no_float_holds_is_shown_as_written(cfg: Path) -> None:
+    # Before: "memory_limit_in_bytes Infinity is not a 64-bit integer", a value the
+    # annotation never held.
+    raw = '{"memory_limit_in_bytes": 1e400}'
+    doc = shim_request_doc(
+        cfg, containers=[], annotations={"io.kubernetes.cri-o.PodLinuxResources": raw}
+    )
+    code, out, _ = _shim(doc)
+    assert code == 0, out
+    assert any(
+        "memory_limit_in_bytes 1e400 is not a 64-bit integer" in w for w in out["warnings"]
+    ), out["warnings"]
+    assert not [w for w in out["warnings"] if "Infinity" in w]

@@ -4,6 +4,7 @@ kata-mem's, never counts less than they do, and is mended by reconcile."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -19,6 +20,7 @@ from kata_mem.edges import journal
 from kata_mem.edges.journal import SandboxState, check_ledger, node_admission
 from kata_mem.edges.statedir import LEDGER
 from kata_mem.orchestration.executor import Options, run_locked
+from kata_mem.orchestration.guards import HostSide
 from tests.support.configs import HOST
 
 
@@ -185,3 +187,114 @@ def test_without_a_budget_no_ledger_is_made_but_one_that_exists_is_kept(tmp_path
         pass  # a budget: made from the journals
     journal.record_commitment(state, "sb0", 3 * GiB, HOST.memory)
     assert _ledger(state)["commitments"] == {"sb0": 3 * GiB, "sb1": GiB}
+
+
+def _two_sandboxes(tmp_path: Path) -> tuple[SandboxState, FakeBackend, VirtualTime, SizingConfig]:
+    """``other`` holds 1536 MiB, recorded in the ledger by its journal; ``sb`` a VM at its
+    boot size, under a budget of the host's memory (``node_overcommit = 1.0``)."""
+    state = SandboxState(tmp_path / "state", "sb")
+    other = SandboxState(state.root, "other")
+    with other.locked(5):
+        other.save(Record("other", observed=1536 * MiB))
+    fake = FakeBackend(VmState(base=512 * MiB, slots=4, device_space=8 * GiB))
+    time = VirtualTime()
+    fake.clock, fake.sleep = time.clock, time.sleep
+    from kata_mem.edges.config import load_config
+    from tests.support.configs import write_config
+
+    cfg = load_config(
+        write_config(
+            tmp_path / "c.toml",
+            {"default_memory": 512, "memory_slots": 4},
+            kata_mem={"node_overcommit": 1.0, "node_reserved_mib": 0},
+        )
+    )
+    return state, fake, time, cfg
+
+
+def test_an_apply_trusts_no_ledger_that_counts_less_than_its_own_journal(tmp_path: Path) -> None:
+    """A ledger restored from a backup or edited (B4): the apply's own entry is below the
+    journal it has just read, which no crash leaves, so no entry is trusted and the ledger
+    is rebuilt from the journals, with a note, before the budget is decided."""
+    state, fake, time, cfg = _two_sandboxes(tmp_path)
+    host = dataclasses.replace(HOST, memory=3 * GiB)
+    workload = Workload((Container("c", memory_limit=GiB),))
+    first = run_locked(state, lambda: fake, cfg, host, workload, Options(), time.clock, time.sleep)
+    assert first.outcome.status == "Resized"
+    held = _ledger(state.root)["commitments"]
+    assert held == {"other": 1536 * MiB, "sb": 1536 * MiB}
+    (state.root / LEDGER).write_text(
+        json.dumps({"schema": "kata-mem/ledger/v1", "commitments": {"other": 1, "sb": 1}})
+    )
+    # The grow nb asks for now fits only if the other sandbox's 1536 MiB are forgotten.
+    bigger = Workload((Container("c", memory_limit=3 * GiB),))
+    guards = HostSide(cfg, host)
+    again = run_locked(
+        state, lambda: fake, cfg, host, bigger, Options(), time.clock, time.sleep, None, guards
+    )
+    assert again.outcome.status == "NoChange", again.outcome
+    assert fake.state.total == 1536 * MiB
+    texts = [n.text for n in again.notes]
+    assert any(
+        "the node ledger counts 0.01 MiB for sb, whose journal holds 1536 MiB" in t
+        and "rebuilt from the journals" in t
+        for t in texts
+    ), texts
+    assert _ledger(state.root)["commitments"] == held
+
+
+def test_an_apply_mends_its_own_entry_that_counts_more_than_its_journal(tmp_path: Path) -> None:
+    """What a crash between the ledger's write and the journal's leaves: the sandbox's next
+    apply brings its own entry back to its journal, without a note (it is the cautious side)."""
+    state, fake, time, cfg = _two_sandboxes(tmp_path)
+    workload = Workload((Container("c", memory_limit=GiB),))
+    run_locked(state, lambda: fake, cfg, HOST, workload, Options(), time.clock, time.sleep)
+    doc = _ledger(state.root)
+    doc["commitments"]["sb"] = 3 * GiB
+    (state.root / LEDGER).write_text(json.dumps(doc))
+    again = run_locked(state, lambda: fake, cfg, HOST, workload, Options(), time.clock, time.sleep)
+    assert again.outcome.status == "NoChange"
+    assert not [n for n in again.notes if "ledger" in n.text]
+    assert _ledger(state.root)["commitments"] == {"other": 1536 * MiB, "sb": 1536 * MiB}
+
+
+def test_an_apply_says_so_when_it_rebuilds_a_damaged_ledger(tmp_path: Path) -> None:
+    """The documented note ("rebuilt from the journals") reaches the apply's answer, not
+    only reconcile's log (B4: a negative entry was rebuilt silently)."""
+    state, fake, time, cfg = _two_sandboxes(tmp_path)
+    workload = Workload((Container("c", memory_limit=GiB),))
+    run_locked(state, lambda: fake, cfg, HOST, workload, Options(), time.clock, time.sleep)
+    (state.root / LEDGER).write_text(
+        json.dumps({"schema": "kata-mem/ledger/v1", "commitments": {"other": -5}})
+    )
+    again = run_locked(state, lambda: fake, cfg, HOST, workload, Options(), time.clock, time.sleep)
+    assert [n.text for n in again.notes if "ledger" in n.text] == [
+        "the node ledger is damaged (not a kata-mem ledger); rebuilt from the journals"
+    ]
+
+
+def test_an_apply_that_agrees_with_the_ledger_reads_only_its_own_journal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Holding the entry to the journal costs no read of the other sandboxes' journals:
+    admission stays one file read whatever the number of sandboxes."""
+    state, fake, time, cfg = _two_sandboxes(tmp_path)
+    _sandboxes(state.root, 30)
+    workload = Workload((Container("c", memory_limit=GiB),))
+    guards = HostSide(cfg, HOST)
+    run_locked(
+        state, lambda: fake, cfg, HOST, workload, Options(), time.clock, time.sleep, None, guards
+    )
+    loads = []
+    real = SandboxState.load
+
+    def counted(self: SandboxState, **kwargs: Any) -> Record:
+        loads.append(self.sandbox)
+        return real(self, **kwargs)
+
+    monkeypatch.setattr(SandboxState, "load", counted)
+    again = run_locked(
+        state, lambda: fake, cfg, HOST, workload, Options(), time.clock, time.sleep, None, guards
+    )
+    assert again.outcome.status == "NoChange"
+    assert set(loads) == {"sb"}

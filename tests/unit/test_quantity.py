@@ -49,16 +49,23 @@ def test_fractions_round_up_to_nano(text: str, value: Fraction) -> None:
     assert parse_quantity(text) == value
 
 
-def test_binary_caps_at_int64() -> None:
-    assert parse_quantity("8Ei") == INT64_MAX
+def test_binary_caps_just_above_int64() -> None:
+    # Above every int64, so that a size reader refuses it rather than taking INT64_MAX.
+    assert parse_quantity("8Ei") == parse_quantity("99999999999999Ei") == INT64_MAX + 1
+    assert parse_quantity("7Ei") == 7 << 60
+    with pytest.raises(QuantityError, match="is above 9223372036854775807 bytes"):
+        quantity_bytes("8Ei")
 
 
 def test_500m_is_one_byte() -> None:
     assert quantity_bytes("500m") == 1
 
 
-def test_huge_exponent_is_cheap_and_caps_as_bytes() -> None:
-    assert quantity_bytes("1e999999999") == INT64_MAX
+def test_huge_exponent_is_cheap_and_refused_as_bytes() -> None:
+    # Refused, as the shim refuses a size above int64 (it used to saturate to INT64_MAX).
+    with pytest.raises(QuantityError, match=r"--limit: '1e999999999' is above 9223372036854775807"):
+        quantity_bytes("1e999999999", "--limit")
+    assert quantity_bytes(str(INT64_MAX)) == INT64_MAX
     assert parse_quantity("0e999999999") == 0
 
 
