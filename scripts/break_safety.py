@@ -139,8 +139,8 @@ BREAKS = (
     Break(
         "fresh-wait-one-interval",
         USAGE,
-        "deadline = clock() + 3 * interval_s + 2.0",
-        "deadline = clock() + interval_s",
+        "deadline = self._clock() + 3 * self._settings.stats_interval_s + 2.0",
+        "deadline = self._clock() + self._settings.stats_interval_s",
     ),
     Break(
         "old-reading-judged-as-current",
@@ -163,8 +163,8 @@ BREAKS = (
     Break(
         "fresh-reading-judged-as-old",
         USAGE,
-        "verdict = judge(usage, vm.total)",
-        "verdict = judge(usage, current)",
+        "verdict = judge(usage, self._total_before_last if stale and ambiguous else vm.total)",
+        "verdict = judge(usage, self._total_before_last)",
     ),
     Break(
         "last-step-reading-not-awaited",
