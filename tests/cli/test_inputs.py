@@ -299,7 +299,9 @@ def test_a_4_mib_json_pod_is_read_quickly(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     cpu, peak_kib = (float(x) for x in r.stdout.split())
     assert cpu < 15, f"{cpu:.1f} s of CPU"
-    assert peak_kib < 300 * 1024, f"peak RSS {peak_kib:.0f} KiB"
+    # 74,000 named containers, each checked as Kubernetes checks it, peak at 300-310 MiB
+    # here; the bound is what keeps a 4 MiB file from costing gigabytes.
+    assert peak_kib < 400 * 1024, f"peak RSS {peak_kib:.0f} KiB"
 
 
 @pytest.mark.skipif(not yaml.__with_libyaml__, reason="PyYAML built without libyaml")
