@@ -184,8 +184,16 @@ type Memory struct {
 	Steps            []Step      `json:"steps"`
 	Sizing           Sizing      `json:"sizing"`
 	HostCgroup       *HostCgroup `json:"host_cgroup"`
+	HostCgroupUnseen *Unseen     `json:"host_cgroup_unseen"`
 	Node             *NodeBudget `json:"node"`
 	Workload         Workload    `json:"workload"`
+}
+
+// Unseen says why the VM's host cgroup could not be seen: reason
+// "vmm_pid_unknown", "not_reachable" or "unreadable". A grow is then held.
+type Unseen struct {
+	Reason string `json:"reason"`
+	Detail string `json:"detail"`
 }
 
 // Workload is what a plan was sized from, each part with where it came from:

@@ -252,9 +252,12 @@ def _size(element: Optional[ET.Element]) -> int:
 class LibvirtBackend:
     """Implements :class:`~kata_mem.backends.Backend` for a libvirt domain."""
 
-    def __init__(self, uri: str, conn: Any, dom: Any, vmm_pid: Optional[int] = None) -> None:
+    def __init__(
+        self, uri: str, conn: Any, dom: Any, vmm_pid: Optional[int] = None, hidden: bool = False
+    ) -> None:
         self.uri = uri
         self.vmm_pid = vmm_pid
+        self.vmm_pid_hidden = hidden
         self._conn = conn
         self._dom = dom
         self._where = f"libvirt {uri} domain {dom.name()}"
@@ -296,7 +299,9 @@ class LibvirtBackend:
         except BaseException:
             conn.close()
             raise
-        return cls(uri, conn, dom, qemu_pid(canonical, domain))
+        pid = qemu_pid(canonical, domain)
+        # Only the local QEMU driver runs a QEMU on this host whose pid could be known.
+        return cls(uri, conn, dom, pid, hidden=pid is None and _qemu_run_dir(canonical) is not None)
 
     def _call(self, what: str, fn: Callable[..., T], *args: Any) -> T:
         try:
@@ -317,7 +322,10 @@ class LibvirtBackend:
 
     def observe(self) -> VmState:
         return dataclasses.replace(
-            self._state(), vmm_pid=self.vmm_pid, vmm_hard_limit=self._hard_limit()
+            self._state(),
+            vmm_pid=self.vmm_pid,
+            vmm_pid_hidden=self.vmm_pid_hidden,
+            vmm_hard_limit=self._hard_limit(),
         )
 
     def _hard_limit(self) -> Optional[int]:

@@ -699,7 +699,8 @@ class QmpBackend:
                 n for n, _ in self._children("/objects") + self._children("/machine/peripheral")
             ],
         )
-        return dataclasses.replace(state, vmm_pid=self.vmm_pid)
+        # QEMU runs on this host: a pid SO_PEERCRED could not give hides its cgroup.
+        return dataclasses.replace(state, vmm_pid=self.vmm_pid, vmm_pid_hidden=self.vmm_pid is None)
 
     def begin(self, step: Step) -> None:
         # Only events that follow this step's commands are about it, and only devices read

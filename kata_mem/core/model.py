@@ -25,6 +25,7 @@ MemoryCause = Literal[
     "default_maxmemory",
     "host_memtotal",
     "host_cgroup",
+    "host_cgroup_unseen",
     "hugepages",
     "alignment",
     "slots",
@@ -37,6 +38,10 @@ Cause = Literal[MemoryCause, VcpuCause]
 #: The architectures Kata builds for, by their Go names (the only names used inside).
 Arch = Literal["amd64", "arm64", "ppc64le", "s390x", "riscv64"]
 ARCHES: tuple[Arch, ...] = ("amd64", "arm64", "ppc64le", "s390x", "riscv64")
+#: ``[kata_mem] host_cgroup_guard``: ``on`` holds a grow while the VMM's cgroup is
+#: unseen; ``off`` turns the automatic guard off by name (docs, "Host-side guards").
+GuardMode = Literal["on", "off"]
+
 #: How the VM's size is derived from the pod (docs, "Sizing models").
 SizingModel = Literal["kata", "pod-overhead", "pod-limit"]
 SIZING_MODELS: tuple[SizingModel, ...] = ("kata", "pod-overhead", "pod-limit")
@@ -96,7 +101,8 @@ NoteCode = Literal[
     "sizing",  # how the sizing model came to its size (a pod overhead unknown...)
     "boot_memory",  # the boot memory above the host or the maximum
     "static_sizing",  # static_sandbox_resource_mgmt
-    "host_cgroup",  # the VMM's host cgroup: guard off, or the VM already above it
+    "host_cgroup",  # the VMM's host cgroup: usage unknown, or the VM already above it
+    "host_cgroup_unseen",  # the VMM's host cgroup could not be found or read (an Unseen)
     "node",  # the node's total: the budget, MemAvailable
     "vcpus",  # how the vCPU numbers were read
     "force",  # --force skipped the shrink checks
@@ -187,6 +193,7 @@ class Settings:
     vmm_overhead: int = 64 * MiB
     vmm_overhead_per_gib: int = 8 * MiB
     host_cgroup_margin: int = 32 * MiB
+    host_cgroup_guard: GuardMode = "on"
     node_reserved: int = 0
     #: ``None``: the node's total is reported, never enforced.
     node_overcommit: Optional[Fraction] = None
@@ -382,13 +389,35 @@ class NodeView:
     available: Optional[int] = None
 
 
+#: Why the host-side guard could not see the VMM's memory cgroup: the backend could not
+#: tell QEMU's pid; no cgroup filesystem mounted here reaches QEMU's cgroup (a cgroup
+#: namespace without the host's tree); its files could not be read or trusted.
+UnseenReason = Literal["vmm_pid_unknown", "not_reachable", "unreadable"]
+UNSEEN_REASONS: tuple[UnseenReason, ...] = ("vmm_pid_unknown", "not_reachable", "unreadable")
+
+
+@dataclass(frozen=True)
+class Unseen:
+    """The VMM's memory cgroup could not be seen: why (``reason``), in words naming the
+    files (``detail``). Never read as "no limit": a QEMU that runs in no limited cgroup
+    is a :class:`HostCgroup` without levels."""
+
+    reason: UnseenReason
+    detail: str
+
+
 @dataclass(frozen=True)
 class Guards:
     """What the host side says about one sandbox, read at the edge just before
-    planning: its cgroup (or why it could not be read) and the node's total."""
+    planning: its cgroup (or why it could not be seen) and the node's total."""
 
     cgroup: Optional[HostCgroup] = None
-    cgroup_warning: str = ""
+    #: Set when the VMM's cgroup was looked for and could not be seen.
+    unseen: Optional[Unseen] = None
+    #: ``host_cgroup_guard = "off"``: the VMM's cgroup was not looked for.
+    off: bool = False
+    #: What the reading says besides (a usage file that could not be read).
+    notes: tuple[Note, ...] = ()
     node: Optional[NodeView] = None
     #: The pod cgroup limit the kubelet is about to set (CRI ``UpdatePodSandboxResources``):
     #: the VM is taken to what it allows, a shrink included (docs, "Kubernetes in-place
@@ -482,6 +511,11 @@ class VmState:
     #: The VMM process (QEMU), when the backend can tell: its pid, and a limit the
     #: hypervisor manager set on it (libvirt ``<memtune><hard_limit>``).
     vmm_pid: Optional[int] = None
+    #: A VMM process runs on this host but the backend could not tell its pid (the QMP
+    #: peer in another pid namespace, libvirt's pid file unreadable): its cgroup is then
+    #: unseen. False where no host process runs the VM (the fake backend, libvirt's test
+    #: driver) or where the pid is known.
+    vmm_pid_hidden: bool = False
     vmm_hard_limit: Optional[int] = None
     #: The regions the other memory devices (nvdimm, virtio-pmem) take in the
     #: device-memory area, where known: (what, start, size).
@@ -592,6 +626,8 @@ class MemoryPlan:
     pod_overhead: Optional[int] = None
     pod_overhead_origin: str = ""
     host_cgroup: Optional[HostCgroup] = None
+    #: Why the VMM's cgroup could not be seen, when it could not.
+    host_cgroup_unseen: Optional[Unseen] = None
     #: The VMM's own memory at the target (the guard's estimate), when guarded.
     vmm_overhead: Optional[int] = None
     node: Optional[NodeView] = None

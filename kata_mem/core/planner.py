@@ -70,6 +70,7 @@ T = TypeVar("T", int, Fraction)
 #: What a guard's bound is called when the alignment stops below it.
 GUARD_NAMES: dict[MemoryCause, str] = {
     "host_cgroup": "the host cgroup's room",
+    "host_cgroup_unseen": "what the VM has (its host cgroup unseen)",
     "node_budget": "the node budget's room",
 }
 
@@ -557,8 +558,17 @@ def _plan_memory(
     block = block_size(cfg, host, vm)
     base = vm.base
     requested, warnings = sized(cfg, host, request, need)
-    if guards.cgroup_warning:
-        warnings.append(Note("host_cgroup", guards.cgroup_warning))
+    warnings.extend(guards.notes)
+    if guards.unseen is not None:
+        warnings.append(Note("host_cgroup_unseen", unseen_text(guards)))
+    elif guards.off:
+        warnings.append(
+            Note(
+                "host_cgroup",
+                'host cgroup guard off (host_cgroup_guard = "off"): growth is not checked '
+                "against the VMM's cgroup",
+            )
+        )
     clamps: list[Clamp] = []
 
     def clamp(cause: MemoryCause, limit: int, detail: str) -> None:
@@ -717,6 +727,7 @@ def _plan_memory(
             pod_overhead=overhead,
             pod_overhead_origin=overhead_origin,
             host_cgroup=guards.cgroup,
+            host_cgroup_unseen=guards.unseen,
             vmm_overhead=None if guards.cgroup is None else vmm_overhead(cfg, target),
             node=guards.node,
             workload=need,
@@ -758,6 +769,18 @@ def _guard_rooms(
             )
 
         rooms.append(("host_cgroup", room, cgroup_text))
+    elif guards.unseen is not None and guards.pod_limit is None:
+        # Nothing proves a grow fits a cgroup kata-mem cannot see: hold what the VM has
+        # (an update-sandbox's new pod limit is a limit known without reading the cgroup,
+        # and bounds the VM on its own below).
+        def unseen_room(limit: int) -> str:
+            return (
+                f"grow to {fmt_requested(target)} held at {fmt_bytes(limit)}: the VMM's host "
+                "cgroup cannot be seen, so nothing proves the grow fits its limit "
+                '(host_cgroup_guard = "off" grows without the guard)'
+            )
+
+        rooms.append(("host_cgroup_unseen", vm.total, unseen_room))
     node = guards.node
     if node is not None and node.budget is not None:
         budget = node.budget
@@ -772,6 +795,12 @@ def _guard_rooms(
 
         rooms.append(("node_budget", room, node_text))
     return rooms
+
+
+def unseen_text(guards: Guards) -> str:
+    """What a plan says when the VMM's host cgroup could not be seen."""
+    assert guards.unseen is not None
+    return f"host cgroup unseen ({guards.unseen.reason}): {guards.unseen.detail}"
 
 
 def _pod_limit_text(cfg: SizingConfig, pod: CgroupLevel, target: int, bound: int, base: int) -> str:

@@ -7,9 +7,22 @@ mount every limit counts (the effective limit is the smallest). Files are read
 with :func:`kata_mem.edges.files.read_capped_text` (bounded, ``O_NONBLOCK``; cgroupfs
 and procfs files are regular files to it).
 
-What cannot be read raises :class:`CgroupUnreadable`, which is deliberately not a
-:class:`~kata_mem.core.errors.KataMemError`: a guard that cannot see the cgroup warns
-and does not block, so callers turn it into a warning, never an exit code.
+Inside a cgroup namespace (a pod's own, which containerd and CRI-O give every pod on
+cgroup v2 nodes) both ``/proc/PID/cgroup`` and the root field of a cgroup mount in
+``/proc/self/mountinfo`` are shown relative to the reader's namespace root, with ``/..``
+for every level above it (cgroup_namespaces(7); Documentation/admin-guide/cgroup-v2.rst,
+"Namespace"; kernel/cgroup/cgroup.c ``cgroup_show_path`` and ``proc_cgroup_show`` both
+call ``kernfs_path_from_node`` against the current namespace's cgroup). So a QEMU in
+``/kubepods/podQ/x`` read from a namespace rooted at ``/kubepods/podK/c`` is
+``/../../podQ/x``, and the host's cgroup tree bind-mounted into the container (the
+DaemonSet's hostPath volume) has the root ``/../../..``: the two resolve against each
+other without knowing where the namespace is. The directory found is proven to be the
+process's own by its ``cgroup.procs``, which lists the pid.
+
+What cannot be found or read raises :class:`CgroupUnreadable`, which is deliberately not
+a :class:`~kata_mem.core.errors.KataMemError`: the guard then cannot see (a
+:class:`~kata_mem.core.model.Unseen`), which the planner holds growth for, never an exit
+code.
 """
 
 from __future__ import annotations
@@ -20,10 +33,10 @@ import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Union
 
 from kata_mem.core.errors import ConfigError, KataMemError
-from kata_mem.core.model import CgroupLevel, HostCgroup
+from kata_mem.core.model import CgroupLevel, HostCgroup, UnseenReason
 from kata_mem.edges.files import read_capped_text
 from kata_mem.edges.ownership import check_way, mode, who
 
@@ -46,11 +59,13 @@ _ESCAPE = re.compile(r"\\([0-7]{3})")
 
 class CgroupUnreadable(Exception):
     """The cgroup could not be found or read; the message names the file and what
-    was wrong. Not part of the error tree: callers report it as a warning."""
+    was wrong, ``reason`` says which of those it was. Not part of the error tree:
+    callers report it as a guard that cannot see."""
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, reason: UnseenReason = "unreadable") -> None:
         super().__init__(message)
         self.message = message
+        self.reason: UnseenReason = reason
 
     def __str__(self) -> str:
         return self.message
@@ -188,7 +203,8 @@ def cgroup_of_pid(pid: int, *, proc: str = "/proc", mountinfo: Optional[str] = N
         if not candidates:
             raise CgroupUnreadable(
                 f"{prefix}: in memory cgroup {v1_path} (cgroup v1) but no cgroup v1 hierarchy "
-                "with the memory controller is mounted (mountinfo)"
+                "with the memory controller is mounted (mountinfo)",
+                "not_reachable",
             )
     else:
         assert v2_path is not None
@@ -197,19 +213,25 @@ def cgroup_of_pid(pid: int, *, proc: str = "/proc", mountinfo: Optional[str] = N
         if not candidates:
             raise CgroupUnreadable(
                 f"{prefix}: in cgroup {v2_path} (cgroup v2) but no cgroup2 mount has the "
-                "memory controller (cgroup.controllers), and no cgroup v1 memory line"
+                "memory controller (cgroup.controllers), and no cgroup v1 memory line",
+                "not_reachable",
             )
-    if ".." in path.split("/"):
-        # How a cgroup namespace shows a cgroup outside itself: not reachable from here.
-        raise CgroupUnreadable(
-            f"{prefix}: memory cgroup {path} (cgroup v{version}) is outside this cgroup namespace"
-        )
-    found = _directory(path, candidates)
+    found = _directory(path, candidates, pid)
+    if isinstance(found, str):
+        raise CgroupUnreadable(f"{prefix}: {found}", "unreadable")
     if found is None:
         roots = ", ".join(sorted({m.root for m in candidates}))
+        outside = _parts(path)[:1] == [".."]
+        where = (
+            "outside this process's cgroup namespace, and no cgroup filesystem mounted here "
+            "reaches it (a pod's own cgroup namespace: mount the host's /sys/fs/cgroup, as the "
+            "DaemonSet's cgroup volume does)"
+            if outside
+            else "outside the mounted part of its hierarchy"
+        )
         raise CgroupUnreadable(
-            f"{prefix}: memory cgroup {path} (cgroup v{version}) is outside the mounted part "
-            f"of its hierarchy (mount root {roots})"
+            f"{prefix}: memory cgroup {path} (cgroup v{version}) is {where} (mount root {roots})",
+            "not_reachable",
         )
     directory, mount = found
     if (
@@ -320,14 +342,43 @@ def _unescape(field: str) -> str:
     return _ESCAPE.sub(lambda m: chr(int(m.group(1), 8)), field)
 
 
-def _directory(path: str, mounts: list[Mount]) -> Optional[tuple[str, Mount]]:
-    """Where the hierarchy's ``path`` is here: under the first mount whose root holds it."""
-    for mount in mounts:
-        root = mount.root.rstrip("/")
-        if path == mount.root or path.startswith(root + "/"):
-            rest = path[len(root) :].strip("/")
-            return (os.path.join(mount.point, rest) if rest else mount.point), mount
-    return None
+def _parts(path: str) -> list[str]:
+    """A cgroup path as the kernel writes it (``/``, ``/a/b``, ``/../../a``), in parts."""
+    return [part for part in path.split("/") if part]
+
+
+def _directory(path: str, mounts: list[Mount], pid: int) -> Union[tuple[str, Mount], str, None]:
+    """Where the hierarchy's ``path`` is here, and through which mount; ``None`` when no
+    mount reaches it, or why the one that does is not the process's cgroup.
+
+    ``path`` and each mount's root are both relative to this process's cgroup namespace
+    (see the module's docstring), so a mount holds ``path`` when its root's parts begin
+    ``path``'s and what is left climbs no further up (``/..`` holds ``/../a`` but not
+    ``/../../a``). Mounts stack (a container runtime's own cgroup mount, the host's tree
+    bind-mounted over it at the same place), so the later ones are tried first, and a
+    directory is taken only when its ``cgroup.procs`` lists ``pid``: a shadowed mount's
+    path names a directory of the mount on top, another cgroup.
+    """
+    parts = _parts(path)
+    refused = ""
+    for mount in reversed(mounts):
+        root = _parts(mount.root)
+        rest = parts[len(root) :]
+        if parts[: len(root)] != root or ".." in rest:
+            continue
+        directory = os.path.join(mount.point, *rest) if rest else mount.point
+        if len(mounts) == 1 and ".." not in parts:
+            return directory, mount  # the usual case: nothing stacked, nothing outside
+        procs = os.path.join(directory, "cgroup.procs")
+        try:
+            listed = _read(procs, _CGROUP_LIST_CAP, "cgroup.procs").split()
+        except CgroupUnreadable as exc:
+            refused = refused or exc.message
+            continue
+        if str(pid) in listed:
+            return directory, mount
+        refused = refused or f"{procs} does not list the process (a mount over another?)"
+    return refused or None
 
 
 def _has_memory(point: str) -> bool:

@@ -529,6 +529,12 @@ SETTINGS_KEYS: dict[str, tuple[str, int, Callable[[Any], bool], str]] = {
         "an integer from 0 to 1024 (MiB per GiB of guest memory)",
     ),
     "host_cgroup_margin_mib": ("host_cgroup_margin", MiB, _mib, "a non-negative integer (MiB)"),
+    "host_cgroup_guard": (
+        "host_cgroup_guard",
+        1,
+        lambda v: v in ("on", "off"),
+        '"on" (hold a grow while the VMM\'s cgroup cannot be seen) or "off" (no guard)',
+    ),
     "node_reserved_mib": ("node_reserved", MiB, _mib, "a non-negative integer (MiB)"),
     "node_overcommit": (
         "node_overcommit",

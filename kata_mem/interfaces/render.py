@@ -98,6 +98,11 @@ def plan_json(plan: Plan, cfg: SizingConfig) -> dict[str, Any]:
                 "pod_overhead_from": m.pod_overhead_origin or None,
             },
             "host_cgroup": host_cgroup_json(m.host_cgroup, m.vmm_overhead),
+            "host_cgroup_unseen": (
+                None
+                if m.host_cgroup_unseen is None
+                else {"reason": m.host_cgroup_unseen.reason, "detail": m.host_cgroup_unseen.detail}
+            ),
             "node": node_json(m.node),
             "workload": workload_json(m.workload),
         },

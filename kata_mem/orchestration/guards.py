@@ -4,8 +4,9 @@ VMM's memory cgroup and the node's total (docs, "Host-side guards").
 The cgroup is the one given (``--host-cgroup``, a request's ``host.cgroup``), else
 the one the VMM's process is in (the backend reports its pid: ``SO_PEERCRED`` on
 the QMP socket, libvirt's pid file), with libvirt's ``<memtune><hard_limit>`` as
-one more limit. A cgroup kata-mem found itself and cannot read is a warning and
-no guard; one the user named and kata-mem cannot read is an input error. The
+one more limit. A cgroup kata-mem looked for and cannot see is :class:`Unseen` (the
+planner holds the grow, docs "Host-side guards"); one the user named and kata-mem
+cannot read is an input error. The
 node's total comes from the state directory, under the node-wide admission lock
 (:func:`kata_mem.edges.journal.node_admission`).
 """
@@ -18,13 +19,16 @@ from typing import Callable, Optional
 from kata_mem.core.errors import InputError
 from kata_mem.core.model import (
     CgroupLevel,
+    GuardMode,
     Guards,
     HostCgroup,
     HostFacts,
     NodeView,
+    Note,
     Origin,
     Settings,
     SizingConfig,
+    Unseen,
     VmState,
 )
 from kata_mem.core.units import MiB, align_down, fmt_bytes
@@ -38,39 +42,70 @@ HARD_LIMIT = "libvirt <memtune><hard_limit>"
 
 
 def read_cgroup(
-    vm: VmState, given: Optional[str], origin: Origin
-) -> tuple[Optional[HostCgroup], str]:
-    """The VMM's cgroup and a warning ("" when none): from ``given`` (a directory
-    the user named; ``origin`` says where) or from the VMM's pid.
+    vm: VmState, given: Optional[str], origin: Origin, mode: GuardMode = "on"
+) -> tuple[Optional[HostCgroup], Optional[Unseen], tuple[Note, ...]]:
+    """The VMM's cgroup, or why it could not be seen, and notes: from ``given`` (a
+    directory the user named; ``origin`` says where) or from the VMM's pid.
+
+    ``mode`` ``off`` (``host_cgroup_guard``): the VMM's cgroup is not looked for, and
+    only a cgroup named by hand is read. A VMM whose cgroup cannot be found or read is
+    :class:`Unseen`, never "no limit" (a QEMU in no limited cgroup is a cgroup without
+    levels); one where no host process runs the VM (the fake backend) has none.
 
     :raises InputError: ``given`` is not a readable memory cgroup directory.
     """
     from kata_mem.edges.cgroups import CgroupUnreadable, cgroup_of_dir, cgroup_of_pid
 
     found: Optional[HostCgroup] = None
+    hard = vm.vmm_hard_limit
     try:
         if given:
             found = cgroup_of_dir(given, origin.name())
+        elif mode == "off":
+            return None, None, ()
         elif vm.vmm_pid is not None:
             found = cgroup_of_pid(vm.vmm_pid)
+        elif vm.vmm_pid_hidden:
+            raise CgroupUnreadable(
+                "the backend could not tell QEMU's pid (its QMP peer is in another pid "
+                "namespace: run kata-mem in the host's, hostPID: true), so its cgroup cannot "
+                "be found",
+                "vmm_pid_unknown",
+            )
     except CgroupUnreadable as exc:
         if given:  # the message names ``origin`` and ``given`` already
             raise InputError(exc.message) from exc
-        return None, f"host cgroup guard off: {exc}; growth is not checked against the host side"
-    if found is not None and vm.vmm_hard_limit is not None:
-        hard = CgroupLevel(HARD_LIMIT, vm.vmm_hard_limit, found.usage)
-        found = replace(found, levels=(hard, *found.levels))
-    elif found is None and vm.vmm_hard_limit is not None:
-        return None, (
-            f"{HARD_LIMIT} is {fmt_bytes(vm.vmm_hard_limit)} but QEMU's cgroup was not found; "
-            "growth is not checked against it"
+        detail = exc.message
+        if hard is not None:
+            detail += f"; {HARD_LIMIT} is {fmt_bytes(hard)}"
+        return None, Unseen(exc.reason, detail), ()
+    if found is not None and hard is not None:
+        level = CgroupLevel(HARD_LIMIT, hard, found.usage)
+        found = replace(found, levels=(level, *found.levels))
+    elif found is None and hard is not None:
+        # libvirt set a limit on a QEMU whose pid it did not give: its cgroup is unseen.
+        return (
+            None,
+            Unseen(
+                "vmm_pid_unknown",
+                f"{HARD_LIMIT} is {fmt_bytes(hard)} but "
+                "QEMU's pid (and so its cgroup) was not found",
+            ),
+            (),
         )
     if found is not None and found.unread_usage:
-        return found, (
-            f"host cgroup usage unknown: {'; '.join(found.unread_usage)}; the guard counts "
-            "only the VMM overhead model there, not what else is charged"
+        return (
+            found,
+            None,
+            (
+                Note(
+                    "host_cgroup",
+                    f"host cgroup usage unknown: {'; '.join(found.unread_usage)}; the guard counts "
+                    "only the VMM overhead model there, not what else is charged",
+                ),
+            ),
         )
-    return found, ""
+    return found, None, ()
 
 
 def node_budget(settings: Settings, host: HostFacts) -> Optional[int]:
@@ -115,7 +150,8 @@ class HostSide:
 
     def read(self, vm: VmState, committed_others: Optional[Callable[[], int]] = None) -> Guards:
         """:raises InputError: the given cgroup is unreadable."""
-        cgroup, warning = read_cgroup(vm, self.given_cgroup, self.given_origin)
+        mode = self.cfg.settings.host_cgroup_guard
+        cgroup, unseen, notes = read_cgroup(vm, self.given_cgroup, self.given_origin, mode)
         node = None
         if committed_others is not None:
             budget = node_budget(self.cfg.settings, self.host)
@@ -128,7 +164,14 @@ class HostSide:
                 available=mem_available(),
             )
         pod = None if self.pod_limit is None else pod_level(cgroup, self.pod_limit)
-        return Guards(cgroup=cgroup, cgroup_warning=warning, node=node, pod_limit=pod)
+        return Guards(
+            cgroup=cgroup,
+            unseen=unseen,
+            off=mode == "off" and not self.given_cgroup,
+            notes=notes,
+            node=node,
+            pod_limit=pod,
+        )
 
     def charge_at(self, cgroup: Optional[HostCgroup], level: str) -> Optional[int]:
         """What the cgroup level ``level`` (a directory of ``cgroup``'s path) is charged

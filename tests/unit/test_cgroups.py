@@ -243,12 +243,117 @@ def test_pid_outside_the_mounted_subtree_is_unreadable(tmp_path: Path) -> None:
         cgroup_of_pid(42, proc=proc, mountinfo=mounts)
 
 
-def test_pid_outside_the_cgroup_namespace_is_unreadable(tmp_path: Path) -> None:
+def test_pid_outside_the_cgroup_namespace_without_the_hosts_tree_is_not_reachable(
+    tmp_path: Path,
+) -> None:
+    # The container's own cgroup mount shows only its namespace's subtree ("/").
     point = _cgroup(tmp_path / "memory", {"memory.limit_in_bytes": V1_NONE})
     proc = _proc(tmp_path, 42, "4:memory:/../../other\n")
     mounts = _mountinfo("/", point, "cgroup", "rw,memory")
-    with pytest.raises(CgroupUnreadable, match=r"outside this cgroup namespace"):
+    with pytest.raises(CgroupUnreadable) as err:
         cgroup_of_pid(42, proc=proc, mountinfo=mounts)
+    assert err.value.reason == "not_reachable"
+    assert err.value.message == (
+        "pid 42: memory cgroup /../../other (cgroup v1) is outside this process's cgroup "
+        "namespace, and no cgroup filesystem mounted here reaches it (a pod's own cgroup "
+        "namespace: mount the host's /sys/fs/cgroup, as the DaemonSet's cgroup volume does) "
+        "(mount root /)"
+    )
+
+
+# -- inside a cgroup namespace (a pod's own on cgroup v2 nodes) ---------------------------
+#
+# Recorded as the kernel shows them to a process whose cgroup namespace is rooted at
+# /kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-podK.slice/cri-containerd-k.scope
+# (depth 4), with the host's /sys/fs/cgroup bind-mounted over the runtime's own cgroup2 mount
+# (a hostPath volume): both /proc/PID/cgroup and the mount's root climb out with "/.."
+# (kernel/cgroup/cgroup.c, proc_cgroup_show and cgroup_show_path; cgroup_namespaces(7)).
+NS_QEMU = "/../../../../kubepods.slice/kubepods-burstable.slice/kubepods-burstable-podq.slice"
+
+
+def _v2_host(tmp_path: Path, procs: str) -> tuple[Path, Path]:
+    """The host's v2 tree (root, QEMU's pod cgroup): kubepods 8 GiB, the pod 1280 MiB,
+    QEMU listed in the pod's cgroup.procs as ``procs`` says."""
+    root = _cgroup(tmp_path / "host", {"cgroup.controllers": "cpu io memory pids\n"})
+    _cgroup(root / "kubepods.slice", {"memory.max": f"{8 * GiB}\n", "memory.current": "9\n"})
+    _cgroup(
+        root / "kubepods.slice/kubepods-burstable.slice",
+        {"memory.max": "max\n", "memory.current": "8\n"},
+    )
+    pod = _cgroup(
+        root / "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-podq.slice",
+        {
+            "memory.max": f"{1280 * MiB}\n",
+            "memory.current": f"{600 * MiB}\n",
+            "cgroup.procs": procs,
+        },
+    )
+    return root, pod
+
+
+def _ns_mountinfo(own: Path, host: Path) -> str:
+    """The runtime's cgroup2 mount of the namespace (root /), then the host's tree over it."""
+    return (
+        "1470 1460 0:5 / /proc rw,nosuid - proc proc rw\n"
+        f"1480 1470 0:30 / {own} ro,nosuid,nodev,noexec,relatime - cgroup2 cgroup rw,nsdelegate\n"
+        f"1500 1480 0:30 /../../../.. {host} ro,relatime master:7 - cgroup2 cgroup2 rw,nsdelegate\n"
+    )
+
+
+def test_v2_inside_a_cgroup_namespace_resolves_through_the_hosts_tree(tmp_path: Path) -> None:
+    own = _cgroup(tmp_path / "own", {"cgroup.controllers": "memory\n", "cgroup.procs": "1\n"})
+    root, pod = _v2_host(tmp_path, "77\n1234\n")
+    proc = _proc(tmp_path, 1234, f"0::{NS_QEMU}\n")
+    cg = cgroup_of_pid(1234, proc=proc, mountinfo=_ns_mountinfo(own, root))
+    assert (cg.path, cg.version, cg.usage, cg.origin) == (str(pod), 2, 600 * MiB, "pid 1234")
+    assert cg.levels == (
+        CgroupLevel(str(pod), 1280 * MiB, 600 * MiB),
+        CgroupLevel(str(root / "kubepods.slice"), 8 * GiB, 9),
+    )
+
+
+def test_v2_a_directory_whose_cgroup_procs_does_not_list_the_pid_is_not_taken(
+    tmp_path: Path,
+) -> None:
+    # A mount stacked over another shows another cgroup at the path: only the process's
+    # own cgroup.procs proves the directory is its cgroup.
+    own = _cgroup(tmp_path / "own", {"cgroup.controllers": "memory\n"})
+    root, pod = _v2_host(tmp_path, "77\n")
+    proc = _proc(tmp_path, 1234, f"0::{NS_QEMU}\n")
+    with pytest.raises(CgroupUnreadable) as err:
+        cgroup_of_pid(1234, proc=proc, mountinfo=_ns_mountinfo(own, root))
+    assert err.value.reason == "unreadable"
+    assert err.value.message == (
+        f"pid 1234: {pod}/cgroup.procs does not list the process (a mount over another?)"
+    )
+
+
+def test_v2_a_mount_root_above_the_namespace_but_below_the_process_does_not_reach_it(
+    tmp_path: Path,
+) -> None:
+    # The mount's root is one level above the namespace (/..): QEMU is four levels up.
+    own = _cgroup(tmp_path / "own", {"cgroup.controllers": "memory\n"})
+    point = _cgroup(tmp_path / "parent", {"cgroup.controllers": "memory\n"})
+    proc = _proc(tmp_path, 1234, f"0::{NS_QEMU}\n")
+    mounts = (
+        f"1480 1470 0:30 / {own} ro - cgroup2 cgroup rw\n"
+        f"1500 1480 0:30 /.. {point} ro - cgroup2 cgroup2 rw\n"
+    )
+    with pytest.raises(CgroupUnreadable) as err:
+        cgroup_of_pid(1234, proc=proc, mountinfo=mounts)
+    assert err.value.reason == "not_reachable"
+    assert "(mount root /, /..)" in err.value.message
+
+
+def test_v1_inside_a_cgroup_namespace_one_level_deep(tmp_path: Path, v1: Path) -> None:
+    # What this machine shows (cgroup v1): the namespace one level below the root, the
+    # host's memory hierarchy seen through a mount whose root is "/..".
+    root = v1.parent
+    (v1 / "cgroup.procs").write_text("4321\n")
+    proc = _proc(tmp_path, 4321, f"9:name=systemd:/..\n4:memory:/../{v1.name}\n0::/\n")
+    mounts = f"54 50 0:32 /.. {root} ro,relatime - cgroup cgroup rw,memory\n"
+    cg = cgroup_of_pid(4321, proc=proc, mountinfo=mounts)
+    assert (cg.path, cg.limit) == (str(v1), 900 * MiB)
 
 
 def test_pid_v2_from_the_proc_and_mountinfo_files(tmp_path: Path, v2: Path) -> None:

@@ -51,8 +51,8 @@ VM = VmState(base=512 * MiB)
 
 
 def test_given_v2_directory_is_read_with_every_limit(pod: Path) -> None:
-    cg, warning = read_cgroup(VM, str(pod), Origin("option", "--host-cgroup"))
-    assert warning == ""
+    cg, unseen, notes = read_cgroup(VM, str(pod), Origin("option", "--host-cgroup"))
+    assert (unseen, notes) == (None, ())
     assert cg is not None
     assert (cg.path, cg.version, cg.usage, cg.origin) == (str(pod), 2, 590 * MiB, "--host-cgroup")
     assert cg.levels == (
@@ -89,33 +89,57 @@ def test_given_directory_without_memory_files_is_an_input_error(tmp_path: Path) 
     assert "has neither memory.max" in err.value.message
 
 
-def test_vanished_vmm_pid_is_a_warning_and_no_guard() -> None:
+def test_vanished_vmm_pid_is_unseen_never_no_limit() -> None:
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     child.wait()
-    cg, warning = read_cgroup(
+    cg, unseen, _ = read_cgroup(
         VmState(base=512 * MiB, vmm_pid=child.pid), None, Origin("option", "--host-cgroup")
     )
-    assert cg is None
-    assert warning.startswith("host cgroup guard off: ")
-    assert f"pid {child.pid}" in warning and "growth is not checked" in warning
+    assert cg is None and unseen is not None
+    assert unseen.reason == "unreadable"
+    assert (
+        unseen.detail
+        == f"pid {child.pid}: no such process (/proc/{child.pid}/cgroup does not exist)"
+    )
 
 
-def test_no_pid_and_nothing_given_is_no_guard_and_no_warning() -> None:
-    assert read_cgroup(VM, None, Origin("option", "--host-cgroup")) == (None, "")
+def test_no_host_process_and_nothing_given_is_no_guard_and_no_warning() -> None:
+    # The fake backend: no QEMU runs on this host, so there is no cgroup to see.
+    assert read_cgroup(VM, None, Origin("option", "--host-cgroup")) == (None, None, ())
+
+
+def test_a_pid_the_backend_could_not_tell_is_unseen() -> None:
+    # A QMP peer in another pid namespace: SO_PEERCRED gives 0.
+    vm = VmState(base=512 * MiB, vmm_pid_hidden=True)
+    cg, unseen, _ = read_cgroup(vm, None, Origin("option", "--host-cgroup"))
+    assert cg is None and unseen is not None and unseen.reason == "vmm_pid_unknown"
+    assert "hostPID" in unseen.detail
+
+
+def test_guard_off_by_name_does_not_look(pod: Path) -> None:
+    vm = VmState(base=512 * MiB, vmm_pid_hidden=True)
+    assert read_cgroup(vm, None, Origin("option", "--host-cgroup"), "off") == (None, None, ())
+    # A cgroup named by hand is still read.
+    cg, unseen, _ = read_cgroup(vm, str(pod), Origin("option", "--host-cgroup"), "off")
+    assert cg is not None and cg.limit == 900 * MiB and unseen is None
 
 
 def test_libvirt_hard_limit_is_one_more_level_and_binds_when_smaller(pod: Path) -> None:
     vm = VmState(base=512 * MiB, vmm_hard_limit=700 * MiB)
-    cg, warning = read_cgroup(vm, str(pod), Origin("option", "--host-cgroup"))
-    assert warning == "" and cg is not None
+    cg, unseen, notes = read_cgroup(vm, str(pod), Origin("option", "--host-cgroup"))
+    assert (unseen, notes) == (None, ()) and cg is not None
     assert cg.levels[0] == CgroupLevel(HARD_LIMIT, 700 * MiB, 590 * MiB)
     assert len(cg.levels) == 3 and cg.limit == 700 * MiB
 
 
-def test_libvirt_hard_limit_without_a_cgroup_is_a_warning() -> None:
+def test_libvirt_hard_limit_without_a_cgroup_is_unseen() -> None:
     vm = VmState(base=512 * MiB, vmm_hard_limit=700 * MiB)
-    cg, warning = read_cgroup(vm, None, Origin("option", "--host-cgroup"))
-    assert cg is None and HARD_LIMIT in warning and "not checked" in warning
+    cg, unseen, _ = read_cgroup(vm, None, Origin("option", "--host-cgroup"))
+    assert cg is None and unseen is not None
+    assert (unseen.reason, unseen.detail) == (
+        "vmm_pid_unknown",
+        f"{HARD_LIMIT} is 700 MiB but QEMU's pid (and so its cgroup) was not found",
+    )
 
 
 @pytest.mark.parametrize(

@@ -19,6 +19,7 @@ from kata_mem.core.model import (
     PodResources,
     SandboxSizing,
     SizingConfig,
+    Unseen,
     Workload,
 )
 from kata_mem.core.planner import assumed_vm, plan
@@ -84,7 +85,7 @@ def _mib(spec: dict[str, Any], key: str) -> int | None:
 def build_guards(case: dict[str, Any]) -> Guards | None:
     """``cgroup``: the VMM's cgroup, its limited levels innermost first; ``node``: the
     node's total as the admission sees it. Neither: no guards (``plan(..., None)``)."""
-    if "cgroup" not in case and "node" not in case:
+    if "cgroup" not in case and "node" not in case and "unseen" not in case:
         return None
     cgroup = None
     if "cgroup" in case:
@@ -110,7 +111,13 @@ def build_guards(case: dict[str, Any]) -> Guards | None:
             committed_others=n.get("committed_others_mib", 0) * MiB,
             available=_mib(n, "available_mib"),
         )
-    return Guards(cgroup=cgroup, node=node)
+    unseen = None
+    if "unseen" in case:
+        unseen = Unseen(case["unseen"]["reason"], case["unseen"]["detail"])
+    pod_limit = None
+    if "pod_limit_mib" in case:
+        pod_limit = CgroupLevel("/kubepods/pod1", case["pod_limit_mib"] * MiB)
+    return Guards(cgroup=cgroup, unseen=unseen, node=node, pod_limit=pod_limit)
 
 
 def _subset(got: Any, want: Any, where: str) -> None:
