@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Literal, Optional, Union
 
 from kata_mem.core.errors import outcome_exit_code
-from kata_mem.core.model import Note, Outcome, Plan, SizingConfig
+from kata_mem.core.model import Note, Outcome, Plan, SizingConfig, Unseen
 from kata_mem.core.request import Endpoint
 
 
@@ -107,3 +107,5 @@ class Visit:
     outcome: Optional[Outcome] = None
     notes: tuple[Note, ...] = ()
     exit_code: int = 0
+    #: Why the retried resize could not see QEMU's host cgroup, when it could not.
+    unseen: Optional[Unseen] = None

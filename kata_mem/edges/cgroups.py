@@ -347,38 +347,86 @@ def _parts(path: str) -> list[str]:
     return [part for part in path.split("/") if part]
 
 
+def _climbs(parts: list[str]) -> int:
+    """How many levels a namespace-relative cgroup path climbs above the namespace."""
+    return next((i for i, part in enumerate(parts) if part != ".."), len(parts))
+
+
+#: The most directories :func:`_directory` looks at to place a path that leaves the
+#: namespace by a nearer ancestor than the mount's root (a node has a few thousand).
+_SEARCH_CAP = 100_000
+
+
 def _directory(path: str, mounts: list[Mount], pid: int) -> Union[tuple[str, Mount], str, None]:
     """Where the hierarchy's ``path`` is here, and through which mount; ``None`` when no
     mount reaches it, or why the one that does is not the process's cgroup.
 
     ``path`` and each mount's root are both relative to this process's cgroup namespace
-    (see the module's docstring), so a mount holds ``path`` when its root's parts begin
-    ``path``'s and what is left climbs no further up (``/..`` holds ``/../a`` but not
-    ``/../../a``). Mounts stack (a container runtime's own cgroup mount, the host's tree
-    bind-mounted over it at the same place), so the later ones are tried first, and a
-    directory is taken only when its ``cgroup.procs`` lists ``pid``: a shadowed mount's
-    path names a directory of the mount on top, another cgroup.
+    (see the module's docstring): each climbs to the nearest common ancestor with the
+    namespace's root, then names its way down. A mount whose root climbs ``m`` levels
+    holds a path that climbs ``k <= m``: at ``k == m`` the path's names lead down from
+    the mount's root; at ``k < m`` the path leaves from an ancestor ``m - k`` levels below
+    the mount's root on the way to the namespace, whose names no file here gives, so the
+    directories that deep are tried for the path's names. Mounts stack (a container
+    runtime's own cgroup mount, the host's tree bind-mounted over it at the same place),
+    so the later ones are tried first. A directory is taken only when its ``cgroup.procs``
+    lists ``pid`` (a process is in one cgroup of a hierarchy): a shadowed mount's path
+    names a directory of the mount on top, another cgroup.
     """
     parts = _parts(path)
+    k = _climbs(parts)
+    names = parts[k:]
     refused = ""
     for mount in reversed(mounts):
         root = _parts(mount.root)
-        rest = parts[len(root) :]
-        if parts[: len(root)] != root or ".." in rest:
-            continue
-        directory = os.path.join(mount.point, *rest) if rest else mount.point
-        if len(mounts) == 1 and ".." not in parts:
-            return directory, mount  # the usual case: nothing stacked, nothing outside
-        procs = os.path.join(directory, "cgroup.procs")
-        try:
-            listed = _read(procs, _CGROUP_LIST_CAP, "cgroup.procs").split()
-        except CgroupUnreadable as exc:
-            refused = refused or exc.message
-            continue
-        if str(pid) in listed:
-            return directory, mount
-        refused = refused or f"{procs} does not list the process (a mount over another?)"
+        m = _climbs(root)
+        if k > m or (k < m and len(root) > m):
+            continue  # above the mount's root, or beside a subtree mounted elsewhere
+        if k == m:
+            if parts[: len(root)] != root:
+                continue
+            directory = os.path.join(mount.point, *parts[len(root) :])
+            if len(mounts) == 1 and k == 0:
+                return directory, mount  # the usual case: nothing stacked, nothing outside
+            candidates: Iterator[str] = iter((directory,))
+        else:
+            candidates = (
+                os.path.join(top, *names) for top in _below(mount.point, m - k, _SEARCH_CAP)
+            )
+        for directory in candidates:
+            if not os.path.isdir(directory):
+                continue
+            procs = os.path.join(directory, "cgroup.procs")
+            try:
+                listed = _read(procs, _CGROUP_LIST_CAP, "cgroup.procs").split()
+            except CgroupUnreadable as exc:
+                refused = refused or exc.message
+                continue
+            if str(pid) in listed:
+                return directory, mount
+            if k == m:
+                refused = refused or f"{procs} does not list the process (a mount over another?)"
     return refused or None
+
+
+def _below(top: str, depth: int, cap: int) -> Iterator[str]:
+    """The directories exactly ``depth`` levels below ``top`` (not through symlinks), at
+    most ``cap`` looked at."""
+    level = [top]
+    for _ in range(depth):
+        deeper = []
+        for directory in level:
+            try:
+                with os.scandir(directory) as entries:
+                    for entry in entries:
+                        if entry.is_dir(follow_symlinks=False):
+                            deeper.append(entry.path)
+                            if len(deeper) >= cap:
+                                break
+            except OSError:
+                continue
+        level = sorted(deeper)
+    yield from level
 
 
 def _has_memory(point: str) -> bool:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Optional
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
@@ -21,7 +21,7 @@ from kata_mem.core.results import Applied, Planned
 
 if TYPE_CHECKING:
     from kata_mem.core.errors import KataMemError
-    from kata_mem.core.model import Outcome
+    from kata_mem.core.model import Outcome, Unseen
     from kata_mem.interfaces.protocol import Answer
 
 #: Backend error kinds (``error.kind`` of an error document); an outcome whose reason
@@ -107,6 +107,18 @@ class Metrics:
             registry=self.registry,
         )
 
+        self.unseen = Counter(
+            "kata_mem_host_cgroup_unseen",
+            "Resizes and plans whose host cgroup guard could not see QEMU's cgroup (a grow "
+            "is then held), by why: vmm_pid_unknown, not_reachable, unreadable.",
+            ["reason"],
+            registry=self.registry,
+        )
+        self.unseen_now = Gauge(
+            "kata_mem_host_cgroup_unseen_sandboxes",
+            "Sandboxes whose last resize could not see QEMU's host cgroup (/healthz: degraded).",
+            registry=self.registry,
+        )
         self.visits = Counter(
             "kata_mem_reconcile_visits",
             "Sandboxes the reconcile loop visited, by what it did (idle: nothing was due).",
@@ -114,9 +126,13 @@ class Metrics:
             registry=self.registry,
         )
 
-    def count_visit(self, action: str, outcome: Optional[Outcome]) -> None:
+    def count_visit(
+        self, action: str, outcome: Optional[Outcome], unseen: Optional[Unseen] = None
+    ) -> None:
         """Count one visit of the reconcile loop, and the outcome of a request it re-ran."""
         self.visits.labels(action).inc()
+        if unseen is not None:
+            self.unseen.labels(unseen.reason).inc()
         if outcome is not None:
             self.outcomes.labels(outcome.status, outcome.reason).inc()
 
@@ -129,6 +145,9 @@ class Metrics:
         if isinstance(response, (Planned, Applied)):
             for clamp in response.plan.memory.clamps:
                 self.clamps.labels(clamp.cause).inc()
+            unseen = response.plan.memory.host_cgroup_unseen
+            if unseen is not None:
+                self.unseen.labels(unseen.reason).inc()
         if isinstance(response, Applied):
             outcome = response.outcome
             self.outcomes.labels(outcome.status, outcome.reason).inc()

@@ -6,7 +6,7 @@ the text forms are for reading and may change.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, Optional
 
 from kata_mem.core.errors import KataMemError
@@ -25,6 +25,7 @@ from kata_mem.core.model import (
     Plan,
     SizingConfig,
     Step,
+    Unseen,
     VmState,
 )
 from kata_mem.core.results import NodeStatus, Visit
@@ -169,6 +170,17 @@ def host_cgroup_json(cg: Optional[HostCgroup], overhead: Optional[int]) -> Optio
         "usage_mib": _mib_or_none(cg.usage),
         "usage_after_mib": _mib_or_none(cg.usage_after),
         "vmm_overhead_mib": None if overhead is None else to_mib_ceil(overhead),
+    }
+
+
+def degraded_json(unseen: Mapping[str, Unseen]) -> dict[str, Any]:
+    """``/healthz`` while some sandbox's last resize could not see QEMU's host cgroup."""
+    return {
+        "status": "degraded",
+        "host_cgroup_unseen": [
+            {"sandbox": sandbox, "reason": u.reason, "detail": u.detail}
+            for sandbox, u in sorted(unseen.items())
+        ],
     }
 
 

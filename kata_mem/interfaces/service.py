@@ -52,8 +52,9 @@ from aiohttp import HttpVersion11, web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from kata_mem.core.errors import BackendUnavailable, ConfigError, InputError, KataMemError
-from kata_mem.core.model import Settings, check_sandbox_id
+from kata_mem.core.model import Settings, Unseen, check_sandbox_id
 from kata_mem.core.request import MAX_REQUEST_BYTES, CallOptions, HostOverrides, SandboxRequest
+from kata_mem.core.results import Applied
 from kata_mem.edges.logs import describe, get_logger
 from kata_mem.interfaces import render
 from kata_mem.interfaces.metrics import CONTENT_TYPE, Metrics
@@ -764,6 +765,8 @@ class Service:
         self._unusable: Optional[str] = None
         # when the loop last checked the node's ledger against the journals (monotonic)
         self._ledger_checked = -LEDGER_CHECK_S
+        # sandbox id -> why its last resize could not see QEMU's host cgroup (/healthz)
+        self.unseen: dict[str, Unseen] = {}
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[self._guard], client_max_size=MAX_REQUEST_BYTES)
@@ -986,6 +989,8 @@ class Service:
     def send(self, done: Answer, status: Optional[int] = None) -> web.Response:
         """A shim answer, counted from its typed response or error, rendered once."""
         self.metrics.count_answer(done)
+        if isinstance(done.response, Applied):
+            self.saw(done.response.sandbox, done.response.plan.memory.host_cgroup_unseen)
         code = done.exit_code
         return _json(done.document(), status or http_status(code), code)
 
@@ -1085,7 +1090,11 @@ class Service:
         from kata_mem.orchestration.reconcile import visit
 
         done = await self._run(lambda: visit(self.state_dir, sandbox, self.env, due_only=True))
-        self.metrics.count_visit(done.action, done.outcome)
+        self.metrics.count_visit(done.action, done.outcome, done.unseen)
+        if done.action == "retried" and done.outcome is not None:
+            self.saw(sandbox, done.unseen)
+        elif done.action == "cleaned":
+            self.saw(sandbox, None)
         if done.action == "idle":
             return
         level = logging.WARNING if done.action == "failed" else logging.INFO
@@ -1119,9 +1128,28 @@ class Service:
         resp.headers["Content-Type"] = CONTENT_TYPE
         return resp
 
+    def saw(self, sandbox: str, unseen: Optional[Unseen]) -> None:
+        """Keep whether the sandbox's last resize could see QEMU's host cgroup; a change
+        is logged once, not at every answer."""
+        before = self.unseen.get(sandbox)
+        if unseen is None:
+            if self.unseen.pop(sandbox, None) is not None:
+                log.info("sandbox %s: the host cgroup guard sees QEMU's cgroup again", sandbox)
+        elif before != unseen:
+            self.unseen[sandbox] = unseen
+            log.warning(
+                "sandbox %s: host cgroup unseen (%s), grows are held: %s",
+                sandbox,
+                unseen.reason,
+                unseen.detail,
+            )
+        self.metrics.unseen_now.set(len(self.unseen))
+
     async def healthz(self, request: web.Request) -> web.StreamResponse:
         """ok while the state directory can be used: kata-mem's, empty, or not made yet
-        (the first apply makes it); checked each time (a stat and a listing)."""
+        (the first apply makes it); checked each time (a stat and a listing). degraded
+        (still 200: restarting the pod would not mend it) while a sandbox's last resize
+        could not see QEMU's host cgroup, with each sandbox and why."""
         from kata_mem.edges.statedir import state_dir_state
 
         try:
@@ -1130,6 +1158,8 @@ class Service:
             # Not logged: probes ask every few seconds, and the answer says why.
             self.metrics.count_error(exc)
             return _json(render.error_json(exc), 503, exc.exit_code)
+        if self.unseen:
+            return _json(render.degraded_json(self.unseen), 200)
         return _json({"status": "ok"}, 200)
 
 

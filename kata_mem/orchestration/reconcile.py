@@ -75,7 +75,8 @@ def _visit(
         return Visit(sandbox, "retried", "planned only (the saved request does not apply)")
     outcome = response.outcome
     detail = f"{outcome.status} {outcome.reason}".strip()
-    return Visit(sandbox, "retried", detail, outcome, response.notes)
+    unseen = response.plan.memory.host_cgroup_unseen
+    return Visit(sandbox, "retried", detail, outcome, response.notes, unseen=unseen)
 
 
 def _grow_unblocked(record: Record) -> bool:

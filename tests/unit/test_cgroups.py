@@ -481,3 +481,38 @@ def test_a_real_process_in_the_child_v1_cgroup(child_v1: Path) -> None:
     finally:
         child.kill()
         child.communicate()
+
+
+def test_v2_a_path_leaving_by_a_nearer_ancestor_is_found_below_the_mount_root(
+    tmp_path: Path,
+) -> None:
+    # QEMU's pod shares kubepods.slice with the namespace: its path climbs 3 levels
+    # (/../../../kubepods-burstable.slice/...), the host tree's root 4 (/../../../..). The
+    # ancestor it leaves from is one level below the mount's root, unnamed: every directory
+    # there is tried, and only the one whose cgroup.procs lists QEMU is taken.
+    own = _cgroup(tmp_path / "own", {"cgroup.controllers": "memory\n"})
+    root, pod = _v2_host(tmp_path, "1234\n")
+    # A decoy with the same names under another top-level slice, QEMU not in it.
+    decoy = _cgroup(
+        root / "system.slice/kubepods-burstable.slice/kubepods-burstable-podq.slice",
+        {"memory.max": f"{GiB}\n", "memory.current": "1\n", "cgroup.procs": "99\n"},
+    )
+    proc = _proc(
+        tmp_path, 1234, "0::/../../../kubepods-burstable.slice/kubepods-burstable-podq.slice\n"
+    )
+    cg = cgroup_of_pid(1234, proc=proc, mountinfo=_ns_mountinfo(own, root))
+    assert cg.path == str(pod) != str(decoy)
+    assert cg.limit == 1280 * MiB
+
+
+def test_v2_a_path_leaving_by_a_nearer_ancestor_not_found_is_not_reachable(
+    tmp_path: Path,
+) -> None:
+    own = _cgroup(tmp_path / "own", {"cgroup.controllers": "memory\n"})
+    root, _ = _v2_host(tmp_path, "77\n")
+    proc = _proc(
+        tmp_path, 1234, "0::/../../../kubepods-burstable.slice/kubepods-burstable-podq.slice\n"
+    )
+    with pytest.raises(CgroupUnreadable) as err:
+        cgroup_of_pid(1234, proc=proc, mountinfo=_ns_mountinfo(own, root))
+    assert err.value.reason == "not_reachable"
