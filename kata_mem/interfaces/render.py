@@ -374,6 +374,7 @@ def config_json(cfg: SizingConfig, chosen_by: str) -> dict[str, Any]:
             "vmm_overhead_mib": to_mib_floor(s.vmm_overhead),
             "vmm_overhead_per_gib_mib": to_mib_floor(s.vmm_overhead_per_gib),
             "host_cgroup_margin_mib": to_mib_floor(s.host_cgroup_margin),
+            "host_cgroup_guard": s.host_cgroup_guard,
             "node_reserved_mib": to_mib_floor(s.node_reserved),
             "node_overcommit": None if s.node_overcommit is None else float(s.node_overcommit),
         },

@@ -285,3 +285,45 @@ def test_a_pod_that_cannot_see_the_cgroup_says_so_and_holds_the_grow(
         )
     finally:
         assert pod.stop() == 0, pod.stderr()
+
+
+def test_a_pod_limit_decrease_in_the_pod_brings_qemus_charge_under_it(
+    node: Node, tmp_path: Path
+) -> None:
+    """KEP-1287's host-side decrease from inside the pod: an ``update-sandbox`` with a lower
+    pod limit shrinks the VM safely; QEMU's charge falls under the new limit, which the
+    kubelet can then write with QEMU alive."""
+    node.pod_cgroup.set_limit(4096 * MiB)
+    base_kb = node.vm.status().total_kb
+    pod = node.start_pod(tmp_path)
+    try:
+        status, doc = _post(node.state, _shim_request(2048))
+        assert (status, doc["outcome"]["status"]) == (200, "Resized"), doc
+        node.vm.wait_mem(lambda s: s.total_kb >= base_kb + 2048 * KiB_PER_MiB, timeout=60)
+        node.vm.alloc(1200)
+        node.vm.free()
+        charged = node.pod_cgroup.usage() // MiB
+        # The pod's new resources 768 MiB + the RuntimeClass overhead 256 MiB.
+        update = {
+            **_shim_request(2048),
+            "event": "update-sandbox",
+            "containers": [],
+            "sandbox_resources": {"memory_limit_bytes": 768 * MiB},
+            "overhead": {"memory_limit_bytes": 256 * MiB},
+            "allow_shrink": True,
+        }
+        status, doc = _post(node.state, update)
+        m = doc["plan"]["memory"]
+        assert (status, doc["outcome"]["status"], doc["cri"]["code"]) == (200, "Resized", "OK"), doc
+        assert m["host_cgroup"]["path"] == str(node.pod_cgroup.path)
+        after = node.pod_cgroup.usage() // MiB
+        print(
+            f"KEP-1287 in the pod: QEMU charged {charged} MiB, shrunk to {m['target_mib']} MiB "
+            f"for a 1024 MiB pod limit, charged {after} MiB after"
+        )
+        assert after < 1024 <= charged
+        node.pod_cgroup.set_limit(1024 * MiB)  # the kubelet's write, after the answer
+        assert node.vm.is_alive() and node.vm.status().total_kb < base_kb + 512 * KiB_PER_MiB
+        assert node.pod_cgroup.oom_kills() == 0
+    finally:
+        assert pod.stop() == 0, pod.stderr()

@@ -23,12 +23,14 @@ KEYS = {
     "host_cgroup_margin_mib": 16,
     "node_reserved_mib": 2048,
     "node_overcommit": 1.1,
+    "host_cgroup_guard": "off",
 }
 
 
 def test_defaults_when_absent(tmp_path: Path) -> None:
     s = load_config(write_config(tmp_path / "c.toml")).settings
     assert (s.sizing, s.pod_overhead, s.node_overcommit) == ("kata", None, None)
+    assert s.host_cgroup_guard == "on"
     assert (s.vmm_overhead, s.vmm_overhead_per_gib, s.host_cgroup_margin, s.node_reserved) == (
         64 * MiB,
         8 * MiB,
@@ -44,6 +46,7 @@ def test_every_host_side_key_is_read(tmp_path: Path) -> None:
     assert (s.vmm_overhead, s.vmm_overhead_per_gib) == (80 * MiB, 6 * MiB)
     assert (s.host_cgroup_margin, s.node_reserved) == (16 * MiB, 2048 * MiB)
     assert s.node_overcommit == Fraction(11, 10)  # exact, not the binary float 1.1
+    assert s.host_cgroup_guard == "off"
 
 
 def test_integer_overcommit_and_zero_overheads(tmp_path: Path) -> None:
@@ -68,6 +71,8 @@ def test_integer_overcommit_and_zero_overheads(tmp_path: Path) -> None:
         ("node_overcommit", 1000, "a ratio above 0 and at most 100"),
         ("node_overcommit", "1.5", "a ratio above 0 and at most 100"),
         ("node_overcommit", True, "a ratio above 0 and at most 100"),
+        ("host_cgroup_guard", False, '"on" (hold a grow while the VMM\'s cgroup cannot be seen)'),
+        ("host_cgroup_guard", "no", '"on" (hold a grow while the VMM\'s cgroup cannot be seen)'),
     ],
 )
 def test_bad_values_name_file_key_and_expectation(
