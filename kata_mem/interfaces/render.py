@@ -588,6 +588,9 @@ def reconcile_json(visits: list[Visit]) -> dict[str, Any]:
                 "outcome": None
                 if v.outcome is None
                 else outcome_json(v.outcome, v.sandbox, v.notes),
+                "host_cgroup_unseen": None
+                if v.unseen is None
+                else {"reason": v.unseen.reason, "detail": v.unseen.detail},
             }
             for v in visits
         ],
@@ -597,7 +600,11 @@ def reconcile_json(visits: list[Visit]) -> dict[str, Any]:
 def reconcile_text(visits: list[Visit]) -> str:
     if not visits:
         return "no sandboxes"
-    return "\n".join(f"{v.sandbox}: {v.action}: {v.detail}" for v in visits)
+    return "\n".join(
+        f"{v.sandbox}: {v.action}: {v.detail}"
+        + ("" if v.unseen is None else f"; host cgroup unseen ({v.unseen.reason}): grows held")
+        for v in visits
+    )
 
 
 def node_status_json(node: NodeStatus) -> dict[str, Any]:

@@ -275,3 +275,19 @@ def test_the_node_lock_excludes_a_second_process(tmp_path: Path) -> None:
                 if proc.poll() is None:
                     proc.kill()
                 proc.communicate()  # waits, and closes its pipes
+
+
+def test_reconcile_says_when_a_retried_resize_could_not_see_qemus_cgroup() -> None:
+    from kata_mem.core.model import Unseen
+    from kata_mem.core.results import Visit
+    from kata_mem.interfaces.render import reconcile_json, reconcile_text
+
+    unseen = Unseen("not_reachable", "pid 7: memory cgroup /../x is outside ...")
+    visits = [Visit("sb", "retried", "Resized"), Visit("sb2", "retried", "NoChange", unseen=unseen)]
+    assert reconcile_text(visits) == (
+        "sb: retried: Resized\n"
+        "sb2: retried: NoChange; host cgroup unseen (not_reachable): grows held"
+    )
+    doc = reconcile_json(visits)["sandboxes"]
+    assert doc[0]["host_cgroup_unseen"] is None
+    assert doc[1]["host_cgroup_unseen"] == {"reason": "not_reachable", "detail": unseen.detail}
