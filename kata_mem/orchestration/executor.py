@@ -45,6 +45,7 @@ from kata_mem.core.record import PendingGrow, Phase, Record
 from kata_mem.core.reports import owned_view, still_owned
 from kata_mem.core.request import Endpoint, SandboxRequest
 from kata_mem.core.units import fmt_bytes
+from kata_mem.edges.host import mem_available
 from kata_mem.edges.journal import LOCK_WAIT_S, SandboxState, node_admission, record_commitment
 from kata_mem.edges.logs import get_logger
 from kata_mem.orchestration.connect import Opened
@@ -214,7 +215,9 @@ class Executor:
                     self._note(note)
             guards = None
             if host_side is not None:
-                guards = host_side.read(vm, lambda: ledger.others(sandbox) if ledger else 0)
+                guards = host_side.read(
+                    vm, lambda: ledger.others(sandbox) if ledger else 0, mem_available
+                )
             p, outcome = outcomes.before_steps(
                 make_plan(cfg, host, request, vm, guards), vm, shrink_allowed=allowed
             )

@@ -32,7 +32,6 @@ from kata_mem.core.model import (
     VmState,
 )
 from kata_mem.core.units import MiB, align_down, fmt_bytes
-from kata_mem.edges.host import mem_available
 
 #: Where a cgroup given by hand came from, unless the caller says.
 _HOST_CGROUP_OPTION = Origin("option", "--host-cgroup")
@@ -148,8 +147,16 @@ class HostSide:
     given_origin: Origin = _HOST_CGROUP_OPTION
     pod_limit: Optional[int] = None
 
-    def read(self, vm: VmState, committed_others: Optional[Callable[[], int]] = None) -> Guards:
-        """:raises InputError: the given cgroup is unreadable."""
+    def read(
+        self,
+        vm: VmState,
+        committed_others: Optional[Callable[[], int]] = None,
+        available: Callable[[], Optional[int]] = lambda: None,
+    ) -> Guards:
+        """The guards for ``vm``; with ``committed_others`` (what the other sandboxes hold)
+        the node's view too, with the host's MemAvailable from ``available``.
+
+        :raises InputError: the given cgroup is unreadable."""
         mode = self.cfg.settings.host_cgroup_guard
         cgroup, unseen, notes = read_cgroup(vm, self.given_cgroup, self.given_origin, mode)
         node = None
@@ -161,7 +168,7 @@ class HostSide:
                 budget=budget,
                 # Read (a few files per sandbox) only when a budget needs them.
                 committed_others=None if budget is None else committed_others(),
-                available=mem_available(),
+                available=available(),
             )
         pod = None if self.pod_limit is None else pod_level(cgroup, self.pod_limit)
         return Guards(

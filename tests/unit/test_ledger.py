@@ -298,3 +298,30 @@ def test_an_apply_that_agrees_with_the_ledger_reads_only_its_own_journal(
     )
     assert again.outcome.status == "NoChange"
     assert set(loads) == {"sb"}
+
+
+def test_an_admitted_grow_is_told_the_hosts_memavailable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The executor reads MemAvailable at the edge and hands it to the guards: a grow larger
+    than what the host has free now is admitted with a warning that says so."""
+    from kata_mem.orchestration import executor
+
+    monkeypatch.setattr(executor, "mem_available", lambda: 700 * MiB)
+    state, fake, time, cfg = _two_sandboxes(tmp_path)
+    workload = Workload((Container("c", memory_limit=GiB),))
+    done = run_locked(
+        state,
+        lambda: fake,
+        cfg,
+        HOST,
+        workload,
+        Options(),
+        time.clock,
+        time.sleep,
+        None,
+        HostSide(cfg, HOST),
+    )
+    node = done.plan.memory.node
+    assert node is not None and node.available == 700 * MiB
+    assert any("700 MiB now" in n.text for n in done.plan.notes), done.plan.notes
