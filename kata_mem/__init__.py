@@ -11,8 +11,11 @@ changes what a name means. Names are imported on first use (PEP 562), so that
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+# Not typing's: importing typing is a tenth of what kata-mem-shim's whole path costs
+# (kata_mem.interfaces.shim_client), and type checkers know this spelling too.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 __version__ = "0.1.0"
 
@@ -103,8 +106,10 @@ def __getattr__(name: str) -> Any:
     target = _EXPORTS.get(name)
     if target is None:
         raise AttributeError(f"module 'kata_mem' has no attribute {name!r}")
+    from importlib import import_module
+
     module, _, attr = target.partition(":")
-    value = getattr(importlib.import_module(module), attr)
+    value = getattr(import_module(module), attr)
     globals()[name] = value
     return value
 

@@ -201,3 +201,23 @@ def test_completion(run: Run) -> None:
         COMP_CWORD="3",
     )
     assert r.stdout.splitlines() == ["file,"]
+
+
+def test_the_shim_client_is_installed_and_answers_without_a_service(
+    program: Path, tmp_path: Path
+) -> None:
+    """``kata-mem-shim`` beside ``kata-mem``: with no service on its socket it answers in
+    process, the same bytes as ``kata-mem shim``."""
+    client = program.with_name("kata-mem-shim")
+    raw = shim_request(config(tmp_path))
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env["KATA_MEM_SOCKET"] = str(tmp_path / "no-service.sock")
+    got = [
+        subprocess.run(
+            [str(exe), *args], input=raw, env=env, capture_output=True, text=True,
+            cwd=tmp_path, timeout=120, check=False,
+        )
+        for exe, args in ((client, []), (program, ["shim"]))
+    ]  # fmt: skip
+    assert got[0].returncode == got[1].returncode == 0, got[0].stderr
+    assert got[0].stdout == got[1].stdout
