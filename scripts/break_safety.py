@@ -57,6 +57,7 @@ GUARDS: dict[str, tuple[str, ...]] = {
         "tests/property/test_guard_properties.py",
     ),
     "kata_mem/edges/cgroups.py": ("tests/unit/test_cgroups.py", "tests/unit/test_host_side.py"),
+    "kata_mem/backends/libvirt.py": ("tests/integration/test_vmm_pid.py",),
     "kata_mem/core/record.py": (
         "tests/unit/test_record.py",
         "tests/unit/test_host_side.py",
@@ -360,6 +361,13 @@ BREAKS = (
     # A VMM cgroup that cannot be seen read as "no limit" (the DaemonSet in a pod's own
     # cgroup namespace grew QEMU into an OOM kill), and the proof that a directory is the
     # process's cgroup.
+    # Inputs arrive as arguments: the environment handle() passes down, not the process's.
+    Break(
+        "libvirt-reads-the-process-environment",
+        "kata_mem/backends/libvirt.py",
+        'env.get("XDG_RUNTIME_DIR")',
+        'os.environ.get("XDG_RUNTIME_DIR")',
+    ),
     Break(
         "unseen-cgroup-not-held",
         PLANNER,

@@ -25,6 +25,7 @@ import threading
 import time
 import urllib.parse
 import xml.etree.ElementTree as ET
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Callable, Optional, TypeVar
 
@@ -131,9 +132,10 @@ def _translate(
     return BackendError(text, _code_name(code))
 
 
-def _qemu_run_dir(uri: str) -> Optional[Path]:
+def _qemu_run_dir(uri: str, env: Mapping[str, str]) -> Optional[Path]:
     """Where libvirt's QEMU driver writes a domain's pid file; None for other drivers
-    and for a remote daemon (its pids are not ours to read)."""
+    and for a remote daemon (its pids are not ours to read). ``env`` is the caller's
+    environment (a session daemon's directory follows ``XDG_RUNTIME_DIR``)."""
     parsed = urllib.parse.urlsplit(uri)
     if parsed.scheme.split("+")[0] != "qemu" or parsed.hostname:
         return None
@@ -142,8 +144,8 @@ def _qemu_run_dir(uri: str) -> Optional[Path]:
     if parsed.path == "/session":
         # libvirt's fallback when there is no runtime dir is the user's cache dir.
         runtime = (
-            os.environ.get("XDG_RUNTIME_DIR")
-            or os.environ.get("XDG_CACHE_HOME")
+            env.get("XDG_RUNTIME_DIR")
+            or env.get("XDG_CACHE_HOME")
             or os.path.expanduser("~/.cache")
         )
         return Path(runtime, "libvirt", "qemu", "run")
@@ -155,14 +157,14 @@ def _read_start(path: Path, limit: int) -> bytes:
         return f.read(limit)
 
 
-def qemu_pid(uri: str, name: str) -> Optional[int]:
+def qemu_pid(uri: str, name: str, env: Mapping[str, str]) -> Optional[int]:
     """The pid of the QEMU process that runs domain ``name`` under ``uri``, or None.
 
     libvirt has no API for it; its QEMU driver writes ``<run dir>/NAME.pid``. The pid is
     taken only if that process runs with ``-name guest=NAME``, so a stale file whose pid
     was reused is never trusted.
     """
-    run_dir = _qemu_run_dir(uri)
+    run_dir = _qemu_run_dir(uri, env)
     if run_dir is None:
         return None
     try:
@@ -281,9 +283,10 @@ class LibvirtBackend:
         return callback
 
     @classmethod
-    def connect(cls, uri: str, domain: str) -> LibvirtBackend:
+    def connect(cls, uri: str, domain: str, env: Mapping[str, str]) -> LibvirtBackend:
         """Open ``uri`` and find the running ``domain``; nothing is set on it, so
-        connecting changes nothing on the VM.
+        connecting changes nothing on the VM. ``env`` is the caller's environment (where a
+        session daemon keeps QEMU's pid file).
 
         :raises BackendUnavailable: the daemon cannot be reached, or the domain does not
             exist (``gone``) or is not running.
@@ -299,9 +302,10 @@ class LibvirtBackend:
         except BaseException:
             conn.close()
             raise
-        pid = qemu_pid(canonical, domain)
+        pid = qemu_pid(canonical, domain, env)
         # Only the local QEMU driver runs a QEMU on this host whose pid could be known.
-        return cls(uri, conn, dom, pid, hidden=pid is None and _qemu_run_dir(canonical) is not None)
+        hidden = pid is None and _qemu_run_dir(canonical, env) is not None
+        return cls(uri, conn, dom, pid, hidden=hidden)
 
     def _call(self, what: str, fn: Callable[..., T], *args: Any) -> T:
         try:

@@ -638,7 +638,9 @@ def status(
         directory = (
             _config(config_path)[0].settings.state_dir if config_path else Settings().state_dir
         )
-    vm, usage, record = read_status(endpoint, _sandbox_id(sandbox, endpoint), directory)
+    vm, usage, record = read_status(
+        endpoint, _sandbox_id(sandbox, endpoint), directory, dict(os.environ)
+    )
     if as_json:
         _emit(render.status_json(vm, usage, record))
     else:

@@ -1120,7 +1120,7 @@ class Service:
     def _status(self, endpoint: Any, sandbox: str) -> dict[str, Any]:
         from kata_mem.orchestration.status import read_status
 
-        return render.status_json(*read_status(endpoint, sandbox, self.state_dir))
+        return render.status_json(*read_status(endpoint, sandbox, self.state_dir, self.env))
 
     async def metrics_text(self, request: web.Request) -> web.StreamResponse:
         body = await self._run(self.metrics.text)

@@ -4,7 +4,7 @@ endpoint names, imported only then, so that a plan loads no client library
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Optional
@@ -23,8 +23,12 @@ class Opened:
     endpoint: Endpoint
 
 
-def open_backend(endpoint: Endpoint, *, hugepages_path: Optional[str] = None) -> Opened:
+def open_backend(
+    endpoint: Endpoint, env: Mapping[str, str], *, hugepages_path: Optional[str] = None
+) -> Opened:
     """Connect to the endpoint's hypervisor; the client library is imported only now.
+    ``env`` is the caller's environment (libvirt's session daemon keeps QEMU's pid file
+    under ``XDG_RUNTIME_DIR``).
     With ``hugepages_path`` (a hugetlbfs mount) new DIMMs are backed by hugepages there.
     An endpoint with a ``vmm`` is connected to that VMM only; a saved one without
     (:attr:`~kata_mem.core.request.Endpoint.unpinned`) to root's or the caller's only.
@@ -48,7 +52,7 @@ def open_backend(endpoint: Endpoint, *, hugepages_path: Optional[str] = None) ->
             return Opened(qmp, replace(endpoint, vmm=qmp.vmm))
         from kata_mem.backends.libvirt import LibvirtBackend
 
-        return Opened(LibvirtBackend.connect(endpoint.target, endpoint.domain), endpoint)
+        return Opened(LibvirtBackend.connect(endpoint.target, endpoint.domain, env), endpoint)
 
 
 def vm_gone(endpoint: Endpoint) -> Optional[str]:

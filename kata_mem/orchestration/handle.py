@@ -106,7 +106,7 @@ def apply_request(
         raise ValueError(f"apply_request: a request in mode {request.mode!r}")
     cfg = request_config(request.config, env)
     host = sandbox_host(cfg, request.host)
-    return _resize(request, pod_config(cfg, host, request.workload), host, options)
+    return _resize(request, pod_config(cfg, host, request.workload), host, options, env)
 
 
 def request_config(path: Optional[str], env: Mapping[str, str]) -> SizingConfig:
@@ -224,16 +224,18 @@ def forget(sandbox: str, state_dir: str) -> tuple[Note, ...]:
     return (*(Note("state", text) for text in said), *state.notes)
 
 
-def _connect(cfg: SizingConfig, endpoint: Endpoint) -> Opened:
+def _connect(cfg: SizingConfig, endpoint: Endpoint, env: Mapping[str, str]) -> Opened:
     from kata_mem.orchestration.connect import open_backend
 
     return open_backend(
-        endpoint, hugepages_path=cfg.settings.hugepages_path if cfg.enable_hugepages else None
+        endpoint,
+        env,
+        hugepages_path=cfg.settings.hugepages_path if cfg.enable_hugepages else None,
     )
 
 
 def _dry_run_backend(
-    cfg: SizingConfig, host: HostFacts, endpoint: Optional[Endpoint]
+    cfg: SizingConfig, host: HostFacts, endpoint: Optional[Endpoint], env: Mapping[str, str]
 ) -> FakeBackend:
     """An in-memory copy of the VM: observed when an endpoint is given, with the guest's
     latest usage reading as it is. Reading it changes nothing on the VM."""
@@ -241,7 +243,7 @@ def _dry_run_backend(
 
     if endpoint is None:
         return FakeBackend(assumed_vm(cfg, host))
-    real = _connect(cfg, endpoint).backend
+    real = _connect(cfg, endpoint, env).backend
     try:
         vm, usage = real.observe(), real.guest_usage()
     finally:
@@ -289,7 +291,11 @@ def saved_request(request: SandboxRequest, cfg: SizingConfig, host: HostFacts) -
 
 
 def _resize(
-    request: SandboxRequest, cfg: SizingConfig, host: HostFacts, options: CallOptions
+    request: SandboxRequest,
+    cfg: SizingConfig,
+    host: HostFacts,
+    options: CallOptions,
+    env: Mapping[str, str],
 ) -> Applied:
     """Resize the sandbox's VM to what its workload needs, within its host cgroup (the
     request's ``host.cgroup`` when given, else the VMM's own) and the node's budget.
@@ -312,7 +318,7 @@ def _resize(
         state_dir_state(directory)  # what apply would say about it; read only
         SandboxState(directory, sandbox).owned()  # and of a sandbox directory others could write
         virtual = VirtualTime()
-        fake = _dry_run_backend(cfg, host, endpoint)
+        fake = _dry_run_backend(cfg, host, endpoint, env)
         fake.clock, fake.sleep = virtual.clock, virtual.sleep
         with tempfile.TemporaryDirectory(prefix="kata-mem-dry-run-") as tmp:
             state = SandboxState(tmp, sandbox)
@@ -339,7 +345,7 @@ def _resize(
         again = None if options.force else saved_request(request, cfg, host)
         result = run_locked(
             SandboxState(directory, sandbox),
-            lambda: _connect(cfg, real_endpoint),
+            lambda: _connect(cfg, real_endpoint, env),
             cfg,
             host,
             workload,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Mapping
 from typing import Any, Optional
 
 from kata_mem.core.errors import ConfigError
@@ -15,7 +16,7 @@ from kata_mem.core.results import NodeStatus, SandboxSummary
 
 
 def read_status(
-    endpoint: Endpoint, sandbox: str, state_dir: str
+    endpoint: Endpoint, sandbox: str, state_dir: str, env: Mapping[str, str]
 ) -> tuple[VmState, Optional[GuestUsage], Optional[dict[str, Any]]]:
     """What the hypervisor reports, with the devices the sandbox's journal proves are
     kata-mem's marked, the guest's latest usage reading as it is (with its age: nothing
@@ -36,7 +37,7 @@ def read_status(
     state_dir_state(state_dir)
     state = SandboxState(state_dir, sandbox)
     owned = state.owned()
-    backend = open_backend(endpoint).backend
+    backend = open_backend(endpoint, env).backend
     try:
         vm, usage = backend.observe(), backend.guest_usage()
     finally:

@@ -52,7 +52,7 @@ def test_connecting_and_reading_change_nothing_and_the_port_sets_the_period(
 ) -> None:
     name, dom = domain("<memballoon model='virtio'/>", 512)
     dom.setMemoryStatsPeriod(5, libvirt.VIR_DOMAIN_AFFECT_LIVE)  # the domain's own
-    backend = LibvirtBackend.connect(URI, name)
+    backend = LibvirtBackend.connect(URI, name, {})
     try:
         backend.observe()
         assert backend.guest_usage() is not None
@@ -76,7 +76,7 @@ def test_status_and_the_presence_check_change_nothing(
     endpoint = Endpoint("libvirt", URI, name)
     assert vm_gone(endpoint) is None  # reconcile's question: a read-only connection
     assert _period(dom) == "5"
-    vm, usage, _record = read_status(endpoint, "sb", str(tmp_path / "state"))
+    vm, usage, _record = read_status(endpoint, "sb", str(tmp_path / "state"), {})
     assert vm.base == 512 * MiB and usage is not None
     assert _period(dom) == "5"
 
@@ -85,7 +85,7 @@ def test_a_domain_without_a_balloon_has_no_period_to_set(
     domain: Callable[[str, int], tuple[str, Any]],
 ) -> None:
     name, dom = domain("<memballoon model='none'/>", 512)
-    backend = LibvirtBackend.connect(URI, name)
+    backend = LibvirtBackend.connect(URI, name, {})
     try:
         assert backend.set_stats_interval(2) is None
     finally:
@@ -105,7 +105,7 @@ def test_other_memory_devices_take_device_space_as_in_qemu(
         "<target><size unit='MiB'>128</size><node>0</node></target></memory>"
     )
     name, _ = domain(dimm + nvdimm, 512 + 256 + 128)
-    backend = LibvirtBackend.connect(URI, name)
+    backend = LibvirtBackend.connect(URI, name, {})
     try:
         vm = backend.observe()
     finally:

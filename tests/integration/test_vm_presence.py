@@ -160,7 +160,7 @@ def test_the_presence_check_decides_as_connecting_does(
     make(path)
     endpoint = Endpoint("qmp", str(path))
     with pytest.raises(BackendUnavailable) as connecting:
-        open_backend(endpoint)
+        open_backend(endpoint, {})
     assert connecting.value.gone is gone and said in connecting.value.message
     if gone:
         assert vm_gone(endpoint) == connecting.value.message
@@ -182,7 +182,7 @@ def test_a_busy_monitor_is_there_and_is_not_gone_to_a_connection(
     try:
         assert vm_gone(Endpoint("qmp", str(path))) is None
         with pytest.raises(BackendUnavailable) as connecting:
-            open_backend(Endpoint("qmp", str(path)))
+            open_backend(Endpoint("qmp", str(path)), {})
         assert not connecting.value.gone and "no QMP greeting within" in connecting.value.message
     finally:
         busy.close()
@@ -194,7 +194,7 @@ def test_libvirt_decides_a_missing_domain_and_a_stopped_one_as_connecting_does()
     assert vm_gone(Endpoint("libvirt", uri, "test")) is None
     missing = Endpoint("libvirt", uri, "no-such-domain")
     with pytest.raises(BackendUnavailable) as connecting:
-        open_backend(missing)
+        open_backend(missing, {})
     assert connecting.value.gone and vm_gone(missing) == connecting.value.message
     conn = libvirt.open(uri)
     name = f"kata-mem-stopped-{uuid.uuid4().hex[:8]}"
@@ -205,7 +205,7 @@ def test_libvirt_decides_a_missing_domain_and_a_stopped_one_as_connecting_does()
     try:
         stopped = Endpoint("libvirt", uri, name)
         with pytest.raises(BackendUnavailable) as connecting:
-            open_backend(stopped)
+            open_backend(stopped, {})
         with pytest.raises(BackendUnavailable) as asked:
             vm_gone(stopped)
         assert not connecting.value.gone and "is not running" in connecting.value.message
@@ -300,7 +300,7 @@ def test_another_process_listening_on_the_same_socket_is_the_vm_gone(
             assert saved is not None and saved.endpoint is not None
             # Connecting through the saved request (GET /v1/sandboxes/ID) is refused ...
             with pytest.raises(BackendUnavailable) as connecting:
-                read_status(saved.endpoint, "sb", str(tmp_path / "state"))
+                read_status(saved.endpoint, "sb", str(tmp_path / "state"), {})
             uid = NOBODY if user == "nobody" else 0
             assert connecting.value.gone and connecting.value.message == (
                 f"QMP socket {sock}: another process listens on it than the one kata-mem applied "
@@ -323,14 +323,14 @@ def test_another_process_listening_on_the_same_socket_is_the_vm_gone(
 def test_a_saved_vmm_that_is_this_one_is_talked_to(tmp_path: Path) -> None:
     sock = tmp_path / "qmp.sock"
     with FakeQmpServer(sock, FakeQemu()):
-        opened = open_backend(Endpoint("qmp", str(sock)))
+        opened = open_backend(Endpoint("qmp", str(sock)), {})
         opened.backend.close()
         vmm = opened.endpoint.vmm
         assert vmm == VmmIdentity(
             sock.stat().st_dev, sock.stat().st_ino, os.geteuid(), os.geteuid(), os.getpid()
         )
         assert vm_gone(opened.endpoint) is None
-        again = open_backend(opened.endpoint)
+        again = open_backend(opened.endpoint, {})
         again.backend.close()
         assert again.endpoint == opened.endpoint
 
@@ -398,7 +398,7 @@ def test_a_request_saved_without_a_vmm_reaches_only_a_vmm_of_roots(
         assert saved is not None and saved.endpoint is not None
         # GET /v1/sandboxes/ID reads through the saved request: refused, not "gone" ...
         with pytest.raises(BackendUnavailable) as reading:
-            read_status(saved.endpoint, "sb", str(tmp_path / "state"))
+            read_status(saved.endpoint, "sb", str(tmp_path / "state"), {})
         assert not reading.value.gone
         assert reading.value.message.startswith(f"QMP socket {sock}: "), reading.value.message
         assert said in reading.value.message

@@ -113,22 +113,24 @@ def test_libvirt_pid_file_is_trusted_only_for_its_guest(
 ) -> None:
     from kata_mem.backends.libvirt import qemu_pid
 
-    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    env = {"XDG_RUNTIME_DIR": str(tmp_path)}  # the caller's, passed down
+    # The process's own environment points elsewhere: it is never read past ``env``.
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "not-this-one"))
     run = tmp_path / "libvirt" / "qemu" / "run"
     run.mkdir(parents=True)
     uri = "qemu:///session"
     ours = sleeper("-name", "guest=dom,,1,,x,debug-threads=on")
     other = sleeper("-name", "guest=dom,,1,,xy,debug-threads=on")
-    assert qemu_pid(uri, "dom,1,x") is None  # no pid file
+    assert qemu_pid(uri, "dom,1,x", env) is None  # no pid file
     (run / "dom,1,x.pid").write_text(str(ours))  # libvirt writes no newline
-    assert qemu_pid(uri, "dom,1,x") == ours
-    assert qemu_pid("qemu+ssh://elsewhere/session", "dom,1,x") is None
-    assert qemu_pid("test:///default", "dom,1,x") is None
+    assert qemu_pid(uri, "dom,1,x", env) == ours
+    assert qemu_pid("qemu+ssh://elsewhere/session", "dom,1,x", env) is None
+    assert qemu_pid("test:///default", "dom,1,x", env) is None
     (run / "dom,1,x.pid").write_text(f"{other}\n")  # a reused pid: another guest's QEMU
-    assert qemu_pid(uri, "dom,1,x") is None
+    assert qemu_pid(uri, "dom,1,x", env) is None
     for junk in ("", "abc", "0", "-1", "99999999"):
         (run / "dom,1,x.pid").write_text(junk)
-        assert qemu_pid(uri, "dom,1,x") is None, junk
+        assert qemu_pid(uri, "dom,1,x", env) is None, junk
 
 
 def test_libvirt_hard_limit_in_bytes_and_no_pid_on_the_test_driver(libvirt_mod: Any) -> None:
@@ -143,7 +145,7 @@ def test_libvirt_hard_limit_in_bytes_and_no_pid_on_the_test_driver(libvirt_mod: 
     )
     try:
         dom.create()
-        backend = LibvirtBackend.connect(uri, name)
+        backend = LibvirtBackend.connect(uri, name, {})
         try:
             vm = backend.observe()
             assert (vm.vmm_pid, vm.vmm_hard_limit) == (None, None)  # unlimited
@@ -165,7 +167,7 @@ def test_libvirt_domain_qemu_pid_and_hard_limit(libvirt_mod: Any, boot_libvirt_g
     pid_file = Path("/run/libvirt/qemu") / f"{guest.name}.pid"
     pid = int(pid_file.read_text().strip())
     assert Path(f"/proc/{pid}/comm").read_text().startswith("qemu")
-    backend = LibvirtBackend.connect(guest.uri, guest.name)
+    backend = LibvirtBackend.connect(guest.uri, guest.name, {})
     try:
         vm = backend.observe()
         assert (vm.vmm_pid, vm.vmm_hard_limit) == (pid, None)
