@@ -770,25 +770,25 @@ _CONTAINER = "spec:\n  {pod}containers:\n  - name: a\n    resources: {res}\n"
         (
             "",
             "{limits: {memory: 1Gi}, requests: {memory: 2Gi}}",
-            'spec.containers[0].resources.requests.memory: "2Gi" is above '
-            'spec.containers[0].resources.limits.memory "1Gi"',
+            "spec.containers[0].resources.requests.memory: 2Gi is above "
+            "spec.containers[0].resources.limits.memory 1Gi",
         ),
         (
             "resources: {limits: {memory: 512Mi}}\n  ",
             "{limits: {memory: 1Gi}}",
-            "spec.containers[0].resources.limits.memory: 1024 MiB is above the pod's "
-            "spec.resources.limits.memory (512 MiB)",
+            "spec.containers[0].resources.limits.memory: 1Gi is above the pod's "
+            "spec.resources.limits.memory (512Mi)",
         ),
         (
             "resources: {limits: {cpu: 500m}}\n  ",
             '{limits: {cpu: "2"}}',
-            "spec.containers[0].resources.limits.cpu: 2 CPUs is above the pod's "
-            "spec.resources.limits.cpu (0.5 CPUs)",
+            "spec.containers[0].resources.limits.cpu: 2 is above the pod's "
+            "spec.resources.limits.cpu (500m)",
         ),
         (
             "resources: {limits: {memory: 1Gi}, requests: {memory: 2Gi}}\n  ",
             "{}",
-            'spec.resources.requests.memory: "2Gi" is above spec.resources.limits.memory "1Gi"',
+            "spec.resources.requests.memory: 2Gi is above spec.resources.limits.memory 1Gi",
         ),
     ],
 )
