@@ -325,10 +325,11 @@ def _bounded(pod: Optional[T], peak: T, unlimited: bool, live: bool) -> tuple[T,
     """One resource under a pod-level limit (KEP-2837): the limit bounds the whole pod,
     and a container without a limit of its own may use up to it. So the workload is
     the pod-level limit when some container has no limit, else the smaller of it and
-    the containers' peak. Kubernetes decides it so for the pod cgroup
-    (pkg/kubelet/cm/helpers_linux.go ``ResourceConfigForPod``: a limit is enforced
-    when the pod sets it, or when every container declares one; component-helpers
-    resource/helpers.go ``PodLimits``: the pod-level value replaces the aggregate). A
+    the containers' peak. The smaller figure is kata-mem's choice: the kubelet's pod
+    cgroup is the pod-level limit whenever one is set (pkg/kubelet/cm/helpers_linux.go
+    ``ResourceConfigForPod``; component-helpers resource/helpers.go ``PodLimits``: the
+    pod-level value replaces the aggregate), but a VM needs only what its containers
+    can use, and the cgroup at the full limit still has room for it. A
     sandbox without (live) containers needs nothing of its own yet: it grows as
     they come, never booted to the limit only to shrink."""
     if pod is None:
