@@ -8,14 +8,14 @@ once into a :class:`~kata_mem.core.request.SandboxRequest` and answer it here.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Optional, Union
 
-from kata_mem.core.errors import InputError, KataMemError
+from kata_mem.core.errors import KataMemError
 from kata_mem.core.podresize import cri_answer, cri_planned, cri_refused
 from kata_mem.core.request import (
-    MAX_REQUEST_BYTES,
     RESPONSE_SCHEMA,
     CallOptions,
     SandboxRequest,
@@ -85,17 +85,24 @@ def refused(exc: KataMemError) -> Answer:
     return Answer(error=exc)
 
 
-def too_large() -> Answer:
-    """The answer to a request larger than :data:`MAX_REQUEST_BYTES`."""
-    return refused(InputError(f"request larger than {MAX_REQUEST_BYTES} bytes"))
-
-
 def parse(raw: bytes) -> Union[SandboxRequest, Answer]:
-    """The request in ``raw``, or the answer that refuses it."""
+    """The request in ``raw``, or the answer that refuses it. A refused ``update-sandbox``
+    request is answered with ``cri`` too (``InvalidArgument``): a shim must always have a
+    gRPC status to return for ``UpdatePodSandboxResources``."""
     try:
         return SandboxRequest.from_json(raw)
     except KataMemError as exc:
-        return refused(exc)
+        return replace(refused(exc), cri=_asks_update_sandbox(raw))
+
+
+def _asks_update_sandbox(raw: bytes) -> bool:
+    """Whether a request that did not parse asked for ``update-sandbox``: read leniently,
+    since it was refused; text that is not a JSON object names no event."""
+    try:
+        doc = json.loads(raw)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(doc, dict) and doc.get("event") == "update-sandbox"
 
 
 def answer(

@@ -144,3 +144,25 @@ def test_update_sandbox_whose_vm_is_gone_is_unavailable() -> None:
     assert code == doc["error"]["exit_code"] == 6
     assert doc["cri"]["code"] == "Unavailable"
     assert doc["cri"]["message"] == f"kata-mem: {doc['error']['message']}"
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"overhead": {"memory_limit_bytes": -1}}, "request overhead.memory_limit_bytes"),
+        ({"sandbox_resources": {"memory_limit_bytes": 1, "swap": 2}}, "request sandbox_resources"),
+        ({"sandbox_resources": "1Gi"}, "request sandbox_resources"),
+    ],
+)
+def test_an_update_sandbox_refused_while_parsing_carries_a_grpc_status(
+    change: dict[str, Any], field: str
+) -> None:
+    """docs/guide/shim.md: every answer to an update-sandbox request carries ``cri``, a
+    request refused while it is parsed included (issue 24): a shim always has a code."""
+    code, doc = run(json.dumps({**sandbox_update(1024), **change}).encode())
+    assert code == doc["error"]["exit_code"] == 4
+    assert doc["error"]["message"].startswith(field)
+    assert (doc["cri"]["code"], doc["cri"]["grpc_code"]) == ("InvalidArgument", 3)
+    assert doc["cri"]["message"] == f"kata-mem: {doc['error']['message']}"
+    # A request that is not JSON names no event: nothing to answer a gRPC call with.
+    assert "cri" not in run(b'{"event": "update-sandbox"')[1]
