@@ -584,7 +584,10 @@ def read_oci(
     if cpus is not None and not isinstance(cpus, str):
         raise spec_fields.fail("linux.resources.cpu.cpus", "a string", cpus)
     cpuset = cpuset_size(cpus or "", spec_fields.name("linux.resources.cpu.cpus"))
-    name = annotations.get(ANN_CONTAINER_NAME) or path.parent.name or path.name
+    # A bundle's spec is its folder's config.json, so the folder names the container; any
+    # other file is a container of its own (two specs of one folder are two containers).
+    bundle = path.name == "config.json" and path.parent.name
+    name = annotations.get(ANN_CONTAINER_NAME) or bundle or str(path)
     return (
         Container(
             name, max(limit, 0), hugepages, cpu, "app", "running", str(path), cpuset_cpus=cpuset
