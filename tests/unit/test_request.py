@@ -215,18 +215,17 @@ def test_hugepage_limits_per_size_bound_each_size_on_its_own(tmp_path: Path) -> 
     from kata_mem.core.planner import demand
 
     base = {"schema": "kata-mem/shim-request/v1", "sandbox_id": "sb", "event": "update"}
-    doc = {
-        **base,
-        "containers": [
-            {
-                "id": "a",
-                "memory_limit_bytes": GiB,
-                "hugepage_limits": [
-                    {"page_size_bytes": 2 * MiB, "limit_bytes": 50 * MiB},
-                    {"page_size_bytes": GiB, "limit_bytes": 2 * GiB},
-                ],
-            }
+    container: dict[str, Any] = {
+        "id": "a",
+        "memory_limit_bytes": GiB,
+        "hugepage_limits": [
+            {"page_size_bytes": 2 * MiB, "limit_bytes": 50 * MiB},
+            {"page_size_bytes": GiB, "limit_bytes": 2 * GiB},
         ],
+    }
+    doc: dict[str, Any] = {
+        **base,
+        "containers": [container],
         "pod_resources": {
             "hugepage_limits": [{"page_size_bytes": 2 * MiB, "limit_bytes": 100 * MiB}]
         },
@@ -240,7 +239,7 @@ def test_hugepage_limits_per_size_bound_each_size_on_its_own(tmp_path: Path) -> 
     written = request.to_json()
     REQUEST_SCHEMA.validate(written)
     assert SandboxRequest.from_json(json.dumps(written).encode()) == request
-    doc["containers"][0]["hugepages_limit_bytes"] = GiB  # not their sum
+    container["hugepages_limit_bytes"] = GiB  # not their sum
     with pytest.raises(InputError) as caught:
         SandboxRequest.from_json(json.dumps(doc).encode())
     assert caught.value.message.startswith(
