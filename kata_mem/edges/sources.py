@@ -173,7 +173,8 @@ def _resource_list(items: Any, where: str, at: str, arch: Arch) -> _Resources:
             if size in out:
                 raise InputError(
                     f"{field}: names the page size of {at}.{_name(size)} again; expected "
-                    "each page size once, as Kubernetes keys resources by their canonical name"
+                    "each page size once (the kubelet keeps one limit per page size, "
+                    "HugePageLimits, so two names of one size are not two limits)"
                 )
             out[size] = Fraction(_yaml_quantity_bytes(value, field))
     return out
