@@ -552,6 +552,7 @@ def read_oci(
         mapping(resources, "memory", "linux.resources"), "limit", "linux.resources.memory"
     )
     hugepages = 0
+    by_size: list[tuple[int, int]] = []
     pages = resources.get("hugepageLimits") or []
     if not isinstance(pages, list):
         raise spec_fields.fail("linux.resources.hugepageLimits", "a list", pages)
@@ -576,7 +577,9 @@ def read_oci(
                 "each page size once"
             )
         sizes[size] = at
-        hugepages += max(integer(page, "limit", at), 0)
+        limit_of_size = min(max(integer(page, "limit", at), 0), INT64_MAX)
+        hugepages += limit_of_size
+        by_size.append((HUGEPAGE_SIZES[arch][names.index(size)], limit_of_size))
     cpu_obj = mapping(resources, "cpu", "linux.resources")
     quota = integer(cpu_obj, "quota", "linux.resources.cpu")
     period = integer(cpu_obj, "period", "linux.resources.cpu")
@@ -591,7 +594,15 @@ def read_oci(
     name = annotations.get(ANN_CONTAINER_NAME) or bundle or str(path)
     return (
         Container(
-            name, max(limit, 0), hugepages, cpu, "app", "running", str(path), cpuset_cpus=cpuset
+            name,
+            max(limit, 0),
+            min(hugepages, INT64_MAX),
+            cpu,
+            "app",
+            "running",
+            str(path),
+            cpuset_cpus=cpuset,
+            hugepage_limits=tuple(sorted(by_size)),
         ),
         None,
         None,
