@@ -121,7 +121,7 @@ def test_two_specs_of_one_folder_are_two_containers(run_cli: Run, tmp_path: Path
     assert json.loads(r.out)["memory"]["requested_mib"] == 2048 + 512
     again = run_cli("preview", "--config", str(write_config(tmp_path / "c.toml")), *HOST_ARGS,
                     "--oci", str(tmp_path / "a.json"), "--oci", str(tmp_path / "a.json"))  # fmt: skip
-    _error(again, 4, f'container id "{tmp_path / "a.json"}" is also that of')
+    _error(again, 4, f"{tmp_path / 'a.json'}: container id", "expected each container once")
 
 
 @pytest.mark.parametrize(
