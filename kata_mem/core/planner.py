@@ -380,8 +380,11 @@ def _pod_hugepages(
     ``HugePageLimits``), and the API server fills a size the pod does not name from its
     containers' total (pkg/apis/core/v1/defaults.go ``defaultHugePagePodLimits``), so a
     limit on 2 MiB pages never bounds 1 GiB pages. In each set of containers that runs at
-    once, a size is the pod's limit when some container there has none of that size (it
-    may use up to the pod's), else the smaller of the pod's limit and their sum; the
+    once, a size is the pod's limit when some container there has none of that size (the
+    kubelet gives such a container the pod's limit of that size, kubernetes PR #131089,
+    pkg/kubelet/kuberuntime/kuberuntime_container_linux.go
+    ``GetHugepageLimitsFromResources``; before it, a limit of 0), else the smaller of the
+    pod's limit and their sum; the
     workload is the largest set's total (:func:`_bounded`, size by size)."""
     caps = _page_sizes(pod.hugepage_limits, pod.hugepages)
     peak = 0
