@@ -266,6 +266,11 @@ def _pod_level(
     at = "spec.resources"
     given_limits = _resource_list(resources.get("limits"), where, f"{at}.limits", arch)
     given_requests = _resource_list(resources.get("requests"), where, f"{at}.requests", arch)
+    if not given_limits and not given_requests:
+        # Nothing kata-mem reads is set at the pod level (component-helpers
+        # ``IsPodLevelResourcesSet``): read as no pod-level resources, never refused for
+        # the containers' requests it would then be compared with.
+        return PodResources(origin=f"{where}: {at}.limits")
     limits, requests = dict(given_limits), dict(given_requests)
     container_limits = _aggregate(read, lambda r: r.limits)
     container_requests = _aggregate(read, lambda r: r.requests)
