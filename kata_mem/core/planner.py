@@ -384,8 +384,8 @@ def _pod_hugepages(
     kubelet gives such a container the pod's limit of that size, kubernetes PR #131089,
     pkg/kubelet/kuberuntime/kuberuntime_container_linux.go
     ``GetHugepageLimitsFromResources``; before it, a limit of 0), else the smaller of the
-    pod's limit and their sum; the
-    workload is the largest set's total (:func:`_bounded`, size by size)."""
+    pod's limit and their sum; the workload is the largest set's total (:func:`_bounded`,
+    size by size). Sizes a request does not name count as one size (0)."""
     caps = _page_sizes(pod.hugepage_limits, pod.hugepages)
     peak = 0
     source: WorkloadSource = "containers"
