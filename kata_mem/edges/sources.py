@@ -285,7 +285,7 @@ def _pod_level(
                 requests[key] = from_containers[key] = total
         for key, limit in limits.items():
             requests.setdefault(key, limit)
-    if not given_limits and requests:  # defaultPodLimits
+    if not limits and requests:  # defaultPodLimits (none set, defaulted hugepages included)
         for key in ("cpu", "memory"):
             if key in container_limits and all(key in r.limits for r in read):
                 limits[key] = container_limits[key]
