@@ -60,13 +60,22 @@ type Resources struct {
 	CPUPeriod        *int64 `json:"cpu_period,omitempty"`
 }
 
+// HugepageLimit is the limit of one hugepage size (CRI HugepageLimit, in bytes).
+type HugepageLimit struct {
+	PageSizeBytes int64 `json:"page_size_bytes"`
+	LimitBytes    int64 `json:"limit_bytes"`
+}
+
 // PodResources are a pod's pod-level limits, in the containers' units.
 type PodResources struct {
 	// MemoryLimitBytes nil, 0 or negative: none.
 	MemoryLimitBytes    *int64 `json:"memory_limit_bytes,omitempty"`
 	HugepagesLimitBytes *int64 `json:"hugepages_limit_bytes,omitempty"`
-	CPUQuota            *int64 `json:"cpu_quota,omitempty"`
-	CPUPeriod           *int64 `json:"cpu_period,omitempty"`
+	// HugepageLimits is the limit of each page size; HugepagesLimitBytes, when
+	// set too, must be their sum.
+	HugepageLimits []HugepageLimit `json:"hugepage_limits,omitempty"`
+	CPUQuota       *int64          `json:"cpu_quota,omitempty"`
+	CPUPeriod      *int64          `json:"cpu_period,omitempty"`
 }
 
 // Container is one container of the sandbox, as its OCI spec sizes it.
@@ -77,11 +86,12 @@ type Container struct {
 	// Role is "app" (the default), "init" or "sidecar".
 	Role string `json:"role,omitempty"`
 	// MemoryLimitBytes nil, 0 or negative: no limit.
-	MemoryLimitBytes    *int64  `json:"memory_limit_bytes,omitempty"`
-	HugepagesLimitBytes *int64  `json:"hugepages_limit_bytes,omitempty"`
-	CPUQuota            *int64  `json:"cpu_quota,omitempty"`
-	CPUPeriod           *int64  `json:"cpu_period,omitempty"`
-	Cpuset              *string `json:"cpuset,omitempty"`
+	MemoryLimitBytes    *int64          `json:"memory_limit_bytes,omitempty"`
+	HugepagesLimitBytes *int64          `json:"hugepages_limit_bytes,omitempty"`
+	HugepageLimits      []HugepageLimit `json:"hugepage_limits,omitempty"`
+	CPUQuota            *int64          `json:"cpu_quota,omitempty"`
+	CPUPeriod           *int64          `json:"cpu_period,omitempty"`
+	Cpuset              *string         `json:"cpuset,omitempty"`
 }
 
 // Backend is the sandbox's VMM: QMP (Type "qmp", Socket) or libvirt (Type

@@ -139,7 +139,11 @@ def check_socket(
         raise BackendUnavailable(f"QMP socket {path}: is a {kind}, not a unix socket")
     other = None if expect is None else expect.other_socket(st.st_dev, st.st_ino, st.st_uid)
     if other is not None:
-        raise BackendUnavailable(f"QMP socket {path}: {other}; {_NOT_ASKED}", gone=True)
+        raise BackendUnavailable(
+            f"QMP socket {path}: {other}; {_NOT_ASKED}",
+            gone=True,
+            other_vmm=f"the socket file there is inode {st.st_ino}, owner uid {st.st_uid}",
+        )
     if unpinned and expect is None:
         if not _trusted(st.st_uid):
             raise BackendUnavailable(
@@ -180,7 +184,11 @@ def _identify(
     uid, pid = peer_credentials(sock)
     other = None if expect is None else expect.other_peer(uid, pid)
     if other is not None:
-        raise BackendUnavailable(f"QMP socket {path}: {other}; {_NOT_ASKED}", gone=True)
+        raise BackendUnavailable(
+            f"QMP socket {path}: {other}; {_NOT_ASKED}",
+            gone=True,
+            other_vmm=f"the process listening there is uid {uid}, pid {pid}",
+        )
     if unpinned and expect is None and not _trusted(uid):
         raise BackendUnavailable(
             f"QMP socket {path}: the process listening on it (pid {pid}) runs as {who(uid)}; "

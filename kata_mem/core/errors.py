@@ -24,6 +24,8 @@ reconciles it from the hypervisor.
 
 from __future__ import annotations
 
+from typing import Optional
+
 
 class KataMemError(Exception):
     """Root of every error kata-mem raises on purpose."""
@@ -65,14 +67,18 @@ class BackendUnavailable(KataMemError):
     ``gone`` is True when the VM itself no longer exists (its socket is missing
     or refuses connections, or libvirt has no such domain), as opposed to a
     daemon that is down for now; ``kata-mem reconcile`` cleans up after the former.
+    ``other_vmm`` says what differs when the endpoint leads to another VMM than the
+    ``backend.vmm`` it names: from a saved request, its VM is gone; given by a shim, the
+    shim's field is wrong (:func:`kata_mem.interfaces.protocol.answer`).
     """
 
     exit_code = 6
     kind = "backend-unavailable"
 
-    def __init__(self, message: str, gone: bool = False) -> None:
+    def __init__(self, message: str, gone: bool = False, other_vmm: Optional[str] = None) -> None:
         super().__init__(message)
         self.gone = gone
+        self.other_vmm = other_vmm
 
 
 class BackendError(KataMemError):

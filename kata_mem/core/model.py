@@ -255,7 +255,10 @@ class Container:
     ``memory_limit`` <= 0 means no limit (adds nothing, as in Kata). ``cpu`` is
     CFS quota/period; ``cpuset_cpus`` the number of CPUs in its cpuset
     (``linux.resources.cpu.cpus``), which counts only when no container of the
-    sandbox has a quota (Kata ``calculateSandboxCPUs``).
+    sandbox has a quota (Kata ``calculateSandboxCPUs``). ``hugepages_limit`` is the
+    sum over the page sizes; ``hugepage_limits`` the limit of each page size as
+    (page size, bytes) pairs, when the input names the sizes (empty: unknown), since
+    Kubernetes bounds each size on its own (:class:`PodResources`).
     """
 
     name: str
@@ -266,6 +269,7 @@ class Container:
     state: State = "running"
     origin: str = ""
     cpuset_cpus: int = 0
+    hugepage_limits: tuple[tuple[int, int], ...] = ()
 
 
 #: Where a part of the workload came from: the containers' own limits, the pod-level
@@ -279,12 +283,17 @@ WorkloadSource = Literal["containers", "pod_resources", "cri_annotations"]
 class PodResources:
     """A pod's pod-level limits (KEP-2837, ``spec.resources.limits``): memory and
     hugepages in bytes (hugepages summed over the page sizes), CPUs as quota/period;
-    ``None`` where the pod sets none. ``origin`` names the input."""
+    ``None`` where the pod sets none. ``hugepage_limits`` is the limit of each page
+    size as (page size, bytes) pairs when the input names the sizes (empty: unknown):
+    the kubelet limits each size on its own (pkg/kubelet/cm/helpers_linux.go
+    ``HugePageLimits``), so one size's limit never bounds another's. ``origin`` names
+    the input."""
 
     memory: Optional[int] = None
     cpu: Optional[Fraction] = None
     hugepages: Optional[int] = None
     origin: str = ""
+    hugepage_limits: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True)

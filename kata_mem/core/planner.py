@@ -34,6 +34,7 @@ from kata_mem.core.model import (
     Note,
     NoteCode,
     Plan,
+    PodResources,
     SizingConfig,
     Step,
     VcpuCause,
@@ -325,10 +326,11 @@ def _bounded(pod: Optional[T], peak: T, unlimited: bool, live: bool) -> tuple[T,
     """One resource under a pod-level limit (KEP-2837): the limit bounds the whole pod,
     and a container without a limit of its own may use up to it. So the workload is
     the pod-level limit when some container has no limit, else the smaller of it and
-    the containers' peak. Kubernetes decides it so for the pod cgroup
-    (pkg/kubelet/cm/helpers_linux.go ``ResourceConfigForPod``: a limit is enforced
-    when the pod sets it, or when every container declares one; component-helpers
-    resource/helpers.go ``PodLimits``: the pod-level value replaces the aggregate). A
+    the containers' peak. The smaller figure is kata-mem's choice: the kubelet's pod
+    cgroup is the pod-level limit whenever one is set (pkg/kubelet/cm/helpers_linux.go
+    ``ResourceConfigForPod``; component-helpers resource/helpers.go ``PodLimits``: the
+    pod-level value replaces the aggregate), but a VM needs only what its containers
+    can use, and the cgroup at the full limit still has room for it. A
     sandbox without (live) containers needs nothing of its own yet: it grows as
     they come, never booted to the limit only to shrink."""
     if pod is None:
@@ -342,6 +344,67 @@ def _bounded(pod: Optional[T], peak: T, unlimited: bool, live: bool) -> tuple[T,
 
 def _no_cpu(c: Container) -> Fraction:
     return Fraction(0)
+
+
+def _page_sizes(pairs: tuple[tuple[int, int], ...], total: Optional[int]) -> dict[int, int]:
+    """Hugepage limits by page size; 0 stands for "sizes not named" (a request's sum)."""
+    if pairs:
+        return {size: limit for size, limit in pairs if limit > 0}
+    return {0: total} if total else {}
+
+
+def _phases(containers: tuple[Container, ...]) -> list[list[Container]]:
+    """The sets of containers that run at once, as :func:`_peaks` counts them: each init
+    container with the sidecars declared before it, then the app containers with every
+    sidecar (component-helpers resource/helpers.go ``aggregateContainerResourcesByFn``)."""
+    sidecars: list[Container] = []
+    phases: list[list[Container]] = []
+    apps: list[Container] = []
+    for c in containers:
+        if c.state == "stopped":
+            continue
+        if c.role == "init":
+            phases.append([*sidecars, c])
+        elif c.role == "sidecar":
+            sidecars.append(c)
+        else:
+            apps.append(c)
+    phases.append([*apps, *sidecars])
+    return [phase for phase in phases if phase]
+
+
+def _pod_hugepages(
+    pod: PodResources, containers: tuple[Container, ...]
+) -> tuple[int, WorkloadSource]:
+    """Hugepages under pod-level limits, each page size on its own: the kubelet writes one
+    hugetlb limit per size for the pod cgroup (pkg/kubelet/cm/helpers_linux.go
+    ``HugePageLimits``), and the API server fills a size the pod does not name from its
+    containers' total (pkg/apis/core/v1/defaults.go ``defaultHugePagePodLimits``), so a
+    limit on 2 MiB pages never bounds 1 GiB pages. In each set of containers that runs at
+    once, a size is the pod's limit when some container there has none of that size (the
+    kubelet gives such a container the pod's limit of that size, kubernetes PR #131089,
+    pkg/kubelet/kuberuntime/kuberuntime_container_linux.go
+    ``GetHugepageLimitsFromResources``; before it, a limit of 0), else the smaller of the
+    pod's limit and their sum; the workload is the largest set's total (:func:`_bounded`,
+    size by size). Sizes a request does not name count as one size (0)."""
+    caps = _page_sizes(pod.hugepage_limits, pod.hugepages)
+    peak = 0
+    source: WorkloadSource = "containers"
+    for phase in _phases(containers):
+        limits = [_page_sizes(c.hugepage_limits, c.hugepages_limit) for c in phase]
+        total, by_pod = 0, False
+        for size in sorted(set(caps).union(*limits)):
+            used, src = _bounded(
+                caps.get(size),
+                sum(limit.get(size, 0) for limit in limits),
+                any(size not in limit for limit in limits),
+                True,
+            )
+            total += used
+            by_pod = by_pod or src == "pod_resources"
+        if total > peak or (total == peak and by_pod):
+            peak, source = total, "pod_resources" if by_pod else "containers"
+    return peak, source
 
 
 def demand(cfg: SizingConfig, request: Workload) -> tuple[Demand, list[Note]]:
@@ -383,14 +446,13 @@ def demand(cfg: SizingConfig, request: Workload) -> tuple[Demand, list[Note]]:
     no_memory = any(c.memory_limit <= 0 for c in live)
     no_cpu = any(c.cpu <= 0 for c in live)
     if pod is not None:
-        if pod.memory is not None or pod.hugepages is not None:
+        huge = 0
+        by_huge: WorkloadSource = "containers"
+        if pod.memory is not None or pod.hugepages is not None or pod.hugepage_limits:
             # Bounded one by one, so each its own peak.
             memory = _peaks(request.containers, _no_cpu, lambda c: c.memory_limit)[0]
-            hugepages = _peaks(request.containers, _no_cpu, lambda c: c.hugepages_limit)[0]
+            huge, by_huge = _pod_hugepages(pod, request.containers)
         mem, by_mem = _bounded(pod.memory, memory, no_memory, bool(live))
-        huge, by_huge = _bounded(
-            pod.hugepages, hugepages, any(c.hugepages_limit <= 0 for c in live), bool(live)
-        )
         cpus, by_cpu = _bounded(pod.cpu, cpu, no_cpu, bool(live))
         return Demand(mem, huge, cpus, by_mem, by_huge, by_cpu, pod.origin), notes
     if sizing is None:

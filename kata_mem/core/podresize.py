@@ -3,8 +3,8 @@
 Since kubernetes PR #137555 the kubelet calls ``UpdatePodSandboxResources`` *before* it
 writes the pod cgroup, takes an error as "resize rejected" (the resize stays in
 progress and a later sync retries it), and sends the old resources again when the cgroup
-write fails (pkg/kubelet/kuberuntime/kuberuntime_container.go, ``doPodResizeAction`` and
-``updatePodSandboxResources``). Only ``Unimplemented``, or ``Unknown`` with "not
+write fails (pkg/kubelet/kuberuntime/kuberuntime_manager.go ``doPodResizeAction``;
+kuberuntime_container.go ``updatePodSandboxResources``). Only ``Unimplemented``, or ``Unknown`` with "not
 implemented" in the message (containerd 2.2), lets it go on regardless: kata-mem never
 answers either.
 

@@ -87,13 +87,20 @@ _TOP = (
     "sandbox_resources",
     "overhead",
 )
-_POD_RESOURCES = ("memory_limit_bytes", "hugepages_limit_bytes", "cpu_quota", "cpu_period")
+_POD_RESOURCES = (
+    "memory_limit_bytes",
+    "hugepages_limit_bytes",
+    "hugepage_limits",
+    "cpu_quota",
+    "cpu_period",
+)
 _CONTAINER = (
     "id",
     "state",
     "role",
     "memory_limit_bytes",
     "hugepages_limit_bytes",
+    "hugepage_limits",
     "cpu_quota",
     "cpu_period",
     "cpuset",
@@ -621,6 +628,48 @@ def _absolute(value: Optional[str], at: str, what: str) -> Optional[str]:
     return value
 
 
+def _hugepage_limits_json(pairs: tuple[tuple[int, int], ...]) -> dict[str, Any]:
+    if not pairs:
+        return {}
+    return {"hugepage_limits": [{"page_size_bytes": size, "limit_bytes": n} for size, n in pairs]}
+
+
+def _hugepage_limits(
+    item: dict[str, Any], at: str, total: int
+) -> tuple[tuple[tuple[int, int], ...], int]:
+    """An object's ``hugepage_limits`` (the limit of each page size, as the CRI's
+    ``HugepageLimit`` list has them) and the hugepage total: their sum, which
+    ``hugepages_limit_bytes``, when given too, must be.
+
+    :raises InputError: not a list of objects, a page size that is no hugepage size of
+        any architecture, a size given twice, or a total that is not the sum.
+    """
+    items = item.get("hugepage_limits")
+    if items is None:
+        return (), total
+    where = path(at, "hugepage_limits")
+    if not isinstance(items, list):
+        raise _REQUEST.fail(where, "null or a list of {page_size_bytes, limit_bytes}", items)
+    pairs: dict[int, int] = {}
+    for i, given in enumerate(items):
+        one = path(where, i)
+        entry = _REQUEST.object(given, one)
+        _REQUEST.only(entry, ("page_size_bytes", "limit_bytes"), one)
+        size = _REQUEST.required_integer(entry, "page_size_bytes", one, minimum=1)
+        check_hugepages(0, size, _REQUEST.name(path(one, "page_size_bytes")))
+        if size in pairs:
+            raise _REQUEST.fail(path(one, "page_size_bytes"), "each page size once", size)
+        pairs[size] = _REQUEST.required_integer(entry, "limit_bytes", one, minimum=0)
+    summed = min(sum(pairs.values()), INT64_MAX)
+    if item.get("hugepages_limit_bytes") is not None and total != summed:
+        raise _REQUEST.fail(
+            path(at, "hugepages_limit_bytes"),
+            f"the sum of hugepage_limits ({summed}) or null",
+            total,
+        )
+    return tuple(sorted(pairs.items())), summed
+
+
 def pod_resources_json(pod: PodResources) -> dict[str, Any]:
     """A request's ``pod_resources``: the limits the pod sets, in the container fields' units."""
     doc: dict[str, Any] = {}
@@ -628,6 +677,7 @@ def pod_resources_json(pod: PodResources) -> dict[str, Any]:
         doc["memory_limit_bytes"] = pod.memory
     if pod.hugepages is not None:
         doc["hugepages_limit_bytes"] = pod.hugepages
+    doc.update(_hugepage_limits_json(pod.hugepage_limits))
     if pod.cpu is not None:
         doc["cpu_quota"], doc["cpu_period"] = pod.cpu.numerator, pod.cpu.denominator
     return doc
@@ -644,6 +694,7 @@ def _pod_resources(doc: dict[str, Any]) -> Optional[PodResources]:
     _REQUEST.only(item, _POD_RESOURCES, at)
     memory = _REQUEST.integer(item, "memory_limit_bytes", at) or 0
     hugepages = _REQUEST.integer(item, "hugepages_limit_bytes", at, minimum=0) or 0
+    sizes, hugepages = _hugepage_limits(item, at, hugepages)
     quota = _REQUEST.integer(item, "cpu_quota", at) or 0
     period = _REQUEST.integer(item, "cpu_period", at, minimum=0) or 0
     return PodResources(
@@ -651,6 +702,7 @@ def _pod_resources(doc: dict[str, Any]) -> Optional[PodResources]:
         Fraction(quota, period) if quota > 0 and period > 0 else None,
         hugepages if hugepages > 0 else None,
         "request pod_resources",
+        sizes,
     )
 
 
@@ -661,6 +713,7 @@ def _container_json(c: Container) -> dict[str, Any]:
         "role": c.role,
         "memory_limit_bytes": c.memory_limit,
         "hugepages_limit_bytes": c.hugepages_limit,
+        **_hugepage_limits_json(c.hugepage_limits),
         "cpu_quota": c.cpu.numerator,
         "cpu_period": c.cpu.denominator,
         # Only the size of a cpuset counts, so any set of that size reproduces it.
@@ -676,6 +729,7 @@ def _container(item: Any, at: str) -> Container:
     role = _REQUEST.choice(item, "role", ROLES, at, "app")
     limit = _REQUEST.integer(item, "memory_limit_bytes", at) or 0
     hugepages = _REQUEST.integer(item, "hugepages_limit_bytes", at, minimum=0) or 0
+    sizes, hugepages = _hugepage_limits(item, at, hugepages)
     quota = _REQUEST.integer(item, "cpu_quota", at) or 0
     period = _REQUEST.integer(item, "cpu_period", at, minimum=0) or 0
     cpu = Fraction(quota, period) if quota > 0 and period > 0 else Fraction(0)
@@ -685,7 +739,9 @@ def _container(item: Any, at: str) -> Container:
         if not isinstance(cpuset, str):
             raise _REQUEST.fail(path(at, "cpuset"), 'null or a CPU list such as "0-3,7"', cpuset)
         cpus = cpuset_size(cpuset, _REQUEST.name(path(at, "cpuset")))
-    return Container(name, max(limit, 0), hugepages, cpu, role, state, _REQUEST.name(at), cpus)
+    return Container(
+        name, max(limit, 0), hugepages, cpu, role, state, _REQUEST.name(at), cpus, sizes
+    )
 
 
 def unique_containers(containers: tuple[Container, ...]) -> tuple[Container, ...]:

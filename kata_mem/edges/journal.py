@@ -39,9 +39,9 @@ from kata_mem.edges.statedir import (
     SANDBOX_DIR_SCHEMA,
     SANDBOX_MARKER,
     TEMP,
-    WHAT_TO_DO,
     SandboxDir,
     atomic_write,
+    cannot_write,
     ensure_state_dir,
     listdir,
     node_lock,
@@ -107,14 +107,22 @@ class SandboxState:
             try:
                 self.dir.mkdir(mode=0o700)
             except OSError as exc:
-                raise ConfigError(
-                    f"state_dir {self.root}: cannot write the sandbox state ({exc.strerror or exc}); "
-                    f"nothing was changed. {WHAT_TO_DO}"
+                raise cannot_write(
+                    self.root, "the sandbox state", exc, "nothing was changed"
                 ) from exc
             with contextlib.suppress(OSError):
                 os.chmod(self.dir, 0o700)
         doc = {"schema": SANDBOX_DIR_SCHEMA, "sandbox": self.sandbox}
-        atomic_write(self.dir, self.dir / SANDBOX_MARKER, json.dumps(doc).encode(), self.root)
+        try:
+            atomic_write(self.dir, self.dir / SANDBOX_MARKER, json.dumps(doc).encode(), self.root)
+        except ConfigError:
+            if found == "absent":
+                # Made just now and still empty (atomic_write removed its temporary file):
+                # left, it would be an unmarked directory no later call could tell from
+                # another tool's, reported as "not created by kata-mem" for good.
+                with contextlib.suppress(OSError):
+                    self.dir.rmdir()
+            raise
 
     def _probe(self) -> None:
         """Fail before anything is changed when the sandbox directory is not writable."""
@@ -125,10 +133,7 @@ class SandboxState:
             os.close(os.open(probe, CREATE, 0o600))
             probe.unlink()
         except OSError as exc:
-            raise ConfigError(
-                f"state_dir {self.root}: cannot write the sandbox state ({exc.strerror or exc}); "
-                f"nothing was changed. {WHAT_TO_DO}"
-            ) from exc
+            raise cannot_write(self.root, "the sandbox state", exc, "nothing was changed") from exc
 
     def _open_lock(self) -> int:
         """The sandbox's lock file, opened (made when missing).
@@ -144,10 +149,7 @@ class SandboxState:
                 0o600,
             )
         except OSError as exc:
-            raise ConfigError(
-                f"state_dir {self.root}: cannot write the sandbox state "
-                f"({exc.strerror or exc}); nothing was changed. {WHAT_TO_DO}"
-            ) from exc
+            raise cannot_write(self.root, "the sandbox state", exc, "nothing was changed") from exc
         info = os.fstat(fd)
         if others_could_write(info) or not stat.S_ISREG(info.st_mode):
             os.close(fd)

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Union
 
 from kata_mem.core.errors import InputError, QuantityError
 from kata_mem.core.fields import Fields, KeyOnce, python_value, spelled_float
@@ -30,7 +31,7 @@ from kata_mem.core.request import (
     sandbox_sizing,
     unique_containers,
 )
-from kata_mem.core.units import INT64_MAX, fmt_bytes
+from kata_mem.core.units import INT64_MAX
 from kata_mem.edges.files import MANIFEST_CAP, read_capped_text
 
 ANN_CONTAINER_TYPE = ("io.kubernetes.cri.container-type", "io.kubernetes.cri-o.ContainerType")
@@ -55,9 +56,12 @@ def load_pod(path: Path, arch: Arch) -> Workload:
     overhead the admission controller filled in), when set. ``arch`` is the host's: it
     says which ``hugepages-<size>`` limits exist.
 
+    The resources are defaulted and checked as the API server does before it stores the
+    Pod (:func:`_pod_level`), so a Pod it refuses is refused here and never sized.
+
     :raises InputError: unreadable file, invalid YAML/JSON, a key given twice, no Pod,
-        no containers, two containers of one name, or a bad resource value (named by
-        its field path).
+        no containers, two containers of one name, a bad resource value (named by its
+        field path), or resources the API server refuses.
     """
     from kata_mem.core.manifest import load_documents
 
@@ -66,11 +70,10 @@ def load_pod(path: Path, arch: Arch) -> Workload:
     if len(pods) != 1:
         found = f"{len(pods)} Pods" if pods else "no document with kind: Pod"
         raise InputError(f"{path}: expected one Pod manifest (kind: Pod), found {found}")
-    containers = pod_containers(pods[0], str(path), arch)
+    read = _pod_containers(pods[0], str(path), arch)
+    containers = tuple(c.container for c in read)
     spec = pods[0]["spec"]
-    pod = _pod_resources(spec, str(path), arch)
-    if pod is not None:
-        _within_pod_limits(containers, pod)
+    pod = _pod_level(spec, read, str(path), arch)
     hypervisor = _pod_annotations(pods[0], str(path))
     shown = f"{path}: metadata.annotations" if hypervisor else ""
     overhead = spec.get("overhead")
@@ -108,50 +111,226 @@ def _pod_annotations(pod: dict[str, Any], where: str) -> tuple[tuple[str, str], 
     return hypervisor_annotations({str(k): v for k, v in annotations.items()})
 
 
-def _pod_resources(spec: dict[str, Any], where: str, arch: Arch) -> Optional[PodResources]:
-    """The Pod's pod-level limits (KEP-2837 ``spec.resources.limits``): cpu, memory and
-    ``hugepages-<size>``, the resources Kubernetes supports there
-    (component-helpers resource/helpers.go ``IsSupportedPodLevelResource``); its requests
-    do not size a VM, and other resources there are not pod-level ones."""
+# --- Kubernetes' defaulting and validation of a Pod's resources ----------------------
+#
+# The API server defaults a Pod before it validates and stores it (pkg/apis/core/v1/
+# defaults.go ``SetDefaults_Pod``), so kata-mem checks the defaulted resources. Only the
+# resources kata-mem sizes from are read: cpu, memory and hugepages-<size> (a
+# hugepage resource is keyed by its page size in bytes). Each rule is a row of
+# tests/fixtures/pod-cases, citing the upstream function.
+
+#: A resource kata-mem reads: "cpu", "memory", or a hugepage size in bytes.
+_Key = Union[str, int]
+_Resources = dict[_Key, Fraction]
+
+
+@dataclass(frozen=True)
+class _Read:
+    """A container of a Pod manifest with its resources as the API server defaults them
+    (a request it does not set is its limit) and where it is in the manifest."""
+
+    container: Container
+    at: str
+    limits: _Resources
+    requests: _Resources
+
+
+def _name(key: _Key) -> str:
+    """The Kubernetes resource name of ``key``: cpu, memory, hugepages-2Mi."""
+    from kata_mem.core.quantity import format_quantity
+
+    return key if isinstance(key, str) else f"hugepages-{format_quantity(Fraction(key))}"
+
+
+def _q(value: Fraction) -> str:
+    """A quantity as a manifest would write it: 1280Mi, 2, 500m."""
+    from kata_mem.core.quantity import format_quantity
+
+    if value.denominator != 1 and (value * 1000).denominator == 1:
+        return f"{value * 1000}m"
+    return format_quantity(value)
+
+
+def _resource_list(items: Any, where: str, at: str, arch: Arch) -> _Resources:
+    """The cpu, memory and hugepages of a ``limits`` or ``requests`` mapping."""
+    if items is None:
+        return {}
+    if not isinstance(items, dict):
+        raise InputError(f"{where}: {at}: expected a mapping")
+    out: _Resources = {}
+    for key, value in items.items():
+        field = f"{where}: {at}.{key}"
+        if key in ("memory", "cpu"):
+            amount = _yaml_quantity(value, field)
+            if amount < 0:
+                what = "a size" if key == "memory" else "CPUs"
+                raise InputError(
+                    f"{field}: {_shown(value)} is negative; expected {what} of 0 or more"
+                )
+            out[key] = amount
+        elif isinstance(key, str) and key.startswith("hugepages-"):
+            size = _hugepage_resource(key, field, arch)
+            if size in out:
+                raise InputError(
+                    f"{field}: names the page size of {at}.{_name(size)} again; expected "
+                    "each page size once (the kubelet keeps one limit per page size, "
+                    "HugePageLimits, so two names of one size are not two limits)"
+                )
+            out[size] = Fraction(_yaml_quantity_bytes(value, field))
+    return out
+
+
+def _aggregate(read: list[_Read], of: Callable[[_Read], _Resources]) -> _Resources:
+    """The containers' effective total of each resource: the larger of the app
+    containers with every sidecar and each init container with the sidecars declared
+    before it (component-helpers resource/helpers.go ``aggregateContainerResourcesByFn``)."""
+    total: _Resources = {}
+    sidecars: _Resources = {}
+    inits: _Resources = {}
+    for r in read:
+        res = of(r)
+        if r.container.role == "init":
+            for key in set(res) | set(sidecars):
+                inits[key] = max(
+                    inits.get(key, Fraction(0)),
+                    res.get(key, Fraction(0)) + sidecars.get(key, Fraction(0)),
+                )
+            continue
+        for key, value in res.items():
+            total[key] = total.get(key, Fraction(0)) + value
+            if r.container.role == "sidecar":
+                sidecars[key] = sidecars.get(key, Fraction(0)) + value
+    for key, value in inits.items():
+        total[key] = max(total.get(key, Fraction(0)), value)
+    return total
+
+
+def _check_requests(
+    requests: _Resources, limits: _Resources, where: str, at: str, defaulted: str
+) -> None:
+    """pkg/apis/core/validation/validation.go ``ValidateResourceRequirements`` (and
+    ``validatePodResourceRequirements`` at the pod level): a request at most its limit,
+    and for hugepages, which cannot be overcommitted, equal to it; a hugepage request
+    needs a limit."""
+    for key, request in requests.items():
+        field = f"{where}: {at}.requests.{_name(key)}"
+        limit = limits.get(key)
+        if limit is None:
+            if isinstance(key, int):
+                raise InputError(
+                    f"{field}: {_q(request)} without {at}.limits.{_name(key)}; expected a "
+                    "hugepage limit wherever a hugepage request is set, as Kubernetes "
+                    "requires of resources that cannot be overcommitted"
+                )
+            continue
+        if isinstance(key, int) and request != limit:
+            raise InputError(
+                f"{field}: {_q(request)}{defaulted} differs from {at}.limits.{_name(key)} "
+                f"{_q(limit)}; expected a hugepage request equal to its limit, as Kubernetes "
+                "requires of resources that cannot be overcommitted"
+            )
+        if request > limit:
+            raise InputError(
+                f"{field}: {_q(request)}{defaulted} is above {at}.limits.{_name(key)} "
+                f"{_q(limit)}; expected a request of at most the limit, as Kubernetes requires"
+            )
+
+
+def _pod_level(
+    spec: dict[str, Any], read: list[_Read], where: str, arch: Arch
+) -> Optional[PodResources]:
+    """The Pod's pod-level limits (KEP-2837 ``spec.resources``), defaulted and checked
+    against its containers as the API server does, or None when it sets none.
+
+    Defaulting (pkg/apis/core/v1/defaults.go, in ``SetDefaults_Pod``'s order):
+    ``defaultHugePagePodLimits`` fills a hugepage size the pod names neither a limit nor
+    a request of from the containers' total limit of that size;
+    ``defaultPodRequests`` fills the pod's cpu and memory requests from the
+    containers' total requests, then any other request from the pod's limit;
+    ``defaultPodLimits`` fills, for a pod with requests and no limits, the cpu and
+    memory limits of resources every container limits. Validation
+    (pkg/apis/core/validation/validation.go ``validatePodResources``): the pod's
+    requests within its limits (hugepages equal), the pod's requests at least the
+    containers' total requests, and each app container's limit at most the pod's
+    (``validatePodResourceConsistency``: init containers and sidecars are not bounded
+    there, only through their requests).
+
+    The limits returned are the pod's with the hugepage sizes filled in: the kubelet
+    limits the pod cgroup to them (pkg/kubelet/cm/helpers_linux.go
+    ``ResourceConfigForPod``, ``HugePageLimits``)."""
     resources = spec.get("resources")
     if resources is None:
         return None
     if not isinstance(resources, dict):
         raise InputError(f"{where}: spec.resources: expected a mapping")
-    limits = resources.get("limits") or {}
-    if not isinstance(limits, dict):
-        raise InputError(f"{where}: spec.resources.limits: expected a mapping")
-    got = _limits(limits, where, "spec.resources", arch)
-    memory, hugepages, cpu, seen = got
-    _requests_within_limits(resources, limits, where, "spec.resources")
+    at = "spec.resources"
+    given_limits = _resource_list(resources.get("limits"), where, f"{at}.limits", arch)
+    given_requests = _resource_list(resources.get("requests"), where, f"{at}.requests", arch)
+    if not given_limits and not given_requests:
+        # Nothing kata-mem reads is set at the pod level (component-helpers
+        # ``IsPodLevelResourcesSet``): read as no pod-level resources, never refused for
+        # the containers' requests it would then be compared with.
+        return PodResources(origin=f"{where}: {at}.limits")
+    limits, requests = dict(given_limits), dict(given_requests)
+    container_limits = _aggregate(read, lambda r: r.limits)
+    container_requests = _aggregate(read, lambda r: r.requests)
+    if limits or requests:  # defaultHugePagePodLimits
+        for key, total in container_limits.items():
+            if isinstance(key, int) and key not in requests and key not in limits:
+                limits[key] = total
+    from_containers: _Resources = {}
+    if limits:  # defaultPodRequests
+        for key, total in container_requests.items():
+            if isinstance(key, str) and key not in requests:
+                requests[key] = from_containers[key] = total
+        for key, limit in limits.items():
+            requests.setdefault(key, limit)
+    if not limits and requests:  # defaultPodLimits (none set, defaulted hugepages included)
+        for key in ("cpu", "memory"):
+            if key in container_limits and all(key in r.limits for r in read):
+                limits[key] = container_limits[key]
+    for r in read:  # validatePodResourceConsistency
+        if r.container.role != "app":
+            continue  # only spec.containers are bounded by the pod's limits
+        for key, limit in r.limits.items():
+            cap = limits.get(key)
+            if cap is not None and limit > cap:
+                raise InputError(
+                    f"{where}: {r.at}.resources.limits.{_name(key)}: {_q(limit)} is above the "
+                    f"pod's {at}.limits.{_name(key)} ({_q(cap)}); expected each app "
+                    "container's limit at most the pod's, as Kubernetes requires"
+                )
+    _check_requests(given_requests, limits, where, at, "")
+    _check_requests(
+        from_containers,
+        limits,
+        where,
+        at,
+        " (not set, so the API server sets it to the containers' total request, a"
+        " container's request being its limit when not set)",
+    )
+    for key, total in container_requests.items():
+        if total > requests.get(key, Fraction(0)):
+            have = requests.get(key)
+            shown = "not set" if have is None else _q(have)
+            raise InputError(
+                f"{where}: {at}.requests.{_name(key)}: {shown} is below the containers' total "
+                f"request of {_q(total)} (a container's request defaults to its limit); "
+                "expected pod-level requests of at least the containers' total, as "
+                "Kubernetes requires"
+            )
+    pages = tuple(sorted((k, int(v)) for k, v in limits.items() if isinstance(k, int) and v > 0))
+    memory, cpu = given_limits.get("memory"), given_limits.get("cpu")
     return PodResources(
-        memory if "memory" in seen and memory > 0 else None,
-        cpu if "cpu" in seen and cpu > 0 else None,
-        hugepages if "hugepages" in seen and hugepages > 0 else None,
-        f"{where}: spec.resources.limits",
+        min(math.ceil(memory), INT64_MAX) if memory else None,
+        cpu if cpu else None,
+        min(sum(v for _, v in pages), INT64_MAX) if pages else None,
+        f"{where}: {at}.limits",
+        pages,
     )
 
 
-def _within_pod_limits(containers: tuple[Container, ...], pod: PodResources) -> None:
-    """Kubernetes refuses a container limit above the pod-level one (KEP-2837;
-    pkg/apis/core/validation/validation.go ``validatePodResourceConsistency``: "must be
-    less than or equal to pod limits"), so such a Pod never runs and is not sized."""
-    for container in containers:
-        for key, have, cap in (
-            ("memory", Fraction(container.memory_limit), pod.memory),
-            ("cpu", container.cpu, pod.cpu),
-        ):
-            if cap is not None and have > cap:
-                shown = fmt_bytes(int(have)) if key == "memory" else f"{float(have):g} CPUs"
-                allowed = fmt_bytes(int(cap)) if key == "memory" else f"{float(cap):g} CPUs"
-                raise InputError(
-                    f"{container.origin}.resources.limits.{key}: {shown} is above the pod's "
-                    f"spec.resources.limits.{key} ({allowed}); expected each container's "
-                    "limit at most the pod's, as Kubernetes requires"
-                )
-
-
-def pod_containers(pod: dict[str, Any], where: str, arch: Arch) -> tuple[Container, ...]:
+def _pod_containers(pod: dict[str, Any], where: str, arch: Arch) -> list[_Read]:
     spec = pod.get("spec")
     if not isinstance(spec, dict):
         raise InputError(f"{where}: spec: expected a mapping with containers")
@@ -163,7 +342,7 @@ def pod_containers(pod: dict[str, Any], where: str, arch: Arch) -> tuple[Contain
         inits = []
     if not isinstance(inits, list):
         raise InputError(f"{where}: spec.initContainers: expected a list")
-    out: list[Container] = []
+    out: list[_Read] = []
     named: dict[str, str] = {}
     for field, items in (("initContainers", inits), ("containers", apps)):
         for i, item in enumerate(items):
@@ -173,18 +352,23 @@ def pod_containers(pod: dict[str, Any], where: str, arch: Arch) -> tuple[Contain
             role: Role = "app"
             if field == "initContainers":
                 role = _init_role(item.get("restartPolicy", None), where, at)
-            container = _pod_container(item, role, where, at, arch)
-            if container.name in named:
+            read = _pod_container(item, role, where, at, arch)
+            name = read.container.name
+            if name in named:
                 # Kubernetes refuses the Pod (ValidatePodSpec: names are unique across
                 # init and app containers); counting both would size a pod that never runs.
                 raise InputError(
-                    f"{where}: {at}.name: {container.name!r} is also the name of "
-                    f"{named[container.name]}; expected each container name once, as "
+                    f"{where}: {at}.name: {name!r} is also the name of "
+                    f"{named[name]}; expected each container name once, as "
                     "Kubernetes does"
                 )
-            named[container.name] = at
-            out.append(container)
-    return tuple(out)
+            named[name] = at
+            out.append(read)
+    return out
+
+
+def pod_containers(pod: dict[str, Any], where: str, arch: Arch) -> tuple[Container, ...]:
+    return tuple(r.container for r in _pod_containers(pod, where, arch))
 
 
 def _init_role(policy: Any, where: str, at: str) -> Role:
@@ -202,7 +386,7 @@ def _init_role(policy: Any, where: str, at: str) -> Role:
     return "sidecar"
 
 
-def _pod_container(item: dict[str, Any], role: Role, where: str, at: str, arch: Arch) -> Container:
+def _pod_container(item: dict[str, Any], role: Role, where: str, at: str, arch: Arch) -> _Read:
     name = item.get("name")
     if not isinstance(name, str) or not name:
         # Kubernetes refuses the Pod (validation.go ``validateContainerCommon``: the name
@@ -216,68 +400,31 @@ def _pod_container(item: dict[str, Any], role: Role, where: str, at: str, arch: 
     resources = item.get("resources") or {}
     if not isinstance(resources, dict):
         raise InputError(f"{where}: {at}.resources: expected a mapping")
-    limits = resources.get("limits") or {}
-    if not isinstance(limits, dict):
-        raise InputError(f"{where}: {at}.resources.limits: expected a mapping")
-    memory, hugepages, cpu, _ = _limits(limits, where, f"{at}.resources", arch)
-    _requests_within_limits(resources, limits, where, f"{at}.resources")
-    return Container(name, memory, hugepages, cpu, role, "running", f"{where}: {at}")
+    limits = _resource_list(resources.get("limits") or {}, where, f"{at}.resources.limits", arch)
+    given = _resource_list(resources.get("requests") or {}, where, f"{at}.resources.requests", arch)
+    # SetDefaults_Pod: a request not given is the limit (validated after defaulting).
+    requests = {**limits, **given}
+    _check_requests(given, limits, where, f"{at}.resources", "")
+    pages = tuple(sorted((k, int(v)) for k, v in limits.items() if isinstance(k, int)))
+    memory = limits.get("memory", Fraction(0))
+    container = Container(
+        name,
+        min(math.ceil(memory), INT64_MAX),
+        min(sum(v for _, v in pages), INT64_MAX),
+        limits.get("cpu", Fraction(0)),
+        role,
+        "running",
+        f"{where}: {at}",
+        hugepage_limits=pages,
+    )
+    return _Read(container, at, limits, requests)
 
 
-def _requests_within_limits(
-    resources: dict[str, Any], limits: dict[str, Any], where: str, at: str
-) -> None:
-    """Kubernetes refuses a request above its limit (pkg/apis/core/validation/validation.go
-    ``ValidateResourceRequirements``: "must be less than or equal to ... limit"), so such
-    a Pod never runs and is not sized."""
-    requests = resources.get("requests") or {}
-    if not isinstance(requests, dict):
-        raise InputError(f"{where}: {at}.requests: expected a mapping")
-    for key in ("memory", "cpu"):
-        if key not in requests or limits.get(key) is None:
-            continue
-        field = f"{where}: {at}.requests.{key}"
-        request = _yaml_quantity(requests[key], field)
-        limit = _yaml_quantity(limits[key], f"{where}: {at}.limits.{key}")
-        if request > limit:
-            raise InputError(
-                f"{field}: {_shown(requests[key])} is above {at}.limits.{key} "
-                f"{_shown(limits[key])}; expected a request of at most the limit, as "
-                "Kubernetes requires"
-            )
-
-
-def _limits(
-    limits: dict[str, Any], where: str, at: str, arch: Arch
-) -> tuple[int, int, Fraction, set[str]]:
-    """Memory, hugepages (bytes) and CPUs of a ``limits`` mapping, and which were given."""
-    memory = 0
-    hugepages = 0
-    cpu = Fraction(0)
-    seen: set[str] = set()
-    for key, value in limits.items():
-        field = f"{where}: {at}.limits.{key}"
-        if key == "memory":
-            memory = _yaml_quantity_bytes(value, field)
-            seen.add("memory")
-        elif isinstance(key, str) and key.startswith("hugepages-"):
-            _hugepage_resource(key, field, arch)
-            hugepages += _yaml_quantity_bytes(value, field)
-            seen.add("hugepages")
-        elif key == "cpu":
-            cpu = _yaml_quantity(value, field)
-            seen.add("cpu")
-            if cpu < 0:
-                raise InputError(
-                    f"{field}: {_shown(value)} is negative; expected CPUs of 0 or more"
-                )
-    return min(memory, INT64_MAX), min(hugepages, INT64_MAX), cpu, seen
-
-
-def _hugepage_resource(key: str, field: str, arch: Arch) -> None:
-    """A ``hugepages-<size>`` resource names a hugepage size of the host's architecture:
-    Kubernetes reads ``<size>`` as a quantity (``HugePageSizeFromResourceName``) and the
-    node offers only the sizes its kernel has, so any other never schedules."""
+def _hugepage_resource(key: str, field: str, arch: Arch) -> int:
+    """The page size a ``hugepages-<size>`` resource names, a hugepage size of the host's
+    architecture: Kubernetes reads ``<size>`` as a quantity
+    (``HugePageSizeFromResourceName``) and the node offers only the sizes its kernel
+    has, so any other never schedules."""
     size = key[len("hugepages-") :]
     try:
         value = parse_quantity(size)
@@ -288,7 +435,7 @@ def _hugepage_resource(key: str, field: str, arch: Arch) -> None:
         ) from exc
     if value.denominator != 1 or value <= 0:
         raise InputError(f"{field}: {size!r} is not a page size; expected e.g. hugepages-2Mi")
-    check_hugepage_size(int(value), arch, field)
+    return check_hugepage_size(int(value), arch, field)
 
 
 def _yaml_quantity(value: Any, field: str) -> Fraction:
@@ -410,6 +557,7 @@ def read_oci(
         mapping(resources, "memory", "linux.resources"), "limit", "linux.resources.memory"
     )
     hugepages = 0
+    by_size: list[tuple[int, int]] = []
     pages = resources.get("hugepageLimits") or []
     if not isinstance(pages, list):
         raise spec_fields.fail("linux.resources.hugepageLimits", "a list", pages)
@@ -434,7 +582,9 @@ def read_oci(
                 "each page size once"
             )
         sizes[size] = at
-        hugepages += max(integer(page, "limit", at), 0)
+        limit_of_size = min(max(integer(page, "limit", at), 0), INT64_MAX)
+        hugepages += limit_of_size
+        by_size.append((HUGEPAGE_SIZES[arch][names.index(size)], limit_of_size))
     cpu_obj = mapping(resources, "cpu", "linux.resources")
     quota = integer(cpu_obj, "quota", "linux.resources.cpu")
     period = integer(cpu_obj, "period", "linux.resources.cpu")
@@ -443,10 +593,21 @@ def read_oci(
     if cpus is not None and not isinstance(cpus, str):
         raise spec_fields.fail("linux.resources.cpu.cpus", "a string", cpus)
     cpuset = cpuset_size(cpus or "", spec_fields.name("linux.resources.cpu.cpus"))
-    name = annotations.get(ANN_CONTAINER_NAME) or path.parent.name or path.name
+    # A bundle's spec is its folder's config.json, so the folder names the container; any
+    # other file is a container of its own (two specs of one folder are two containers).
+    bundle = path.name == "config.json" and path.parent.name
+    name = annotations.get(ANN_CONTAINER_NAME) or bundle or str(path)
     return (
         Container(
-            name, max(limit, 0), hugepages, cpu, "app", "running", str(path), cpuset_cpus=cpuset
+            name,
+            max(limit, 0),
+            min(hugepages, INT64_MAX),
+            cpu,
+            "app",
+            "running",
+            str(path),
+            cpuset_cpus=cpuset,
+            hugepage_limits=tuple(sorted(by_size)),
         ),
         None,
         None,

@@ -87,6 +87,21 @@ def refusal(root: Path, path: Path, info: os.stat_result) -> ConfigError:
     )
 
 
+def cannot_write(root: Path, what: str, exc: OSError, done: str) -> ConfigError:
+    """Why kata-mem cannot write ``what`` under the state directory ``root``, and what to do:
+    a full file system (ENOSPC, or EDQUOT for a quota) is said so, with room to make there;
+    only other failures advise another ``state_dir``. ``done`` says what was changed."""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return ConfigError(
+            f"state_dir {root}: cannot write {what}: the file system is full "
+            f"({exc.strerror or exc}); {done}. Free space on it (or raise the quota), then "
+            "call again"
+        )
+    return ConfigError(
+        f"state_dir {root}: cannot write {what} ({exc.strerror or exc}); {done}. {WHAT_TO_DO}"
+    )
+
+
 def os_error_text(exc: OSError) -> str:
     if exc.errno == errno.ELOOP:
         return "is a symlink, expected a regular file"
@@ -177,10 +192,7 @@ def atomic_write(
     except OSError as exc:
         with contextlib.suppress(OSError):
             tmp.unlink()
-        raise ConfigError(
-            f"state_dir {root}: cannot write {path} ({exc.strerror or exc}); "
-            f"kata-mem cannot write the sandbox state there. {WHAT_TO_DO}"
-        ) from exc
+        raise cannot_write(root, str(path), exc, "it was not written") from exc
 
 
 def state_dir_state(state_dir: str | Path) -> DirState:

@@ -8,14 +8,14 @@ once into a :class:`~kata_mem.core.request.SandboxRequest` and answer it here.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Optional, Union
 
-from kata_mem.core.errors import InputError, KataMemError
+from kata_mem.core.errors import BackendUnavailable, InputError, KataMemError
 from kata_mem.core.podresize import cri_answer, cri_planned, cri_refused
 from kata_mem.core.request import (
-    MAX_REQUEST_BYTES,
     RESPONSE_SCHEMA,
     CallOptions,
     SandboxRequest,
@@ -85,17 +85,24 @@ def refused(exc: KataMemError) -> Answer:
     return Answer(error=exc)
 
 
-def too_large() -> Answer:
-    """The answer to a request larger than :data:`MAX_REQUEST_BYTES`."""
-    return refused(InputError(f"request larger than {MAX_REQUEST_BYTES} bytes"))
-
-
 def parse(raw: bytes) -> Union[SandboxRequest, Answer]:
-    """The request in ``raw``, or the answer that refuses it."""
+    """The request in ``raw``, or the answer that refuses it. A refused ``update-sandbox``
+    request is answered with ``cri`` too (``InvalidArgument``): a shim must always have a
+    gRPC status to return for ``UpdatePodSandboxResources``."""
     try:
         return SandboxRequest.from_json(raw)
     except KataMemError as exc:
-        return refused(exc)
+        return replace(refused(exc), cri=_asks_update_sandbox(raw))
+
+
+def _asks_update_sandbox(raw: bytes) -> bool:
+    """Whether a request that did not parse asked for ``update-sandbox``: read leniently,
+    since it was refused; text that is not a JSON object names no event."""
+    try:
+        doc = json.loads(raw)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(doc, dict) and doc.get("event") == "update-sandbox"
 
 
 def answer(
@@ -110,6 +117,8 @@ def answer(
     cri = request.event == "update-sandbox"
     try:
         return Answer(response=handle(request, env, options), cri=cri)
+    except BackendUnavailable as exc:
+        return replace(refused(_named_vmm(request, exc)), cri=cri)
     except KataMemError as exc:
         return replace(refused(exc), cri=cri)
     except Exception as exc:  # a bug: still one JSON response and one stderr line
@@ -122,6 +131,23 @@ def answer(
             )
         )
         return replace(bug, cri=cri)
+
+
+def _named_vmm(request: SandboxRequest, exc: BackendUnavailable) -> KataMemError:
+    """A ``backend.vmm`` the caller gave that the socket does not lead to is bad input,
+    not a VM that is gone: kata-mem writes that field in the requests it saves, and a
+    shim leaves it null (docs/guide/shim.md). Only a saved request's (``reconcile``) means
+    that its VM is gone."""
+    endpoint = request.endpoint
+    if exc.other_vmm is None or endpoint is None or endpoint.vmm is None:
+        return exc
+    vmm = endpoint.vmm
+    return InputError(
+        f"request backend.vmm: names the VMM of socket inode {vmm.inode}, owner uid "
+        f"{vmm.owner_uid}, listener uid {vmm.peer_uid}, pid {vmm.peer_pid}, but at "
+        f"{endpoint.target} {exc.other_vmm}; expected null (kata-mem writes backend.vmm in "
+        "the requests it saves) or the one GET /v1/node shows for this sandbox"
+    )
 
 
 def _error_line(exc: KataMemError) -> None:

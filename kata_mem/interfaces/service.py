@@ -58,7 +58,7 @@ from kata_mem.core.results import Applied
 from kata_mem.edges.logs import describe, get_logger
 from kata_mem.interfaces import render
 from kata_mem.interfaces.metrics import CONTENT_TYPE, Metrics
-from kata_mem.interfaces.protocol import Answer, answer, parse, too_large
+from kata_mem.interfaces.protocol import Answer, answer, parse
 
 log = get_logger("kata_mem.interfaces.service")
 T = TypeVar("T")
@@ -966,8 +966,9 @@ class Service:
             request.content.feed_eof()
             return resp
         if body is None:
-            # The shim's own answer to a request that large (exit code 4), as 413.
-            resp = self.send(too_large(), 413)
+            # Refused before it is read, as the HTTP layer's other refusals: an error document.
+            too_large = InputError(f"request larger than {MAX_REQUEST_BYTES} bytes")
+            resp = self.refuse(too_large, 413, peer, what)
             resp.force_close()  # the rest of the body is not read
             return resp
         # Parsed once, here: what follows reads the typed request. A small plan-only

@@ -190,3 +190,30 @@ def test_real_process_prints_no_traceback(tmp_path: Path) -> None:
     assert r.returncode == 3
     assert r.stderr.startswith(f"kata-mem: error: {bad}: invalid TOML")
     assert "Traceback" not in r.stderr and r.stdout == ""
+
+
+def test_stdin_that_is_a_directory_is_cpythons_refusal_and_documented(tmp_path: Path) -> None:
+    """Issue 24, defect 4: CPython refuses a directory on descriptor 0 before any of
+    kata-mem's code runs (Python/pylifecycle.c ``init_sys_streams``), so kata-mem cannot
+    answer it with one line and exit 4: the exit-code reference says so, and what to do."""
+    import os
+    import subprocess
+    import sys
+
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        r = subprocess.run(
+            [sys.executable, "-m", "kata_mem", "shim"],
+            stdin=fd,
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        os.close(fd)
+    assert r.returncode == 1 and r.stdout == ""
+    assert "init_sys_streams: <stdin> is a directory, cannot continue" in r.stderr
+    doc = " ".join((REPO / "docs" / "reference" / "exit-codes.md").read_text().split())
+    assert "init_sys_streams: <stdin> is a directory, cannot continue" in doc

@@ -109,6 +109,21 @@ def test_the_same_oci_spec_twice_on_a_command_line_is_refused(run_cli: Run, tmp_
     _error(r, 4, f'{spec}: container id "c1" is also that of {spec}')
 
 
+def test_two_specs_of_one_folder_are_two_containers(run_cli: Run, tmp_path: Path) -> None:
+    """Issue 24, defect 1: a file that is not a bundle's config.json is a container of its
+    own (it was named by its folder, so a second one was refused as the first given twice)."""
+    for name in ("a.json", "b.json"):
+        doc = {"linux": {"resources": {"memory": {"limit": 256 * MiB}}}}
+        (tmp_path / name).write_text(json.dumps(doc))
+    r = run_cli("preview", "--config", str(write_config(tmp_path / "c.toml")), *HOST_ARGS,
+                "--json", "--oci", str(tmp_path / "a.json"), "--oci", str(tmp_path / "b.json"))  # fmt: skip
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["memory"]["requested_mib"] == 2048 + 512
+    again = run_cli("preview", "--config", str(write_config(tmp_path / "c.toml")), *HOST_ARGS,
+                    "--oci", str(tmp_path / "a.json"), "--oci", str(tmp_path / "a.json"))  # fmt: skip
+    _error(again, 4, f"{tmp_path / 'a.json'}: container id", "expected each container once")
+
+
 @pytest.mark.parametrize(
     ("text", "where"),
     [
@@ -770,25 +785,25 @@ _CONTAINER = "spec:\n  {pod}containers:\n  - name: a\n    resources: {res}\n"
         (
             "",
             "{limits: {memory: 1Gi}, requests: {memory: 2Gi}}",
-            'spec.containers[0].resources.requests.memory: "2Gi" is above '
-            'spec.containers[0].resources.limits.memory "1Gi"',
+            "spec.containers[0].resources.requests.memory: 2Gi is above "
+            "spec.containers[0].resources.limits.memory 1Gi",
         ),
         (
             "resources: {limits: {memory: 512Mi}}\n  ",
             "{limits: {memory: 1Gi}}",
-            "spec.containers[0].resources.limits.memory: 1024 MiB is above the pod's "
-            "spec.resources.limits.memory (512 MiB)",
+            "spec.containers[0].resources.limits.memory: 1Gi is above the pod's "
+            "spec.resources.limits.memory (512Mi)",
         ),
         (
             "resources: {limits: {cpu: 500m}}\n  ",
             '{limits: {cpu: "2"}}',
-            "spec.containers[0].resources.limits.cpu: 2 CPUs is above the pod's "
-            "spec.resources.limits.cpu (0.5 CPUs)",
+            "spec.containers[0].resources.limits.cpu: 2 is above the pod's "
+            "spec.resources.limits.cpu (500m)",
         ),
         (
             "resources: {limits: {memory: 1Gi}, requests: {memory: 2Gi}}\n  ",
             "{}",
-            'spec.resources.requests.memory: "2Gi" is above spec.resources.limits.memory "1Gi"',
+            "spec.resources.requests.memory: 2Gi is above spec.resources.limits.memory 1Gi",
         ),
     ],
 )

@@ -144,3 +144,56 @@ def test_update_sandbox_whose_vm_is_gone_is_unavailable() -> None:
     assert code == doc["error"]["exit_code"] == 6
     assert doc["cri"]["code"] == "Unavailable"
     assert doc["cri"]["message"] == f"kata-mem: {doc['error']['message']}"
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"overhead": {"memory_limit_bytes": -1}}, "request overhead.memory_limit_bytes"),
+        ({"sandbox_resources": {"memory_limit_bytes": 1, "swap": 2}}, "request sandbox_resources"),
+        ({"sandbox_resources": "1Gi"}, "request sandbox_resources"),
+    ],
+)
+def test_an_update_sandbox_refused_while_parsing_carries_a_grpc_status(
+    change: dict[str, Any], field: str
+) -> None:
+    """docs/guide/shim.md: every answer to an update-sandbox request carries ``cri``, a
+    request refused while it is parsed included (issue 24): a shim always has a code."""
+    code, doc = run(json.dumps({**sandbox_update(1024), **change}).encode())
+    assert code == doc["error"]["exit_code"] == 4
+    assert doc["error"]["message"].startswith(field)
+    assert (doc["cri"]["code"], doc["cri"]["grpc_code"]) == ("InvalidArgument", 3)
+    assert doc["cri"]["message"] == f"kata-mem: {doc['error']['message']}"
+    # A request that is not JSON names no event: nothing to answer a gRPC call with.
+    assert "cri" not in run(b'{"event": "update-sandbox"')[1]
+
+
+def test_a_backend_vmm_the_socket_does_not_lead_to_is_bad_input(tmp_path: Path) -> None:
+    """Issue 24, defect 7: a shim that sends a ``backend.vmm`` (kata-mem writes it in the
+    requests it saves; a shim leaves it null) that the socket does not match gave it wrong:
+    exit 4 naming the field, not exit 6 saying that the VM is gone."""
+    import socket
+
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[hypervisor.qemu]\n[kata_mem]\nstate_dir = "{tmp_path / "state"}"\n')
+    path = tmp_path / "qmp.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+        listener.bind(str(path))
+        listener.listen(1)
+        st = path.stat()
+        vmm = {
+            "device": st.st_dev,
+            "inode": st.st_ino + 1,  # another socket file than the one at the path
+            "owner_uid": st.st_uid,
+            "peer_uid": 0,
+            "peer_pid": 1,
+        }
+        backend = {"type": "qmp", "socket": str(path), "vmm": vmm}
+        req = request(apply=True, config=str(cfg), backend=backend)
+        jsonschema.validate(req, REQUEST_SCHEMA)
+        code, doc = run(json.dumps(req).encode())
+    assert (code, doc["error"]["kind"]) == (4, "input"), doc["error"]
+    message = doc["error"]["message"]
+    assert message.startswith("request backend.vmm: names the VMM of socket inode"), message
+    assert f"the socket file there is inode {st.st_ino}" in message
+    assert "gone" not in message

@@ -9,6 +9,7 @@ reports one sandbox's trouble and goes on.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import socket
@@ -21,6 +22,7 @@ from typing import Any, Callable
 
 import pytest
 
+from kata_mem.core.errors import ConfigError
 from kata_mem.core.record import Record
 from kata_mem.edges.journal import SandboxState
 from kata_mem.edges.statedir import STATE_MARKER, ensure_state_dir
@@ -479,3 +481,44 @@ def test_damaged_journal_is_rebuilt(
     assert (r.code, doc["status"]) == (0, "NoChange"), r
     assert any("corrupt or truncated" in w for w in doc["warnings"]), doc
     assert journal_of(state, "sb")["observed_mib"] == 768
+
+
+@pytest.fixture
+def full_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 1 MiB tmpfs mounted for this test (root only; unmounted after), with a kata-mem
+    state directory on it, then filled to the last byte: writes fail with ENOSPC."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mount = tmp_path / "disk"
+    mount.mkdir(mode=0o755)
+    subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m,mode=0755", "kata-mem-test", str(mount)],
+        check=True,
+    )
+    try:
+        state = mount / "state"
+        ensure_state_dir(state)
+        fd = os.open(mount / "fill", os.O_WRONLY | os.O_CREAT, 0o600)
+        try:
+            with pytest.raises(OSError) as full:
+                while True:
+                    os.write(fd, b"\0" * 4096)
+        finally:
+            os.close(fd)
+        assert full.value.errno == errno.ENOSPC
+        yield state
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)
+
+
+def test_a_full_state_disk_says_so_and_leaves_no_sandbox_directory(full_disk: Path) -> None:
+    """Issue 24, defect 2: a state disk without room is named as full (not "use another
+    state_dir"), and the sandbox directory made for the call is removed again, so that no
+    unmarked directory is left for reconcile and status --all to report for good."""
+    state = SandboxState(full_disk, "sb-full")
+    with pytest.raises(ConfigError) as refused, state.locked(0):
+        pass
+    message = str(refused.value)
+    assert "the file system is full (No space left on device)" in message, message
+    assert "Free space on it" in message and "another" not in message
+    assert sorted(p.name for p in full_disk.iterdir()) == [STATE_MARKER]

@@ -2,7 +2,7 @@
 real guest whose QEMU runs in a real memory cgroup standing for the pod cgroup.
 
 The harness (:class:`Kubelet`) plays ``doPodResizeAction`` for the memory limit after
-kubernetes PR #137555 (pkg/kubelet/kuberuntime/kuberuntime_container.go): on a decrease
+kubernetes PR #137555 (pkg/kubelet/kuberuntime/kuberuntime_manager.go): on a decrease
 the containers are updated first (``UpdateContainerResources``: the shim's ``update``);
 then ``UpdatePodSandboxResources`` (the shim's ``update-sandbox``), and only on success
 the pod cgroup's limit is written; an error rejects the resize (a later sync retries it),

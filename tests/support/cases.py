@@ -37,6 +37,7 @@ TABLES = {
     "under-pressure": "safety-cases/under-pressure.json",
     "hypervisor-annotations": "annotation-cases/hypervisor.json",
     "runtimeclass": "runtimeclass-cases",
+    "pod": "pod-cases",
 }
 
 

@@ -4,7 +4,7 @@ executor on the fake backend against a real cgroup directory (files the test wri
 shrink to the new pod limit, refused while the guest holds memory or while QEMU is still
 charged above it, and a grow held back by the limit in force until it is raised.
 
-Sources: kubernetes PR #137555 (pkg/kubelet/kuberuntime/kuberuntime_container.go,
+Sources: kubernetes PR #137555 (pkg/kubelet/kuberuntime/kuberuntime_manager.go,
 ``doPodResizeAction``: ``UpdatePodSandboxResources`` before the pod cgroup write, an error
 rejects the resize, a failed write sends the old resources again)."""
 

@@ -206,3 +206,42 @@ def test_a_vmm_is_another_when_its_socket_file_or_its_listener_differs() -> None
         "another process listens on it than the one kata-mem applied through (uid 65534, pid "
         "100; it was uid 0, pid 100)"
     )
+
+
+def test_hugepage_limits_per_size_bound_each_size_on_its_own(tmp_path: Path) -> None:
+    """A shim (or a saved request) can give each page size's limit: the pod-level 2 MiB
+    limit then bounds 2 MiB pages only (kubelet HugePageLimits), and the request reads
+    back the same when written (a reconcile repeats it)."""
+    from kata_mem.core.planner import demand
+
+    base = {"schema": "kata-mem/shim-request/v1", "sandbox_id": "sb", "event": "update"}
+    container: dict[str, Any] = {
+        "id": "a",
+        "memory_limit_bytes": GiB,
+        "hugepage_limits": [
+            {"page_size_bytes": 2 * MiB, "limit_bytes": 50 * MiB},
+            {"page_size_bytes": GiB, "limit_bytes": 2 * GiB},
+        ],
+    }
+    doc: dict[str, Any] = {
+        **base,
+        "containers": [container],
+        "pod_resources": {
+            "hugepage_limits": [{"page_size_bytes": 2 * MiB, "limit_bytes": 100 * MiB}]
+        },
+    }
+    REQUEST_SCHEMA.validate(doc)
+    request = SandboxRequest.from_json(json.dumps(doc).encode())
+    assert request.workload.containers[0].hugepages_limit == 2 * GiB + 50 * MiB
+    cfg = load_config(write_config(tmp_path / "c.toml"))
+    need, _ = demand(cfg, request.workload)
+    assert need.hugepages == 2 * GiB + 50 * MiB  # not the sum capped at the pod's 100 MiB
+    written = request.to_json()
+    REQUEST_SCHEMA.validate(written)
+    assert SandboxRequest.from_json(json.dumps(written).encode()) == request
+    container["hugepages_limit_bytes"] = GiB  # not their sum
+    with pytest.raises(InputError) as caught:
+        SandboxRequest.from_json(json.dumps(doc).encode())
+    assert caught.value.message.startswith(
+        "request containers[0].hugepages_limit_bytes: expected the sum of hugepage_limits"
+    )

@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 from fractions import Fraction
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
 from kata_mem.core.errors import InputError, QuantityError
-from kata_mem.core.planner import workload
+from kata_mem.core.model import SizingConfig
+from kata_mem.core.planner import demand, workload
 from kata_mem.core.units import MiB
 from kata_mem.edges.sources import build_workload, read_oci, read_pod
 from tests.support.paths import PODS
@@ -138,6 +140,40 @@ def test_oci_container(tmp_path: Path) -> None:
     c, sizing, _, _ = read_oci(path, "amd64")
     assert sizing is None and c is not None
     assert (c.memory_limit, c.hugepages_limit, c.cpu) == (512 * MiB, 2 * MiB, Fraction(1, 2))
+
+
+def test_oci_hugepages_are_bounded_per_page_size_under_a_pod(
+    tmp_path: Path, make_config: Callable[..., SizingConfig]
+) -> None:
+    """An OCI spec names each page size (runc writes one hugetlb limit per size), so a
+    Pod's pod-level hugepages-2Mi limit bounds its 2 MiB pages only (kubelet
+    HugePageLimits; issue 24): 50 MiB + 2 GiB, not the sum capped at 100 MiB."""
+    spec = {
+        "linux": {
+            "resources": {
+                "memory": {"limit": 1 << 30},
+                "hugepageLimits": [
+                    {"pageSize": "1GB", "limit": 2 << 30},
+                    {"pageSize": "2MB", "limit": 50 * MiB},
+                ],
+            }
+        }
+    }
+    (tmp_path / "config.json").write_text(json.dumps(spec))
+    pod = tmp_path / "pod.yaml"
+    pod.write_text(
+        "kind: Pod\nspec:\n  resources: {limits: {hugepages-2Mi: 100Mi}}\n"
+        "  containers: [{name: a, resources: {limits: {memory: 1Gi}}}]\n"
+    )
+    w = build_workload(pod, (tmp_path / "config.json",), (), (), "amd64")
+    oci = w.containers[1]
+    assert oci.hugepage_limits == ((2 * MiB, 50 * MiB), (1 << 30, 2 << 30))
+    assert w.pod is not None and w.pod.hugepage_limits == ((2 * MiB, 100 * MiB),)
+    # The Pod's container has no hugepages: it may use the pod's 100 MiB of 2 MiB pages
+    # while the OCI container uses its 50 MiB (100 in all, the pod's cap), and 2 GiB of
+    # 1 GiB pages no pod-level limit bounds.
+    need, _ = demand(make_config(), w)
+    assert (need.hugepages, need.hugepages_from) == (100 * MiB + (2 << 30), "pod_resources")
 
 
 def test_oci_unlimited_is_zero(tmp_path: Path) -> None:
