@@ -722,7 +722,8 @@ def reconcile(config_path: Optional[str], state_dir: Optional[str], as_json: boo
     "config_path",
     type=FileName(),
     metavar="FILE",
-    help="Kata configuration (for state_dir and the node's settings).",
+    help="Kata configuration: the node's settings and state_dir, and the configuration of "
+    "every request whose config is null (default: where Kata looks).",
 )
 @click.option(
     "--idle-timeout",
@@ -763,6 +764,9 @@ def serve_node(
     from kata_mem.interfaces.service import run_service
 
     settings = _config(config_path)[0].settings if config_path else Settings()
+    # A daemon says what it does: its start-up and one line per answered request (INFO)
+    # are logged without -v.
+    logs.at_least_info()
     return run_service(
         socket_path,
         group,
@@ -771,6 +775,7 @@ def serve_node(
         idle_timeout,
         reconcile_interval,
         metrics_address,
+        config_path,
     )
 
 
