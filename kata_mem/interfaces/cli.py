@@ -869,25 +869,53 @@ def config_check(file: Optional[str], as_json: bool) -> None:
     type=click.Choice(SIZING_MODELS),
     help="The sizing model (default: the configuration's [kata_mem] sizing).",
 )
+@click.option(
+    "--name",
+    metavar="NAME",
+    help="The RuntimeClass's name (default: kata-deploy's for the configuration's "
+    "hypervisor: kata-qemu, kata-clh, kata-fc, ...).",
+)
+@click.option(
+    "--handler",
+    metavar="HANDLER",
+    help="The runtime handler the CRI runtime knows Kata by (default: the name).",
+)
+@click.option(
+    "--cpu-policy",
+    type=click.Choice(("kata", "all-vcpus", "none")),  # runtimeclass.CPU_POLICIES
+    default="kata",
+    show_default=True,
+    help="podFixed.cpu: kata (250m, kata-deploy's), all-vcpus (every vCPU unthrottled "
+    "beyond the CPU limits) or none.",
+)
 @json_option("Print JSON (schema kata-mem/runtimeclass/v1).")
 def runtimeclass(
     config_path: Optional[str],
     max_pod_memory: Optional[str],
     sizing: Optional[SizingModel],
+    name: Optional[str],
+    handler: Optional[str],
+    cpu_policy: str,
     as_json: bool,
 ) -> None:
     """Print the RuntimeClass whose overhead.podFixed keeps the host-side guard from ever
     clamping a pod up to --max-pod-memory (its arithmetic in comments)."""
     from kata_mem.core.runtimeclass import runtime_class_overhead
-    from kata_mem.interfaces.runtimeclass import runtimeclass_json, runtimeclass_yaml
+    from kata_mem.interfaces.runtimeclass import (
+        default_name,
+        runtimeclass_json,
+        runtimeclass_yaml,
+    )
 
     cfg, _ = _config(config_path)
     most = None if max_pod_memory is None else quantity_bytes(max_pod_memory, "--max-pod-memory")
     found = runtime_class_overhead(cfg, machine_arch(), most, sizing)
+    name = name or default_name(cfg.hypervisor)
+    shown = (found, cfg.path, cfg.hypervisor, name, handler or name, cpu_policy)
     if as_json:
-        _emit(runtimeclass_json(found, cfg.path))
+        _emit(runtimeclass_json(*shown))
     else:
-        click.echo(runtimeclass_yaml(found, cfg.path), nl=False)
+        click.echo(runtimeclass_yaml(*shown), nl=False)
 
 
 def _report(exc: KataMemError, as_json: bool) -> int:

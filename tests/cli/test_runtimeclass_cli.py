@@ -98,3 +98,51 @@ def test_refusals_are_one_line_and_an_exit_code(
         doc = kata_mem_process("runtimeclass", "--config", str(config), *args, "--json")
         assert doc.returncode == code
         assert json.loads(doc.stdout)["error"]["exit_code"] == code
+
+
+# -- name, handler and CPU policy (issue 26 §8, issue 24 defect 9) ----------------------------
+
+
+def test_the_name_and_handler_follow_the_configurations_hypervisor(tmp_path: Path) -> None:
+    """kata-deploy names a RuntimeClass after the hypervisor (kata-qemu, kata-clh, kata-fc):
+    a Cloud Hypervisor configuration's is not kata-qemu."""
+    clh = tmp_path / "configuration-clh.toml"
+    clh.write_text(QEMU.read_text().replace("[hypervisor.qemu]", "[hypervisor.clh]"))
+    text, _ = runtimeclass("--config", str(clh), "--max-pod-memory", "4Gi")
+    manifest = yaml.safe_load(text)
+    assert (manifest["metadata"]["name"], manifest["handler"]) == ("kata-clh", "kata-clh")
+    assert text.startswith("# RuntimeClass for Kata with clh: ")
+    fc = tmp_path / "configuration-fc.toml"
+    fc.write_text(QEMU.read_text().replace("[hypervisor.qemu]", "[hypervisor.firecracker]"))
+    assert (
+        runtimeclass("--config", str(fc), "--max-pod-memory", "4Gi")[1]["runtimeclass"]["metadata"][
+            "name"
+        ]
+        == "kata-fc"
+    )
+    _, named = runtimeclass(
+        *("--config", str(QEMU), "--max-pod-memory", "4Gi"),
+        *("--name", "kata-qemu-small", "--handler", "kata-qemu"),
+    )
+    assert named["runtimeclass"]["metadata"]["name"] == "kata-qemu-small"
+    assert named["runtimeclass"]["handler"] == "kata-qemu"
+    validate(named["runtimeclass"], "1.35", strict=True)
+
+
+def test_the_cpu_policy_is_kata_s_250m_by_default_and_says_why() -> None:
+    text, doc = runtimeclass("--config", str(QEMU), "--max-pod-memory", "8Gi")
+    assert yaml.safe_load(text)["overhead"]["podFixed"]["cpu"] == "250m"
+    assert (doc["cpu_policy"], doc["pod_fixed_cpu_millis"]) == ("kata", 250)
+    assert doc["all_vcpus_cpu_millis"] == 1999
+    comments = " ".join(doc["explanation"])
+    assert "kata-deploy's own" in comments and "throttled, never killed" in comments
+    assert "1999m (--cpu-policy all-vcpus)" in comments
+    _, every = runtimeclass(
+        "--config", str(QEMU), "--max-pod-memory", "8Gi", "--cpu-policy", "all-vcpus"
+    )
+    assert every["runtimeclass"]["overhead"]["podFixed"]["cpu"] == "1999m"
+    none_text, none = runtimeclass(
+        "--config", str(QEMU), "--max-pod-memory", "8Gi", "--cpu-policy", "none"
+    )
+    assert "cpu" not in none["runtimeclass"]["overhead"]["podFixed"]
+    assert none["pod_fixed_cpu_millis"] is None and "--cpu-policy none" in none_text
