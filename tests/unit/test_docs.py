@@ -14,6 +14,9 @@ from tests.support.paths import DOCS, REPO
 
 #: Relative links in Markdown: [text](target), outside code.
 LINK = re.compile(r"\]\(([^)#:]+)(?:#[^)]*)?\)")
+#: A paragraph of the built site, and a Markdown list item left as text inside one.
+RENDERED_PARAGRAPH = re.compile(r"<p>(.*?)</p>", re.S)
+LIST_LINE = re.compile(r"\n\s*(?:[-*+]|\d+\.) \S")
 
 
 def test_the_site_builds_in_strict_mode(tmp_path: Path) -> None:
@@ -33,6 +36,15 @@ def test_the_site_builds_in_strict_mode(tmp_path: Path) -> None:
 
     for name in group.commands:
         assert f"kata-mem {name}" in cli, name
+    # A Markdown list needs a blank line before it (and nested items four spaces): without
+    # one it runs into the paragraph above, which the HTML shows as "- item" text (issue 26).
+    run_together = [
+        (str(page.relative_to(tmp_path / "site")), para[:80])
+        for page in sorted((tmp_path / "site").rglob("*.html"))
+        for para in RENDERED_PARAGRAPH.findall(page.read_text())
+        if LIST_LINE.search(para)
+    ]
+    assert run_together == []
 
 
 def test_every_page_is_in_the_navigation() -> None:
