@@ -87,6 +87,35 @@ class Text(click.types.StringParamType):
         return _utf8(super().convert(value, param, ctx), param, self.expected)
 
 
+#: Kubernetes' DNS-1123 label (k8s.io/apimachinery pkg/util/validation, IsDNS1123Label).
+DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+
+
+class DnsName(Text):
+    """A RuntimeClass name (a DNS-1123 subdomain) or handler (a DNS-1123 label), as the API
+    server checks them (kubernetes pkg/apis/node/validation, ``ValidateRuntimeClass``:
+    ``NameIsDNSSubdomain`` for the name, ``NameIsDNSLabel`` for the handler)."""
+
+    def __init__(self, subdomain: bool) -> None:
+        super().__init__("a DNS-1123 subdomain" if subdomain else "a DNS-1123 label")
+        self.subdomain = subdomain
+
+    def convert(self, value: Any, param: Optional[click.Parameter], ctx: Any) -> str:
+        text = super().convert(value, param, ctx)
+        labels = text.split(".") if self.subdomain else [text]
+        if len(text) > (253 if self.subdomain else 63) or not all(
+            DNS_LABEL.fullmatch(label) for label in labels
+        ):
+            what = "dot-separated labels" if self.subdomain else "a label"
+            self.fail(
+                f"{text!r}: expected {self.expected} (lowercase letters, digits and '-', "
+                f"{what}, starting and ending with a letter or digit)",
+                param,
+                ctx,
+            )
+        return text
+
+
 class Count(click.ParamType):  # type: ignore[type-arg]  # not generic in click 8.1
     """A whole number in ASCII digits from ``minimum`` to INT64_MAX, as a request's
     integers are: ``int()`` would also take a fullwidth digit (U+FF12), ``1_0`` and
@@ -871,12 +900,14 @@ def config_check(file: Optional[str], as_json: bool) -> None:
 )
 @click.option(
     "--name",
+    type=DnsName(subdomain=True),
     metavar="NAME",
     help="The RuntimeClass's name (default: kata-deploy's for the configuration's "
     "hypervisor: kata-qemu, kata-clh, kata-fc, ...).",
 )
 @click.option(
     "--handler",
+    type=DnsName(subdomain=False),
     metavar="HANDLER",
     help="The runtime handler the CRI runtime knows Kata by (default: the name).",
 )

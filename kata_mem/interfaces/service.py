@@ -56,7 +56,7 @@ from kata_mem.core.errors import BackendUnavailable, ConfigError, InputError, Ka
 from kata_mem.core.model import Settings, check_sandbox_id
 from kata_mem.core.request import MAX_REQUEST_BYTES, CallOptions, HostOverrides, SandboxRequest
 from kata_mem.core.results import Applied, Planned
-from kata_mem.core.units import MiB
+from kata_mem.core.units import to_mib_floor
 from kata_mem.edges.logs import describe, get_logger
 from kata_mem.interfaces import render
 from kata_mem.interfaces.metrics import CONTENT_TYPE, Metrics
@@ -1211,7 +1211,7 @@ def log_answer(request: SandboxRequest, done: Answer, peer: str, seconds: float)
         o = response.outcome
         outcome = o.status + (f" {o.reason}" if o.reason else "")
     elif isinstance(response, Planned):
-        outcome = f"planned {response.plan.memory.target // MiB} MiB"
+        outcome = f"planned {to_mib_floor(response.plan.memory.target)} MiB"
     else:
         outcome = "forgotten"
     ms = round(seconds * 1000, 1)

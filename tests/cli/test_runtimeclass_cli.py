@@ -146,3 +146,20 @@ def test_the_cpu_policy_is_kata_s_250m_by_default_and_says_why() -> None:
     )
     assert "cpu" not in none["runtimeclass"]["overhead"]["podFixed"]
     assert none["pod_fixed_cpu_millis"] is None and "--cpu-policy none" in none_text
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("--name", "Kata_QEMU"),
+        ("--name", "-kata"),
+        ("--handler", "kata.qemu"),
+        ("--handler", "x" * 64),
+    ],
+)
+def test_a_name_or_handler_the_api_server_refuses_is_a_usage_error(option: str, value: str) -> None:
+    r = kata_mem_process(
+        "runtimeclass", "--config", str(QEMU), "--max-pod-memory", "1Gi", option, value
+    )
+    assert (r.returncode, r.stdout) == (2, ""), r.stderr
+    assert option in r.stderr and "DNS-1123" in r.stderr
