@@ -1,12 +1,15 @@
 """What an operator runs as printed (issue 26): the scripts ask only for extras the
-package has, and the examples of the exit-code table do what the table says."""
+package has, the examples of the exit-code table do what the table says, the service guide
+names the Go tests' environment, and config check says who resizes a VM after boot."""
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import subprocess
 import sys
+from pathlib import Path
 
 from tests.support.paths import REPO, doc
 
@@ -68,3 +71,24 @@ def test_the_service_guide_names_the_environment_of_the_go_tests() -> None:
     assert names  # KATA_MEM_PYTHON, the interpreter of the serve the Go tests start
     guide = doc("guide/service.md")
     assert sorted(n for n in names if n not in guide) == []
+
+
+def test_config_check_says_who_resizes_the_vm_after_boot(tmp_path: Path) -> None:
+    """Kata's runtime hotplugs by itself unless static_sandbox_resource_mgmt is set
+    (issue 26 §7): config check says which of the two holds for the configuration."""
+    from tests.support.cli import kata_mem_process
+
+    dynamic = REPO / "configs" / "configuration-qemu.toml"
+    static = tmp_path / "configuration.toml"
+    static.write_text(
+        dynamic.read_text().replace(
+            "static_sandbox_resource_mgmt = false", "static_sandbox_resource_mgmt = true"
+        )
+    )
+    assert static.read_text() != dynamic.read_text()
+    text = kata_mem_process("config", "check", str(dynamic))
+    assert text.returncode == 0, text.stderr
+    (line,) = [x for x in text.stdout.splitlines() if x.startswith("memory after boot: ")]
+    assert "Kata's runtime hotplugs it by itself" in line and "in place of" in line
+    doc = json.loads(kata_mem_process("config", "check", str(static), "--json").stdout)
+    assert doc["memory_owner"].startswith("sized once at boot: Kata's runtime never resizes it")
