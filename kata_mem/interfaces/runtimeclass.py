@@ -188,3 +188,38 @@ def runtimeclass_json(
         },
         "explanation": [line for line in explanation(o, config, hypervisor, cpu_policy) if line],
     }
+
+
+def class_name(name: str, bound_text: str) -> str:
+    """The RuntimeClass of a size class: ``NAME-BOUND``, the bound as typed, lowercased
+    (``kata-qemu-2gi``)."""
+    return f"{name}-{bound_text.lower()}"
+
+
+def classes_header(
+    classes: list[tuple[str, RuntimeClassOverhead]], config: str, hypervisor: str
+) -> list[str]:
+    """The split's arithmetic: what each class reserves per pod against one class for all."""
+    top = to_mib_ceil(classes[-1][1].memory)
+    width = max(len(n) for n, _ in classes)
+    lines = [
+        f"Size classes for Kata with {hypervisor}: kata-mem runtimeclass --config {config}",
+        "The scheduler reserves a RuntimeClass's podFixed for every pod that names it, and",
+        "podFixed.memory grows with the largest pod a class covers (the VM and QEMU's overhead",
+        f"per GiB of VM). One class for every pod up to {fmt_limits(classes[-1][1].max_pod_memory)} "
+        f"would reserve {top}Mi on each; by class:",
+    ]
+    for name, o in classes:
+        mib = to_mib_ceil(o.memory)
+        saved = f", {top - mib}Mi less a pod" if mib < top else ""
+        lines.append(
+            f"  {name:<{width}}  pods with memory limits up to {fmt_limits(o.max_pod_memory)}: "
+            f"podFixed.memory {mib}Mi{saved}"
+        )
+    lines += [
+        "A pod names the smallest class that holds its memory limits (runtimeClassName); one",
+        "above its class's bound is held to its pod cgroup by the guard (clamped, never",
+        "OOM-killed). Every class runs the same handler.",
+        "",
+    ]
+    return lines

@@ -163,3 +163,51 @@ def test_a_name_or_handler_the_api_server_refuses_is_a_usage_error(option: str, 
     )
     assert (r.returncode, r.stdout) == (2, ""), r.stderr
     assert option in r.stderr and "DNS-1123" in r.stderr
+
+
+# -- size classes (issue 26 §8) ------------------------------------------------------------------
+
+
+def test_size_classes_are_one_runtimeclass_per_bound_with_the_split_arithmetic() -> None:
+    """podFixed grows with the largest pod covered; one RuntimeClass per size class reserves
+    for each pod what its class needs, each the RuntimeClass --max-pod-memory BOUND gives."""
+    args = ("--config", str(QEMU), "--size-classes", "2Gi,8Gi,256Gi")
+    text, doc = runtimeclass(*args)
+    header, *manifests = text.split("---\n")
+    classes = [yaml.safe_load(m) for m in manifests]
+    assert [c["metadata"]["name"] for c in classes] == [
+        "kata-qemu-2gi",
+        "kata-qemu-8gi",
+        "kata-qemu-256gi",
+    ]
+    for c, bound in zip(classes, ("2Gi", "8Gi", "256Gi")):
+        validate(c, "1.35", strict=True)
+        assert c["handler"] == "kata-qemu"
+        single = yaml.safe_load(
+            kata_mem_process(
+                "runtimeclass", "--config", str(QEMU), "--max-pod-memory", bound
+            ).stdout
+        )
+        assert c["overhead"] == single["overhead"]
+    fixed = [int(c["overhead"]["podFixed"]["memory"].removesuffix("Mi")) for c in classes]
+    assert fixed == sorted(fixed) and fixed[0] < fixed[-1]
+    assert f"would reserve {fixed[-1]}Mi on each" in " ".join(header.split())
+    assert f"podFixed.memory {fixed[0]}Mi, {fixed[-1] - fixed[0]}Mi less a pod" in header
+    assert "pods with memory limits up to 2048 MiB (--size-classes 2Gi)" in manifests[0]
+    assert doc["schema"] == "kata-mem/runtimeclass-classes/v1"
+    assert [c["runtimeclass"] for c in doc["classes"]] == classes
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ("--size-classes", "8Gi,2Gi"),
+        ("--size-classes", "2Gi,2048Mi"),
+        ("--size-classes", "0,1Gi"),
+        ("--size-classes", "2Gi", "--max-pod-memory", "8Gi"),
+    ],
+)
+def test_size_classes_refused(extra: tuple[str, ...]) -> None:
+    r = kata_mem_process("runtimeclass", "--config", str(QEMU), *extra)
+    assert (r.returncode, r.stdout) == (2, ""), r.stderr
+    assert "--size-classes" in r.stderr
