@@ -98,6 +98,47 @@ def test_the_node_install_runs_and_its_units_verify(tmp_path: Path) -> None:
         check=False,
     )
     assert missing.returncode != 0 and "is not executable" in missing.stderr
+    # Uninstall: what the install made goes, and nothing else.
+    link.symlink_to(root / "opt/kata-mem/bin/kata-mem")
+    (units / "other.service").write_text("[Service]\nExecStart=/bin/true\n")
+    gone = subprocess.run(
+        [str(REPO / "scripts" / "uninstall-node.sh")],
+        env={**env, "SYSTEMCTL": "-"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert gone.returncode == 0, gone.stderr
+    assert not link.exists() and not link.is_symlink()
+    assert not (root / "opt/kata-mem").exists()
+    assert sorted(p.name for p in units.iterdir()) == ["other.service"]
+
+
+def test_uninstall_leaves_what_the_install_did_not_make(tmp_path: Path) -> None:
+    bin_dir, prefix = tmp_path / "bin", tmp_path / "opt"
+    bin_dir.mkdir()
+    prefix.mkdir()
+    (bin_dir / "kata-mem").write_text("#!/bin/sh\n")  # someone's own program
+    (prefix / "data").write_text("not a virtualenv")
+    done = subprocess.run(
+        [str(REPO / "scripts" / "uninstall-node.sh")],
+        env={
+            **os.environ,
+            "PREFIX": str(prefix),
+            "BIN_DIR": str(bin_dir),
+            "UNIT_DIR": str(tmp_path / "units"),
+            "SYSTEMCTL": "-",
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert (bin_dir / "kata-mem").read_text() == "#!/bin/sh\n"
+    assert (prefix / "data").exists()
+    assert "left" in done.stderr
 
 
 def test_the_install_guide_gives_this_layout() -> None:

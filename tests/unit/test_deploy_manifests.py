@@ -367,3 +367,68 @@ def test_promtool_checks_the_rules_and_fires_every_alert() -> None:
 def test_the_service_guide_names_every_alert() -> None:
     guide = (REPO / "docs" / "guide" / "service.md").read_text()
     assert sorted(r["alert"] for r in alerts() if f"`{r['alert']}`" not in guide) == []
+
+
+# -- uninstall (issue 26 §11) ------------------------------------------------------------------
+
+UNINSTALL = DEPLOY / "uninstall"
+
+
+def uninstall_docs() -> list[dict[str, Any]]:
+    (kust,) = [d for d in yaml.safe_load_all((UNINSTALL / "kustomization.yaml").read_text()) if d]
+    return [
+        d
+        for name in kust["resources"]
+        for d in yaml.safe_load_all((UNINSTALL / name).read_text())
+        if d is not None
+    ]
+
+
+def test_the_uninstall_manifests_apply_in_kubectl_s_order() -> None:
+    docs = sorted(uninstall_docs(), key=kustomize_key)
+    assert [d["kind"] for d in docs] == ["Namespace", "DaemonSet"]
+    assert apply_in_order(docs) == []
+
+
+def removal_script() -> tuple[str, str]:
+    """The uninstall init container's script, and the file it removes."""
+    (ds,) = [d for d in uninstall_docs() if d["kind"] == "DaemonSet"]
+    (init,) = ds["spec"]["template"]["spec"]["initContainers"]
+    script: str = init["command"][-1]
+    found = re.search(r"^f=(\S+)$", script, re.M)
+    assert found is not None
+    return script, found.group(1)
+
+
+def test_the_uninstall_removes_the_file_the_install_wrote() -> None:
+    (init,) = pod_spec()["initContainers"]
+    assert removal_script()[1] == init["command"][-1]
+
+
+@pytest.mark.parametrize(
+    ("content", "removed"),
+    [
+        (None, False),  # nothing there: nothing to do
+        ("[kata_mem]\nsizing = 'kata'\n", True),
+        ("# kata-mem\n  [kata_mem]  \nstate_dir = '/run/kata-mem'\n", True),
+        ("[kata_mem]\n[hypervisor.qemu]\ndefault_memory = 4096\n", False),  # someone's edit
+    ],
+)
+def test_the_uninstall_removes_only_a_kata_mem_drop_in(
+    tmp_path: Path, content: str | None, removed: bool
+) -> None:
+    script, target = removal_script()
+    drop_in = tmp_path / "config.d" / "50-kata-mem.toml"
+    drop_in.parent.mkdir()
+    if content is not None:
+        drop_in.write_text(content)
+    done = subprocess.run(
+        ["sh", "-c", script.replace(target, str(drop_in))],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert drop_in.exists() == (content is not None and not removed), done.stdout
+    assert ("removed" in done.stdout) == removed
