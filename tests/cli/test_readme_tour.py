@@ -1,7 +1,8 @@
 """The README's five-minute tour runs as printed from a checkout with only kata-mem (issue
 26 §4): no Kata installation, no VM. The preview prints exactly what the README shows; the
 shim and the node service answer the shipped example request with the bundled
-configuration; the RuntimeClass is computed. The one command that needs a running VM
+configuration; the RuntimeClass is computed. Every ``console`` example of the README and
+of docs/guide prints exactly what it shows. The one command that needs a running VM
 (``apply ... --qmp /run/vc/vm/SANDBOX/qmp.sock``) is what scripts/demo runs on a real guest."""
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from tests.support.paths import REPO
 from tests.support.waits import wait_until
@@ -46,16 +49,32 @@ def bash(script: str, **env: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_the_preview_prints_what_the_readme_shows() -> None:
-    text = block("kata-mem preview")
+def console_examples() -> list[tuple[str, str]]:
+    """Every ``console`` block of the README and the operator guide that runs kata-mem: a
+    ``$ `` command (continued with ``\\``) and the output it shows."""
+    pages = [REPO / "README.md", *sorted((REPO / "docs" / "guide").glob("*.md"))]
+    return [
+        (str(page.relative_to(REPO)), body)
+        for page in pages
+        for body in re.findall(r"```console\n(.*?)```", page.read_text(), re.S)
+        if re.match(r"\$ (\.venv/bin/)?kata-mem ", body)
+    ]
+
+
+@pytest.mark.parametrize(("page", "text"), console_examples(), ids=lambda x: x[:40])
+def test_every_console_example_prints_what_it_shows(page: str, text: str) -> None:
     lines = text.splitlines()
-    command_lines = [lines[0].removeprefix("$ ")]
+    command_lines = [lines[0].removeprefix("$ ").replace(".venv/bin/kata-mem", "kata-mem", 1)]
     while command_lines[-1].endswith("\\"):
         command_lines.append(lines[len(command_lines)])
     shown = "\n".join(lines[len(command_lines) :]) + "\n"
     done = bash("\n".join(command_lines))
-    assert done.returncode == 0, done.stderr
-    assert done.stdout == shown
+    assert done.returncode == 0, (page, done.stderr)
+    assert done.stdout == shown, page
+
+
+def test_the_readme_and_the_quick_start_show_their_preview() -> None:
+    assert {page for page, _ in console_examples()} >= {"README.md", "docs/guide/quick-start.md"}
 
 
 def test_the_shim_example_answers_with_the_bundled_configuration() -> None:
