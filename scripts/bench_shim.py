@@ -126,7 +126,7 @@ def main() -> None:
                 "install",
                 "-q",
                 "--disable-pip-version-check",
-                f"{ROOT}[qmp]",
+                str(ROOT),
             ],
             check=True,
         )

@@ -33,7 +33,8 @@ for arg in "$@"; do
 done
 
 # curl: the service tests drive kata-mem serve with curl --unix-socket.
-packages=(qemu-system-x86 qemu-utils busybox-static cpio curl)
+# systemd: systemd-analyze verify checks the shipped units (tests/cli/test_install_layout.py).
+packages=(qemu-system-x86 qemu-utils busybox-static cpio curl systemd)
 if [[ $want_libvirt -eq 1 ]]; then
     packages+=(libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients)
     # libvirt-python has no wheels on PyPI: the `libvirt` extra compiles against
@@ -80,7 +81,7 @@ else
 fi
 
 # Sanity checks on the binaries the test harness needs.
-for cmd in qemu-system-x86_64 cpio curl setpriv; do
+for cmd in qemu-system-x86_64 cpio curl setpriv systemd-analyze; do
     command -v "$cmd" >/dev/null || { log "$cmd not found after install"; exit 1; }
 done
 [[ -x /bin/busybox ]] || { log "/bin/busybox (busybox-static) not found after install"; exit 1; }

@@ -112,6 +112,16 @@ def get_logger(name: str) -> logging.Logger:
     return logging.getLogger(name)
 
 
+def at_least_info() -> None:
+    """kata-mem's records from INFO up at least (``-vv`` keeps DEBUG): what a daemon logs
+    by default."""
+    import logging
+
+    logger = logging.getLogger("kata_mem")
+    if logger.getEffectiveLevel() > logging.INFO:
+        logger.setLevel(logging.INFO)
+
+
 def setup_logging(verbose: int, fmt: str) -> None:
     """Configure stderr once per call: kata-mem's own records at WARNING by default
     (more with ``-v``), and every other library's warnings (``qemu.qmp``, asyncio,
@@ -126,8 +136,15 @@ def setup_logging(verbose: int, fmt: str) -> None:
             if record.exc_info:
                 message += "\n" + self.formatException(record.exc_info)
             if _format == "json":
+                # A record's ``extra={"fields": {...}}`` (a served request's sandbox, event,
+                # outcome, duration) become fields of its JSON line.
+                fields = getattr(record, "fields", None)
                 return line(
-                    record.levelname.lower(), message, logger=record.name, ts=record.created
+                    record.levelname.lower(),
+                    message,
+                    logger=record.name,
+                    ts=record.created,
+                    **(fields if isinstance(fields, dict) else {}),
                 )
             return f"kata-mem: {record.levelname}: {message}"
 

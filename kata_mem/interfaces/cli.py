@@ -87,6 +87,35 @@ class Text(click.types.StringParamType):
         return _utf8(super().convert(value, param, ctx), param, self.expected)
 
 
+#: Kubernetes' DNS-1123 label (k8s.io/apimachinery pkg/util/validation, IsDNS1123Label).
+DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+
+
+class DnsName(Text):
+    """A RuntimeClass name (a DNS-1123 subdomain) or handler (a DNS-1123 label), as the API
+    server checks them (kubernetes pkg/apis/node/validation, ``ValidateRuntimeClass``:
+    ``NameIsDNSSubdomain`` for the name, ``NameIsDNSLabel`` for the handler)."""
+
+    def __init__(self, subdomain: bool) -> None:
+        super().__init__("a DNS-1123 subdomain" if subdomain else "a DNS-1123 label")
+        self.subdomain = subdomain
+
+    def convert(self, value: Any, param: Optional[click.Parameter], ctx: Any) -> str:
+        text = super().convert(value, param, ctx)
+        labels = text.split(".") if self.subdomain else [text]
+        if len(text) > (253 if self.subdomain else 63) or not all(
+            DNS_LABEL.fullmatch(label) for label in labels
+        ):
+            what = "dot-separated labels" if self.subdomain else "a label"
+            self.fail(
+                f"{text!r}: expected {self.expected} (lowercase letters, digits and '-', "
+                f"{what}, starting and ending with a letter or digit)",
+                param,
+                ctx,
+            )
+        return text
+
+
 class Count(click.ParamType):  # type: ignore[type-arg]  # not generic in click 8.1
     """A whole number in ASCII digits from ``minimum`` to INT64_MAX, as a request's
     integers are: ``int()`` would also take a fullwidth digit (U+FF12), ``1_0`` and
@@ -724,7 +753,8 @@ def reconcile(config_path: Optional[str], state_dir: Optional[str], as_json: boo
     "config_path",
     type=FileName(),
     metavar="FILE",
-    help="Kata configuration (for state_dir and the node's settings).",
+    help="Kata configuration: the node's settings and state_dir, and the configuration of "
+    "every request whose config is null (default: where Kata looks).",
 )
 @click.option(
     "--idle-timeout",
@@ -765,6 +795,9 @@ def serve_node(
     from kata_mem.interfaces.service import run_service
 
     settings = _config(config_path)[0].settings if config_path else Settings()
+    # A daemon says what it does: its start-up and one line per answered request (INFO)
+    # are logged without -v.
+    logs.at_least_info()
     return run_service(
         socket_path,
         group,
@@ -773,6 +806,7 @@ def serve_node(
         idle_timeout,
         reconcile_interval,
         metrics_address,
+        config_path,
     )
 
 
@@ -866,25 +900,136 @@ def config_check(file: Optional[str], as_json: bool) -> None:
     type=click.Choice(SIZING_MODELS),
     help="The sizing model (default: the configuration's [kata_mem] sizing).",
 )
+@click.option(
+    "--name",
+    type=DnsName(subdomain=True),
+    metavar="NAME",
+    help="The RuntimeClass's name (default: kata-deploy's for the configuration's "
+    "hypervisor: kata-qemu, kata-clh, kata-fc, ...).",
+)
+@click.option(
+    "--handler",
+    type=DnsName(subdomain=False),
+    metavar="HANDLER",
+    help="The runtime handler the CRI runtime knows Kata by (default: the name).",
+)
+@click.option(
+    "--size-classes",
+    type=Text("a list of quantities"),
+    metavar="QTY,QTY...",
+    help="Several RuntimeClasses, NAME-QTY each, for pods with memory limits up to each QTY "
+    "(instead of --max-pod-memory): a small pod then reserves only what its class needs.",
+)
+@click.option(
+    "--cpu-policy",
+    type=click.Choice(("kata", "all-vcpus", "none")),  # runtimeclass.CPU_POLICIES
+    default="kata",
+    show_default=True,
+    help="podFixed.cpu: kata (250m, kata-deploy's), all-vcpus (every vCPU unthrottled "
+    "beyond the CPU limits) or none.",
+)
 @json_option("Print JSON (schema kata-mem/runtimeclass/v1).")
 def runtimeclass(
     config_path: Optional[str],
     max_pod_memory: Optional[str],
     sizing: Optional[SizingModel],
+    name: Optional[str],
+    handler: Optional[str],
+    size_classes: Optional[str],
+    cpu_policy: str,
     as_json: bool,
 ) -> None:
     """Print the RuntimeClass whose overhead.podFixed keeps the host-side guard from ever
     clamping a pod up to --max-pod-memory (its arithmetic in comments)."""
     from kata_mem.core.runtimeclass import runtime_class_overhead
-    from kata_mem.interfaces.runtimeclass import runtimeclass_json, runtimeclass_yaml
+    from kata_mem.interfaces.runtimeclass import (
+        default_name,
+        runtimeclass_json,
+        runtimeclass_yaml,
+    )
 
+    bounds = None if size_classes is None else _size_classes(size_classes, max_pod_memory)
     cfg, _ = _config(config_path)
+    name = name or default_name(cfg.hypervisor)
+    if bounds is not None:
+        _runtimeclasses(cfg, bounds, sizing, name, handler or name, cpu_policy, as_json)
+        return
     most = None if max_pod_memory is None else quantity_bytes(max_pod_memory, "--max-pod-memory")
     found = runtime_class_overhead(cfg, machine_arch(), most, sizing)
+    shown = (found, cfg.path, cfg.hypervisor, name, handler or name, cpu_policy)
     if as_json:
-        _emit(runtimeclass_json(found, cfg.path))
+        _emit(runtimeclass_json(*shown))
     else:
-        click.echo(runtimeclass_yaml(found, cfg.path), nl=False)
+        click.echo(runtimeclass_yaml(*shown), nl=False)
+
+
+def _size_classes(text: str, max_pod_memory: Optional[str]) -> list[tuple[str, int]]:
+    """``--size-classes``: each bound as typed and in bytes, in increasing order.
+
+    :raises click.UsageError: given with --max-pod-memory, a bound given twice or out of
+        order, or 0.
+    """
+    if max_pod_memory is not None:
+        raise click.UsageError("--size-classes and --max-pod-memory: give one of the two")
+    parts = [p.strip() for p in text.split(",")]
+    bounds = [(p, quantity_bytes(p, f"--size-classes {p!r}")) for p in parts]
+    for (a, x), (b, y) in zip(bounds, bounds[1:]):
+        if y <= x:
+            raise click.UsageError(
+                f"--size-classes {text!r}: {b} is not larger than {a}; expected increasing sizes"
+            )
+    if bounds[0][1] == 0:
+        raise click.UsageError(f"--size-classes {text!r}: expected sizes above 0")
+    return bounds
+
+
+def _runtimeclasses(
+    cfg: SizingConfig,
+    bounds: list[tuple[str, int]],
+    sizing: Optional[SizingModel],
+    name: str,
+    handler: str,
+    cpu_policy: str,
+    as_json: bool,
+) -> None:
+    """One RuntimeClass per size class, with the split's arithmetic first."""
+    from kata_mem.core.runtimeclass import runtime_class_overhead
+    from kata_mem.interfaces.runtimeclass import (
+        class_name,
+        classes_header,
+        runtimeclass_json,
+        runtimeclass_yaml,
+    )
+
+    arch = machine_arch()
+    classes = [
+        (
+            class_name(name, text),
+            replace(
+                runtime_class_overhead(cfg, arch, size, sizing),
+                max_pod_memory_from=f"--size-classes {text}",
+            ),
+        )
+        for text, size in bounds
+    ]
+    header = classes_header(classes, cfg.path, cfg.hypervisor)
+    if as_json:
+        _emit(
+            {
+                "schema": "kata-mem/runtimeclass-classes/v1",
+                "config": cfg.path,
+                "explanation": [line for line in header if line],
+                "classes": [
+                    runtimeclass_json(o, cfg.path, cfg.hypervisor, n, handler, cpu_policy)
+                    for n, o in classes
+                ],
+            }
+        )
+        return
+    click.echo("".join(f"# {line}".rstrip() + "\n" for line in header), nl=False)
+    for n, o in classes:
+        click.echo("---")
+        click.echo(runtimeclass_yaml(o, cfg.path, cfg.hypervisor, n, handler, cpu_policy), nl=False)
 
 
 def _report(exc: KataMemError, as_json: bool) -> int:

@@ -336,6 +336,27 @@ def host_text(host: HostFacts) -> str:
     return "\n".join(lines)
 
 
+def memory_owner(cfg: SizingConfig) -> str:
+    """Who resizes a VM of this configuration after boot (docs/guide/kubernetes.md, "One
+    owner of each VM's memory"). Kata's runtimes hotplug by themselves on container create,
+    start and update unless ``static_sandbox_resource_mgmt`` is set: the Go runtime's
+    ``Sandbox.updateResources`` (src/runtime/virtcontainers/sandbox.go, called from
+    ``CreateContainer``, ``StartContainer`` and container.go's ``update``) returns early
+    on ``StaticResourceMgmt``, as runtime-rs's ``update_linux_resource``
+    (src/runtime-rs/crates/resource/src/manager_inner.rs) does; ``sandbox_cgroup_only``
+    changes where QEMU is charged, not who resizes."""
+    if cfg.static_sandbox_resource_mgmt:
+        return (
+            "sized once at boot: Kata's runtime never resizes it (static_sandbox_resource_mgmt "
+            "= true), and kata-mem plans that boot size and changes nothing"
+        )
+    return (
+        "Kata's runtime hotplugs it by itself on container create, start and update "
+        "(static_sandbox_resource_mgmt = false): let kata-mem apply (or serve) resize it only "
+        "from a shim that calls kata-mem in place of that hotplug, never beside it"
+    )
+
+
 def config_json(cfg: SizingConfig, chosen_by: str) -> dict[str, Any]:
     s = cfg.settings
     return {
@@ -344,6 +365,7 @@ def config_json(cfg: SizingConfig, chosen_by: str) -> dict[str, Any]:
         "chosen_by": chosen_by,
         "files": list(cfg.files),
         "hypervisor": cfg.hypervisor,
+        "memory_owner": memory_owner(cfg),
         "effective": {
             "default_memory_mib": to_mib_floor(cfg.default_memory),
             "default_maxmemory_mib": to_mib_floor(cfg.default_maxmemory),
@@ -395,6 +417,7 @@ def config_text(cfg: SizingConfig, chosen_by: str) -> str:
             "runtime" if base == "static_sandbox_resource_mgmt" else f"hypervisor.{cfg.hypervisor}"
         )
         lines.append(f"  {key:<30} {_text(value):<10} <- {src.get(f'{section}.{base}', '?')}")
+    lines.append(f"memory after boot: {d['memory_owner']}")
     lines.append("kata-mem settings ([kata_mem]):")
     for key, value in d["kata_mem"].items():
         shown = _UNSET.get(key, "unset") if value in (None, "") else _text(value)

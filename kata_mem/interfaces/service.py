@@ -45,16 +45,18 @@ import struct
 import time
 from collections.abc import AsyncIterator, Awaitable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Optional, TypeVar, Union, cast
 
 from aiohttp import HttpVersion11, web
 from aiohttp.http_exceptions import HttpProcessingError
 
+from kata_mem import __version__
 from kata_mem.core.errors import BackendUnavailable, ConfigError, InputError, KataMemError
 from kata_mem.core.model import Settings, Unseen, check_sandbox_id
 from kata_mem.core.request import MAX_REQUEST_BYTES, CallOptions, HostOverrides, SandboxRequest
-from kata_mem.core.results import Applied
+from kata_mem.core.results import Applied, Planned
+from kata_mem.core.units import to_mib_floor
 from kata_mem.edges.logs import describe, get_logger
 from kata_mem.interfaces import render
 from kata_mem.interfaces.metrics import CONTENT_TYPE, Metrics
@@ -750,8 +752,12 @@ class Service:
         env: Mapping[str, str],
         idle_timeout: float = IDLE_TIMEOUT_S,
         reconcile_interval: float = RECONCILE_INTERVAL_S,
+        default_config: Optional[str] = None,
     ) -> None:
         self.state_dir = state_dir
+        #: ``serve --config``, absolute: the configuration of a request whose ``config`` is
+        #: null (else where Kata looks, as ``kata-mem shim`` does).
+        self.default_config = default_config
         self.reconcile_interval = reconcile_interval
         self.settings = settings
         self.group = group
@@ -914,6 +920,7 @@ class Service:
         return b"".join(chunks)
 
     async def shim(self, request: web.Request) -> web.StreamResponse:
+        start = time.perf_counter()
         peer, what = request.get("peer"), f"{request.method} {request.path}"
         # Every Content-Encoding header, each a list of codings (RFC 9110, 8.4 and 5.3).
         codings = request.headers.getall("Content-Encoding", [])
@@ -979,12 +986,15 @@ class Service:
         parsed = parse(body) if inline else await self._run(lambda: parse(body))
         if not isinstance(parsed, SandboxRequest):
             return self.send(parsed)
+        if parsed.config is None and self.default_config is not None:
+            parsed = replace(parsed, config=self.default_config)
         options = CallOptions(state_dir=self.state_dir)
         async with self._serialized(parsed.sandbox):
             if parsed.mode == "plan" and inline:
                 done = answer(parsed, self.env, options)
             else:
                 done = await self._run(lambda: answer(parsed, self.env, options))
+        log_answer(parsed, done, _peer_text(peer), time.perf_counter() - start)
         return self.send(done)
 
     def send(self, done: Answer, status: Optional[int] = None) -> web.Response:
@@ -1189,9 +1199,11 @@ async def _serve(
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     log.info(
-        "listening on %s (state dir %s, reconcile every %g s)",
+        "kata-mem %s listening on %s (state dir %s, configuration %s, reconcile every %g s)",
+        __version__,
         where,
         service.state_dir,
+        service.default_config or "each request's, else where Kata looks",
         service.reconcile_interval,
     )
     scrapes: Optional[web.AppRunner] = None
@@ -1217,6 +1229,43 @@ async def _serve(
     listening.close()
     # Waits for the handlers still running; the loop finishes the visits it started.
     await asyncio.gather(runner.cleanup(), loop_task)
+
+
+def log_answer(request: SandboxRequest, done: Answer, peer: str, seconds: float) -> None:
+    """The one INFO line of an answered request: its sandbox, event, mode, caller, what
+    came of it and how long it took; in JSON mode the same as fields."""
+    response = done.response
+    if done.error is not None:
+        outcome = f"error {done.error.kind}"
+    elif isinstance(response, Applied):
+        o = response.outcome
+        outcome = o.status + (f" {o.reason}" if o.reason else "")
+    elif isinstance(response, Planned):
+        outcome = f"planned {to_mib_floor(response.plan.memory.target)} MiB"
+    else:
+        outcome = "forgotten"
+    ms = round(seconds * 1000, 1)
+    log.info(
+        "sandbox %s: %s (%s) from %s: %s, exit %d, %g ms",
+        request.sandbox,
+        request.event,
+        request.mode,
+        peer,
+        outcome,
+        done.exit_code,
+        ms,
+        extra={
+            "fields": {
+                "sandbox": request.sandbox,
+                "event": request.event,
+                "mode": request.mode,
+                "peer": peer,
+                "outcome": outcome,
+                "exit_code": done.exit_code,
+                "duration_ms": ms,
+            }
+        },
+    )
 
 
 def _check_not_in_state_dir(path: str, state_dir: str) -> None:
@@ -1246,6 +1295,7 @@ def run_service(
     idle_timeout: float = IDLE_TIMEOUT_S,
     reconcile_interval: float = RECONCILE_INTERVAL_S,
     metrics_address: Optional[MetricsAddress] = None,
+    default_config: Optional[str] = None,
 ) -> int:
     """``kata-mem serve``: listen until SIGTERM, then finish what is in flight; 0.
 
@@ -1272,7 +1322,15 @@ def run_service(
             metrics_sock.close()
         raise
     where = "the socket systemd passed" if passed is not None else str(listener.path)
-    service = Service(state_dir, settings, gid, os.environ, idle_timeout, reconcile_interval)
+    service = Service(
+        state_dir,
+        settings,
+        gid,
+        os.environ,
+        idle_timeout,
+        reconcile_interval,
+        None if default_config is None else os.path.abspath(default_config),
+    )
     try:
         asyncio.run(_serve(service, listener.sock, where, metrics_sock))
     finally:

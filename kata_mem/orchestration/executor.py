@@ -352,6 +352,23 @@ class Executor:
 
         :raises _Stopped: the step was deferred, refused, timed out, or given back.
         """
+        before = step.total_after - step.delta
+        if vm.total != before:
+            # The hypervisor, read after the previous step, no longer shows what this step
+            # was planned from: another agent resizes the VM too (Kata's runtime hotplugs on
+            # container create, start and update unless static_sandbox_resource_mgmt:
+            # virtcontainers/sandbox.go, Sandbox.updateResources). Nothing more is done on a
+            # VM changing under it; the next call plans from what the hypervisor shows.
+            raise _Stopped(
+                Stop(
+                    "Deferred",
+                    "Busy",
+                    f"the VM's memory changed under kata-mem: {step.action} {step.device} was "
+                    f"planned from {fmt_bytes(before)} and the hypervisor shows "
+                    f'{fmt_bytes(vm.total)} (another agent resizes this VM: see "One owner of '
+                    "each VM's memory\"); the next call plans from what it shows",
+                )
+            )
         resize = step.action == "resize_virtio_mem"
         block = vm.virtio_mem.block if resize and vm.virtio_mem else cfg.settings.dimm_block
         if step.shrinks and reader is not None:

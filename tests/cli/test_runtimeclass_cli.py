@@ -98,3 +98,116 @@ def test_refusals_are_one_line_and_an_exit_code(
         doc = kata_mem_process("runtimeclass", "--config", str(config), *args, "--json")
         assert doc.returncode == code
         assert json.loads(doc.stdout)["error"]["exit_code"] == code
+
+
+# -- name, handler and CPU policy (issue 26 §8, issue 24 defect 9) ----------------------------
+
+
+def test_the_name_and_handler_follow_the_configurations_hypervisor(tmp_path: Path) -> None:
+    """kata-deploy names a RuntimeClass after the hypervisor (kata-qemu, kata-clh, kata-fc):
+    a Cloud Hypervisor configuration's is not kata-qemu."""
+    clh = tmp_path / "configuration-clh.toml"
+    clh.write_text(QEMU.read_text().replace("[hypervisor.qemu]", "[hypervisor.clh]"))
+    text, _ = runtimeclass("--config", str(clh), "--max-pod-memory", "4Gi")
+    manifest = yaml.safe_load(text)
+    assert (manifest["metadata"]["name"], manifest["handler"]) == ("kata-clh", "kata-clh")
+    assert text.startswith("# RuntimeClass for Kata with clh: ")
+    fc = tmp_path / "configuration-fc.toml"
+    fc.write_text(QEMU.read_text().replace("[hypervisor.qemu]", "[hypervisor.firecracker]"))
+    assert (
+        runtimeclass("--config", str(fc), "--max-pod-memory", "4Gi")[1]["runtimeclass"]["metadata"][
+            "name"
+        ]
+        == "kata-fc"
+    )
+    _, named = runtimeclass(
+        *("--config", str(QEMU), "--max-pod-memory", "4Gi"),
+        *("--name", "kata-qemu-small", "--handler", "kata-qemu"),
+    )
+    assert named["runtimeclass"]["metadata"]["name"] == "kata-qemu-small"
+    assert named["runtimeclass"]["handler"] == "kata-qemu"
+    validate(named["runtimeclass"], "1.35", strict=True)
+
+
+def test_the_cpu_policy_is_kata_s_250m_by_default_and_says_why() -> None:
+    text, doc = runtimeclass("--config", str(QEMU), "--max-pod-memory", "8Gi")
+    assert yaml.safe_load(text)["overhead"]["podFixed"]["cpu"] == "250m"
+    assert (doc["cpu_policy"], doc["pod_fixed_cpu_millis"]) == ("kata", 250)
+    assert doc["all_vcpus_cpu_millis"] == 1999
+    comments = " ".join(doc["explanation"])
+    assert "kata-deploy's own" in comments and "throttled, never killed" in comments
+    assert "1999m (--cpu-policy all-vcpus)" in comments
+    _, every = runtimeclass(
+        "--config", str(QEMU), "--max-pod-memory", "8Gi", "--cpu-policy", "all-vcpus"
+    )
+    assert every["runtimeclass"]["overhead"]["podFixed"]["cpu"] == "1999m"
+    none_text, none = runtimeclass(
+        "--config", str(QEMU), "--max-pod-memory", "8Gi", "--cpu-policy", "none"
+    )
+    assert "cpu" not in none["runtimeclass"]["overhead"]["podFixed"]
+    assert none["pod_fixed_cpu_millis"] is None and "--cpu-policy none" in none_text
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("--name", "Kata_QEMU"),
+        ("--name", "-kata"),
+        ("--handler", "kata.qemu"),
+        ("--handler", "x" * 64),
+    ],
+)
+def test_a_name_or_handler_the_api_server_refuses_is_a_usage_error(option: str, value: str) -> None:
+    r = kata_mem_process(
+        "runtimeclass", "--config", str(QEMU), "--max-pod-memory", "1Gi", option, value
+    )
+    assert (r.returncode, r.stdout) == (2, ""), r.stderr
+    assert option in r.stderr and "DNS-1123" in r.stderr
+
+
+# -- size classes (issue 26 §8) ------------------------------------------------------------------
+
+
+def test_size_classes_are_one_runtimeclass_per_bound_with_the_split_arithmetic() -> None:
+    """podFixed grows with the largest pod covered; one RuntimeClass per size class reserves
+    for each pod what its class needs, each the RuntimeClass --max-pod-memory BOUND gives."""
+    args = ("--config", str(QEMU), "--size-classes", "2Gi,8Gi,256Gi")
+    text, doc = runtimeclass(*args)
+    header, *manifests = text.split("---\n")
+    classes = [yaml.safe_load(m) for m in manifests]
+    assert [c["metadata"]["name"] for c in classes] == [
+        "kata-qemu-2gi",
+        "kata-qemu-8gi",
+        "kata-qemu-256gi",
+    ]
+    for c, bound in zip(classes, ("2Gi", "8Gi", "256Gi")):
+        validate(c, "1.35", strict=True)
+        assert c["handler"] == "kata-qemu"
+        single = yaml.safe_load(
+            kata_mem_process(
+                "runtimeclass", "--config", str(QEMU), "--max-pod-memory", bound
+            ).stdout
+        )
+        assert c["overhead"] == single["overhead"]
+    fixed = [int(c["overhead"]["podFixed"]["memory"].removesuffix("Mi")) for c in classes]
+    assert fixed == sorted(fixed) and fixed[0] < fixed[-1]
+    assert f"would reserve {fixed[-1]}Mi on each" in " ".join(header.split())
+    assert f"podFixed.memory {fixed[0]}Mi, {fixed[-1] - fixed[0]}Mi less a pod" in header
+    assert "pods with memory limits up to 2048 MiB (--size-classes 2Gi)" in manifests[0]
+    assert doc["schema"] == "kata-mem/runtimeclass-classes/v1"
+    assert [c["runtimeclass"] for c in doc["classes"]] == classes
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ("--size-classes", "8Gi,2Gi"),
+        ("--size-classes", "2Gi,2048Mi"),
+        ("--size-classes", "0,1Gi"),
+        ("--size-classes", "2Gi", "--max-pod-memory", "8Gi"),
+    ],
+)
+def test_size_classes_refused(extra: tuple[str, ...]) -> None:
+    r = kata_mem_process("runtimeclass", "--config", str(QEMU), *extra)
+    assert (r.returncode, r.stdout) == (2, ""), r.stderr
+    assert "--size-classes" in r.stderr

@@ -14,6 +14,11 @@ from tests.support.paths import DOCS, REPO
 
 #: Relative links in Markdown: [text](target), outside code.
 LINK = re.compile(r"\]\(([^)#:]+)(?:#[^)]*)?\)")
+#: A paragraph of the built site, and a Markdown list item left as text inside one.
+RENDERED_PARAGRAPH = re.compile(r"<p>(.*?)</p>", re.S)
+LIST_LINE = re.compile(r"\n\s*(?:[-*+]|\d+\.) \S")
+#: A list item indented one to three spaces.
+SHALLOW_ITEM = re.compile(r"^ {1,3}(?:[-*+]|\d+\.) \S")
 
 
 def test_the_site_builds_in_strict_mode(tmp_path: Path) -> None:
@@ -33,6 +38,34 @@ def test_the_site_builds_in_strict_mode(tmp_path: Path) -> None:
 
     for name in group.commands:
         assert f"kata-mem {name}" in cli, name
+    # A Markdown list needs a blank line before it (and nested items four spaces): without
+    # one it runs into the paragraph above, which the HTML shows as "- item" text (issue 26).
+    run_together = [
+        (str(page.relative_to(tmp_path / "site")), para[:80])
+        for page in sorted((tmp_path / "site").rglob("*.html"))
+        for para in RENDERED_PARAGRAPH.findall(page.read_text())
+        if LIST_LINE.search(para)
+    ]
+    assert run_together == []
+    # Material breaks inline code anywhere; in a table cell a file name stays whole.
+    css = (tmp_path / "site" / "stylesheets" / "extra.css").read_text()
+    assert "table:not([class]) code" in css and "word-break: normal" in css
+    page = (tmp_path / "site" / "guide" / "kubernetes" / "index.html").read_text()
+    assert 'href="../../stylesheets/extra.css"' in page
+
+
+def test_nested_lists_are_indented_as_python_markdown_reads_them() -> None:
+    """Python-Markdown nests a list only when it is indented four spaces (its tab length):
+    one indented one to three spaces is flattened into its parent (issue 26)."""
+    shallow = []
+    for page in sorted(DOCS.rglob("*.md")):
+        fence = False
+        for number, line in enumerate(page.read_text().splitlines(), 1):
+            if line.lstrip().startswith("```"):
+                fence = not fence
+            elif not fence and SHALLOW_ITEM.match(line):
+                shallow.append(f"{page.relative_to(DOCS)}:{number}")
+    assert shallow == []
 
 
 def test_every_page_is_in_the_navigation() -> None:

@@ -376,3 +376,32 @@ def test_new_ids_avoid_every_id_in_the_vm(
     r = run(cfgs["dimm"], b, request(256))
     assert [(s.device, s.memdev) for s in r.outcome.steps] == [("kmdimm9", "kmmem9")]
     assert b.state.loose == vm.loose  # kmmem7 is not kata-mem's: left alone
+
+
+def test_memory_changed_under_it_between_steps_stops_the_run(
+    cfgs: dict[str, SizingConfig], run: Callable[..., Any]
+) -> None:
+    """Another agent (Kata's runtime, hotplugging on a container event) plugs a DIMM while
+    kata-mem's first shrink step runs: the next step, planned from the VM before it, is not
+    issued; the outcome says so, and the next call plans from what the hypervisor shows."""
+    b = FakeBackend(vm_virtio(1024), FakeGuest(used=100 * MiB))
+
+    def kata_plugs(backend: FakeBackend, step: Step) -> None:
+        if step.size == 768 * MiB and backend.state.device("dimm1") is None:
+            dimm = MemoryDevice("dimm1", "dimm", 128 * MiB, 128 * MiB, 128 * MiB, slot=0)
+            backend.state = dataclasses.replace(
+                backend.state, devices=(*backend.state.devices, dimm)
+            )
+
+    b.on_poll = kata_plugs
+    r = run(cfgs["virtio"], b, request(), allow_shrink=True)
+    assert (r.outcome.status, r.outcome.reason) == ("InProgress", "PartialShrink")
+    assert "the VM's memory changed under kata-mem" in r.outcome.message
+    assert "planned from 1280 MiB and the hypervisor shows 1408 MiB" in r.outcome.message
+    assert [s.size // MiB for s in r.outcome.steps] == [768]
+    assert not any(c.startswith("resize_virtio_mem vm0 512") for c in b.calls)
+    b.on_poll = None
+    again = run(cfgs["virtio"], b, request(), allow_shrink=True)
+    # Planned from 512 + 768 + Kata's 128 MiB: kata-mem shrinks its own device, and leaves
+    # the DIMM it did not create alone.
+    assert again.outcome.status == "Resized" and b.state.device("dimm1") is not None

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Install kata-mem on a node, in the layout docs/guide/install.md describes: a virtualenv
+# under /opt/kata-mem, the command on PATH as /usr/local/bin/kata-mem (a link into it), and
+# configs/systemd's units in /etc/systemd/system, their ExecStart that link. Debian 12
+# refuses `pip install` into the system Python (PEP 668, "externally managed"); a
+# virtualenv of its own is what it asks for.
+#
+#   scripts/install-node.sh [SOURCE]
+#
+# SOURCE: a wheel (kata_mem-*.whl) or a checkout (default: the one this script is in).
+# Environment: PREFIX (/opt/kata-mem), BIN_DIR (/usr/local/bin), UNIT_DIR
+# (/etc/systemd/system; "-" installs no units), EXTRAS (e.g. libvirt), PYTHON (python3).
+# Run again with a newer SOURCE to upgrade in place. Starts nothing: it prints the
+# systemctl commands. Needs python3-venv (Debian) and PyPI for the dependencies.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+source=${1:-$root}
+prefix=${PREFIX:-/opt/kata-mem}
+bin_dir=${BIN_DIR:-/usr/local/bin}
+unit_dir=${UNIT_DIR:-/etc/systemd/system}
+py=${PYTHON:-python3}
+log() { printf 'install-node: %s\n' "$*" >&2; }
+
+if [ ! -x "$prefix/bin/python" ]; then
+    if ! "$py" -m venv "$prefix"; then
+        log "'$py -m venv $prefix' failed (on Debian: apt-get install python3-venv)"
+        exit 1
+    fi
+fi
+spec=$source
+if [ -n "${EXTRAS:-}" ]; then
+    spec="$source[$EXTRAS]"
+fi
+"$prefix/bin/python" -m pip install -q --disable-pip-version-check --upgrade "$spec" >&2
+mkdir -p "$bin_dir"
+ln -sfn "$prefix/bin/kata-mem" "$bin_dir/kata-mem"
+log "installed $("$bin_dir/kata-mem" --version) in $prefix; $bin_dir/kata-mem links to it"
+if [ "$unit_dir" != - ]; then
+    mkdir -p "$unit_dir"
+    for unit in kata-mem.socket kata-mem.service; do
+        # The shipped units run /usr/local/bin/kata-mem: BIN_DIR's link where it differs.
+        sed "s#/usr/local/bin/kata-mem#$bin_dir/kata-mem#g" "$root/configs/systemd/$unit" \
+            >"$unit_dir/$unit.tmp"
+        chmod 0644 "$unit_dir/$unit.tmp"
+        mv "$unit_dir/$unit.tmp" "$unit_dir/$unit"
+    done
+    log "units in $unit_dir: systemctl daemon-reload && systemctl enable --now kata-mem.socket"
+fi

@@ -1,0 +1,94 @@
+"""What an operator runs as printed (issue 26): the scripts ask only for extras the
+package has, the examples of the exit-code table do what the table says, the service guide
+names the Go tests' environment, and config check says who resizes a VM after boot."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.support.paths import REPO, doc
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - the test extra brings tomli
+    import tomli as tomllib
+
+#: A pip requirement on this checkout with extras: ``ROOT[a,b]`` / ``"$root[$extras]"``.
+CHECKOUT_EXTRAS = re.compile(r"(?:ROOT\}|root)\[([a-z][a-z0-9,-]*)\]")
+#: ``scripts/bootstrap.sh VENV EXTRAS``: its second argument is a list of extras.
+BOOTSTRAP = re.compile(r"scripts/bootstrap\.sh +\S+ +([a-z][a-z0-9,-]*)")
+
+
+def test_every_extra_the_scripts_install_exists() -> None:
+    extras = set(
+        tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    )
+    files = [*sorted((REPO / "scripts").iterdir()), REPO / "Makefile", REPO / ".ci" / "run"]
+    asked = {
+        (f.name, extra)
+        for f in files
+        if f.is_file()
+        for code in [re.sub(r"(?m)^\s*#.*$", "", f.read_text())]  # not the comments
+        for found in (*CHECKOUT_EXTRAS.findall(code), *BOOTSTRAP.findall(code))
+        for extra in found.split(",")
+    }
+    assert asked  # the patterns still find the scripts' installs
+    assert sorted(a for a in asked if a[1] not in extras) == []
+
+
+def exit_code_row(code: int) -> str:
+    (row,) = [r for r in doc("reference/exit-codes.md").splitlines() if r.startswith(f"| {code} |")]
+    return row
+
+
+def test_the_examples_of_exit_141_exit_141() -> None:
+    """Each complete command the row gives (``...`` marks an abbreviated one) ends so."""
+    row = exit_code_row(141).replace("\\|", "|")
+    commands = [c for c in re.findall(r"`(kata-mem [^`]*\|[^`]*)`", row) if "..." not in c]
+    assert commands
+    kata_mem = f"{shlex.quote(sys.executable)} -m kata_mem"
+    for command in commands:
+        line = command.replace("kata-mem ", f"{kata_mem} ", 1)
+        done = subprocess.run(
+            ["bash", "-c", line + '; echo "${PIPESTATUS[0]}" >&2'],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.stderr.splitlines()[-1] == "141", (command, done.stderr)
+
+
+def test_the_service_guide_names_the_environment_of_the_go_tests() -> None:
+    go = "".join(p.read_text() for p in sorted((REPO / "clients" / "go").rglob("*.go")))
+    names = set(re.findall(r'os\.Getenv\("(KATA_MEM_[A-Z_]+)"\)', go))
+    assert names  # KATA_MEM_PYTHON, the interpreter of the serve the Go tests start
+    guide = doc("guide/service.md")
+    assert sorted(n for n in names if n not in guide) == []
+
+
+def test_config_check_says_who_resizes_the_vm_after_boot(tmp_path: Path) -> None:
+    """Kata's runtime hotplugs by itself unless static_sandbox_resource_mgmt is set
+    (issue 26 §7): config check says which of the two holds for the configuration."""
+    from tests.support.cli import kata_mem_process
+
+    dynamic = REPO / "configs" / "configuration-qemu.toml"
+    static = tmp_path / "configuration.toml"
+    static.write_text(
+        dynamic.read_text().replace(
+            "static_sandbox_resource_mgmt = false", "static_sandbox_resource_mgmt = true"
+        )
+    )
+    assert static.read_text() != dynamic.read_text()
+    text = kata_mem_process("config", "check", str(dynamic))
+    assert text.returncode == 0, text.stderr
+    (line,) = [x for x in text.stdout.splitlines() if x.startswith("memory after boot: ")]
+    assert "Kata's runtime hotplugs it by itself" in line and "in place of" in line
+    doc = json.loads(kata_mem_process("config", "check", str(static), "--json").stdout)
+    assert doc["memory_owner"].startswith("sized once at boot: Kata's runtime never resizes it")
