@@ -191,6 +191,9 @@ def test_apply_in_the_pod_clamps_exactly_as_on_the_host_and_qemu_lives(
         probe = pod.probe()
         assert probe.returncode == 0, probe.stderr
         assert _get(node.state, "/healthz") == (200, {"status": "ok"})
+        # The manifest's metrics address, on the pod's own network (what Prometheus scrapes).
+        scrape = pod.exec(["curl", "-sS", "http://127.0.0.1:9464/metrics"], timeout=60)
+        assert scrape.returncode == 0 and "kata_mem_request_seconds" in scrape.stdout, scrape
         result = pod.kata_mem(
             "apply",
             "--config",

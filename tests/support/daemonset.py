@@ -16,6 +16,9 @@ What the kubelet and a CRI runtime give the container, and how it is made here:
   mount points that do not exist on this machine are made inside a tmpfs over their
   first missing parent's parent (``/run``, ``/opt``), in the namespace only;
 - the **pid namespace** shared when ``hostPID: true`` (the only form the harness runs);
+- its own **network namespace** unless ``hostNetwork: true`` (``unshare --net``): the
+  metrics address the manifest gives (``0.0.0.0:9464``) is the pod's own, never this
+  machine's; the unix socket is a file, reached through the state directory's mount;
 - the **securityContext**: ``runAsUser``/``runAsGroup``, every capability dropped from
   the bounding, inheritable and ambient sets (``capabilities.drop: [ALL]``) and
   ``no_new_privs`` (``allowPrivilegeEscalation: false``), by ``setpriv``; the container's
@@ -68,6 +71,7 @@ class Container:
     drop_all: bool
     read_only_root: bool
     host_pid: bool
+    host_network: bool
     mounts: tuple[Mount, ...]
     probe: tuple[str, ...]
 
@@ -105,6 +109,7 @@ class Container:
             drop_all="ALL" in caps.get("drop", []),
             read_only_root=bool(sc.get("readOnlyRootFilesystem")),
             host_pid=True,
+            host_network=bool(spec.get("hostNetwork")),
             mounts=tuple(mounts),
             probe=tuple(probe),
         )
@@ -179,7 +184,12 @@ class Pod:
         script = (
             f"{container.mount_script()}\ncd /\nexec {shlex.join([*container.setpriv(), *argv])}"
         )
-        enter = 'echo $$ > "$0" && exec unshare --cgroup --mount --propagation private sh -c "$1"'
+        net = "" if container.host_network else "--net "
+        enter = (
+            'echo $$ > "$0" && exec unshare --cgroup --mount '
+            + net
+            + '--propagation private sh -c "$1"'
+        )
         with log.open("w") as err:
             pod.proc = subprocess.Popen(
                 ["sh", "-c", enter, str(cgroup.procs_file), script],
@@ -208,7 +218,12 @@ class Pod:
         """``kubectl exec``: ``argv`` in the container's cgroup and namespaces, under its
         securityContext, from ``/``."""
         # $1: the container's cgroup.procs, $2: its main process, then the command.
-        script = 'echo $$ > "$1" && exec nsenter --target "$2" --cgroup --mount --wd=/ -- "${@:3}"'
+        net = "" if self.container.host_network else "--net "
+        script = (
+            'echo $$ > "$1" && exec nsenter --target "$2" --cgroup --mount '
+            + net
+            + '--wd=/ -- "${@:3}"'
+        )
         return subprocess.run(
             [
                 "bash",
