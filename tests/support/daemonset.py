@@ -127,6 +127,8 @@ class Container:
     def mount_script(self) -> str:
         """The shell lines that lay the container's mounts in its new mount namespace."""
         lines = ["set -eu"]
+        if not self.host_network:
+            lines.append("ip link set lo up")  # as the runtime gives a pod its loopback
         made: set[str] = set()
         for m in self.mounts:
             missing = Path(m.target)
