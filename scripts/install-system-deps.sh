@@ -34,7 +34,9 @@ done
 
 # curl: the service tests drive kata-mem serve with curl --unix-socket.
 # systemd: systemd-analyze verify checks the shipped units (tests/cli/test_install_layout.py).
-packages=(qemu-system-x86 qemu-utils busybox-static cpio curl systemd)
+# util-linux and iproute2: the DaemonSet harness (tests/support/daemonset.py) runs kata-mem in
+# its own namespaces (unshare, nsenter, setpriv) with the pod's loopback (ip).
+packages=(qemu-system-x86 qemu-utils busybox-static cpio curl systemd util-linux iproute2)
 if [[ $want_libvirt -eq 1 ]]; then
     packages+=(libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients)
     # libvirt-python has no wheels on PyPI: the `libvirt` extra compiles against
