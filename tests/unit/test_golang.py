@@ -1,0 +1,52 @@
+"""Go's parsers as Kata's Go runtime uses them, against the case table
+(tests/fixtures/annotation-cases/go-parsers.json; its schema:
+tests/fixtures/schemas/go-parsers.schema.json)."""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+from typing import Any
+
+import pytest
+
+from kata_mem.core import golang
+from tests.support.cases import case_params
+
+
+def _shown(value: Any) -> Any:
+    """A parsed float as the table writes it: an exact fraction, or inf/-inf/nan."""
+    if isinstance(value, float):
+        return "nan" if math.isnan(value) else "inf" if value > 0 else "-inf"
+    if isinstance(value, Fraction):
+        return str(value)
+    return value
+
+
+@pytest.mark.parametrize("case", case_params("go-parsers"))
+def test_go_parser_case(case: dict[str, Any]) -> None:
+    text = case["input"]
+    if case["go"] == "ParseFloat32":
+        got: Any = _shown(golang.parse_float32(text))
+    elif case["go"] == "ParseUint":
+        got = golang.parse_uint(text)
+    elif case["go"] == "ParseBool":
+        got = golang.parse_bool(text)
+    else:
+        got = golang.regexp_match(case["pattern"], text)
+    assert got == case["expect"]
+
+
+def test_a_value_of_thousands_of_digits_is_read_not_refused_by_python() -> None:
+    # int() refuses more than 4300 digits; Go reads leading zeros and long fractions.
+    assert golang.parse_uint("0" * 5000 + "20") == 20
+    assert golang.parse_float32("0." + "0" * 5000 + "1") == Fraction(1, 10**5001)
+    assert golang.parse_float32("1" * 5000) is None  # beyond float32: ErrRange
+
+
+def test_a_pattern_go_refuses_writes_nothing_to_stderr(capfd: pytest.CaptureFixture[str]) -> None:
+    # RE2 logs its parse errors to stderr unless told not to; the shim's stderr is the
+    # runtime's log, and the refusal says it in its own words.
+    assert golang.regexp_match("(?=x)", "x") is None
+    assert golang.compile_regexp("(?=x)")[1] == "invalid perl operator: (?="
+    assert capfd.readouterr().err == ""
