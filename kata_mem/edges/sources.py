@@ -20,7 +20,6 @@ from kata_mem.core.fields import path as field_path
 from kata_mem.core.model import Arch, Container, PodResources, Role, SandboxSizing, Workload
 from kata_mem.core.quantity import parse_quantity, quantity_bytes
 from kata_mem.core.request import (
-    ANN_POD_OVERHEAD,
     HUGEPAGE_SIZES,
     SANDBOX_SIZING_KEYS,
     check_hugepage_size,
@@ -349,10 +348,13 @@ def _page_size_name(size: int) -> str:
 def read_oci(
     path: Path, arch: Arch
 ) -> tuple[
-    Optional[Container], Optional[SandboxSizing], Optional[int], tuple[tuple[str, str], ...]
+    Optional[Container],
+    Optional[SandboxSizing],
+    Optional[tuple[int, str]],
+    tuple[tuple[str, str], ...],
 ]:
-    """A container (or, for a sandbox spec, the pod sizing, the pod overhead
-    annotation and Kata's hypervisor annotations) from an OCI ``config.json``.
+    """A container (or, for a sandbox spec, the pod sizing, the pod overhead with the
+    annotation that gave it, and Kata's hypervisor annotations) from an OCI ``config.json``.
 
     ``linux.resources.memory.limit`` (bytes; -1 or absent = no limit),
     ``hugepageLimits[].limit`` (of a ``pageSize`` the host's architecture ``arch``
@@ -514,7 +516,7 @@ def build_workload(
         if container is not None:
             containers.append(container)
         if spec_overhead is not None and overhead is None:  # the Pod's own field comes first
-            overhead, origin = spec_overhead, f"{spec}: annotation {ANN_POD_OVERHEAD}"
+            overhead, origin = spec_overhead[0], f"{spec}: annotation {spec_overhead[1]}"
         if spec_sizing is not None:
             if sizing is not None:
                 raise InputError(
