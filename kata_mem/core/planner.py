@@ -427,16 +427,15 @@ def pod_overhead(cfg: SizingConfig, request: Workload) -> tuple[Optional[int], s
 
 
 def runtime_rs_static(cfg: SizingConfig, need: Demand) -> Optional[tuple[int, Fraction]]:
-    """The workload as runtime-rs's static sizing reads it, when the configuration sets
-    ``overhead_vcpus`` or ``overhead_memory`` with ``static_sandbox_resource_mgmt`` (kata
-    PR #13173, src/runtime-rs/crates/resource/src/cpu_mem/initial_size.rs): memory in
-    whole MiB, floored and then rounded up to an even MiB (``convert_memory_to_mb``:
-    "memory size must be 2MB aligned for hugepage support"), and the CPUs unrounded;
-    ``None`` otherwise (the Go runtime's static sizing, which adds the workload to
-    ``default_memory`` and ``default_vcpus``)."""
-    if not cfg.static_sandbox_resource_mgmt or (
-        cfg.overhead_vcpus is None and cfg.overhead_memory is None
-    ):
+    """The workload as runtime-rs's static sizing reads it, when the configuration is
+    runtime-rs's (``cfg.runtime``) with ``static_sandbox_resource_mgmt`` (kata PR #13173,
+    src/runtime-rs/crates/resource/src/cpu_mem/initial_size.rs): memory in whole MiB,
+    floored and then rounded up to an even MiB (``convert_memory_to_mb``: "memory size
+    must be 2MB aligned for hugepage support"), and the CPUs unrounded; ``None`` otherwise
+    (the Go runtime's static sizing, which adds the workload to ``default_memory`` and
+    ``default_vcpus``). runtime-rs applies its rule whether or not ``overhead_vcpus`` and
+    ``overhead_memory`` are set: both default to 0 (``#[serde(default)]``)."""
+    if not cfg.static_sandbox_resource_mgmt or cfg.runtime != "runtime-rs":
         return None
     mib = to_mib_floor(need.total_memory)
     return (mib + mib % 2) * MiB, need.cpu
@@ -981,9 +980,9 @@ def _plan_vcpus(cfg: SizingConfig, host: HostFacts, need: Demand) -> tuple[VcpuP
             notes.append(
                 Note(
                     "vcpus",
-                    f"static_sandbox_resource_mgmt with overhead_vcpus/overhead_memory: the "
-                    f"vCPU maximum is set from {ceiling} ({cause}) to the {boot} vCPUs the VM "
-                    "boots with, as runtime-rs does",
+                    f"runtime-rs static_sandbox_resource_mgmt: the vCPU maximum is set from "
+                    f"{ceiling} ({cause}) to the {boot} vCPUs the VM boots with, as runtime-rs "
+                    "does",
                 )
             )
         ceiling, cause = min(boot, arch_cap), "arch"

@@ -28,7 +28,7 @@ from kata_mem.core.fields import (
     spelled_float,
     toml_value,
 )
-from kata_mem.core.model import SIZING_MODELS, Origin, Settings, SizingConfig
+from kata_mem.core.model import RUNTIMES, SIZING_MODELS, Origin, Runtime, Settings, SizingConfig
 from kata_mem.core.units import INT64_MAX, MiB, to_mib_floor
 from kata_mem.edges.files import CONFIG_CAP, not_regular, read_capped
 from kata_mem.edges.ownership import check_way, mode, others_could_write, who
@@ -388,7 +388,7 @@ def _load_config(path: Path) -> SizingConfig:
     # (regexpContains drops the error), so a node whose pods name no annotation runs as
     # Kata runs it. kata_mem.core.annotations says so when it refuses an annotation.
     # runtime-rs only (kata-types config/hypervisor/mod.rs: CpuInfo.overhead_vcpus f32,
-    # MemoryInfo.overhead_memory u32 MiB); either set means runtime-rs's static sizing.
+    # MemoryInfo.overhead_memory u32 MiB, both #[serde(default)]: 0 when unset).
     overhead_vcpus = overhead_memory = None
     if "overhead_vcpus" in table:
         raw = hv.get("overhead_vcpus", 0, is_number, "a number of vCPUs, e.g. 0.2")
@@ -409,6 +409,12 @@ def _load_config(path: Path) -> SizingConfig:
     sources = [(f"hypervisor.{name}.{k}", s) for k, s in hv.sources]
     sources += [(f"runtime.{k}", s) for k, s in rt.sources]
     sources += settings_sources
+    if settings.runtime is not None:
+        runtime: Runtime = settings.runtime
+        sources.append(("runtime", dict(settings_sources)["kata_mem.runtime"]))
+    else:
+        runtime, why = which_runtime(path, runtime_table, name, table)
+        sources.append(("runtime", Origin("default", value=runtime, note=why)))
     return SizingConfig(
         path=first,
         hypervisor=name,
@@ -426,8 +432,48 @@ def _load_config(path: Path) -> SizingConfig:
         enable_annotations=patterns,
         overhead_vcpus=overhead_vcpus,
         overhead_memory=overhead_memory,
+        runtime=runtime,
         sources=tuple(sources),
         files=files,
+    )
+
+
+#: Keys of ``[runtime]`` that only runtime-rs has (kata-types config/runtime.rs
+#: ``Runtime``: ``name`` "virt_container", ``hypervisor_name``, ``agent_name``); the Go
+#: runtime's ``runtime`` struct (src/runtime/pkg/katautils/config.go) has none of them.
+RUNTIME_RS_KEYS = ("name", "hypervisor_name", "agent_name")
+#: The hypervisors only runtime-rs drives.
+RUNTIME_RS_HYPERVISORS = ("dragonball",)
+
+
+def which_runtime(
+    path: Path, runtime_table: Mapping[str, Any], hypervisor: str, hv_table: Mapping[str, Any]
+) -> tuple[Runtime, str]:
+    """The Kata runtime a configuration is for, and what shows it, where ``[kata_mem]
+    runtime`` does not say. runtime-rs installs its own files, in a ``runtime-rs``
+    directory of Kata's defaults (src/runtime-rs/Makefile ``CONFDIR``; kata-deploy copies
+    them per shim under ``runtime-rs/runtimes/SHIM``), named ``*-runtime-rs.toml`` for
+    the hypervisors both runtimes drive, and writes keys the Go runtime does not have.
+    A configuration that shows neither is the Go runtime's, Kata's default.
+
+    The path is checked as given and resolved: ``/etc/kata-containers/configuration.toml``
+    is often a link to a packaged file.
+    """
+    for shown in dict.fromkeys((str(path), os.path.realpath(path))):
+        at = Path(shown)
+        if "runtime-rs" in at.parent.parts or at.name.endswith("-runtime-rs.toml"):
+            return "runtime-rs", f"inferred: {shown} is one of runtime-rs's configuration files"
+    for key in RUNTIME_RS_KEYS:
+        if key in runtime_table:
+            return "runtime-rs", f"inferred: [runtime] {key} is a key only runtime-rs reads"
+    if hypervisor in RUNTIME_RS_HYPERVISORS:
+        return "runtime-rs", f"inferred: [hypervisor.{hypervisor}] only runtime-rs drives it"
+    for key in ("overhead_vcpus", "overhead_memory"):
+        if key in hv_table:
+            return "runtime-rs", f"inferred: [hypervisor.{hypervisor}] {key} only runtime-rs reads"
+    return "go", (
+        "inferred: nothing in the configuration is runtime-rs's (Kata's default runtime); "
+        'set [kata_mem] runtime = "runtime-rs" if it is'
     )
 
 
@@ -523,6 +569,12 @@ SETTINGS_KEYS: dict[str, tuple[str, int, Callable[[Any], bool], str]] = {
     ),
     "host_cgroup_margin_mib": ("host_cgroup_margin", MiB, _mib, "a non-negative integer (MiB)"),
     "node_reserved_mib": ("node_reserved", MiB, _mib, "a non-negative integer (MiB)"),
+    "runtime": (
+        "runtime",
+        1,
+        lambda v: v in RUNTIMES,
+        " or ".join(f'"{r}"' for r in RUNTIMES) + " (absent: inferred from the configuration)",
+    ),
     "node_overcommit": (
         "node_overcommit",
         1,
