@@ -18,7 +18,7 @@ from kata_mem.core.errors import InputError, QuantityError
 from kata_mem.core.fields import Fields, KeyOnce, python_value, spelled_float
 from kata_mem.core.fields import path as field_path
 from kata_mem.core.model import Arch, Container, PodResources, Role, SandboxSizing, Workload
-from kata_mem.core.quantity import parse_quantity, quantity_bytes
+from kata_mem.core.quantity import cpu_count, parse_quantity, quantity_bytes
 from kata_mem.core.request import (
     HUGEPAGE_SIZES,
     SANDBOX_SIZING_KEYS,
@@ -473,12 +473,7 @@ def cli_containers(limits: tuple[str, ...], cpus: tuple[str, ...]) -> tuple[Cont
         for i, q in enumerate(limits)
     ]
     for i, q in enumerate(cpus):
-        try:
-            cpu = parse_quantity(q)
-        except QuantityError as exc:
-            raise QuantityError(f"--cpu {q!r}: {exc}") from exc
-        if cpu < 0:
-            raise QuantityError(f"--cpu {q!r}: negative; expected CPUs of 0 or more")
+        cpu = cpu_count(q, f"--cpu {q[:40]!r}{'...' if len(q) > 40 else ''}")
         out.append(Container(f"--cpu #{i + 1}", cpu=cpu, origin="--cpu"))
     return tuple(out)
 
