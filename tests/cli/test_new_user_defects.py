@@ -1,15 +1,23 @@
-"""Defects a new user found (issue 24, defects 5 and 8): each test drives the command line
-as the user did and pins the new wording; each failed on the code before."""
+"""Defects a new user found (issue 24, defects 5 and 8): each test drives kata-mem as the
+user did and pins the new wording; each failed on the code before."""
 
 from __future__ import annotations
 
+import grp
+import os
+import shutil
+import stat
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Callable
 
 import pytest
 
+from kata_mem.edges.statedir import ensure_state_dir
 from tests.support.cli import CliResult
 from tests.support.configs import HOST_ARGS, write_config
+from tests.support.service import start
 
 Run = Callable[..., CliResult]
 
@@ -35,3 +43,43 @@ def test_cpus_beyond_int64_millicores_are_refused(run_cli: Run, cfg: Path, cpus:
 def test_cpus_at_the_bound_are_planned(run_cli: Run, cfg: Path) -> None:
     r = run_cli("preview", "--config", str(cfg), "--cpu", "9223372036854775807m", *HOST_ARGS)
     assert r.code == 0, r.err
+
+
+@pytest.fixture
+def reachable_dir() -> Iterator[Path]:
+    """A directory every user can search (pytest's tmp dirs are root's alone)."""
+    where = Path(tempfile.mkdtemp(prefix="kata-mem-group-"))
+    where.chmod(0o755)
+    yield where
+    shutil.rmtree(where, ignore_errors=True)
+
+
+def test_serve_group_under_a_0700_state_dir_is_refused_naming_it(reachable_dir: Path) -> None:
+    # Before: served, with a socket of the group's that its members could not reach
+    # through the 0700 state directory, and nothing said so.
+    state = reachable_dir / "state"
+    ensure_state_dir(state)  # as apply makes it: 0700
+    assert stat.S_IMODE(state.stat().st_mode) == 0o700
+    sock = state / "kata-mem.sock"
+    svc = start(reachable_dir, "--group", "users", sock=sock, wait=False)
+    try:
+        assert svc.proc.wait(30) == 3, svc.stderr()
+    finally:
+        if svc.proc.poll() is None:  # it served: stop it
+            svc.stop()
+    assert (
+        f"kata-mem: error: --socket {sock}: --group users: {state} is mode 0700 (owner root, "
+        "group root), which the group cannot search, so its members could not reach the "
+        f"socket; nothing was changed (let the group search it: chgrp users {state} && "
+        f"chmod g+x {state}; or give a --socket in a directory they can reach)"
+    ) in svc.stderr()
+    assert sorted(p.name for p in state.iterdir()) == [".kata-mem-state"]
+
+
+def test_serve_group_under_a_directory_the_group_may_search(reachable_dir: Path) -> None:
+    state = reachable_dir / "state"
+    ensure_state_dir(state)
+    os.chown(state, -1, grp.getgrnam("users").gr_gid)
+    state.chmod(0o710)
+    svc = start(reachable_dir, "--group", "users", sock=state / "kata-mem.sock")
+    assert svc.stop() == 0, svc.stderr()
