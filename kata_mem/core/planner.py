@@ -551,7 +551,7 @@ def _plan_memory(
     guards: Guards,
 ) -> tuple[MemoryPlan, list[Note]]:
     mech = mechanism(cfg)
-    host_mem, _ = effective_host_memory(host)
+    host_mem, host_cause = effective_host_memory(host)
     ceiling, ceiling_cause = max_memory(cfg, host)
     block = block_size(cfg, host, vm)
     base = vm.base
@@ -594,6 +594,10 @@ def _plan_memory(
             "the sandbox keeps its boot memory and nothing is hotplugged",
         )
         ceiling = base
+        if cfg.default_memory > host_mem and base >= host_mem:
+            # The boot memory was lowered to the host's, which then bounds the target:
+            # default_maxmemory, below it, is not what the target was clamped to.
+            ceiling_cause = host_cause
     target = requested
     if target > ceiling:
         clamp(ceiling_cause, ceiling, _cause_text(ceiling_cause, requested, ceiling, cfg))

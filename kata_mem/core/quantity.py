@@ -98,16 +98,20 @@ def parse_quantity(text: str) -> Fraction:
     return -value if m["sign"] == "-" else value
 
 
-def quantity_bytes(text: str, what: str = "memory") -> int:
+def quantity_bytes(text: str, what: str = "memory", minimum: int = 0, least: str = "") -> int:
     """Parse a memory quantity into whole bytes (ceiling, like ``Quantity.Value()``).
 
-    :raises QuantityError: on a malformed or negative quantity, or one above a signed
-        64-bit integer; ``what`` names the field in the message.
+    :raises QuantityError: on a malformed quantity, one below ``minimum`` bytes (written
+        ``least`` in the message; 0: negative), or one above a signed 64-bit integer;
+        ``what`` names the field in the message.
     """
     try:
         value = parse_quantity(text)
     except QuantityError as exc:
         raise QuantityError(f"{what}: {exc}") from exc
+    if minimum > 0 and value < minimum:
+        # One message for every value below it: "a size of 0 or more" would invite a 0.
+        raise QuantityError(f"{what} {text[:40]!r}: expected at least {least or minimum}")
     if value < 0:
         raise QuantityError(f"{what}: {text!r} is negative; expected a size of 0 or more")
     size = -(-value.numerator // value.denominator)

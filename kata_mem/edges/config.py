@@ -498,6 +498,10 @@ def _mib(v: Any) -> bool:
     return is_int(v) and 0 <= v <= to_mib_floor(INT64_MAX)
 
 
+#: What :func:`_mib` takes, both bounds said.
+_MIB_RANGE = f"an integer from 0 to {to_mib_floor(INT64_MAX)} (MiB; 8 EiB of bytes)"
+
+
 #: The range of ``step_timeout_s`` (seconds).
 STEP_TIMEOUT_MIN_S = 0.1
 STEP_TIMEOUT_MAX_S = 3600
@@ -559,16 +563,16 @@ SETTINGS_KEYS: dict[str, tuple[str, int, Callable[[Any], bool], str]] = {
         lambda v: v in SIZING_MODELS,
         " or ".join(f'"{m}"' for m in SIZING_MODELS),
     ),
-    "pod_overhead_mib": ("pod_overhead", MiB, _mib, "a non-negative integer (MiB)"),
-    "vmm_overhead_mib": ("vmm_overhead", MiB, _mib, "a non-negative integer (MiB)"),
+    "pod_overhead_mib": ("pod_overhead", MiB, _mib, _MIB_RANGE),
+    "vmm_overhead_mib": ("vmm_overhead", MiB, _mib, _MIB_RANGE),
     "vmm_overhead_per_gib_mib": (
         "vmm_overhead_per_gib",
         MiB,
         lambda v: is_int(v) and 0 <= v <= 1024,
         "an integer from 0 to 1024 (MiB per GiB of guest memory)",
     ),
-    "host_cgroup_margin_mib": ("host_cgroup_margin", MiB, _mib, "a non-negative integer (MiB)"),
-    "node_reserved_mib": ("node_reserved", MiB, _mib, "a non-negative integer (MiB)"),
+    "host_cgroup_margin_mib": ("host_cgroup_margin", MiB, _mib, _MIB_RANGE),
+    "node_reserved_mib": ("node_reserved", MiB, _mib, _MIB_RANGE),
     "runtime": (
         "runtime",
         1,

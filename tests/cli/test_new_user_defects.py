@@ -83,3 +83,13 @@ def test_serve_group_under_a_directory_the_group_may_search(reachable_dir: Path)
     state.chmod(0o710)
     svc = start(reachable_dir, "--group", "users", sock=state / "kata-mem.sock")
     assert svc.stop() == 0, svc.stderr()
+
+
+@pytest.mark.parametrize("memory", ["-1", "0", "1023Ki"])
+def test_host_memory_below_the_minimum_says_the_minimum(
+    run_cli: Run, cfg: Path, memory: str
+) -> None:
+    # Before: -1 was refused as "expected a size of 0 or more", where 0 is refused too.
+    r = run_cli("preview", "--config", str(cfg), "--host-memory", memory, "--host-cpus", "4")
+    assert r.code == 4, r.err
+    assert r.err.strip() == f"kata-mem: error: --host-memory {memory!r}: expected at least 1Mi"
