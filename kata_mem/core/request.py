@@ -791,7 +791,14 @@ def _decode(raw: bytes) -> Any:
 
     try:
         doc = json.loads(text, object_pairs_hook=pairs_hook, parse_float=spelled_float)
-    except (ValueError, RecursionError) as exc:
+    except RecursionError as exc:
+        # Python's own words ("maximum recursion depth exceeded while decoding...") name
+        # its interpreter, not the request.
+        raise InputError(
+            "request: nested too deeply to read (more than a few hundred levels of arrays "
+            "and objects); a shim request is a few levels deep"
+        ) from exc
+    except ValueError as exc:
         raise InputError(f"request is not JSON: {exc}") from exc
     if not duplicates and not _MAYBE_SURROGATE.search(text):
         return doc  # the usual case: nothing to find, no walk

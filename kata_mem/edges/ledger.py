@@ -53,7 +53,9 @@ def read_ledger(root: Path) -> tuple[Optional[dict[str, int]], str]:
             doc = json.loads(
                 read_open(fd, info, path, cap=STATE_CAP, what="ledger", error=ConfigError)
             )
-        except (KataMemError, ValueError, RecursionError) as exc:
+        except RecursionError:
+            return None, "is damaged (nested too deeply)"
+        except (KataMemError, ValueError) as exc:
             return None, f"is damaged ({exc})"
     finally:
         os.close(fd)

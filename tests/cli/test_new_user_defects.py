@@ -4,6 +4,7 @@ user did and pins the new wording; each failed on the code before."""
 from __future__ import annotations
 
 import grp
+import json
 import os
 import shutil
 import stat
@@ -15,7 +16,7 @@ from typing import Callable
 import pytest
 
 from kata_mem.edges.statedir import ensure_state_dir
-from tests.support.cli import CliResult
+from tests.support.cli import CliResult, kata_mem_process
 from tests.support.configs import HOST_ARGS, write_config
 from tests.support.service import start
 
@@ -93,3 +94,17 @@ def test_host_memory_below_the_minimum_says_the_minimum(
     r = run_cli("preview", "--config", str(cfg), "--host-memory", memory, "--host-cpus", "4")
     assert r.code == 4, r.err
     assert r.err.strip() == f"kata-mem: error: --host-memory {memory!r}: expected at least 1Mi"
+
+
+def test_a_deeply_nested_request_is_refused_in_kata_mems_words() -> None:
+    # Before: "request is not JSON: maximum recursion depth exceeded while decoding a JSON
+    # array from a unicode string", Python's words about its interpreter.
+    deep = '{"schema": "kata-mem/shim-request/v1", "x": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    r = kata_mem_process("shim", input=deep)
+    assert r.returncode == 4, r.stderr
+    message = (
+        "request: nested too deeply to read (more than a few hundred levels of arrays and "
+        "objects); a shim request is a few levels deep"
+    )
+    assert r.stderr.strip() == f"kata-mem shim: error: {message}"
+    assert json.loads(r.stdout)["error"]["message"] == message
