@@ -172,7 +172,18 @@ def load_raw(path: Path) -> tuple[dict[str, Any], Origins, tuple[str, ...]]:
             check_way(dropin_dir, str(path), "its drop-ins", itself=True)
         # Not only regular files: a FIFO or device named *.toml is refused when read,
         # rather than skipped so that the configuration silently differs from the files.
-        files += sorted(p for p in dropin_dir.glob("*.toml") if not p.is_dir())
+        found = sorted(dropin_dir.glob("*.toml"))
+        for entry in found:
+            if entry.is_dir():
+                # Both runtimes read every entry of config.d and fail on a directory (Go
+                # katautils decodeDropIns: os.ReadFile; kata-types drop_in.rs
+                # update_from_dropin: "drop-in cfg file can only be a regular file").
+                raise ConfigError(
+                    f"{entry}: a directory among the drop-ins of {path}; Kata refuses to "
+                    "start with it (it reads every entry of config.d as a drop-in file); "
+                    "expected drop-in files only (move it out of config.d)"
+                )
+        files += found
     for f in files:
         _merge(data, _read_toml(f), origins, str(f))
     return data, origins, tuple(str(f) for f in files)

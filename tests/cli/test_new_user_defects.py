@@ -108,3 +108,16 @@ def test_a_deeply_nested_request_is_refused_in_kata_mems_words() -> None:
     )
     assert r.stderr.strip() == f"kata-mem shim: error: {message}"
     assert json.loads(r.stdout)["error"]["message"] == message
+
+
+def test_a_drop_in_that_is_a_directory_is_refused_naming_it(run_cli: Run, tmp_path: Path) -> None:
+    # Before: skipped silently, where both Kata runtimes fail to start on it.
+    path = write_config(tmp_path / "c.toml")
+    (tmp_path / "config.d" / "50-box.toml").mkdir(parents=True)
+    r = run_cli("config", "check", str(path))
+    assert r.code == 3, r.err
+    assert r.err.strip() == (
+        f"kata-mem: error: {tmp_path}/config.d/50-box.toml: a directory among the drop-ins of "
+        f"{path}; Kata refuses to start with it (it reads every entry of config.d as a drop-in "
+        "file); expected drop-in files only (move it out of config.d)"
+    )
