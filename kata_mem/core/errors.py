@@ -124,7 +124,6 @@ class Interrupted(KataMemError):
 
     exit_code = 130
     kind = "interrupted"
-    signal_name = "SIGINT"
 
 
 class Terminated(Interrupted):
@@ -134,7 +133,6 @@ class Terminated(Interrupted):
 
     exit_code = 143
     kind = "terminated"
-    signal_name = "SIGTERM"
 
 
 #: The exit code of an outcome whose guest did not confirm a step in time.

@@ -21,7 +21,6 @@ BOOLS = {
     "0": False, "f": False, "F": False, "FALSE": False, "false": False, "False": False,
 }  # fmt: skip
 
-UINT64_MAX = (1 << 64) - 1
 #: The largest float32 and the point half a unit in the last place above it: Go's
 #: ``ParseFloat(s, 32)`` rounds to the nearest float32 (ties to even, and the largest
 #: float32's mantissa is odd), so from there on it rounds to infinity and answers

@@ -87,11 +87,14 @@ def _interrupted(signum: int, frame: Optional[FrameType]) -> None:
 
     if _shim and stdout_used():
         return
-    kind = Terminated if signum == signal.SIGTERM else Interrupted
-    error = kind(
-        f"{'terminated' if kind is Terminated else 'interrupted'} ({kind.signal_name}): "
+    then = (
         "stopped where it was; a step cut short is settled from the VM by the next call on "
         "the sandbox or kata-mem reconcile"
+    )
+    error = (
+        Terminated(f"terminated (SIGTERM): {then}")
+        if signum == signal.SIGTERM
+        else Interrupted(f"interrupted (SIGINT): {then}")
     )
     logger, prefix = ("kata_mem.shim", "kata-mem shim") if _shim else ("kata_mem", "kata-mem")
     line = logs.line(
