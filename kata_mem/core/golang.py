@@ -12,6 +12,7 @@ tests/fixtures/annotation-cases/hypervisor.json and tests/unit/test_golang.py.
 from __future__ import annotations
 
 import functools
+import re
 from fractions import Fraction
 from typing import Any, Optional, Union
 
@@ -222,8 +223,13 @@ def _has_any_byte_escape(pattern: str) -> bool:
     return False
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def regexp_match(pattern: str, text: str) -> Optional[bool]:
     """Go ``regexp.MatchString(pattern, text)``: whether ``pattern`` matches anywhere
-    in ``text`` (unanchored); ``None`` for a pattern Go does not compile."""
-    compiled, _ = compile_regexp(pattern)
-    return None if compiled is None else compiled.search(text) is not None
+    in ``text`` (unanchored); ``None`` for a pattern Go does not compile. A lone
+    surrogate (JSON's ``"\\udcff"``, which Go's decoder reads as U+FFFD) is matched as
+    U+FFFD: RE2 takes UTF-8, which has no surrogates."""
+    compiled, _ = compile_regexp(_SURROGATE.sub("\ufffd", pattern))
+    return None if compiled is None else compiled.search(_SURROGATE.sub("\ufffd", text)) is not None

@@ -50,3 +50,10 @@ def test_a_pattern_go_refuses_writes_nothing_to_stderr(capfd: pytest.CaptureFixt
     assert golang.regexp_match("(?=x)", "x") is None
     assert golang.compile_regexp("(?=x)")[1] == "invalid perl operator: (?="
     assert capfd.readouterr().err == ""
+
+
+def test_a_lone_surrogate_is_matched_as_go_reads_it() -> None:
+    # JSON's "\udcff" (an OCI spec's annotation name) is U+FFFD to Go's decoder; RE2 takes
+    # UTF-8, which cannot hold a surrogate: before, UnicodeEncodeError and a traceback.
+    assert golang.regexp_match("^default_.memory$", "default_\udcffmemory") is True
+    assert golang.regexp_match("^default_\ufffdmemory$", "default_\udcffmemory") is True
