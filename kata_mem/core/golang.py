@@ -186,7 +186,7 @@ def compile_regexp(pattern: str) -> tuple[Any, str]:
     """
     try:
         import re2
-    except ImportError as exc:  # pragma: no cover - a platform without google-re2 wheels
+    except ImportError as exc:  # a platform without google-re2 wheels
         from kata_mem.core.errors import MissingDependency
 
         raise MissingDependency(

@@ -5,6 +5,7 @@ tests/fixtures/schemas/go-parsers.schema.json)."""
 from __future__ import annotations
 
 import math
+import sys
 from fractions import Fraction
 from typing import Any
 
@@ -57,3 +58,18 @@ def test_a_lone_surrogate_is_matched_as_go_reads_it() -> None:
     # UTF-8, which cannot hold a surrogate: before, UnicodeEncodeError and a traceback.
     assert golang.regexp_match("^default_.memory$", "default_\udcffmemory") is True
     assert golang.regexp_match("^default_\ufffdmemory$", "default_\udcffmemory") is True
+
+
+def test_without_google_re2_checking_a_pattern_is_exit_9(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Where google-re2 has no wheel it is not installed (pyproject.toml): the check of an
+    # annotation says what to install, as a missing libvirt-python does.
+    from kata_mem.core.errors import MissingDependency
+
+    monkeypatch.setitem(sys.modules, "re2", None)
+    golang.compile_regexp.cache_clear()
+    try:
+        with pytest.raises(MissingDependency, match=r"pip install 'google-re2>=1.1'") as info:
+            golang.regexp_match("default_memory", "default_memory")
+        assert info.value.exit_code == 9
+    finally:
+        golang.compile_regexp.cache_clear()
