@@ -14,28 +14,22 @@ ignores a disallowed annotation with a log line and accepts ``default_memory`` w
 
 from __future__ import annotations
 
-import re
+import math
 from dataclasses import replace
 from fractions import Fraction
 from typing import Optional
 
+from kata_mem.core import golang
 from kata_mem.core.errors import InputError
 from kata_mem.core.model import HostFacts, Origin, SizingConfig, Workload
-from kata_mem.core.units import UINT64_MAX, MiB
+from kata_mem.core.units import MiB
 
 PREFIX = "io.katacontainers.config.hypervisor."
 #: virtcontainers/hypervisor.go ``MinHypervisorMemory`` (MiB).
 MIN_HYPERVISOR_MEMORY_MIB = 256
 #: The hypervisor name that Kata exempts from the memory and CPU checks (``RemoteHypervisor``).
 REMOTE = "remote"
-#: What Go ``strconv.ParseBool`` accepts (``setBool``).
-_GO_BOOLS = {
-    "1": True, "t": True, "T": True, "TRUE": True, "true": True, "True": True,
-    "0": False, "f": False, "F": False, "FALSE": False, "false": False, "False": False,
-}  # fmt: skip
 _UINT32_MAX = (1 << 32) - 1
-#: Go ``strconv.ParseFloat`` decimal syntax (no hex floats: Kata's values are vCPU counts).
-_GO_FLOAT = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", re.ASCII)
 #: The sizing annotations kata-mem reads a value from, and the boolean ones whose value
 #: Kata checks (``setBool``) though they change no size kata-mem plans.
 SIZING = (
@@ -55,11 +49,21 @@ def enabled(patterns: tuple[str, ...], key: str) -> bool:
     ``checkAnnotationNameIsValid``/``regexpContains`` search each pattern, unanchored, in
     the name after the prefix (so ``default_memory`` also allows any longer name that
     contains it, and ``^default_memory$`` only that one); a name outside the prefix
-    passes."""
+    passes. The patterns are Go regexps (RE2 syntax, :func:`golang.regexp_match`), and
+    one that Go does not compile allows nothing (``regexpContains`` drops the error).
+    """
     if not key.startswith(PREFIX):
         return True
     name = key[len(PREFIX) :]
-    return any(re.search(p, name) for p in patterns)
+    return any(golang.regexp_match(p, name) for p in patterns)
+
+
+def _not_compiled(patterns: tuple[str, ...]) -> str:
+    """What Go says of each pattern it does not compile, for the refusal's message."""
+    refused = [(p, golang.compile_regexp(p)[1]) for p in patterns]
+    return "".join(
+        f"; {p!r} is not a Go regexp ({why}), so it allows nothing" for p, why in refused if why
+    )
 
 
 def _fail(where: str, key: str, value: str, why: str) -> InputError:
@@ -67,10 +71,11 @@ def _fail(where: str, key: str, value: str, why: str) -> InputError:
 
 
 def _uint(where: str, key: str, value: str, bits: int = 64) -> int:
-    """Go ``strconv.ParseUint(value, 10, 64)`` (digits only: no sign, no space, no unit),
-    as ``setUint`` reads it. A value beyond the uint32 Kata stores it in (which Go
-    truncates silently) is refused too."""
-    if not (value.isascii() and value.isdigit()) or int(value) > UINT64_MAX:
+    """Go ``strconv.ParseUint(value, 10, 64)`` (:func:`golang.parse_uint`: digits only, no
+    sign, space, underscore or unit), as ``setUint`` reads it. A value beyond the uint32
+    Kata stores it in (which Go truncates silently) is refused too."""
+    parsed = golang.parse_uint(value)
+    if parsed is None:
         raise _fail(
             where,
             key,
@@ -78,14 +83,14 @@ def _uint(where: str, key: str, value: str, bits: int = 64) -> int:
             f"Error parsing annotation for {key}: Please specify positive numeric value "
             "(Kata's Go runtime, setUint: a decimal integer of MiB, vCPUs or slots)",
         )
-    number = int(value)
-    if bits == 32 and number > _UINT32_MAX:
+    if bits == 32 and parsed > _UINT32_MAX:
         raise _fail(where, key, value, f"above {_UINT32_MAX}: Kata stores it in a uint32")
-    return number
+    return parsed
 
 
 def _bool(where: str, key: str, value: str) -> bool:
-    if value not in _GO_BOOLS:
+    parsed = golang.parse_bool(value)
+    if parsed is None:
         raise _fail(
             where,
             key,
@@ -93,23 +98,41 @@ def _bool(where: str, key: str, value: str) -> bool:
             f"Error parsing annotation for {key}: Please specify boolean value 'true|false' "
             "(Go strconv.ParseBool)",
         )
-    return _GO_BOOLS[value]
+    return parsed
 
 
 def _vcpus(where: str, key: str, value: str) -> Fraction:
-    """``setFloat32WithCheck``: a decimal number, not negative (Go also takes "inf" and
-    "NaN", which no VM can boot with: refused here)."""
-    if not _GO_FLOAT.fullmatch(value) or Fraction(value) < 0:
+    """``setFloat32WithCheck``: Go ``strconv.ParseFloat(value, 32)``
+    (:func:`golang.parse_float32`: hexadecimal ``0x1p1``, underscores, ``Inf``), refused
+    when it fails or is negative, and infinity as above the largest float32. The value is
+    kept exact (0.1 is 1/10), as the configuration's ``default_vcpus`` is."""
+    parsed = golang.parse_float32(value)
+    if parsed is None or parsed < 0:
         raise _fail(
             where,
             key,
             value,
             f"Error parsing annotation for {key}: Please specify positive numeric value",
         )
-    number = Fraction(value)
-    if number > Fraction(3.4028234663852886e38):
-        raise _fail(where, key, value, "The number exceeds the maximum allowed for its type")
-    return number
+    if isinstance(parsed, float) and math.isnan(parsed):
+        # Go accepts NaN (no comparison refuses it) and Kata then rounds NaN vCPUs up to
+        # an integer, which Go leaves undefined: no VM could be sized from it.
+        raise _fail(
+            where,
+            key,
+            value,
+            "not a number of vCPUs (Go's ParseFloat reads NaN, which Kata's Go runtime "
+            "passes on unchecked); expected a number of vCPUs, e.g. 1.5",
+        )
+    if isinstance(parsed, float):  # +Inf
+        raise _fail(
+            where,
+            key,
+            value,
+            f"Error parsing annotation for {key}: The number exceeds the maximum allowed "
+            "for its type",
+        )
+    return parsed
 
 
 def sandbox_config(
@@ -137,7 +160,7 @@ def sandbox_config(
                 value,
                 f"annotation {key} is not enabled (Kata's Go runtime refuses the sandbox: "
                 f"addAnnotations); {cfg.path}: [hypervisor.{cfg.hypervisor}] "
-                f"enable_annotations allows {allowed}",
+                f"enable_annotations allows {allowed}{_not_compiled(cfg.enable_annotations)}",
             )
     remote = cfg.hypervisor == REMOTE
     changes: dict[str, object] = {}

@@ -13,6 +13,7 @@ code the CLI and the shim use::
      |    +-- BackendUnsupported 7  the hypervisor cannot do this at all (e.g. VIR_ERR_NO_SUPPORT)
      +-- MissingDependency       9  a Python library kata-mem needs is not installed
      +-- Interrupted           130  SIGINT (Ctrl-C) ended the call
+          +-- Terminated       143  SIGTERM ended the call
 
 Three exit codes have no class. 2 is click's usage error. 8 (the guest did not
 complete in time) is an outcome, not an error: the call ends normally with
@@ -129,6 +130,15 @@ class Interrupted(KataMemError):
 
     exit_code = 130
     kind = "interrupted"
+
+
+class Terminated(Interrupted):
+    """SIGTERM, what an orchestrator (systemd, the kubelet, a runtime ending its shim)
+    sends, ended the call: handled as SIGINT is, with the shell's code for it (128 +
+    15), so that it is reported rather than ending the call silently."""
+
+    exit_code = 143
+    kind = "terminated"
 
 
 #: The exit code of an outcome whose guest did not confirm a step in time.

@@ -45,6 +45,10 @@ GuardMode = Literal["on", "off"]
 #: How the VM's size is derived from the pod (docs, "Sizing models").
 SizingModel = Literal["kata", "pod-overhead", "pod-limit"]
 SIZING_MODELS: tuple[SizingModel, ...] = ("kata", "pod-overhead", "pod-limit")
+#: Which Kata runtime the configuration is for: the Go runtime (containerd-shim-kata-v2) or
+#: runtime-rs; their static sizing differs (docs, "Compared with Kata").
+Runtime = Literal["go", "runtime-rs"]
+RUNTIMES: tuple[Runtime, ...] = ("go", "runtime-rs")
 
 SANDBOX_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 
@@ -197,6 +201,8 @@ class Settings:
     node_reserved: int = 0
     #: ``None``: the node's total is reported, never enforced.
     node_overcommit: Optional[Fraction] = None
+    #: The Kata runtime sized for; ``None``: inferred from the configuration.
+    runtime: Optional[Runtime] = None
 
 
 @dataclass(frozen=True)
@@ -222,9 +228,12 @@ class SizingConfig:
     #: ``enable_annotations``: the patterns of the hypervisor annotations a pod may set.
     enable_annotations: tuple[str, ...] = ()
     #: runtime-rs ``overhead_vcpus`` / ``overhead_memory`` (bytes); ``None`` where the
-    #: configuration does not set the key. Either set: static sizing as runtime-rs.
+    #: configuration does not set the key (runtime-rs then reads 0).
     overhead_vcpus: Optional[Fraction] = None
     overhead_memory: Optional[int] = None
+    #: The runtime whose rules apply where the two differ (static sizing): ``[kata_mem]
+    #: runtime``, else inferred from the configuration (kata_mem.edges.config).
+    runtime: Runtime = "go"
     sources: tuple[tuple[str, Origin], ...] = ()
     files: tuple[str, ...] = ()
 

@@ -490,16 +490,15 @@ def pod_overhead(cfg: SizingConfig, request: Workload) -> tuple[Optional[int], s
 
 
 def runtime_rs_static(cfg: SizingConfig, need: Demand) -> Optional[tuple[int, Fraction]]:
-    """The workload as runtime-rs's static sizing reads it, when the configuration sets
-    ``overhead_vcpus`` or ``overhead_memory`` with ``static_sandbox_resource_mgmt`` (kata
-    PR #13173, src/runtime-rs/crates/resource/src/cpu_mem/initial_size.rs): memory in
-    whole MiB, floored and then rounded up to an even MiB (``convert_memory_to_mb``:
-    "memory size must be 2MB aligned for hugepage support"), and the CPUs unrounded;
-    ``None`` otherwise (the Go runtime's static sizing, which adds the workload to
-    ``default_memory`` and ``default_vcpus``)."""
-    if not cfg.static_sandbox_resource_mgmt or (
-        cfg.overhead_vcpus is None and cfg.overhead_memory is None
-    ):
+    """The workload as runtime-rs's static sizing reads it, when the configuration is
+    runtime-rs's (``cfg.runtime``) with ``static_sandbox_resource_mgmt`` (kata PR #13173,
+    src/runtime-rs/crates/resource/src/cpu_mem/initial_size.rs): memory in whole MiB,
+    floored and then rounded up to an even MiB (``convert_memory_to_mb``: "memory size
+    must be 2MB aligned for hugepage support"), and the CPUs unrounded; ``None`` otherwise
+    (the Go runtime's static sizing, which adds the workload to ``default_memory`` and
+    ``default_vcpus``). runtime-rs applies its rule whether or not ``overhead_vcpus`` and
+    ``overhead_memory`` are set: both default to 0 (``#[serde(default)]``)."""
+    if not cfg.static_sandbox_resource_mgmt or cfg.runtime != "runtime-rs":
         return None
     mib = to_mib_floor(need.total_memory)
     return (mib + mib % 2) * MiB, need.cpu
@@ -615,7 +614,7 @@ def _plan_memory(
     guards: Guards,
 ) -> tuple[MemoryPlan, list[Note]]:
     mech = mechanism(cfg)
-    host_mem, _ = effective_host_memory(host)
+    host_mem, host_cause = effective_host_memory(host)
     ceiling, ceiling_cause = max_memory(cfg, host)
     block = block_size(cfg, host, vm)
     base = vm.base
@@ -667,6 +666,10 @@ def _plan_memory(
             "the sandbox keeps its boot memory and nothing is hotplugged",
         )
         ceiling = base
+        if cfg.default_memory > host_mem and base >= host_mem:
+            # The boot memory was lowered to the host's, which then bounds the target:
+            # default_maxmemory, below it, is not what the target was clamped to.
+            ceiling_cause = host_cause
     target = requested
     if target > ceiling:
         clamp(ceiling_cause, ceiling, _cause_text(ceiling_cause, requested, ceiling, cfg))
@@ -1072,9 +1075,9 @@ def _plan_vcpus(cfg: SizingConfig, host: HostFacts, need: Demand) -> tuple[VcpuP
             notes.append(
                 Note(
                     "vcpus",
-                    f"static_sandbox_resource_mgmt with overhead_vcpus/overhead_memory: the "
-                    f"vCPU maximum is set from {ceiling} ({cause}) to the {boot} vCPUs the VM "
-                    "boots with, as runtime-rs does",
+                    f"runtime-rs static_sandbox_resource_mgmt: the vCPU maximum is set from "
+                    f"{ceiling} ({cause}) to the {boot} vCPUs the VM boots with, as runtime-rs "
+                    "does",
                 )
             )
         ceiling, cause = min(boot, arch_cap), "arch"

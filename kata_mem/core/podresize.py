@@ -155,7 +155,11 @@ def settle(
             outcome,
             message=f"{outcome.message}; {where}{charged}: {allows}, so the pod cgroup may be set",
         )
-    return replace(
-        outcome,
-        message=f"{outcome.message}; {where}: {allows}; the pod cgroup is to wait for a retry",
+    # Deferred and InProgress are Unavailable (retry); Infeasible is FailedPrecondition:
+    # the same resize does no better on a retry, so none is promised.
+    then = (
+        "the pod cgroup must not be set to it; retrying this resize will not change that"
+        if outcome.status == "Infeasible"
+        else "the pod cgroup is to wait for a retry"
     )
+    return replace(outcome, message=f"{outcome.message}; {where}: {allows}; {then}")

@@ -98,16 +98,20 @@ def parse_quantity(text: str) -> Fraction:
     return -value if m["sign"] == "-" else value
 
 
-def quantity_bytes(text: str, what: str = "memory") -> int:
+def quantity_bytes(text: str, what: str = "memory", minimum: int = 0, least: str = "") -> int:
     """Parse a memory quantity into whole bytes (ceiling, like ``Quantity.Value()``).
 
-    :raises QuantityError: on a malformed or negative quantity, or one above a signed
-        64-bit integer; ``what`` names the field in the message.
+    :raises QuantityError: on a malformed quantity, one below ``minimum`` bytes (written
+        ``least`` in the message; 0: negative), or one above a signed 64-bit integer;
+        ``what`` names the field in the message.
     """
     try:
         value = parse_quantity(text)
     except QuantityError as exc:
         raise QuantityError(f"{what}: {exc}") from exc
+    if minimum > 0 and value < minimum:
+        # One message for every value below it: "a size of 0 or more" would invite a 0.
+        raise QuantityError(f"{what} {text[:40]!r}: expected at least {least or minimum}")
     if value < 0:
         raise QuantityError(f"{what}: {text!r} is negative; expected a size of 0 or more")
     size = -(-value.numerator // value.denominator)
@@ -119,6 +123,33 @@ def quantity_bytes(text: str, what: str = "memory") -> int:
             "a size a signed 64-bit integer holds, as CRI and the shim take"
         )
     return size
+
+
+#: The most CPUs a quantity may give: its millicores a signed 64-bit integer, as the
+#: kubelet reads a CPU limit (``Quantity.MilliValue``, then ``milliCPUToQuota``).
+MAX_CPUS = Fraction(INT64_MAX, 1000)
+
+
+def cpu_count(text: str, what: str) -> Fraction:
+    """Parse a CPU quantity (``500m``, ``2``) exactly.
+
+    :raises QuantityError: on a malformed or negative quantity, or one of more millicores
+        than a signed 64-bit integer holds; ``what`` names the field in the message.
+        Refused, not capped: :func:`parse_quantity` caps a huge value at 10^40, which
+        would then be planned and shown as if it had been asked for.
+    """
+    try:
+        value = parse_quantity(text)
+    except QuantityError as exc:
+        raise QuantityError(f"{what}: {exc}") from exc
+    if value < 0:
+        raise QuantityError(f"{what}: negative; expected CPUs of 0 or more")
+    if value > MAX_CPUS:
+        raise QuantityError(
+            f"{what}: above {INT64_MAX}m ({float(MAX_CPUS):.4g} CPUs); expected CPUs whose "
+            "millicores a signed 64-bit integer holds, as the kubelet reads a CPU limit"
+        )
+    return value
 
 
 def format_quantity(value: Fraction) -> str:

@@ -14,7 +14,9 @@ hypervisor is. Anything a writer would not produce is refused by :meth:`Record.f
 
 from __future__ import annotations
 
+import json
 import math
+import re
 from dataclasses import dataclass, replace
 from typing import Any, Literal, Optional, get_args
 
@@ -64,6 +66,13 @@ def _time_field(value: Any) -> bool:
 
 def _id_field(value: Any) -> bool:
     return isinstance(value, str) and value != ""
+
+
+#: QEMU's id syntax (util/id.c ``id_wellformed``): a letter, then letters, digits, ``-``,
+#: ``.`` or ``_``. Every id kata-mem creates has it (``kmdimm0``, ``kmmem0``; libvirt's
+#: ``ua-kmdimm0`` is recorded without its prefix), so an owned id outside it (``../x``)
+#: was not written by kata-mem.
+_QEMU_ID = re.compile(r"[A-Za-z][A-Za-z0-9._-]*", re.ASCII)
 
 
 def _check(ok: bool, what: str) -> None:
@@ -231,6 +240,14 @@ def _owned_from_json(doc: Any) -> tuple[OwnedDevice, ...]:
     _check(isinstance(doc, list), "owned is not a list of devices")
     owned = []
     for entry in doc:
+        if isinstance(entry, dict):
+            for key in ("id", "memdev"):
+                name = entry.get(key)
+                _check(
+                    not isinstance(name, str) or name == "" or bool(_QEMU_ID.fullmatch(name)),
+                    f"owned {key} {json.dumps(name)[:80]} is not a QEMU id (a letter, then "
+                    "letters, digits, '-', '.' or '_'), as every id kata-mem creates is",
+                )
         _check(
             isinstance(entry, dict)
             and _id_field(entry.get("id"))

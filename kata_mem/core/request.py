@@ -55,11 +55,19 @@ ANN_SANDBOX_MEMORY = "io.kubernetes.cri.sandbox-memory"
 ANN_SANDBOX_CPU_QUOTA = "io.kubernetes.cri.sandbox-cpu-quota"
 ANN_SANDBOX_CPU_PERIOD = "io.kubernetes.cri.sandbox-cpu-period"
 ANN_SANDBOX_CPU_SHARES = "io.kubernetes.cri.sandbox-cpu-shares"
-#: The pod's RuntimeClass overhead, as a Kubernetes quantity. CRI has no annotation for
-#: it (the kubelet passes it in LinuxPodSandboxConfig.overhead, which neither containerd
-#: nor CRI-O puts in the OCI spec), so this is a pod annotation containerd forwards
-#: when the runtime's ``pod_annotations`` lists it.
+#: The pod's RuntimeClass overhead, as a Kubernetes quantity. The kubelet passes it in
+#: ``LinuxPodSandboxConfig.overhead`` (kuberuntime_sandbox_linux.go
+#: ``convertOverheadToLinuxResources``); CRI-O copies it into the sandbox's OCI spec
+#: (:data:`ANN_CRIO_OVERHEAD`), containerd does not, so on containerd this is a pod
+#: annotation it forwards when the runtime's ``pod_annotations`` lists it.
 ANN_POD_OVERHEAD = "kata-mem.io/pod-overhead-memory"
+#: CRI-O's copy of ``LinuxPodSandboxConfig.overhead`` (Go ``encoding/json`` of a
+#: ``runtimeapi.LinuxContainerResources``, ``null`` when the kubelet gave none): CRI-O
+#: v1.35 and later write the first key, earlier ones the second (cri-o
+#: pkg/annotations/v2/annotations.go ``PodLinuxOverhead``, server/sandbox_run_linux.go
+#: ``setupSandboxResources``); read back as CRI-O reads it, the first one first
+#: (internal/lib/container_server.go, ``v2.GetAnnotationValue``).
+ANN_CRIO_OVERHEAD = ("pod-linux-overhead.crio.io", "io.kubernetes.cri-o.PodLinuxOverhead")
 #: CRI-O's copy of the CRI sandbox resources (``LinuxPodSandboxConfig.resources``, as Go
 #: ``encoding/json`` writes a ``runtimeapi.LinuxContainerResources``): CRI-O v1.35 and
 #: later write only the first key, earlier ones the second
@@ -347,17 +355,46 @@ def hypervisor_annotations(annotations: dict[str, str]) -> tuple[tuple[str, str]
     return tuple((k, v) for k, v in annotations.items() if k.startswith(ANN_HYPERVISOR_PREFIX))
 
 
-def overhead_annotation(annotations: dict[str, str], where: str) -> Optional[int]:
-    """The pod overhead from :data:`ANN_POD_OVERHEAD` (``None`` when absent or empty).
+def overhead_annotation(annotations: dict[str, str], where: str) -> Optional[tuple[int, str]]:
+    """The pod overhead in bytes and the annotation it came from; ``None`` when no
+    annotation gives it.
 
-    :raises QuantityError: a value that is not a non-negative Kubernetes quantity.
+    CRI-O's copy of the kubelet's overhead (:data:`ANN_CRIO_OVERHEAD`) comes first: it is
+    the figure the kubelet sized the pod cgroup with. Its ``memory_limit_in_bytes`` absent
+    or 0 (``omitempty``: a RuntimeClass without a memory overhead, or ``null``: none at
+    all) gives no overhead, and :data:`ANN_POD_OVERHEAD` is read instead.
+
+    :raises InputError: CRI-O's value that is not a JSON object with a non-negative
+        64-bit ``memory_limit_in_bytes`` (CRI-O itself fails to restore such a sandbox:
+        ``error unmarshalling``).
+    :raises QuantityError: a :data:`ANN_POD_OVERHEAD` that is not a non-negative
+        Kubernetes quantity.
     """
+    crio = next((k for k in ANN_CRIO_OVERHEAD if k in annotations), None)
+    if crio is not None:
+        raw = annotations[crio]
+        try:
+            doc: Any = json.loads(raw, parse_float=spelled_float)
+        except (ValueError, RecursionError):
+            doc = ""
+        memory: Any = doc.get("memory_limit_in_bytes", 0) if isinstance(doc, dict) else 0
+        if doc is not None and not (
+            isinstance(doc, dict) and is_int(memory) and 0 <= memory <= INT64_MAX
+        ):
+            raise InputError(
+                f"{where}: annotation {crio} {raw[:80]!r}: expected CRI-O's copy of the "
+                "kubelet's pod overhead, a JSON object of CRI LinuxContainerResources "
+                "with memory_limit_in_bytes a non-negative 64-bit integer, or null"
+            )
+        if memory:
+            return int(memory), crio
     raw = annotations.get(ANN_POD_OVERHEAD, "")
     if raw == "":
         return None
     from kata_mem.core.quantity import quantity_bytes
 
-    return quantity_bytes(raw, f"{where}: annotation {ANN_POD_OVERHEAD} {raw[:40]!r}")
+    value = quantity_bytes(raw, f"{where}: annotation {ANN_POD_OVERHEAD} {raw[:40]!r}")
+    return value, ANN_POD_OVERHEAD
 
 
 def sizing_annotations(sizing: SandboxSizing) -> dict[str, str]:
@@ -810,7 +847,14 @@ def _decode(raw: bytes) -> Any:
 
     try:
         doc = json.loads(text, object_pairs_hook=pairs_hook, parse_float=spelled_float)
-    except (ValueError, RecursionError) as exc:
+    except RecursionError as exc:
+        # Python's own words ("maximum recursion depth exceeded while decoding...") name
+        # its interpreter, not the request.
+        raise InputError(
+            "request: nested too deeply to read (more than a few hundred levels of arrays "
+            "and objects); a shim request is a few levels deep"
+        ) from exc
+    except ValueError as exc:
         raise InputError(f"request is not JSON: {exc}") from exc
     if not duplicates and not _MAYBE_SURROGATE.search(text):
         return doc  # the usual case: nothing to find, no walk
@@ -1113,7 +1157,7 @@ class SandboxRequest:
         overrides = HostOverrides() if host is None else HostOverrides.from_json(host)
         annotations = doc.get("annotations")
         sizing = None
-        overhead = None
+        overhead: Optional[tuple[int, str]] = None
         hypervisor: tuple[tuple[str, str], ...] = ()
         if annotations is not None:
             if not isinstance(annotations, dict):
@@ -1132,8 +1176,8 @@ class SandboxRequest:
         workload = Workload(
             containers,
             sizing,
-            overhead,
-            f"annotation {ANN_POD_OVERHEAD}" if overhead is not None else "",
+            overhead[0] if overhead is not None else None,
+            f"annotation {overhead[1]}" if overhead is not None else "",
             pod,
             hypervisor,
             "request annotations" if hypervisor else "",

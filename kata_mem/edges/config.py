@@ -9,7 +9,6 @@ files (Kata ignores tables it does not know).
 from __future__ import annotations
 
 import os
-import re
 import stat
 import sys
 import time
@@ -29,7 +28,7 @@ from kata_mem.core.fields import (
     spelled_float,
     toml_value,
 )
-from kata_mem.core.model import SIZING_MODELS, Origin, Settings, SizingConfig
+from kata_mem.core.model import RUNTIMES, SIZING_MODELS, Origin, Runtime, Settings, SizingConfig
 from kata_mem.core.units import INT64_MAX, MiB, to_mib_floor
 from kata_mem.edges.files import CONFIG_CAP, not_regular, read_capped
 from kata_mem.edges.ownership import check_way, mode, others_could_write, who
@@ -173,7 +172,18 @@ def load_raw(path: Path) -> tuple[dict[str, Any], Origins, tuple[str, ...]]:
             check_way(dropin_dir, str(path), "its drop-ins", itself=True)
         # Not only regular files: a FIFO or device named *.toml is refused when read,
         # rather than skipped so that the configuration silently differs from the files.
-        files += sorted(p for p in dropin_dir.glob("*.toml") if not p.is_dir())
+        found = sorted(dropin_dir.glob("*.toml"))
+        for entry in found:
+            if entry.is_dir():
+                # Both runtimes read every entry of config.d and fail on a directory (Go
+                # katautils decodeDropIns: os.ReadFile; kata-types drop_in.rs
+                # update_from_dropin: "drop-in cfg file can only be a regular file").
+                raise ConfigError(
+                    f"{entry}: a directory among the drop-ins of {path}; Kata refuses to "
+                    "start with it (it reads every entry of config.d as a drop-in file); "
+                    "expected drop-in files only (move it out of config.d)"
+                )
+        files += found
     for f in files:
         _merge(data, _read_toml(f), origins, str(f))
     return data, origins, tuple(str(f) for f in files)
@@ -384,18 +394,12 @@ def _load_config(path: Path) -> SizingConfig:
             "a list of strings (patterns of hypervisor annotation names)",
         )
     )
-    for pattern in patterns:
-        try:
-            re.compile(pattern)
-        except re.error as exc:
-            # Go's regexp.MatchString fails on it, and it then allows nothing; runtime-rs's
-            # RegexSet fails and then allows no annotation at all. Neither is what was meant.
-            raise ConfigError(
-                f"{hv.where('enable_annotations')}: {pattern!r} is not a regular expression "
-                f'({exc}); expected patterns of annotation names, e.g. "default_memory"'
-            ) from exc
+    # Not compiled here: Kata's Go runtime compiles each pattern as Go's regexp when a pod
+    # names an annotation, and a pattern that does not compile allows nothing there
+    # (regexpContains drops the error), so a node whose pods name no annotation runs as
+    # Kata runs it. kata_mem.core.annotations says so when it refuses an annotation.
     # runtime-rs only (kata-types config/hypervisor/mod.rs: CpuInfo.overhead_vcpus f32,
-    # MemoryInfo.overhead_memory u32 MiB); either set means runtime-rs's static sizing.
+    # MemoryInfo.overhead_memory u32 MiB, both #[serde(default)]: 0 when unset).
     overhead_vcpus = overhead_memory = None
     if "overhead_vcpus" in table:
         raw = hv.get("overhead_vcpus", 0, is_number, "a number of vCPUs, e.g. 0.2")
@@ -416,6 +420,12 @@ def _load_config(path: Path) -> SizingConfig:
     sources = [(f"hypervisor.{name}.{k}", s) for k, s in hv.sources]
     sources += [(f"runtime.{k}", s) for k, s in rt.sources]
     sources += settings_sources
+    if settings.runtime is not None:
+        runtime: Runtime = settings.runtime
+        sources.append(("runtime", dict(settings_sources)["kata_mem.runtime"]))
+    else:
+        runtime, why = which_runtime(path, runtime_table, name, table)
+        sources.append(("runtime", Origin("default", value=runtime, note=why)))
     return SizingConfig(
         path=first,
         hypervisor=name,
@@ -433,8 +443,48 @@ def _load_config(path: Path) -> SizingConfig:
         enable_annotations=patterns,
         overhead_vcpus=overhead_vcpus,
         overhead_memory=overhead_memory,
+        runtime=runtime,
         sources=tuple(sources),
         files=files,
+    )
+
+
+#: Keys of ``[runtime]`` that only runtime-rs has (kata-types config/runtime.rs
+#: ``Runtime``: ``name`` "virt_container", ``hypervisor_name``, ``agent_name``); the Go
+#: runtime's ``runtime`` struct (src/runtime/pkg/katautils/config.go) has none of them.
+RUNTIME_RS_KEYS = ("name", "hypervisor_name", "agent_name")
+#: The hypervisors only runtime-rs drives.
+RUNTIME_RS_HYPERVISORS = ("dragonball",)
+
+
+def which_runtime(
+    path: Path, runtime_table: Mapping[str, Any], hypervisor: str, hv_table: Mapping[str, Any]
+) -> tuple[Runtime, str]:
+    """The Kata runtime a configuration is for, and what shows it, where ``[kata_mem]
+    runtime`` does not say. runtime-rs installs its own files, in a ``runtime-rs``
+    directory of Kata's defaults (src/runtime-rs/Makefile ``CONFDIR``; kata-deploy copies
+    them per shim under ``runtime-rs/runtimes/SHIM``), named ``*-runtime-rs.toml`` for
+    the hypervisors both runtimes drive, and writes keys the Go runtime does not have.
+    A configuration that shows neither is the Go runtime's, Kata's default.
+
+    The path is checked as given and resolved: ``/etc/kata-containers/configuration.toml``
+    is often a link to a packaged file.
+    """
+    for shown in dict.fromkeys((str(path), os.path.realpath(path))):
+        at = Path(shown)
+        if "runtime-rs" in at.parent.parts or at.name.endswith("-runtime-rs.toml"):
+            return "runtime-rs", f"inferred: {shown} is one of runtime-rs's configuration files"
+    for key in RUNTIME_RS_KEYS:
+        if key in runtime_table:
+            return "runtime-rs", f"inferred: [runtime] {key} is a key only runtime-rs reads"
+    if hypervisor in RUNTIME_RS_HYPERVISORS:
+        return "runtime-rs", f"inferred: [hypervisor.{hypervisor}] only runtime-rs drives it"
+    for key in ("overhead_vcpus", "overhead_memory"):
+        if key in hv_table:
+            return "runtime-rs", f"inferred: [hypervisor.{hypervisor}] {key} only runtime-rs reads"
+    return "go", (
+        "inferred: nothing in the configuration is runtime-rs's (Kata's default runtime); "
+        'set [kata_mem] runtime = "runtime-rs" if it is'
     )
 
 
@@ -457,6 +507,10 @@ def _positive_number(v: Any) -> bool:
 def _mib(v: Any) -> bool:
     # Kept below INT64_MAX bytes once scaled, as every size kata-mem hands on.
     return is_int(v) and 0 <= v <= to_mib_floor(INT64_MAX)
+
+
+#: What :func:`_mib` takes, both bounds said.
+_MIB_RANGE = f"an integer from 0 to {to_mib_floor(INT64_MAX)} (MiB; 8 EiB of bytes)"
 
 
 #: The range of ``step_timeout_s`` (seconds).
@@ -520,22 +574,28 @@ SETTINGS_KEYS: dict[str, tuple[str, int, Callable[[Any], bool], str]] = {
         lambda v: v in SIZING_MODELS,
         " or ".join(f'"{m}"' for m in SIZING_MODELS),
     ),
-    "pod_overhead_mib": ("pod_overhead", MiB, _mib, "a non-negative integer (MiB)"),
-    "vmm_overhead_mib": ("vmm_overhead", MiB, _mib, "a non-negative integer (MiB)"),
+    "pod_overhead_mib": ("pod_overhead", MiB, _mib, _MIB_RANGE),
+    "vmm_overhead_mib": ("vmm_overhead", MiB, _mib, _MIB_RANGE),
     "vmm_overhead_per_gib_mib": (
         "vmm_overhead_per_gib",
         MiB,
         lambda v: is_int(v) and 0 <= v <= 1024,
         "an integer from 0 to 1024 (MiB per GiB of guest memory)",
     ),
-    "host_cgroup_margin_mib": ("host_cgroup_margin", MiB, _mib, "a non-negative integer (MiB)"),
+    "host_cgroup_margin_mib": ("host_cgroup_margin", MiB, _mib, _MIB_RANGE),
     "host_cgroup_guard": (
         "host_cgroup_guard",
         1,
         lambda v: v in ("on", "off"),
         '"on" (hold a grow while the VMM\'s cgroup cannot be seen) or "off" (no guard)',
     ),
-    "node_reserved_mib": ("node_reserved", MiB, _mib, "a non-negative integer (MiB)"),
+    "node_reserved_mib": ("node_reserved", MiB, _mib, _MIB_RANGE),
+    "runtime": (
+        "runtime",
+        1,
+        lambda v: v in RUNTIMES,
+        " or ".join(f'"{r}"' for r in RUNTIMES) + " (absent: inferred from the configuration)",
+    ),
     "node_overcommit": (
         "node_overcommit",
         1,

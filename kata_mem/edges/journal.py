@@ -424,6 +424,8 @@ class NodeLedger:
         self.root = root
         self.limit = limit
         self.notes: list[Note] = []
+        #: Whether the entries were just read from the journals (nothing to check them against).
+        self.rebuilt = False
         entries, problem = read_ledger(root)
         if entries is not None and limit is not None and max(entries.values(), default=0) > limit:
             entries, problem = None, "counts a sandbox above the host's memory"
@@ -433,6 +435,7 @@ class NodeLedger:
 
     def _rebuilt(self, problem: str) -> dict[str, int]:
         entries = journal_commitments(self.root, self.limit)
+        self.rebuilt = True
         if problem != "missing":
             self.notes.append(
                 Note("journal", f"the node ledger {problem}; rebuilt from the journals")
@@ -537,6 +540,10 @@ def check_ledger(state_dir: str | Path, limit: int) -> list[Note]:
         if read_ledger(root)[1] == "missing":
             return []  # made when an admission first needs it; nothing to mend, nothing made
         ledger = NodeLedger(root, limit)
+        if ledger.rebuilt:
+            # Just read from the journals: reading them again would only repeat each
+            # journal's warnings in this one pass.
+            return ledger.notes
         truth = journal_commitments(root, limit)
         recorded = ledger.entries
         # A sandbox whose directory is refused (another user could have written it) is not

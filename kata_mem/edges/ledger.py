@@ -53,7 +53,9 @@ def read_ledger(root: Path) -> tuple[Optional[dict[str, int]], str]:
             doc = json.loads(
                 read_open(fd, info, path, cap=STATE_CAP, what="ledger", error=ConfigError)
             )
-        except (KataMemError, ValueError, RecursionError) as exc:
+        except RecursionError:
+            return None, "is damaged (nested too deeply)"
+        except (KataMemError, ValueError) as exc:
             return None, f"is damaged ({exc})"
     finally:
         os.close(fd)
@@ -62,10 +64,26 @@ def read_ledger(root: Path) -> tuple[Optional[dict[str, int]], str]:
         not isinstance(doc, dict)
         or doc.get("schema") != LEDGER_SCHEMA
         or not isinstance(entries, dict)
-        or not _valid(entries)
     ):
         return None, "is damaged (not a kata-mem ledger)"
+    if not _valid(entries):
+        return None, f"is damaged ({_invalid_entry(entries)})"
     return entries, ""
+
+
+def _invalid_entry(entries: dict[Any, Any]) -> str:
+    """What is wrong with the first entry :func:`_valid` refuses, in words."""
+    for sandbox, size in entries.items():
+        shown = json.dumps(sandbox)[:80]
+        if not SANDBOX_ID.fullmatch(sandbox):
+            return f"entry {shown}: not a sandbox id"
+        if type(size) is not int:
+            return f"entry {shown}: {json.dumps(size)[:40]} is not a size in bytes"
+        if size < 0:
+            return f"entry {shown}: {size} is a negative size"
+        if size >= _SIZE_LIMIT:
+            return f"entry {shown}: {size} is above 2^64-1 bytes"
+    return "an entry is not a sandbox and its size"  # pragma: no cover - _valid refused one
 
 
 def _valid(entries: dict[Any, Any]) -> bool:

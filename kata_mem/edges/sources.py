@@ -19,9 +19,8 @@ from kata_mem.core.errors import InputError, QuantityError
 from kata_mem.core.fields import Fields, KeyOnce, python_value, spelled_float
 from kata_mem.core.fields import path as field_path
 from kata_mem.core.model import Arch, Container, PodResources, Role, SandboxSizing, Workload
-from kata_mem.core.quantity import parse_quantity, quantity_bytes
+from kata_mem.core.quantity import cpu_count, parse_quantity, quantity_bytes
 from kata_mem.core.request import (
-    ANN_POD_OVERHEAD,
     HUGEPAGE_SIZES,
     SANDBOX_SIZING_KEYS,
     check_hugepage_size,
@@ -496,10 +495,13 @@ def _page_size_name(size: int) -> str:
 def read_oci(
     path: Path, arch: Arch
 ) -> tuple[
-    Optional[Container], Optional[SandboxSizing], Optional[int], tuple[tuple[str, str], ...]
+    Optional[Container],
+    Optional[SandboxSizing],
+    Optional[tuple[int, str]],
+    tuple[tuple[str, str], ...],
 ]:
-    """A container (or, for a sandbox spec, the pod sizing, the pod overhead
-    annotation and Kata's hypervisor annotations) from an OCI ``config.json``.
+    """A container (or, for a sandbox spec, the pod sizing, the pod overhead with the
+    annotation that gave it, and Kata's hypervisor annotations) from an OCI ``config.json``.
 
     ``linux.resources.memory.limit`` (bytes; -1 or absent = no limit),
     ``hugepageLimits[].limit`` (of a ``pageSize`` the host's architecture ``arch``
@@ -632,12 +634,7 @@ def cli_containers(limits: tuple[str, ...], cpus: tuple[str, ...]) -> tuple[Cont
         for i, q in enumerate(limits)
     ]
     for i, q in enumerate(cpus):
-        try:
-            cpu = parse_quantity(q)
-        except QuantityError as exc:
-            raise QuantityError(f"--cpu {q!r}: {exc}") from exc
-        if cpu < 0:
-            raise QuantityError(f"--cpu {q!r}: negative; expected CPUs of 0 or more")
+        cpu = cpu_count(q, f"--cpu {q[:40]!r}{'...' if len(q) > 40 else ''}")
         out.append(Container(f"--cpu #{i + 1}", cpu=cpu, origin="--cpu"))
     return tuple(out)
 
@@ -675,7 +672,7 @@ def build_workload(
         if container is not None:
             containers.append(container)
         if spec_overhead is not None and overhead is None:  # the Pod's own field comes first
-            overhead, origin = spec_overhead, f"{spec}: annotation {ANN_POD_OVERHEAD}"
+            overhead, origin = spec_overhead[0], f"{spec}: annotation {spec_overhead[1]}"
         if spec_sizing is not None:
             if sizing is not None:
                 raise InputError(

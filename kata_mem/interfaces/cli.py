@@ -272,11 +272,10 @@ def _host(
     host_hugepages: Optional[str],
 ) -> HostOverrides:
     """The ``--host-*`` options."""
-    memory = quantity_bytes(host_memory, "--host-memory") if host_memory is not None else None
-    if memory is not None and memory < MIN_HOST_MEMORY:
-        raise InputError(
-            f"--host-memory {host_memory!r}: expected at least {to_mib_floor(MIN_HOST_MEMORY)}Mi"
-        )
+    memory = None
+    if host_memory is not None:
+        least = f"{to_mib_floor(MIN_HOST_MEMORY)}Mi"
+        memory = quantity_bytes(host_memory, "--host-memory", MIN_HOST_MEMORY, least)
     arch = None if host_arch is None else normalize_arch(host_arch, "--host-arch")
     pool = None
     if host_hugepages is not None:

@@ -68,26 +68,33 @@ def _shim_usage(message: str) -> int:
     return 2
 
 
-#: Whether this process is ``kata-mem shim``: SIGINT answers with its document.
+#: Whether this process is ``kata-mem shim``: SIGINT and SIGTERM answer with its document.
 _shim = False
 
 
 def _interrupted(signum: int, frame: Optional[FrameType]) -> None:
-    """SIGINT (Ctrl-C): end the call where it is, as SIGTERM's default action does,
-    once it is reported: one line on stderr and, for the shim, its error document on
-    stdout, exit 130. Raising KeyboardInterrupt instead would unwind through qemu.qmp's
-    event loop and the executor's ``finally`` blocks half way through a step (a
-    traceback per coroutine left pending, asyncio's "Task was destroyed"); ending here
-    leaves the journal as a kill does, which the next call or ``kata-mem reconcile``
-    settles from the hypervisor (docs/design/state.md). A shim whose answer is already
-    on its way finishes it and exits with its code: the work is done."""
-    from kata_mem.core.errors import Interrupted
+    """SIGINT (Ctrl-C) or SIGTERM: end the call where it is, as a kill would, once it is
+    reported: one line on stderr and, for the shim, its error document on stdout, exit
+    130 or 143 (128 + the signal's number, as a shell reports it). Raising
+    KeyboardInterrupt instead would unwind through qemu.qmp's event loop and the
+    executor's ``finally`` blocks half way through a step (a traceback per coroutine
+    left pending, asyncio's "Task was destroyed"); ending here leaves the journal as a
+    kill does, which the next call or ``kata-mem reconcile`` settles from the hypervisor
+    (docs/design/state.md). A shim whose answer is already on its way finishes it and
+    exits with its code: the work is done. ``kata-mem serve`` installs its own handlers
+    (a graceful stop)."""
+    from kata_mem.core.errors import Interrupted, Terminated
 
     if _shim and stdout_used():
         return
-    error = Interrupted(
-        "interrupted (SIGINT): stopped where it was, as SIGTERM would stop it; a step cut "
-        "short is settled from the VM by the next call on the sandbox or kata-mem reconcile"
+    then = (
+        "stopped where it was; a step cut short is settled from the VM by the next call on "
+        "the sandbox or kata-mem reconcile"
+    )
+    error = (
+        Terminated(f"terminated (SIGTERM): {then}")
+        if signum == signal.SIGTERM
+        else Interrupted(f"interrupted (SIGINT): {then}")
     )
     logger, prefix = ("kata_mem.shim", "kata-mem shim") if _shim else ("kata_mem", "kata-mem")
     line = logs.line(
@@ -140,6 +147,7 @@ def run() -> None:
     """The ``kata-mem`` process: stdin, stdout and stderr as kata-mem needs them
     (:func:`~kata_mem.interfaces.pipes.own_stdio`), then :func:`main`."""
     signal.signal(signal.SIGINT, _interrupted)
+    signal.signal(signal.SIGTERM, _interrupted)
     own_stdio()
     code = main()
     sys.exit(flush() or code)

@@ -207,9 +207,12 @@ _REQUESTED = {
 }
 
 
-def _requested(m: MemoryPlan) -> str:
+def _requested(m: MemoryPlan, cfg: SizingConfig) -> str:
     """What ``requested`` is: ``pod-overhead`` without a known overhead is sized as
-    ``kata`` (planner ``sized``, which warns)."""
+    ``kata`` (planner ``sized``, which warns); runtime-rs's static sizing replaces the
+    model (planner ``runtime_rs_static``)."""
+    if cfg.runtime == "runtime-rs" and cfg.static_sandbox_resource_mgmt:
+        return "runtime-rs static sizing: overhead_memory + limits, base without any"
     if m.sizing == "pod-overhead" and m.pod_overhead is None:
         return f"{_REQUESTED['kata']} (no pod overhead known: sized as kata)"
     return _REQUESTED[m.sizing]
@@ -236,7 +239,7 @@ def plan_text(plan: Plan, cfg: SizingConfig, title: str = "") -> str:
     lines += [
         "memory (MiB)",
         _row("base (default_memory)", str(to_mib_ceil(m.base))),
-        _row("requested", str(to_mib_ceil(m.requested)), _requested(m)),
+        _row("requested", str(to_mib_ceil(m.requested)), _requested(m, cfg)),
         _row("max", str(to_mib_floor(m.max)), max_note),
         _row(
             "target",
@@ -376,6 +379,7 @@ def config_json(cfg: SizingConfig, chosen_by: str) -> dict[str, Any]:
             "static_sandbox_resource_mgmt": cfg.static_sandbox_resource_mgmt,
             "default_vcpus": float(cfg.default_vcpus),
             "default_maxvcpus": cfg.default_maxvcpus,
+            "runtime": cfg.runtime,
         },
         "kata_mem": {
             "dimm_block_mib": to_mib_floor(s.dimm_block),
@@ -399,6 +403,7 @@ def config_json(cfg: SizingConfig, chosen_by: str) -> dict[str, Any]:
             "host_cgroup_guard": s.host_cgroup_guard,
             "node_reserved_mib": to_mib_floor(s.node_reserved),
             "node_overcommit": None if s.node_overcommit is None else float(s.node_overcommit),
+            "runtime": s.runtime,
         },
         "sources": {key: origin.describe() for key, origin in cfg.sources},
     }
@@ -416,7 +421,8 @@ def config_text(cfg: SizingConfig, chosen_by: str) -> str:
         section = (
             "runtime" if base == "static_sandbox_resource_mgmt" else f"hypervisor.{cfg.hypervisor}"
         )
-        lines.append(f"  {key:<30} {_text(value):<10} <- {src.get(f'{section}.{base}', '?')}")
+        origin = src.get("runtime" if key == "runtime" else f"{section}.{base}", "?")
+        lines.append(f"  {key:<30} {_text(value):<10} <- {origin}")
     lines.append(f"memory after boot: {d['memory_owner']}")
     lines.append("kata-mem settings ([kata_mem]):")
     for key, value in d["kata_mem"].items():
@@ -430,6 +436,7 @@ _UNSET = {
     "host_memory_cgroup": '"" (none: host memory is MemTotal alone)',
     "pod_overhead_mib": "unset (only the Pod or its annotation gives a pod overhead)",
     "node_overcommit": "unset (the node's total is reported, never enforced)",
+    "runtime": "unset (inferred from the configuration)",
 }
 
 

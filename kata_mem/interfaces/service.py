@@ -527,6 +527,8 @@ def bind(path: str, group: Optional[int]) -> Listener:
             raise ConfigError(f"{where}: cannot create {parent} ({exc.strerror or exc})") from exc
     try:
         _check_socket_dirs(parent, where)
+        if group is not None:
+            _check_group_reaches(parent, group, where)
         for _ in range(3):
             listener = _bind_once(path, group, where)
             if listener is not None:
@@ -537,6 +539,58 @@ def bind(path: str, group: Optional[int]) -> Listener:
             with contextlib.suppress(OSError):
                 os.rmdir(parent)
         raise
+
+
+def _check_group_reaches(parent: str, group: int, where: str) -> None:
+    """Every directory above the socket lets ``group`` search it (its ``x`` bit for the
+    group that owns it, or for others): else the socket's group could never connect, and
+    every shim of theirs would fail on a socket that serve reports as up. A state
+    directory is 0700 (kata_mem.edges.statedir), so the default socket in it needs this.
+    A directory with an ACL is not judged from its mode.
+
+    :raises ConfigError: naming the directory, its mode, owner and group.
+    """
+    for start in dict.fromkeys((os.path.abspath(parent), os.path.realpath(parent))):
+        here = start
+        while True:
+            info = os.stat(here)
+            searchable = info.st_mode & 0o001 or (info.st_gid == group and info.st_mode & 0o010)
+            if not searchable and not _has_acl(here):
+                raise ConfigError(
+                    f"{where}: --group {_group_name(group)}: {here} is mode "
+                    f"{stat.S_IMODE(info.st_mode):04o} (owner {_user_name(info.st_uid)}, group "
+                    f"{_group_name(info.st_gid)}), which the group cannot search, so its "
+                    "members could not reach the socket; nothing was changed (let the group "
+                    f"search it: chgrp {_group_name(group)} {here} && chmod g+x {here}; or "
+                    "give a --socket in a directory they can reach)"
+                )
+            if here == os.path.dirname(here):
+                break
+            here = os.path.dirname(here)
+
+
+def _has_acl(path: str) -> bool:
+    try:
+        os.getxattr(path, "system.posix_acl_access")
+    except OSError:
+        return False
+    return True
+
+
+def _group_name(gid: int) -> str:
+    import grp
+
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return str(gid)
+
+
+def _user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
 
 
 def _bind_once(path: str, group: Optional[int], where: str) -> Optional[Listener]:

@@ -36,6 +36,7 @@ def test_exit_codes_are_the_documented_ones() -> None:
         errors.BackendUnsupported: 7,
         errors.MissingDependency: 9,
         errors.Interrupted: 130,
+        errors.Terminated: 143,
     }
     assert {cls: cls.exit_code for cls in ERROR_CLASSES} == table
     # 8 has no class: a guest timeout is an outcome (test_packaging checks the documentation's table).

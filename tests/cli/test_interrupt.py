@@ -168,3 +168,54 @@ def test_sigint_mid_step_leaves_a_journal_the_next_apply_settles(tmp_path: Path)
         assert (outcome["status"], outcome["observed_mib"]) == ("NoChange", 768), outcome
         settled = json.loads((tmp_path / "state" / "sb" / "journal.json").read_text())
         assert (settled["state"], settled["step"]) != ("running", journal["step"]), settled
+
+
+def _terminate(proc: subprocess.Popen[bytes], silent_qmp: socket.socket) -> tuple[bytes, str]:
+    """SIGTERM once ``proc`` waits for the monitor's greeting; its stdout and stderr."""
+    conn, _ = silent_qmp.accept()
+    with conn:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    return out, err.decode()
+
+
+def _terminated_line(err: str) -> str:
+    assert not any(n in err for n in NOISE), err
+    lines = err.splitlines()
+    assert len(lines) == 1 and "error: terminated (SIGTERM): stopped where it was" in lines[0], err
+    return lines[0]
+
+
+def test_sigterm_on_a_shim_answers_with_a_document_as_sigint_does(
+    tmp_path: Path, silent_qmp: socket.socket
+) -> None:
+    # What orchestrators send: before, the shim ended silently with 143 and no document,
+    # so its runtime had no answer to return.
+    cfg = guest_config(tmp_path, virtio=False)
+    doc = request(
+        sandbox_id="hang",
+        config=str(cfg),
+        apply=True,
+        backend={"type": "qmp", "socket": str(tmp_path / "qmp.sock")},
+    )
+    (tmp_path / "request.json").write_text(json.dumps(doc))
+    with (tmp_path / "request.json").open("rb") as stdin:
+        proc = _start("shim", stdin=stdin)
+    out, err = _terminate(proc, silent_qmp)
+    assert proc.returncode == 143, err
+    answer = json.loads(out)
+    assert out.count(b"\n") == 1, out
+    jsonschema.validate(answer, RESPONSE_SCHEMA)
+    assert (answer["error"]["kind"], answer["error"]["exit_code"]) == ("terminated", 143)
+    assert _terminated_line(err).startswith("kata-mem shim: error:")
+
+
+def test_sigterm_on_apply_is_one_line_and_143(tmp_path: Path, silent_qmp: socket.socket) -> None:
+    cfg = guest_config(tmp_path, virtio=False)
+    qmp = str(tmp_path / "qmp.sock")
+    args = ("--config", str(cfg), "--qmp", qmp, "--sandbox", "hang", "--limit", "1Gi")
+    proc = _start("--log-format", "json", "apply", *args, *HOST_ARGS)
+    out, err = _terminate(proc, silent_qmp)
+    assert (proc.returncode, out) == (143, b""), err
+    line = json.loads(err)
+    assert (line["level"], line["kind"], line["exit_code"]) == ("error", "terminated", 143)

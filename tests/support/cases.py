@@ -36,6 +36,7 @@ TABLES = {
     "check-step": "safety-cases/check-step.json",
     "under-pressure": "safety-cases/under-pressure.json",
     "hypervisor-annotations": "annotation-cases/hypervisor.json",
+    "go-parsers": "annotation-cases/go-parsers.json",
     "runtimeclass": "runtimeclass-cases",
     "pod": "pod-cases",
 }

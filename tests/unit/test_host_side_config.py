@@ -60,12 +60,19 @@ def test_integer_overcommit_and_zero_overheads(tmp_path: Path) -> None:
     [
         ("sizing", "pod", '"kata" or "pod-overhead" or "pod-limit"'),
         ("sizing", 1, '"kata" or "pod-overhead" or "pod-limit"'),
-        ("pod_overhead_mib", -1, "a non-negative integer (MiB)"),
-        ("pod_overhead_mib", "160Mi", "a non-negative integer (MiB)"),
-        ("vmm_overhead_mib", 1.5, "a non-negative integer (MiB)"),
+        ("pod_overhead_mib", -1, "an integer from 0 to 8796093022207 (MiB; 8 EiB of bytes)"),
+        ("pod_overhead_mib", "160Mi", "an integer from 0 to 8796093022207 (MiB; 8 EiB of bytes)"),
+        ("vmm_overhead_mib", 1.5, "an integer from 0 to 8796093022207 (MiB; 8 EiB of bytes)"),
+        # Issue 24, defect 8: the range said without its upper bound, so a value above it
+        # was refused as not "a non-negative integer".
+        ("vmm_overhead_mib", 8796093022208, "an integer from 0 to 8796093022207 (MiB; 8 EiB"),
         ("vmm_overhead_per_gib_mib", 2048, "an integer from 0 to 1024 (MiB per GiB"),
-        ("host_cgroup_margin_mib", True, "a non-negative integer (MiB)"),
-        ("node_reserved_mib", -5, "a non-negative integer (MiB)"),
+        (
+            "host_cgroup_margin_mib",
+            True,
+            "an integer from 0 to 8796093022207 (MiB; 8 EiB of bytes)",
+        ),
+        ("node_reserved_mib", -5, "an integer from 0 to 8796093022207 (MiB; 8 EiB of bytes)"),
         ("node_overcommit", 0, "a ratio above 0 and at most 100"),
         ("node_overcommit", -1.5, "a ratio above 0 and at most 100"),
         ("node_overcommit", 1000, "a ratio above 0 and at most 100"),

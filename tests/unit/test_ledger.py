@@ -269,7 +269,8 @@ def test_an_apply_says_so_when_it_rebuilds_a_damaged_ledger(tmp_path: Path) -> N
     )
     again = run_locked(state, lambda: fake, cfg, HOST, workload, Options(), time.clock, time.sleep)
     assert [n.text for n in again.notes if "ledger" in n.text] == [
-        "the node ledger is damaged (not a kata-mem ledger); rebuilt from the journals"
+        'the node ledger is damaged (entry "other": -5 is a negative size); rebuilt from the '
+        "journals"
     ]
 
 
@@ -325,3 +326,48 @@ def test_an_admitted_grow_is_told_the_hosts_memavailable(
     node = done.plan.memory.node
     assert node is not None and node.available == 700 * MiB
     assert any("700 MiB now" in n.text for n in done.plan.notes), done.plan.notes
+
+
+@pytest.mark.parametrize(
+    ("doc", "why"),
+    [
+        ({"schema": "other"}, "is damaged (not a kata-mem ledger)"),
+        ({"schema": "kata-mem/ledger/v1", "commitments": [1]}, "is damaged (not a kata-mem"),
+        ({"commitments": {"a": -5}}, 'is damaged (entry "a": -5 is a negative size)'),
+        ({"commitments": {"a": 1.5}}, 'is damaged (entry "a": 1.5 is not a size in bytes)'),
+        ({"commitments": {"a": True}}, 'is damaged (entry "a": true is not a size in bytes)'),
+        ({"commitments": {"a": 1 << 64}}, f'is damaged (entry "a": {1 << 64} is above 2^64-1'),
+        ({"commitments": {"../x": 1}}, 'is damaged (entry "../x": not a sandbox id)'),
+    ],
+)
+def test_a_damaged_ledger_says_what_is_wrong(tmp_path: Path, doc: dict[str, Any], why: str) -> None:
+    # Issue 24, defect 8: a ledger of kata-mem's schema with a negative entry was called
+    # "not a kata-mem ledger".
+    from kata_mem.edges.ledger import LEDGER_SCHEMA, read_ledger
+
+    if "schema" not in doc:
+        doc = {"schema": LEDGER_SCHEMA, **doc}
+    (tmp_path / LEDGER).write_text(json.dumps(doc))
+    entries, reason = read_ledger(tmp_path)
+    assert entries is None and reason.startswith(why), reason
+
+
+def test_a_corrupt_journal_is_reported_once_in_a_reconcile_pass(tmp_path: Path) -> None:
+    # Issue 24, defect 8: with the ledger damaged too, the pass read every journal twice
+    # (the ledger's rebuild, then its check against the journals), each read warning.
+    from kata_mem.core.record import Record
+    from kata_mem.edges.ledger import LEDGER_SCHEMA
+    from kata_mem.edges.statedir import ensure_state_dir
+    from tests.support.cli import kata_mem_process
+
+    root = tmp_path / "state"
+    ensure_state_dir(root)
+    state = SandboxState(root, "sb")
+    with state.locked(5):
+        state.save(Record("sb", observed=768 * MiB))
+    state.path.write_text("{broken")
+    (root / LEDGER).write_text(json.dumps({"schema": LEDGER_SCHEMA, "commitments": {"sb": -1}}))
+    done = kata_mem_process("reconcile", "--state-dir", str(root))
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count(f"journal {state.path} is corrupt or truncated") == 1, done.stderr
+    assert "the node ledger is damaged" in done.stderr

@@ -85,6 +85,28 @@ SETTLE_CASES = [
         "the VM is unchanged at 2048 MiB",
     ),
     (
+        # Issue 24, defect 8: an Infeasible outcome (FailedPrecondition) said "the pod cgroup
+        # is to wait for a retry".
+        "infeasible-promises-no-retry",
+        outcome("Infeasible", 2048, 0, "ShrinkNotAllowed"),
+        2048,
+        857,
+        1900,
+        "Infeasible",
+        "ShrinkNotAllowed",
+        "the pod cgroup must not be set to it; retrying this resize will not change that",
+    ),
+    (
+        "deferred-waits-for-a-retry",
+        outcome("Deferred", 2048, 0, "UsageAboveTarget"),
+        2048,
+        857,
+        1900,
+        "Deferred",
+        "UsageAboveTarget",
+        "the pod cgroup is to wait for a retry",
+    ),
+    (
         "partly-shrunk",
         outcome("InProgress", 1536, 2, "PartialShrink"),
         2048,

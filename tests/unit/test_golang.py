@@ -1,0 +1,75 @@
+"""Go's parsers as Kata's Go runtime uses them, against the case table
+(tests/fixtures/annotation-cases/go-parsers.json; its schema:
+tests/fixtures/schemas/go-parsers.schema.json)."""
+
+from __future__ import annotations
+
+import math
+import sys
+from fractions import Fraction
+from typing import Any
+
+import pytest
+
+from kata_mem.core import golang
+from tests.support.cases import case_params
+
+
+def _shown(value: Any) -> Any:
+    """A parsed float as the table writes it: an exact fraction, or inf/-inf/nan."""
+    if isinstance(value, float):
+        return "nan" if math.isnan(value) else "inf" if value > 0 else "-inf"
+    if isinstance(value, Fraction):
+        return str(value)
+    return value
+
+
+@pytest.mark.parametrize("case", case_params("go-parsers"))
+def test_go_parser_case(case: dict[str, Any]) -> None:
+    text = case["input"]
+    if case["go"] == "ParseFloat32":
+        got: Any = _shown(golang.parse_float32(text))
+    elif case["go"] == "ParseUint":
+        got = golang.parse_uint(text)
+    elif case["go"] == "ParseBool":
+        got = golang.parse_bool(text)
+    else:
+        got = golang.regexp_match(case["pattern"], text)
+    assert got == case["expect"]
+
+
+def test_a_value_of_thousands_of_digits_is_read_not_refused_by_python() -> None:
+    # int() refuses more than 4300 digits; Go reads leading zeros and long fractions.
+    assert golang.parse_uint("0" * 5000 + "20") == 20
+    assert golang.parse_float32("0." + "0" * 5000 + "1") == Fraction(1, 10**5001)
+    assert golang.parse_float32("1" * 5000) is None  # beyond float32: ErrRange
+
+
+def test_a_pattern_go_refuses_writes_nothing_to_stderr(capfd: pytest.CaptureFixture[str]) -> None:
+    # RE2 logs its parse errors to stderr unless told not to; the shim's stderr is the
+    # runtime's log, and the refusal says it in its own words.
+    assert golang.regexp_match("(?=x)", "x") is None
+    assert golang.compile_regexp("(?=x)")[1] == "invalid perl operator: (?="
+    assert capfd.readouterr().err == ""
+
+
+def test_a_lone_surrogate_is_matched_as_go_reads_it() -> None:
+    # JSON's "\udcff" (an OCI spec's annotation name) is U+FFFD to Go's decoder; RE2 takes
+    # UTF-8, which cannot hold a surrogate: before, UnicodeEncodeError and a traceback.
+    assert golang.regexp_match("^default_.memory$", "default_\udcffmemory") is True
+    assert golang.regexp_match("^default_\ufffdmemory$", "default_\udcffmemory") is True
+
+
+def test_without_google_re2_checking_a_pattern_is_exit_9(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Where google-re2 has no wheel it is not installed (pyproject.toml): the check of an
+    # annotation says what to install, as a missing libvirt-python does.
+    from kata_mem.core.errors import MissingDependency
+
+    monkeypatch.setitem(sys.modules, "re2", None)
+    golang.compile_regexp.cache_clear()
+    try:
+        with pytest.raises(MissingDependency, match=r"pip install 'google-re2>=1.1'") as info:
+            golang.regexp_match("default_memory", "default_memory")
+        assert info.value.exit_code == 9
+    finally:
+        golang.compile_regexp.cache_clear()
