@@ -196,7 +196,13 @@ def test_an_answer_that_is_not_a_whole_shim_document_is_answered_in_process(
         listener.close()
 
 
-def test_sigint_while_the_service_works_is_the_shims_answer(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("signum", "code", "kind"),
+    [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")],
+)
+def test_a_signal_while_the_service_works_is_the_shims_answer(
+    tmp_path: Path, signum: int, code: int, kind: str
+) -> None:
     listener = Listener(tmp_path / "kata-mem.sock", None)  # reads, never answers
     try:
         env = {**os.environ, shim_client.SOCKET_ENV: listener.sock.getsockname()}
@@ -209,13 +215,13 @@ def test_sigint_while_the_service_works_is_the_shims_answer(tmp_path: Path) -> N
         proc.stdin.close()
         proc.stdin = None  # given whole: communicate() below only reads
         wait_until(lambda: b"\r\n\r\n" in listener.got, "the request reached the listener", 30)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signum)
         out, err = proc.communicate(timeout=30)
     finally:
         listener.close()
     doc = json.loads(out)
-    assert proc.returncode == 130, err
-    assert (doc["schema"], doc["error"]["kind"]) == ("kata-mem/shim-response/v1", "interrupted")
+    assert proc.returncode == code, err
+    assert (doc["schema"], doc["error"]["kind"]) == ("kata-mem/shim-response/v1", kind)
     assert err.decode().count("\n") == 1
 
 
