@@ -567,3 +567,39 @@ def check_ledger(state_dir: str | Path, limit: int) -> list[Note]:
                 + "; mended from the journals",
             ),
         ]
+
+
+def vm_owner(root: Path, sandbox: str, reached: Endpoint) -> Optional[str]:
+    """Another sandbox of the state directory ``root`` whose saved request leads to the VM
+    that ``reached`` (an endpoint as connecting reached it) leads to, or None. For QMP the
+    same socket file (its filesystem device and inode, which the saved request keeps as
+    ``backend.vmm``); for libvirt the same URI and domain.
+
+    A VM is sized from one sandbox's requests: a second sandbox id sending its own would
+    resize the first one's VM from another workload, and neither journal would tell what
+    the VM holds (two owners of one VM's memory). Called for a sandbox's first request only
+    (one without a saved request of its own), so an apply reads the other sandboxes' saved
+    requests once in its sandbox's life; a request of another sandbox that cannot be read
+    or trusted is passed over here (reconcile and status report it).
+    """
+    with node_lock(root, shared=True):  # no sandbox directory half made or half removed
+        names = sandboxes(root).sandboxes
+    for other in names:
+        if other == sandbox:
+            continue
+        try:
+            saved = SandboxState(root, other).saved_endpoint()
+        except KataMemError:
+            continue
+        if saved is None or saved.kind != reached.kind:
+            continue
+        if reached.kind == "libvirt":
+            if (saved.target, saved.domain) == (reached.target, reached.domain):
+                return other
+        elif (
+            saved.vmm is not None
+            and reached.vmm is not None
+            and (saved.vmm.device, saved.vmm.inode) == (reached.vmm.device, reached.vmm.inode)
+        ):
+            return other
+    return None

@@ -23,7 +23,7 @@ from typing import Callable, Optional, Union
 
 from kata_mem.backends import Backend, StepProgress
 from kata_mem.core import outcomes, podresize, safety
-from kata_mem.core.errors import BackendError, BackendUnsupported, KataMemError
+from kata_mem.core.errors import BackendError, BackendUnsupported, InputError, KataMemError
 from kata_mem.core.model import (
     Guards,
     GuestUsage,
@@ -46,7 +46,13 @@ from kata_mem.core.reports import owned_view, still_owned
 from kata_mem.core.request import Endpoint, SandboxRequest
 from kata_mem.core.units import fmt_bytes
 from kata_mem.edges.host import mem_available
-from kata_mem.edges.journal import LOCK_WAIT_S, SandboxState, node_admission, record_commitment
+from kata_mem.edges.journal import (
+    LOCK_WAIT_S,
+    SandboxState,
+    node_admission,
+    record_commitment,
+    vm_owner,
+)
 from kata_mem.edges.logs import get_logger
 from kata_mem.orchestration.connect import Opened
 from kata_mem.orchestration.guards import HostSide
@@ -132,6 +138,8 @@ def run_locked(
             backend = opened.backend if isinstance(opened, Opened) else opened
             reached = opened.endpoint if isinstance(opened, Opened) else None
             try:
+                if reached is not None and not state.request_path.is_file():
+                    _check_vm_owner(state, reached)
                 return Executor(backend, state, clock, sleep).apply(
                     cfg, host, request, options, host_side
                 )
@@ -144,6 +152,22 @@ def run_locked(
                 if reached is not None:
                     saved_request = replace(saved_request, endpoint=reached)
                 state.save_request(saved_request.to_json())
+
+
+def _check_vm_owner(state: SandboxState, reached: Endpoint) -> None:
+    """Refuse a new sandbox's request whose VM another sandbox already owns
+    (:func:`~kata_mem.edges.journal.vm_owner`), before anything is written or sent.
+
+    :raises InputError: naming both sandboxes and the backend.
+    """
+    other = vm_owner(state.root, state.sandbox, reached)
+    if other is not None:
+        raise InputError(
+            f"backend: {reached.describe()} leads to the VM of sandbox {other!r} (its saved "
+            f"request), and this is the first request of sandbox {state.sandbox!r}: a VM is "
+            f"sized from one sandbox's requests. Send it as sandbox {other!r}, or, if that "
+            "sandbox is gone, forget it first (event delete)"
+        )
 
 
 def _resize_shrink(step: Step) -> bool:
