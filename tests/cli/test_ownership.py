@@ -430,8 +430,11 @@ def test_a_sandbox_another_user_could_have_written_is_refused(
     fake, server = qemu
     state = tmp_path / "state"
     cfg = config_for(tmp_path, state)
-    for sb in ("sb", "other"):
-        assert apply(run_cli, cfg, server.path, state, sb, "--limit", "256Mi").code == 0
+    # Each sandbox its own VM: a VM is sized by one sandbox's requests.
+    other_vm = FakeQemu()
+    other_server = FakeQmpServer(tmp_path / "other.sock", other_vm)
+    assert apply(run_cli, cfg, server.path, state, "sb", "--limit", "256Mi").code == 0
+    assert apply(run_cli, cfg, other_server.path, state, "other", "--limit", "256Mi").code == 0
     sandbox = state / "sb"
     # The saved request names nobody's socket: were it read, reconcile would connect there.
     request = sandbox / "request.json"
@@ -452,6 +455,7 @@ def test_a_sandbox_another_user_could_have_written_is_refused(
     mode = f"{path.stat().st_mode & 0o7777:04o}"
     owner = OWNER if change == "nobody's" else "owned by root (uid 0)"
     commands_before = list(fake.commands)
+    other_before = list(other_vm.commands)
     before = snapshot(state)
     runs = every_command(run_cli, cfg, listener.path, state, "sb")
     assert_refused(runs, path, mode, owner)
@@ -464,8 +468,10 @@ def test_a_sandbox_another_user_could_have_written_is_refused(
         return {k: v for k, v in shot.items() if k != "." and not k.startswith("other")}
 
     assert ours(snapshot(state)) == ours(before)
-    visited = fake.commands[len(commands_before) :]
-    assert visited and "device_add" not in visited  # only "other", which had nothing to do
+    assert fake.commands == commands_before  # sb's VM: never reached
+    visited = other_vm.commands[len(other_before) :]
+    assert visited and "device_add" not in visited  # "other", which had nothing to do
+    other_server.close()
 
 
 def test_an_empty_sandbox_dir_others_can_write_is_not_adopted(

@@ -314,9 +314,11 @@ def test_reconcile_reports_each_sandboxs_trouble_and_goes_on(
     state = tmp_path / "state"
     cfg = config_for(tmp_path, state)
     other = config_for(tmp_path, state, "other.toml")
-    for sb in ("a-damaged", "b-noconfig", "c-bug", "d-fine"):
+    # Each sandbox its own VM: a VM is sized by one sandbox's requests.
+    servers = [server] + [FakeQmpServer(tmp_path / f"vm{i}.sock", FakeQemu()) for i in range(1, 4)]
+    for sb, vm in zip(("a-damaged", "b-noconfig", "c-bug", "d-fine"), servers):
         config = other if sb == "b-noconfig" else cfg
-        assert apply(run_cli, config, server.path, state, sb, "--limit", "256Mi").code == 0
+        assert apply(run_cli, config, vm.path, state, sb, "--limit", "256Mi").code == 0
     # A journal whose retry time is not a number: corrupt, so rebuilt from the VM.
     path = state / "a-damaged" / "journal.json"
     path.write_text(
@@ -347,6 +349,8 @@ def test_reconcile_reports_each_sandboxs_trouble_and_goes_on(
     (state / "b-noconfig" / "journal.json").unlink()
     r = run_cli("reconcile", "--state-dir", str(state), "--json")
     assert r.code == 0, r  # c-bug, unpatched, is fine again
+    for vm in servers[1:]:
+        vm.close()
 
 
 def test_reconcile_refuses_a_saved_request_for_another_sandbox(
