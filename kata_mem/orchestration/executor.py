@@ -23,6 +23,7 @@ from typing import Callable, Optional, Union
 
 from kata_mem.backends import Backend, StepProgress
 from kata_mem.core import outcomes, podresize, safety
+from kata_mem.core.endpoint import Endpoint
 from kata_mem.core.errors import BackendError, BackendUnsupported, KataMemError
 from kata_mem.core.model import (
     Guards,
@@ -43,7 +44,7 @@ from kata_mem.core.planner import assumed_vm, level_room
 from kata_mem.core.planner import plan as make_plan
 from kata_mem.core.record import PendingGrow, Phase, Record
 from kata_mem.core.reports import owned_view, still_owned
-from kata_mem.core.request import Endpoint, SandboxRequest
+from kata_mem.core.request import SandboxRequest
 from kata_mem.core.units import fmt_bytes
 from kata_mem.edges.host import mem_available
 from kata_mem.edges.journal import LOCK_WAIT_S, SandboxState, node_admission, record_commitment
