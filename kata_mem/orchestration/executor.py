@@ -100,7 +100,7 @@ def run_locked(
     connect: Callable[[], Union[Backend, Opened]],
     cfg: SizingConfig,
     host: HostFacts,
-    request: Workload,
+    workload: Workload,
     options: Options,
     clock: Callable[[], float] = time.time,
     sleep: Callable[[float], None] = time.sleep,
@@ -125,7 +125,7 @@ def run_locked(
     with state.locked(LOCK_WAIT_S) as got:
         if not got:
             record, _ = state.load().bounded(host.memory)
-            p = make_plan(cfg, host, request, assumed_vm(cfg, host, record.observed or None))
+            p = make_plan(cfg, host, workload, assumed_vm(cfg, host, record.observed or None))
             return Result(p, outcomes.busy(p, LOCK_WAIT_S))
         reached: Optional[Endpoint] = None
         try:
@@ -134,7 +134,7 @@ def run_locked(
             reached = opened.endpoint if isinstance(opened, Opened) else None
             try:
                 return Executor(backend, state, clock, sleep).apply(
-                    cfg, host, request, options, host_side
+                    cfg, host, workload, options, host_side
                 )
             finally:
                 backend.close()
@@ -181,7 +181,7 @@ class Executor:
         self,
         cfg: SizingConfig,
         host: HostFacts,
-        request: Workload,
+        workload: Workload,
         options: Options,
         host_side: Optional[HostSide] = None,
     ) -> Result:
@@ -220,7 +220,7 @@ class Executor:
                     vm, lambda: ledger.others(sandbox) if ledger else 0, mem_available
                 )
             p, outcome = outcomes.before_steps(
-                make_plan(cfg, host, request, vm, guards), vm, shrink_allowed=allowed
+                make_plan(cfg, host, workload, vm, guards), vm, shrink_allowed=allowed
             )
             if outcome is None and p.memory.target > vm.total:
                 admitted = self.record.admit(p.memory.target)
@@ -235,7 +235,7 @@ class Executor:
         if guards is not None:
             if guards.pod_limit is not None and host_side is not None:
                 outcome = self._for_pod(outcome, vm, cfg, guards, host_side)
-            pending = self._held_back(p, cfg, host, request, vm, guards)
+            pending = self._held_back(p, cfg, host, workload, vm, guards)
         self._finish(outcome, pending)
         if self.record.commitment != held:
             # After the journal: the ledger falls only once the journal says it may.
@@ -284,7 +284,7 @@ class Executor:
         p: Plan,
         cfg: SizingConfig,
         host: HostFacts,
-        request: Workload,
+        workload: Workload,
         vm: VmState,
         guards: Guards,
     ) -> Optional[PendingGrow]:
@@ -294,7 +294,7 @@ class Executor:
         cgroup = guards.cgroup
         if cgroup is None or cgroup.limit is None or not cgroup.path:
             return None
-        free = make_plan(cfg, host, request, vm, replace(guards, cgroup=None)).memory.target
+        free = make_plan(cfg, host, workload, vm, replace(guards, cgroup=None)).memory.target
         if free <= p.memory.target:
             return None
         return PendingGrow(free, cgroup.path, cgroup.limit)

@@ -204,9 +204,9 @@ def test_a_plan_sizes_its_workload_once(
     calls: list[Workload] = []
     real = planner.demand
 
-    def counted(cfg: SizingConfig, request: Workload) -> Any:
-        calls.append(request)
-        return real(cfg, request)
+    def counted(cfg: SizingConfig, workload: Workload) -> Any:
+        calls.append(workload)
+        return real(cfg, workload)
 
     monkeypatch.setattr(planner, "demand", counted)
     assert plan(cfg, HOST, work) == want
