@@ -30,10 +30,12 @@ _EXPORTS = {
     "quantity_bytes": "kata_mem.core.quantity:quantity_bytes",
     **{
         name: "kata_mem.core.request:" + name
-        for name in (
-            "CallOptions", "Endpoint", "HostOverrides", "SandboxRequest", "SandboxResize",
-            "SandboxResources",
-        )
+        for name in ("CallOptions", "HostOverrides", "SandboxRequest")
+    },
+    "Endpoint": "kata_mem.core.endpoint:Endpoint",
+    **{
+        name: "kata_mem.core.sandbox_resources:" + name
+        for name in ("SandboxResize", "SandboxResources")
     },
     **{
         name: "kata_mem.core.results:" + name
@@ -115,6 +117,7 @@ def __getattr__(name: str) -> Any:
 
 
 if TYPE_CHECKING:
+    from kata_mem.core.endpoint import Endpoint
     from kata_mem.core.errors import (
         BackendError,
         BackendUnavailable,
@@ -146,15 +149,9 @@ if TYPE_CHECKING:
     )
     from kata_mem.core.planner import plan
     from kata_mem.core.quantity import parse_quantity, quantity_bytes
-    from kata_mem.core.request import (
-        CallOptions,
-        Endpoint,
-        HostOverrides,
-        SandboxRequest,
-        SandboxResize,
-        SandboxResources,
-    )
+    from kata_mem.core.request import CallOptions, HostOverrides, SandboxRequest
     from kata_mem.core.results import Applied, Forgotten, Planned, Response
+    from kata_mem.core.sandbox_resources import SandboxResize, SandboxResources
     from kata_mem.edges.config import find_config, load_config
     from kata_mem.edges.host import probe_host
     from kata_mem.orchestration.handle import handle

@@ -9,6 +9,8 @@ from typing import Any
 from hypothesis import settings
 from hypothesis import strategies as st
 
+from kata_mem.core.arch import HUGEPAGE_SIZES
+from kata_mem.core.endpoint import LIBVIRT_URIS, Endpoint, VmmIdentity
 from kata_mem.core.model import (
     ARCHES,
     SANDBOX_ID,
@@ -22,18 +24,13 @@ from kata_mem.core.model import (
 )
 from kata_mem.core.request import (
     EVENTS,
-    HUGEPAGE_SIZES,
-    LIBVIRT_URIS,
     MIN_HOST_MEMORY,
     ROLES,
     STATES,
-    Endpoint,
     HostOverrides,
     SandboxRequest,
-    SandboxResize,
-    SandboxResources,
-    VmmIdentity,
 )
+from kata_mem.core.sandbox_resources import SandboxResize, SandboxResources
 from kata_mem.core.units import INT64_MAX, MiB
 
 mib = st.integers(min_value=0, max_value=1 << 20).map(lambda n: n * MiB)

@@ -46,9 +46,9 @@ except ImportError as exc:  # a dependency of kata-mem: missing only from a brok
         f"the QMP backend needs qemu.qmp, which cannot be imported ({exc}); "
         "install it with: pip install 'qemu.qmp>=0.0.3' (or reinstall kata-mem)"
     ) from exc
+from kata_mem.core.endpoint import VmmIdentity
 from kata_mem.core.model import MEMDEV_PREFIX, GuestUsage, MemoryDevice, Step, VmState
 from kata_mem.core.reports import StepProgress, UsageField, balloon_usage, resize_progress, vm_state
-from kata_mem.core.request import VmmIdentity
 from kata_mem.edges.logs import describe, get_logger
 from kata_mem.edges.ownership import check_way, who
 

@@ -249,3 +249,8 @@ def pod_config(cfg: SizingConfig, host: HostFacts, workload: Workload) -> Sizing
         workload.hypervisor_origin or "annotations",
         ARCH_MAX_VCPUS.get(host.arch, 0),
     )
+
+
+def hypervisor_annotations(annotations: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    """Kata's per-pod hypervisor annotations among ``annotations``, in their order."""
+    return tuple((k, v) for k, v in annotations.items() if k.startswith(PREFIX))

@@ -281,3 +281,7 @@ class Fields:
             if value == choice:
                 return choice
         raise self.fail(path(at, key), " | ".join(choices), value)
+
+
+#: Errors about a shim request name its fields: ``request containers[0].id: ...``.
+REQUEST = Fields("request")

@@ -6,6 +6,7 @@ and safety policy consume them; the renderers turn them into text or JSON.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -286,6 +287,24 @@ class Container:
 #: sandbox resources (containerd's ``io.kubernetes.cri.sandbox-*`` and CRI-O's
 #: ``PodLinuxResources`` annotations).
 WorkloadSource = Literal["containers", "pod_resources", "cri_annotations"]
+
+
+def unique_containers(containers: tuple[Container, ...]) -> tuple[Container, ...]:
+    """``containers``, each once: a container given twice (the same id in a request, the
+    same OCI spec twice on a command line) would count its limit twice, so, as a key
+    given twice is refused, so is an id.
+
+    :raises InputError: naming the id and both places.
+    """
+    first: dict[str, str] = {}
+    for c in containers:
+        if c.name in first:
+            raise InputError(
+                f"{c.origin}: container id {json.dumps(c.name)[:80]} is also that of "
+                f"{first[c.name]}; expected each container once"
+            )
+        first[c.name] = c.origin
+    return containers
 
 
 @dataclass(frozen=True)

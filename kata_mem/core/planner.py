@@ -1,4 +1,4 @@
-"""The sizing planner: pure functions from configuration, host, request and VM
+"""The sizing planner: pure functions from configuration, host, workload and VM
 state to a :class:`~kata_mem.core.model.Plan`.
 
 No I/O, no clock, no environment. ``preview`` prints exactly the plan that
@@ -76,7 +76,7 @@ GUARD_NAMES: dict[MemoryCause, str] = {
 }
 
 
-def workload(containers: tuple[Container, ...]) -> tuple[int, Fraction]:
+def containers_peak(containers: tuple[Container, ...]) -> tuple[int, Fraction]:
     """Memory (bytes) and CPUs the containers need at their peak.
 
     Stopped containers count nothing and a container without a limit adds 0
@@ -347,7 +347,8 @@ def _no_cpu(c: Container) -> Fraction:
 
 
 def _page_sizes(pairs: tuple[tuple[int, int], ...], total: Optional[int]) -> dict[int, int]:
-    """Hugepage limits by page size; 0 stands for "sizes not named" (a request's sum)."""
+    """Hugepage limits by page size; 0 stands for "sizes not named" (the total of a
+    workload that names none)."""
     if pairs:
         return {size: limit for size, limit in pairs if limit > 0}
     return {0: total} if total else {}
@@ -386,7 +387,7 @@ def _pod_hugepages(
     pkg/kubelet/kuberuntime/kuberuntime_container_linux.go
     ``GetHugepageLimitsFromResources``; before it, a limit of 0), else the smaller of the
     pod's limit and their sum; the workload is the largest set's total (:func:`_bounded`,
-    size by size). Sizes a request does not name count as one size (0)."""
+    size by size). Sizes the workload does not name count as one size (0)."""
     caps = _page_sizes(pod.hugepage_limits, pod.hugepages)
     peak = 0
     source: WorkloadSource = "containers"
@@ -407,13 +408,13 @@ def _pod_hugepages(
     return peak, source
 
 
-def demand(cfg: SizingConfig, request: Workload) -> tuple[Demand, list[Note]]:
+def demand(cfg: SizingConfig, workload: Workload) -> tuple[Demand, list[Note]]:
     """What the workload needs (docs, "Sizing rules": workload, pod-level limits), with
     where each part came from.
 
-    The containers' peak (:func:`workload`), under the pod-level limits when the request
-    gives them (:func:`_bounded`). CRI sandbox annotations size the sandbox alone when
-    no container is given or with static sizing, as Kata's ``CalculateSandboxSizing``
+    The containers' peak (:func:`containers_peak`), under the pod-level limits when the
+    workload gives them (:func:`_bounded`). CRI sandbox annotations size the sandbox alone
+    when no container is given or with static sizing, as Kata's ``CalculateSandboxSizing``
     (src/runtime/pkg/oci/utils.go) does. With containers, they are a snapshot taken when
     the sandbox was created: containerd writes them once in the sandbox spec
     (internal/cri/server/podsandbox/sandbox_run_linux.go) and CRI-O too
@@ -422,12 +423,12 @@ def demand(cfg: SizingConfig, request: Workload) -> tuple[Demand, list[Note]]:
     count (a pod-level limit they carry) and never bound a container's own limit, which
     a later in-place resize may have raised past the snapshot.
     """
-    live = tuple(c for c in request.containers if c.state != "stopped")
-    memory, cpu = workload(request.containers)  # memory with the hugepages: one peak
+    live = tuple(c for c in workload.containers if c.state != "stopped")
+    memory, cpu = containers_peak(workload.containers)  # memory with the hugepages: one peak
     hugepages = 0
     notes: list[Note] = []
-    sizing, pod = request.sizing, request.pod
-    if sizing is not None and (not request.containers or cfg.static_sandbox_resource_mgmt):
+    sizing, pod = workload.sizing, workload.pod
+    if sizing is not None and (not workload.containers or cfg.static_sandbox_resource_mgmt):
         notes.append(
             Note(
                 "cri_annotations",
@@ -450,8 +451,8 @@ def demand(cfg: SizingConfig, request: Workload) -> tuple[Demand, list[Note]]:
         by_huge: WorkloadSource = "containers"
         if pod.memory is not None or pod.hugepages is not None or pod.hugepage_limits:
             # Bounded one by one, so each its own peak.
-            memory = _peaks(request.containers, _no_cpu, lambda c: c.memory_limit)[0]
-            huge, by_huge = _pod_hugepages(pod, request.containers)
+            memory = _peaks(workload.containers, _no_cpu, lambda c: c.memory_limit)[0]
+            huge, by_huge = _pod_hugepages(pod, workload.containers)
         mem, by_mem = _bounded(pod.memory, memory, no_memory, bool(live))
         cpus, by_cpu = _bounded(pod.cpu, cpu, no_cpu, bool(live))
         return Demand(mem, huge, cpus, by_mem, by_huge, by_cpu, pod.origin), notes
@@ -478,12 +479,12 @@ def demand(cfg: SizingConfig, request: Workload) -> tuple[Demand, list[Note]]:
     return Demand(memory, hugepages, cpu, mem_from, "containers", cpu_from, sizing.origin), notes
 
 
-def pod_overhead(cfg: SizingConfig, request: Workload) -> tuple[Optional[int], str]:
+def pod_overhead(cfg: SizingConfig, workload: Workload) -> tuple[Optional[int], str]:
     """The pod's RuntimeClass overhead and where it came from: the Pod's
     ``spec.overhead.memory`` or the sandbox annotations (carried by the workload),
     else ``[kata_mem] pod_overhead_mib``; ``(None, "")`` when nothing gives it."""
-    if request.overhead is not None:
-        return request.overhead, request.overhead_origin
+    if workload.overhead is not None:
+        return workload.overhead, workload.overhead_origin
     if cfg.settings.pod_overhead is not None:
         return cfg.settings.pod_overhead, "[kata_mem] pod_overhead_mib"
     return None, ""
@@ -505,7 +506,7 @@ def runtime_rs_static(cfg: SizingConfig, need: Demand) -> Optional[tuple[int, Fr
 
 
 def sized(
-    cfg: SizingConfig, host: HostFacts, request: Workload, need: Demand
+    cfg: SizingConfig, host: HostFacts, workload: Workload, need: Demand
 ) -> tuple[int, list[Note]]:
     """The guest memory the sizing model asks for (docs, "Sizing models").
 
@@ -521,7 +522,7 @@ def sized(
     if static is not None:
         return _runtime_rs_memory(cfg, *static), notes
     model = cfg.settings.sizing
-    overhead, _ = pod_overhead(cfg, request)
+    overhead, _ = pod_overhead(cfg, workload)
     if model == "pod-overhead" and overhead is None:
         notes.append(
             Note(
@@ -608,7 +609,7 @@ def level_room(cfg: SizingConfig, level: CgroupLevel, current: int) -> int:
 def _plan_memory(
     cfg: SizingConfig,
     host: HostFacts,
-    request: Workload,
+    workload: Workload,
     need: Demand,
     vm: VmState,
     guards: Guards,
@@ -618,7 +619,7 @@ def _plan_memory(
     ceiling, ceiling_cause = max_memory(cfg, host)
     block = block_size(cfg, host, vm)
     base = vm.base
-    requested, warnings = sized(cfg, host, request, need)
+    requested, warnings = sized(cfg, host, workload, need)
     warnings.extend(guards.notes)
     if guards.unseen is not None:
         warnings.append(Note("host_cgroup_unseen", unseen_text(guards)))
@@ -772,7 +773,7 @@ def _plan_memory(
                 f"{found_room[1].path} allows with the VMM overhead ({fmt_bytes(found_room[0])}): the host may "
                 "OOM-kill the VMM when the guest uses its memory; shrink it or raise the limit",
             )
-    overhead, overhead_origin = pod_overhead(cfg, request)
+    overhead, overhead_origin = pod_overhead(cfg, workload)
     warnings.extend(Note("memory_clamp", c.detail) for c in clamps)
     return (
         MemoryPlan(

@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Optional, Union
 
+from kata_mem.core.endpoint import Endpoint
 from kata_mem.core.errors import outcome_exit_code
 from kata_mem.core.model import Note, Outcome, Plan, SizingConfig, Unseen
-from kata_mem.core.request import Endpoint
 
 
 @dataclass(frozen=True)

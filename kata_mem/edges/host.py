@@ -9,9 +9,9 @@ import os
 from pathlib import Path
 from typing import Optional
 
+from kata_mem.core.arch import check_hugepages, normalize_arch
 from kata_mem.core.errors import ConfigError, InputError
 from kata_mem.core.model import Arch, HostFacts, Origin
-from kata_mem.core.request import check_hugepages, normalize_arch
 from kata_mem.core.units import KiB, MiB, align_down
 
 

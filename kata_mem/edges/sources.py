@@ -15,21 +15,23 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any, Callable, Optional, Union
 
+from kata_mem.core.annotations import hypervisor_annotations
+from kata_mem.core.arch import HUGEPAGE_SIZES, check_hugepage_size
+from kata_mem.core.cpuset import cpuset_size
+from kata_mem.core.cri_annotations import SANDBOX_SIZING_KEYS, overhead_annotation, sandbox_sizing
 from kata_mem.core.errors import InputError, QuantityError
 from kata_mem.core.fields import Fields, KeyOnce, python_value, spelled_float
 from kata_mem.core.fields import path as field_path
-from kata_mem.core.model import Arch, Container, PodResources, Role, SandboxSizing, Workload
-from kata_mem.core.quantity import cpu_count, parse_quantity, quantity_bytes
-from kata_mem.core.request import (
-    HUGEPAGE_SIZES,
-    SANDBOX_SIZING_KEYS,
-    check_hugepage_size,
-    cpuset_size,
-    hypervisor_annotations,
-    overhead_annotation,
-    sandbox_sizing,
+from kata_mem.core.model import (
+    Arch,
+    Container,
+    PodResources,
+    Role,
+    SandboxSizing,
+    Workload,
     unique_containers,
 )
+from kata_mem.core.quantity import cpu_count, parse_quantity, quantity_bytes
 from kata_mem.core.units import INT64_MAX
 from kata_mem.edges.files import MANIFEST_CAP, read_capped_text
 

@@ -20,21 +20,14 @@ import click
 from click.shell_completion import CompletionItem
 
 from kata_mem.core.annotations import pod_config
+from kata_mem.core.arch import GO_ARCH, check_hugepages, normalize_arch
+from kata_mem.core.endpoint import Endpoint
 from kata_mem.core.errors import InputError, KataMemError
 from kata_mem.core.fields import integer_range
 from kata_mem.core.model import SIZING_MODELS, Origin, Settings, SizingConfig, SizingModel
 from kata_mem.core.planner import current_problem
 from kata_mem.core.quantity import quantity_bytes
-from kata_mem.core.request import (
-    GO_ARCH,
-    MIN_HOST_MEMORY,
-    CallOptions,
-    Endpoint,
-    HostOverrides,
-    SandboxRequest,
-    check_hugepages,
-    normalize_arch,
-)
+from kata_mem.core.request import MIN_HOST_MEMORY, CallOptions, HostOverrides, SandboxRequest
 from kata_mem.core.units import INT64_MAX, to_mib_floor
 from kata_mem.edges import config as config_mod
 from kata_mem.edges import logs

@@ -10,14 +10,14 @@ from dataclasses import dataclass, replace
 from typing import Optional
 
 from kata_mem.backends import Backend
+from kata_mem.core.endpoint import Endpoint
 from kata_mem.core.errors import MissingDependency
-from kata_mem.core.request import Endpoint
 
 
 @dataclass(frozen=True)
 class Opened:
     """A connected backend, and its endpoint as reached: for QMP, with the VMM it led to
-    (:class:`~kata_mem.core.request.VmmIdentity`), which the saved request keeps."""
+    (:class:`~kata_mem.core.endpoint.VmmIdentity`), which the saved request keeps."""
 
     backend: Backend
     endpoint: Endpoint
@@ -31,7 +31,7 @@ def open_backend(
     under ``XDG_RUNTIME_DIR``).
     With ``hugepages_path`` (a hugetlbfs mount) new DIMMs are backed by hugepages there.
     An endpoint with a ``vmm`` is connected to that VMM only; a saved one without
-    (:attr:`~kata_mem.core.request.Endpoint.unpinned`) to root's or the caller's only.
+    (:attr:`~kata_mem.core.endpoint.Endpoint.unpinned`) to root's or the caller's only.
 
     :raises BackendUnavailable: the endpoint cannot be reached, or leads to another VMM
         than its ``vmm`` (``gone``).

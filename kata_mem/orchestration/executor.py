@@ -23,6 +23,7 @@ from typing import Callable, Optional, Union
 
 from kata_mem.backends import Backend, StepProgress
 from kata_mem.core import outcomes, podresize, safety
+from kata_mem.core.endpoint import Endpoint
 from kata_mem.core.errors import BackendError, BackendUnsupported, InputError, KataMemError
 from kata_mem.core.model import (
     Guards,
@@ -43,7 +44,7 @@ from kata_mem.core.planner import assumed_vm, level_room
 from kata_mem.core.planner import plan as make_plan
 from kata_mem.core.record import PendingGrow, Phase, Record
 from kata_mem.core.reports import owned_view, still_owned
-from kata_mem.core.request import Endpoint, SandboxRequest
+from kata_mem.core.request import SandboxRequest
 from kata_mem.core.units import fmt_bytes
 from kata_mem.edges.host import mem_available
 from kata_mem.edges.journal import (
@@ -105,7 +106,7 @@ def run_locked(
     connect: Callable[[], Union[Backend, Opened]],
     cfg: SizingConfig,
     host: HostFacts,
-    request: Workload,
+    workload: Workload,
     options: Options,
     clock: Callable[[], float] = time.time,
     sleep: Callable[[float], None] = time.sleep,
@@ -130,7 +131,7 @@ def run_locked(
     with state.locked(LOCK_WAIT_S) as got:
         if not got:
             record, _ = state.load().bounded(host.memory)
-            p = make_plan(cfg, host, request, assumed_vm(cfg, host, record.observed or None))
+            p = make_plan(cfg, host, workload, assumed_vm(cfg, host, record.observed or None))
             return Result(p, outcomes.busy(p, LOCK_WAIT_S))
         reached: Optional[Endpoint] = None
         try:
@@ -141,7 +142,7 @@ def run_locked(
                 if reached is not None and not state.request_path.is_file():
                     _check_vm_owner(state, reached)
                 return Executor(backend, state, clock, sleep).apply(
-                    cfg, host, request, options, host_side
+                    cfg, host, workload, options, host_side
                 )
             finally:
                 backend.close()
@@ -204,7 +205,7 @@ class Executor:
         self,
         cfg: SizingConfig,
         host: HostFacts,
-        request: Workload,
+        workload: Workload,
         options: Options,
         host_side: Optional[HostSide] = None,
     ) -> Result:
@@ -243,7 +244,7 @@ class Executor:
                     vm, lambda: ledger.others(sandbox) if ledger else 0, mem_available
                 )
             p, outcome = outcomes.before_steps(
-                make_plan(cfg, host, request, vm, guards), vm, shrink_allowed=allowed
+                make_plan(cfg, host, workload, vm, guards), vm, shrink_allowed=allowed
             )
             if outcome is None and p.memory.target > vm.total:
                 admitted = self.record.admit(p.memory.target)
@@ -258,7 +259,7 @@ class Executor:
         if guards is not None:
             if guards.pod_limit is not None and host_side is not None:
                 outcome = self._for_pod(outcome, vm, cfg, guards, host_side)
-            pending = self._held_back(p, cfg, host, request, vm, guards)
+            pending = self._held_back(p, cfg, host, workload, vm, guards)
         self._finish(outcome, pending)
         if self.record.commitment != held:
             # After the journal: the ledger falls only once the journal says it may.
@@ -307,7 +308,7 @@ class Executor:
         p: Plan,
         cfg: SizingConfig,
         host: HostFacts,
-        request: Workload,
+        workload: Workload,
         vm: VmState,
         guards: Guards,
     ) -> Optional[PendingGrow]:
@@ -317,7 +318,7 @@ class Executor:
         cgroup = guards.cgroup
         if cgroup is None or cgroup.limit is None or not cgroup.path:
             return None
-        free = make_plan(cfg, host, request, vm, replace(guards, cgroup=None)).memory.target
+        free = make_plan(cfg, host, workload, vm, replace(guards, cgroup=None)).memory.target
         if free <= p.memory.target:
             return None
         return PendingGrow(free, cgroup.path, cgroup.limit)

@@ -19,10 +19,11 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Optional
 
 from kata_mem.core.annotations import pod_config
+from kata_mem.core.endpoint import Endpoint
 from kata_mem.core.errors import ConfigError
 from kata_mem.core.model import HostFacts, Note, Origin, Plan, SizingConfig, Workload
 from kata_mem.core.planner import assumed_vm, plan
-from kata_mem.core.request import CallOptions, Endpoint, HostOverrides, SandboxRequest
+from kata_mem.core.request import CallOptions, HostOverrides, SandboxRequest
 from kata_mem.core.results import Applied, Forgotten, Planned, Response
 from kata_mem.edges.config import DEFAULT_PATHS, find_config, load_config
 from kata_mem.edges.host import probe_host

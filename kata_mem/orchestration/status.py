@@ -9,9 +9,9 @@ import os
 from collections.abc import Mapping
 from typing import Any, Optional
 
+from kata_mem.core.endpoint import Endpoint
 from kata_mem.core.errors import ConfigError
 from kata_mem.core.model import GuestUsage, HostFacts, Note, Settings, VmState
-from kata_mem.core.request import Endpoint
 from kata_mem.core.results import NodeStatus, SandboxSummary
 
 

@@ -11,9 +11,11 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from kata_mem.core.cri_annotations import ANN_POD_OVERHEAD
+from kata_mem.core.endpoint import Endpoint
 from kata_mem.core.model import Workload
 from kata_mem.core.record import Record
-from kata_mem.core.request import ANN_POD_OVERHEAD, Endpoint, SandboxRequest
+from kata_mem.core.request import SandboxRequest
 from kata_mem.core.units import GiB, MiB
 from kata_mem.edges.journal import SandboxState
 from tests.support.cli import CliResult, kata_mem_process

@@ -715,7 +715,7 @@ def test_shim_options_and_their_choices_complete() -> None:
 
 
 def test_host_arch_completes_the_architecture_names() -> None:
-    from kata_mem.core.request import GO_ARCH
+    from kata_mem.core.arch import GO_ARCH
 
     assert _complete("preview", "--host-arch", "") == [f"plain,{n}" for n in GO_ARCH]
     assert _complete("host", "--host-arch", "a") == ["plain,amd64", "plain,aarch64", "plain,arm64"]

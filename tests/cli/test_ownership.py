@@ -625,7 +625,7 @@ def test_the_local_libvirt_uris_are_accepted(run_cli: Run, tmp_path: Path) -> No
         "--json",
     )
     assert r.code == 0, r
-    from kata_mem.core.request import LIBVIRT_URIS, Endpoint
+    from kata_mem.core.endpoint import LIBVIRT_URIS, Endpoint
 
     for uri in LIBVIRT_URIS:
         assert Endpoint("libvirt", uri, "d").target == uri
@@ -634,7 +634,7 @@ def test_the_local_libvirt_uris_are_accepted(run_cli: Run, tmp_path: Path) -> No
 def test_the_shipped_schema_allows_the_same_libvirt_uris() -> None:
     from importlib.resources import files
 
-    from kata_mem.core.request import LIBVIRT_URIS
+    from kata_mem.core.endpoint import LIBVIRT_URIS
 
     schema = json.loads(files("kata_mem").joinpath("schemas/shim-request.v1.json").read_text())
     libvirt = schema["properties"]["backend"]["oneOf"][2]["properties"]

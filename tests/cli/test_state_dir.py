@@ -432,7 +432,7 @@ def test_reconcile_forgets_a_libvirt_domain_that_no_longer_exists(
     run_cli: Run, qemu: tuple[FakeQemu, FakeQmpServer], tmp_path: Path
 ) -> None:
     pytest.importorskip("libvirt", reason="libvirt-python is part of the test extra")
-    from kata_mem.core.request import Endpoint
+    from kata_mem.core.endpoint import Endpoint
     from kata_mem.orchestration.connect import vm_gone
 
     assert vm_gone(Endpoint("libvirt", "test:///default", "test")) is None

@@ -67,7 +67,7 @@ def test_connecting_and_reading_change_nothing_and_the_port_sets_the_period(
 def test_status_and_the_presence_check_change_nothing(
     domain: Callable[[str, int], tuple[str, Any]], tmp_path: Path
 ) -> None:
-    from kata_mem.core.request import Endpoint
+    from kata_mem.core.endpoint import Endpoint
     from kata_mem.orchestration.connect import vm_gone
     from kata_mem.orchestration.status import read_status
 

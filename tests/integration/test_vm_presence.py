@@ -21,8 +21,8 @@ from typing import Any, Callable, Optional
 import pytest
 
 from kata_mem.backends import qmp
+from kata_mem.core.endpoint import Endpoint, VmmIdentity
 from kata_mem.core.errors import BackendUnavailable
-from kata_mem.core.request import Endpoint, VmmIdentity
 from kata_mem.edges.journal import SandboxState
 from kata_mem.orchestration.connect import open_backend, vm_gone
 from kata_mem.orchestration.status import read_status

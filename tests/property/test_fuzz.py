@@ -20,8 +20,9 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kata_mem.core.endpoint import LIBVIRT_URIS
 from kata_mem.core.errors import ConfigError, InputError, KataMemError
-from kata_mem.core.request import LIBVIRT_URIS, SandboxRequest
+from kata_mem.core.request import SandboxRequest
 from kata_mem.edges.config import load_config
 from kata_mem.edges.sources import pod_containers, read_oci, read_pod
 from kata_mem.interfaces.shim import run_shim

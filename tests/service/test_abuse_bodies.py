@@ -10,7 +10,7 @@ import jsonschema
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kata_mem.core.request import Endpoint
+from kata_mem.core.endpoint import Endpoint
 from tests.strategies import examples, sandbox_requests
 from tests.support.service import Service
 from tests.support.shim import CONFIG, RESPONSE_SCHEMA, request

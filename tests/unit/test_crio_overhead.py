@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
+from kata_mem.core.cri_annotations import ANN_POD_OVERHEAD, overhead_annotation
 from kata_mem.core.errors import InputError
-from kata_mem.core.request import ANN_POD_OVERHEAD, SandboxRequest, overhead_annotation
+from kata_mem.core.request import SandboxRequest
 from kata_mem.core.units import MiB
 from kata_mem.edges.sources import build_workload
 

@@ -12,21 +12,20 @@ from typing import Any
 
 import pytest
 
-from kata_mem.core.errors import ConfigError, InputError
-from kata_mem.core.model import ARCHES, Container, HostFacts, SizingConfig, Workload
-from kata_mem.core.planner import assumed_vm, boot_memory, current_problem, plan
-from kata_mem.core.request import (
+from kata_mem.core.arch import GO_ARCH, normalize_arch
+from kata_mem.core.cpuset import cpuset_size
+from kata_mem.core.cri_annotations import (
     ANN_SANDBOX_CPU_PERIOD,
     ANN_SANDBOX_CPU_QUOTA,
     ANN_SANDBOX_CPU_SHARES,
     ANN_SANDBOX_MEMORY,
-    GO_ARCH,
-    Endpoint,
-    SandboxRequest,
-    cpuset_size,
-    normalize_arch,
     sandbox_sizing,
 )
+from kata_mem.core.endpoint import Endpoint
+from kata_mem.core.errors import ConfigError, InputError
+from kata_mem.core.model import ARCHES, Container, HostFacts, SizingConfig, Workload
+from kata_mem.core.planner import assumed_vm, boot_memory, current_problem, plan
+from kata_mem.core.request import SandboxRequest
 from kata_mem.core.units import GiB, MiB
 from kata_mem.edges.config import load_config
 from kata_mem.edges.host import probe_host

@@ -8,6 +8,7 @@ from typing import Any, Callable
 
 import pytest
 
+from kata_mem.core.cpuset import cpuset_size
 from kata_mem.core.errors import ConfigError
 from kata_mem.core.model import (
     CgroupLevel,
@@ -24,7 +25,6 @@ from kata_mem.core.model import (
 )
 from kata_mem.core.planner import assumed_vm, plan
 from kata_mem.core.quantity import parse_quantity, quantity_bytes
-from kata_mem.core.request import cpuset_size
 from kata_mem.core.units import MiB
 from kata_mem.interfaces.render import plan_json, warnings_json
 from tests.support.cases import build_vm, case_params
@@ -204,9 +204,9 @@ def test_a_plan_sizes_its_workload_once(
     calls: list[Workload] = []
     real = planner.demand
 
-    def counted(cfg: SizingConfig, request: Workload) -> Any:
-        calls.append(request)
-        return real(cfg, request)
+    def counted(cfg: SizingConfig, workload: Workload) -> Any:
+        calls.append(workload)
+        return real(cfg, workload)
 
     monkeypatch.setattr(planner, "demand", counted)
     assert plan(cfg, HOST, work) == want

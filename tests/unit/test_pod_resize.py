@@ -22,7 +22,8 @@ from kata_mem.core.errors import InputError
 from kata_mem.core.model import CgroupLevel, MemoryDevice, Outcome, SizingConfig, Step, VmState
 from kata_mem.core.podresize import cri_answer, cri_refused, settle
 from kata_mem.core.record import PendingGrow, Record
-from kata_mem.core.request import SandboxRequest, SandboxResize, SandboxResources
+from kata_mem.core.request import SandboxRequest
+from kata_mem.core.sandbox_resources import SandboxResize, SandboxResources
 from kata_mem.core.units import GiB, MiB
 from kata_mem.edges.journal import SandboxState
 from kata_mem.orchestration.executor import Options, run_locked

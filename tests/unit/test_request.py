@@ -13,9 +13,10 @@ import jsonschema
 import pytest
 from hypothesis import HealthCheck, given, settings
 
+from kata_mem.core.endpoint import Endpoint, VmmIdentity
 from kata_mem.core.errors import InputError
 from kata_mem.core.model import Container, HostFacts, Origin, SandboxSizing, Workload
-from kata_mem.core.request import Endpoint, SandboxRequest, VmmIdentity
+from kata_mem.core.request import SandboxRequest
 from kata_mem.core.units import GiB, MiB
 from kata_mem.edges.config import load_config
 from kata_mem.orchestration.handle import saved_request

@@ -11,7 +11,7 @@ import pytest
 
 from kata_mem.core.errors import InputError, QuantityError
 from kata_mem.core.model import SizingConfig
-from kata_mem.core.planner import demand, workload
+from kata_mem.core.planner import containers_peak, demand
 from kata_mem.core.units import MiB
 from kata_mem.edges.sources import build_workload, read_oci, read_pod
 from tests.support.paths import PODS
@@ -34,13 +34,13 @@ def test_init_and_sidecar_roles() -> None:
         ("warm-cache", "init"),
         ("app", "app"),
     ]
-    mem, cpu = workload(cs)
+    mem, cpu = containers_peak(cs)
     assert mem == (128 + 3072) * MiB
     assert cpu == Fraction(11, 10)
 
 
 def test_two_containers_pod() -> None:
-    mem, _ = workload(read_pod(PODS / "two-containers.yaml", "amd64"))
+    mem, _ = containers_peak(read_pod(PODS / "two-containers.yaml", "amd64"))
     assert mem == (1536 + 512) * MiB
 
 
