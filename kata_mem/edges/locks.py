@@ -8,6 +8,7 @@ import fcntl
 import os
 import time
 from pathlib import Path
+from typing import Union
 
 
 def flock_until(fd: int, deadline: float) -> bool:
@@ -25,11 +26,12 @@ def flock_until(fd: int, deadline: float) -> bool:
         time.sleep(0.05)
 
 
-def same_file(fd: int, path: Path) -> bool:
-    """Whether ``path`` is still the file open as ``fd``."""
+def same_file(fd: int, path: Union[str, Path]) -> bool:
+    """Whether ``path`` is still the file open as ``fd``. A path that cannot be looked at
+    (gone, or a directory on the way replaced) is not shown to be it."""
     held = os.fstat(fd)
     try:
         now = os.lstat(path)
-    except FileNotFoundError:
+    except OSError:
         return False
     return (held.st_dev, held.st_ino) == (now.st_dev, now.st_ino)

@@ -39,7 +39,7 @@ from kata_mem.orchestration.handle import apply_request, probe, sandbox_host
 from kata_mem.orchestration.handle import preview as plan_preview
 
 if TYPE_CHECKING:
-    from kata_mem.interfaces.service import MetricsAddress
+    from kata_mem.interfaces.listener import MetricsAddress
 
 F = TypeVar("F", bound=Callable[..., Any])
 log = logging.getLogger("kata_mem")
@@ -196,7 +196,7 @@ class MetricsAddressParam(Text):
         super().__init__("an address")
 
     def convert(self, value: Any, param: Optional[click.Parameter], ctx: Any) -> Any:
-        from kata_mem.interfaces.service import MetricsAddress
+        from kata_mem.interfaces.listener import MetricsAddress
 
         if isinstance(value, MetricsAddress):
             return value
@@ -784,7 +784,7 @@ def serve_node(
     """Answer shims over HTTP on a unix socket until SIGTERM (see the documentation): POST
     /v1/shim, GET /v1/node, /v1/sandboxes/ID, /metrics, /healthz; with --metrics-address,
     /metrics and /healthz over TCP too."""
-    from kata_mem.interfaces.service import run_service
+    from kata_mem.interfaces.serve import run_service
 
     settings = _config(config_path)[0].settings if config_path else Settings()
     # A daemon says what it does: its start-up and one line per answered request (INFO)

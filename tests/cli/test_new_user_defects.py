@@ -69,7 +69,7 @@ def test_serve_group_under_a_0700_state_dir_is_refused_naming_it(reachable_dir: 
         if svc.proc.poll() is None:  # it served: stop it
             svc.stop()
     assert (
-        f"kata-mem: error: --socket {sock}: --group users: {state} is mode 0700 (owner root, "
+        f"kata-mem: error: --socket {sock}: --group users: {state} is mode 0700 (owner root (uid 0), "
         "group root), which the group cannot search, so its members could not reach the "
         f"socket; nothing was changed (let the group search it: chgrp users {state} && "
         f"chmod g+x {state}; or give a --socket in a directory they can reach)"

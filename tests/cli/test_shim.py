@@ -97,7 +97,8 @@ def test_the_shim_path_imports_no_click_no_backend_and_no_service() -> None:
         "code = main(['shim'])\n"
         "heavy = ('click', 'qemu', 'libvirt', 'yaml', 'asyncio', 'psutil', 'aiohttp',"
         " 'prometheus_client')\n"
-        "ours = ('kata_mem.interfaces.service', 'kata_mem.interfaces.metrics')\n"
+        "ours = ('kata_mem.interfaces.service', 'kata_mem.interfaces.serve', 'kata_mem.interfaces.listener',"
+        " 'kata_mem.interfaces.reconcile_loop', 'kata_mem.interfaces.metrics')\n"
         "print('LOADED', sorted({m.split('.')[0] for m in sys.modules if m.split('.')[0] in heavy}"
         " | {m for m in sys.modules if m in ours}), code)\n"
     )

@@ -303,7 +303,7 @@ RULE_TESTS = REPO / "deploy" / "prometheus" / "kata-mem-rules.test.yaml"
 
 
 def test_prometheus_scrapes_the_port_serve_listens_on() -> None:
-    from kata_mem.interfaces.service import MetricsAddress
+    from kata_mem.interfaces.listener import MetricsAddress
 
     address = MetricsAddress.parse(option(serve_container(), "metrics-address"))
     annotations = manifest("DaemonSet")["spec"]["template"]["metadata"]["annotations"]

@@ -1,4 +1,4 @@
-"""``--metrics-address``: what it accepts and what it refuses (kata_mem.interfaces.service)."""
+"""``--metrics-address``: what it accepts and what it refuses (kata_mem.interfaces.listener)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from kata_mem.interfaces.service import MetricsAddress
+from kata_mem.interfaces.listener import MetricsAddress
 
 
 @pytest.mark.parametrize(
