@@ -125,8 +125,9 @@ def test_two_sandboxes_resize_side_by_side(guests: list[GuestVM], tmp_path: Path
     cfg = guest_config(tmp_path, virtio=True)
     svc = start(tmp_path, env=_env())
     try:
-        for name, vm in zip("ab", guests):
+        for name, vm in zip("cd", guests):
             # Back to the boot size, and the balloon's statistics off, as a new VM has them.
+            # (By the sandbox that sizes it from now on: a VM is one sandbox's.)
             assert _outcome(svc.post(_req(cfg, name, vm, 0)))["observed_mib"] == 512
             with QMPClient(vm.qmp_socket) as q:
                 q.execute(

@@ -451,7 +451,10 @@ class GuestVM(GuestControlMixin):
     def qemu_argv(self) -> list[str]:
         """The QEMU command line for :attr:`spec`."""
         s = self.spec
-        append = ["console=ttyS0", "quiet", "panic=-1"]
+        # no_timer_check: under TCG on a loaded machine the kernel's check that the timer
+        # reaches the IO-APIC can time out and panic the boot ("IO-APIC + timer doesn't work",
+        # arch/x86/kernel/apic/io_apic.c, timer_irq_works); the check is for real boards.
+        append = ["console=ttyS0", "quiet", "panic=-1", "no_timer_check"]
         if s.online_state:
             append.append(f"memhp_default_state={s.online_state}")
         append.extend(s.kernel_args)

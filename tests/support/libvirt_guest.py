@@ -268,7 +268,7 @@ class LibvirtGuest(GuestControlMixin):
         ET.SubElement(os_, "type", arch="x86_64", machine="q35").text = "hvm"
         ET.SubElement(os_, "kernel").text = str(self.kernel)
         ET.SubElement(os_, "initrd").text = str(self.initrd)
-        append = ["console=ttyS0", "quiet", "panic=-1"]
+        append = ["console=ttyS0", "quiet", "panic=-1", "no_timer_check"]  # as GuestVM's
         if s.online_state:
             append.append(f"memhp_default_state={s.online_state}")
         append.extend(s.kernel_args)
