@@ -107,6 +107,13 @@ class Metrics:
             registry=self.registry,
         )
 
+        self.malformed = Counter(
+            "kata_mem_malformed_requests",
+            "HTTP requests refused before any endpoint: one aiohttp could not parse (400), or a "
+            "bug answering one (500), by status and listener.",
+            ["status", "listener"],
+            registry=self.registry,
+        )
         self.unseen = Counter(
             "kata_mem_host_cgroup_unseen",
             "Resizes and plans whose host cgroup guard could not see QEMU's cgroup (a grow "

@@ -186,6 +186,8 @@ class Connection(web.RequestHandler):
             text = _parse_error(exc, message)
             error = InputError(f"HTTP request: {text}; expected HTTP/1.1 with {self.port.routes}")
             resp = self.service.refuse(error, status, peer, "a request")
+        # Never through the middleware that times every request: counted here.
+        self.service.metrics.malformed.labels(str(status), self.port.name).inc()
         resp.force_close()
         return resp
 

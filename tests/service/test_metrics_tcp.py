@@ -139,11 +139,20 @@ def test_malformed_http_on_the_metrics_address_is_400_with_a_document_and_one_lo
     # Before: aiohttp's text/plain 400 and an ERROR with an 11-line traceback per request.
     svc, port = scraped
     at = len(svc.stderr())
+    key = 'kata_mem_malformed_requests_total{listener="tcp",status="400"} '
+    before = _sample(tcp(port, "GET", "/metrics")[1].decode(), key)
     line, headers, body = exchange(port, raw)
     assert _status(line) == 400, (line, body)
     assert "serves those only" in _doc(headers, body)["error"]["message"]
     _one_tcp_refusal(svc, at, 400)
     assert tcp(port, "GET", "/healthz")[0] == 200
+    # Counted, though no endpoint (and so no request timing) ever saw it.
+    assert _sample(tcp(port, "GET", "/metrics")[1].decode(), key) == before + 1
+
+
+def _sample(text: str, key: str) -> float:
+    line = next((ln for ln in text.splitlines() if ln.startswith(key)), key + "0")
+    return float(line[len(key) :])
 
 
 def test_an_expectation_not_met_on_the_metrics_address_is_417_with_a_document(
