@@ -55,6 +55,13 @@ GUARDS: dict[str, tuple[str, ...]] = {
         "tests/property/test_planner_properties.py",
         "tests/property/test_alignment_properties.py",
         "tests/property/test_guard_properties.py",
+        "tests/unit/test_guest_ceiling.py",
+        "tests/property/test_guest_ceiling_properties.py",
+    ),
+    "kata_mem/core/guestmem.py": (
+        "tests/unit/test_plan_cases.py",
+        "tests/unit/test_guest_ceiling.py",
+        "tests/property/test_guest_ceiling_properties.py",
     ),
     "kata_mem/core/record.py": (
         "tests/unit/test_record.py",
@@ -82,6 +89,7 @@ USAGE = "kata_mem/orchestration/usage.py"
 OUTCOMES = "kata_mem/core/outcomes.py"
 PLANNER = "kata_mem/core/planner.py"
 RECORD = "kata_mem/core/record.py"
+GUESTMEM = "kata_mem/core/guestmem.py"
 
 BREAKS = (
     # -- the shrink-safety rule (safety.py, model.py) ------------------------------------
@@ -318,6 +326,73 @@ BREAKS = (
         PLANNER,
         "bound = max(room, vm.total)",
         "bound = room",
+    ),
+    # -- the guest's own ceiling (guestmem.py, planner.py; issue 23) -------------------------
+    Break(
+        "memmap-half-a-struct-page",
+        GUESTMEM,
+        "return max(room, 0) // STRUCT_PAGE * PAGE_SIZE[arch]",
+        "return max(room, 0) // (STRUCT_PAGE // 2) * PAGE_SIZE[arch]",
+    ),
+    Break(
+        "movable-paid-from-everything",
+        GUESTMEM,
+        'kernel_memory = base if policy.onlining == "movable" else total',
+        "kernel_memory = total",
+    ),
+    Break(
+        "plugged-memmap-not-paid",
+        GUESTMEM,
+        "kernel_memory * AVAILABLE_NUM // AVAILABLE_DEN - memmap_plugged, 0",
+        "kernel_memory * AVAILABLE_NUM // AVAILABLE_DEN, 0",
+    ),
+    Break(
+        "guest-reading-ignored",
+        GUESTMEM,
+        "available = estimate if reading is None else min(estimate, max(reading, 0))",
+        "available = estimate",
+    ),
+    Break(
+        "guest-headroom-dropped",
+        GUESTMEM,
+        "room = max(available - headroom, 0)",
+        "room = max(available, 0)",
+    ),
+    Break(
+        "online-kernel-read-as-movable",
+        GUESTMEM,
+        'onlining, onlining_from = "kernel", "kernel_params memhp_default_state=online_kernel"',
+        'onlining, onlining_from = "movable", "kernel_params memhp_default_state=online_kernel"',
+    ),
+    Break(
+        "memmap-counted-for-virtio-mem",
+        GUESTMEM,
+        'memmap = settings.guest_memmap_on_memory and mech == "pc-dimm"',
+        "memmap = settings.guest_memmap_on_memory",
+    ),
+    Break(
+        "guest-clamp-off",
+        PLANNER,
+        '            if target > bound:\n                clamp("guest_memmap"',
+        '            if False:\n                clamp("guest_memmap"',
+    ),
+    Break(
+        "dimm-stage-cap-ignored",
+        PLANNER,
+        "            size = min(size, room)\n",
+        "            pass\n",
+    ),
+    Break(
+        "virtio-mem-stage-cap-ignored",
+        PLANNER,
+        "                new = min(want, size + room)",
+        "                new = want",
+    ),
+    Break(
+        "stage-ignores-the-reading",
+        PLANNER,
+        "seen = reading if total == start else None",
+        "seen = None",
     ),
     # -- the journal's record (record.py) --------------------------------------------------
     Break(
