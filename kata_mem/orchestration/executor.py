@@ -205,6 +205,7 @@ class Executor:
         vm, self.record = repair(self.backend, self.state, loaded, self._settle, self._note)
         allowed = options.allow_shrink or options.force or cfg.settings.allow_shrink
         sandbox = self.state.sandbox
+        available = self._guest_available(cfg, host, request, vm, reader)
         budget = cfg.settings.node_overcommit is not None
         with node_admission(self.state.root, host.memory, budget) as ledger:
             if ledger is not None:
@@ -216,7 +217,9 @@ class Executor:
             if host_side is not None:
                 guards = host_side.read(vm, lambda: ledger.others(sandbox) if ledger else 0)
             p, outcome = outcomes.before_steps(
-                make_plan(cfg, host, request, vm, guards), vm, shrink_allowed=allowed
+                make_plan(cfg, host, request, vm, guards, available),
+                vm,
+                shrink_allowed=allowed,
             )
             if outcome is None and p.memory.target > vm.total:
                 admitted = self.record.admit(p.memory.target)
@@ -244,6 +247,20 @@ class Executor:
             after = replace(cgroup, usage_after=host_side.charge(cgroup))
             p = replace(p, memory=replace(p.memory, host_cgroup=after))
         return Result(p, outcome, (*self.state.notes, *self.notes))
+
+    @staticmethod
+    def _guest_available(
+        cfg: SizingConfig, host: HostFacts, request: Workload, vm: VmState, reader: UsageReader
+    ) -> Optional[int]:
+        """The guest's MemAvailable from a recent reading, for the guest's own ceiling
+        (:mod:`kata_mem.core.guestmem`), read only when the plan grows under it: the
+        struct pages of what is added come from memory the guest has free now. None
+        when the guest reports nothing (the ceiling is then estimated)."""
+        m = make_plan(cfg, host, request, vm).memory
+        if m.guest is None or m.target <= vm.total:
+            return None
+        usage = reader.recent()
+        return None if usage is None else usage.available
 
     def _for_pod(
         self, outcome: Outcome, vm: VmState, cfg: SizingConfig, guards: Guards, host: HostSide

@@ -112,6 +112,10 @@ class UsageReader:
         """A reading that shows the last step (waiting for it if need be)."""
         return self.fresh(after=self._last_end)
 
+    def recent(self) -> Optional[GuestUsage]:
+        """The latest reading when it is recent enough, else a fresh one."""
+        return self._recent()
+
     def _recent(self) -> Optional[GuestUsage]:
         """The latest reading when it is recent enough, else a fresh one."""
         usage = self.latest()
