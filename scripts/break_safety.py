@@ -349,7 +349,7 @@ BREAKS = (
     Break(
         "guest-reading-ignored",
         GUESTMEM,
-        "available = estimate if reading is None else min(estimate, max(reading, 0))",
+        "available = estimate if reading is None else max(reading, 0)",
         "available = estimate",
     ),
     Break(

@@ -601,7 +601,7 @@ class GuestCeiling:
     ``kernel_memory`` is the guest memory in kernel zones (the boot memory with movable
     onlining, everything with kernel onlining); ``estimate`` is 3/4 of it less the memmap
     of what is plugged; ``available`` the smaller of that and a fresh reading's
-    MemAvailable (``reading``, when there was one); ``room`` what is left above the
+    MemAvailable (``reading``, kept only when it is the smaller); ``room`` what is left above the
     headroom; ``addable`` the memory ``room`` can describe; ``limit`` the total then.
     """
 

@@ -269,6 +269,39 @@ def assumed_vm(cfg: SizingConfig, host: HostFacts, current: Optional[int] = None
     return VmState(base=base, devices=devices, slots=cfg.memory_slots, device_space=space)
 
 
+def boot_guest_ceiling(cfg: SizingConfig, host: HostFacts) -> Optional[GuestCeiling]:
+    """The guest's own ceiling for a VM as booted from ``cfg``, where it bounds the target
+    (movable onlining, no memmap_on_memory counted, not static): how far the boot memory
+    can describe a grow (:mod:`kata_mem.core.guestmem`); None where it does not."""
+    mech = mechanism(cfg)
+    policy = guest_policy(cfg.kernel_params, cfg.settings, mech)
+    if mech == "static" or policy.memmap_on_memory or policy.onlining != "movable":
+        return None
+    base = boot_memory(cfg, host)
+    return ceiling_at(policy, cfg.settings, host.arch, base, base)
+
+
+def guest_ceiling_problem(cfg: SizingConfig, host: HostFacts) -> Optional[str]:
+    """Why ``default_maxmemory`` (or, when it is 0, the host) promises more than the boot
+    memory can describe (``config check``'s warning); None when it does not."""
+    guest = boot_guest_ceiling(cfg, host)
+    ceiling, cause = max_memory(cfg, host)
+    if guest is None or ceiling <= guest.limit:
+        return None
+    what = (
+        f"default_maxmemory {fmt_bytes(ceiling)}"
+        if cause == "default_maxmemory"
+        else f"the host's {fmt_bytes(ceiling)} (default_maxmemory 0)"
+    )
+    return (
+        f"{what} is more than default_memory {fmt_bytes(guest.kernel_memory)} can describe: "
+        f"{formula(guest)}; grows stop there (clamp guest_memmap). Raise default_memory, "
+        "online hot-added memory to a kernel zone (memhp_default_state=online_kernel in "
+        'kernel_params, or [kata_mem] guest_onlining = "kernel"), or use memmap_on_memory '
+        "(pc-dimm, [kata_mem] guest_memmap_on_memory)"
+    )
+
+
 def current_problem(cfg: SizingConfig, host: HostFacts, current: int) -> Optional[str]:
     """Why a VM of this configuration cannot have ``current`` bytes of guest memory
     (``None`` when it can): below its boot memory, above the memory maximum (so

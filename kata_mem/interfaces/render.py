@@ -202,7 +202,7 @@ def guest_json(g: Optional[GuestCeiling]) -> Optional[dict[str, Any]]:
         "onlining": g.policy.onlining,
         "onlining_from": g.policy.onlining_from,
         "memmap_on_memory": g.policy.memmap_from,
-        "page_kib": PAGE_SIZE[g.arch] // 1024,
+        "page_kib": to_kib_floor(PAGE_SIZE[g.arch]),
         "struct_page_bytes": STRUCT_PAGE,
         "kernel_memory_mib": to_mib_floor(g.kernel_memory),
         "memmap_plugged_mib": to_mib_ceil(g.memmap_plugged),

@@ -24,7 +24,9 @@ from typing import Callable, Optional, Union
 from kata_mem.backends import Backend, StepProgress
 from kata_mem.core import outcomes, podresize, safety
 from kata_mem.core.errors import BackendError, BackendUnsupported, KataMemError
+from kata_mem.core.guestmem import ceiling_at, grow_timeout_s, shows_grow
 from kata_mem.core.model import (
+    Arch,
     Guards,
     GuestUsage,
     HostFacts,
@@ -68,6 +70,16 @@ class Options:
 
     allow_shrink: bool = False
     force: bool = False
+
+
+@dataclass(frozen=True)
+class _GrowWatch:
+    """What a grow is verified against in the guest: its MemTotal before the first step
+    (``before``), the VM's total then (``start``), the architecture (struct pages)."""
+
+    before: int
+    start: int
+    arch: Arch
 
 
 @dataclass(frozen=True)
@@ -145,6 +157,11 @@ def run_locked(
                 state.save_request(saved_request.to_json())
 
 
+def _step_timeout(cfg: SizingConfig, step: Step) -> float:
+    """How long a step is waited for: ``step_timeout_s``, longer for a large grow."""
+    return grow_timeout_s(cfg.settings, step.delta)
+
+
 def _resize_shrink(step: Step) -> bool:
     return step.action == "resize_virtio_mem" and step.shrinks
 
@@ -174,6 +191,8 @@ class Executor:
         self.notes: list[Note] = []
         #: The sandbox's record as last written (the executor's changes go through _save).
         self.record = Record(state.sandbox)
+        #: The grow being verified in the guest, if any (:meth:`_run`).
+        self._watch: Optional[_GrowWatch] = None
 
     def apply(
         self,
@@ -229,7 +248,7 @@ class Executor:
                     held = admitted.commitment
                 self._save(admitted)
         if outcome is None:
-            outcome = self._run(p, vm, cfg, None if options.force else reader)
+            outcome = self._run(p, vm, cfg, None if options.force else reader, host.arch)
         pending = None
         if guards is not None:
             if guards.pod_limit is not None and host_side is not None:
@@ -320,9 +339,20 @@ class Executor:
         vm: VmState,
         cfg: SizingConfig,
         reader: Optional[UsageReader],
+        arch: Arch = "amd64",
     ) -> Outcome:
         """Run the plan's steps; ``reader`` is None when the safety checks are off (--force)."""
         m = p.memory
+        self._watch = None
+        if reader is not None and not m.shrink and any(s.delta > 0 for s in m.steps):
+            # A grow is done when the guest says so, not when the hypervisor has the device.
+            before = reader.recent()
+            if before is None or before.total is None:
+                # No balloon statistics (no virtio-balloon, or a guest without the driver):
+                # nothing to confirm with, so the hypervisor's word is all there is.
+                log.info("the guest reports no memory statistics: the grow is not confirmed by it")
+            else:
+                self._watch = _GrowWatch(before.total, vm.total, arch)
         done: list[Step] = []
         stop: Optional[Stop] = None
         baseline: Optional[GuestUsage] = None
@@ -339,9 +369,12 @@ class Executor:
                 stop = Stop("Deferred", verdict.reason, verdict.message)
         if stop is None:
             try:
-                for step in m.steps:
+                for i, step in enumerate(m.steps):
                     vm = self._step(step, vm, cfg, reader, baseline, m.target)
                     done.append(step)
+                    if self._watch is not None and reader is not None and step.delta > 0:
+                        following = m.steps[i + 1] if i + 1 < len(m.steps) else None
+                        self._confirm_grow(step, following, p, cfg, reader, self._watch)
             except _Stopped as stopped:
                 stop = stopped.stop
                 if stop.status == "Deferred" and done and reader is not None:
@@ -377,7 +410,7 @@ class Executor:
         watched = reader if _resize_shrink(step) else None
         progress, pressure = self._wait(
             step,
-            cfg.settings.step_timeout_s,
+            _step_timeout(cfg, step),
             None if watched is None else lambda: self._pressure(watched.latest(), cfg, block),
         )
         after = self._observe()
@@ -398,6 +431,67 @@ class Executor:
             )
             return after
         raise self._give_up(step, progress, pressure, vm, after, cfg)
+
+    def _confirm_grow(
+        self,
+        step: Step,
+        following: Optional[Step],
+        p: Plan,
+        cfg: SizingConfig,
+        reader: UsageReader,
+        watch: _GrowWatch,
+    ) -> None:
+        """Wait for the guest to show a grow step: a reading whose MemTotal has grown by
+        what the steps so far added (:func:`~kata_mem.core.guestmem.shows_grow`) and,
+        before a staged step, whose MemAvailable less the headroom describes that next
+        step (:func:`~kata_mem.core.guestmem.ceiling_at`). A guest that does not (still
+        onlining, or dead) stops the run: never Resized on the hypervisor's word alone.
+
+        :raises _Stopped: no such reading within the step's timeout.
+        """
+        grown = step.total_after - watch.start
+        guest = p.memory.guest
+        timeout_s = _step_timeout(cfg, step)
+
+        def ready(u: GuestUsage) -> bool:
+            if u.total is None or not shows_grow(watch.before, u.total, grown, watch.arch):
+                return False
+            if following is None or following.delta <= 0 or guest is None:
+                return True
+            room = ceiling_at(
+                guest.policy,
+                cfg.settings,
+                watch.arch,
+                p.memory.base,
+                step.total_after,
+                u.available,
+            )
+            return room.addable >= following.delta
+
+        usage = reader.until(ready, timeout_s)
+        if usage is not None and ready(usage):
+            return
+        seen = (
+            "no reading"
+            if usage is None or usage.total is None
+            else f"MemTotal {fmt_bytes(usage.total)} (before the grow {fmt_bytes(watch.before)})"
+        )
+        what = (
+            f"the memory of {step.device} online"
+            if usage is None
+            or usage.total is None
+            or not shows_grow(watch.before, usage.total, grown, watch.arch)
+            else "room for the next step above the headroom (MemAvailable "
+            f"{fmt_bytes(usage.available or 0)})"
+        )
+        raise _Stopped(
+            Stop(
+                "InProgress",
+                "PlugTimeout",
+                f"{step.device}: the guest did not show {what} within {timeout_s:g} s ({seen}): "
+                "it may still be onlining (the next call goes on from what it has) or be down",
+            )
+        )
 
     def _issue(self, step: Step) -> None:
         """Journal the step, send its commands, and journal that they were sent.
@@ -485,7 +579,7 @@ class Executor:
             # to, so that the driver does not go on unplugging by itself after we have given up.
             self._revert(step, before.size if pressure else now.size, after)
             after = self._observe()
-        timeout_s = cfg.settings.step_timeout_s
+        timeout_s = _step_timeout(cfg, step)
         return _Stopped(
             outcomes.step_stopped(
                 step, progress, pressure, timeout_s=timeout_s, observed=after.total
