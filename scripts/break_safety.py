@@ -62,6 +62,11 @@ GUARDS: dict[str, tuple[str, ...]] = {
         "tests/unit/test_plan_cases.py",
         "tests/unit/test_guest_ceiling.py",
         "tests/property/test_guest_ceiling_properties.py",
+        "tests/unit/test_grow_confirmation.py",
+    ),
+    "kata_mem/orchestration/executor.py": (
+        "tests/unit/test_grow_confirmation.py",
+        "tests/unit/test_executor.py",
     ),
     "kata_mem/core/record.py": (
         "tests/unit/test_record.py",
@@ -90,6 +95,7 @@ OUTCOMES = "kata_mem/core/outcomes.py"
 PLANNER = "kata_mem/core/planner.py"
 RECORD = "kata_mem/core/record.py"
 GUESTMEM = "kata_mem/core/guestmem.py"
+EXECUTOR = "kata_mem/orchestration/executor.py"
 
 BREAKS = (
     # -- the shrink-safety rule (safety.py, model.py) ------------------------------------
@@ -393,6 +399,24 @@ BREAKS = (
         PLANNER,
         "seen = reading if total == start else None",
         "seen = None",
+    ),
+    Break(
+        "grow-confirmed-without-the-guest",
+        GUESTMEM,
+        "return now_total - before_total >= grown - memmap_size(grown, arch)",
+        "return True",
+    ),
+    Break(
+        "grow-timeout-not-scaled",
+        GUESTMEM,
+        "return settings.step_timeout_s + GROW_S_PER_GIB * max(added, 0) / GiB",
+        "return settings.step_timeout_s",
+    ),
+    Break(
+        "staged-step-without-room",
+        EXECUTOR,
+        "return room.addable >= following.delta",
+        "return True",
     ),
     # -- the journal's record (record.py) --------------------------------------------------
     Break(
