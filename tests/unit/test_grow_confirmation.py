@@ -91,6 +91,12 @@ def test_a_staged_step_waits_for_room_in_the_guest(
     assert (r.outcome.status, r.outcome.reason) == ("InProgress", "PlugTimeout")
     assert [s.size // MiB for s in r.outcome.steps] == [16384]
     assert "room for the next step above the headroom" in r.outcome.message
+    # Once the guest has room again, the next call goes on from where this one stopped.
+    b.on_poll = None
+    guest.used = 128 * MiB
+    r = run(cfg, b, limit(40 * 1024))
+    assert (r.outcome.status, r.outcome.observed) == ("Resized", (512 + 40960) * MiB)
+    assert [s.size // MiB for s in r.outcome.steps] == [40960]
 
 
 def test_a_staged_grow_reaches_its_target(

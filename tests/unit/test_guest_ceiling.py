@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from typing import Callable
 
+import pytest
+
+from kata_mem.core.errors import ConfigError
 from kata_mem.core.model import Container, HostFacts, SizingConfig, Workload
 from kata_mem.core.planner import plan
 from kata_mem.core.units import GiB, MiB
@@ -49,3 +52,19 @@ def test_the_reading_bounds_the_first_staged_step_only(
         (36352, 41472),
     ]
     assert m.clamps == ()
+
+
+@pytest.mark.parametrize(
+    ("keys", "named"),
+    [
+        ({"kernel_params": 5}, "[hypervisor.qemu] kernel_params"),
+        ({"kata_mem": {"guest_onlining": "sideways"}}, "[kata_mem] guest_onlining"),
+        ({"kata_mem": {"guest_memmap_on_memory": "yes"}}, "[kata_mem] guest_memmap_on_memory"),
+    ],
+)
+def test_a_bad_setting_is_refused_naming_its_key(
+    make_config: Callable[..., SizingConfig], keys: dict[str, object], named: str
+) -> None:
+    with pytest.raises(ConfigError) as refused:
+        make_config(default_memory=512, **keys)
+    assert named in refused.value.message
