@@ -253,7 +253,7 @@ class Executor:
         if guards is not None:
             if guards.pod_limit is not None and host_side is not None:
                 outcome = self._for_pod(outcome, vm, cfg, guards, host_side)
-            pending = self._held_back(p, cfg, host, request, vm, guards)
+            pending = self._held_back(p, cfg, host, request, vm, guards, available)
         self._finish(outcome, pending)
         if self.record.commitment != held:
             # After the journal: the ledger falls only once the journal says it may.
@@ -319,6 +319,7 @@ class Executor:
         request: Workload,
         vm: VmState,
         guards: Guards,
+        available: Optional[int] = None,
     ) -> Optional[PendingGrow]:
         """The grow the VMM's cgroup in force held back, if any: on a pod resize the
         kubelet raises the pod cgroup only after the runtime answered, and a later call
@@ -326,7 +327,10 @@ class Executor:
         cgroup = guards.cgroup
         if cgroup is None or cgroup.limit is None or not cgroup.path:
             return None
-        free = make_plan(cfg, host, request, vm, replace(guards, cgroup=None)).memory.target
+        # The guest's own ceiling, read with the same reading, is no cgroup's doing.
+        free = make_plan(
+            cfg, host, request, vm, replace(guards, cgroup=None), available
+        ).memory.target
         if free <= p.memory.target:
             return None
         return PendingGrow(free, cgroup.path, cgroup.limit)
