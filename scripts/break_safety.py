@@ -418,6 +418,12 @@ BREAKS = (
         "return room.addable >= following.delta",
         "return True",
     ),
+    Break(
+        "silent-guest-no-change",
+        EXECUTOR,
+        "if reader.latest() is None or reader.answers():",
+        "if True:",
+    ),
     # -- the journal's record (record.py) --------------------------------------------------
     Break(
         "commitment-ignores-grow",

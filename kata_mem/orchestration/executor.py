@@ -247,6 +247,8 @@ class Executor:
                     ledger.record(sandbox, admitted.commitment)
                     held = admitted.commitment
                 self._save(admitted)
+        if outcome is not None and outcome.status == "NoChange" and not options.force:
+            outcome = self._still_unconfirmed(loaded, outcome, reader)
         if outcome is None:
             outcome = self._run(p, vm, cfg, None if options.force else reader, host.arch)
         pending = None
@@ -266,6 +268,25 @@ class Executor:
             after = replace(cgroup, usage_after=host_side.charge(cgroup))
             p = replace(p, memory=replace(p.memory, host_cgroup=after))
         return Result(p, outcome, (*self.state.notes, *self.notes))
+
+    @staticmethod
+    def _still_unconfirmed(loaded: Record, outcome: Outcome, reader: UsageReader) -> Outcome:
+        """Nothing to change, after a call whose grow the guest did not confirm
+        (``PlugTimeout``): the VM has the memory, so the guest must still answer, or it may
+        have died adding it, and that is never exit 0. A guest without statistics cannot
+        say either way and is taken at the hypervisor's word."""
+        last = loaded.last_outcome
+        if last is None or (last.status, last.reason) != ("InProgress", "PlugTimeout"):
+            return outcome
+        if reader.latest() is None or reader.answers():
+            return outcome
+        return replace(
+            outcome,
+            status="InProgress",
+            reason="PlugTimeout",
+            message=f"{outcome.message}; but the guest has sent no memory statistics since "
+            "its last grow was not confirmed: it may be down",
+        )
 
     @staticmethod
     def _guest_available(

@@ -124,6 +124,15 @@ class UsageReader:
             usage = self.fresh()
         return usage
 
+    def answers(self) -> bool:
+        """Whether the guest sends a reading now: one taken after this call, asked for and
+        waited for as :meth:`fresh` waits."""
+        now = self._clock()
+        first = self.latest()
+        usage = self.fresh(now)
+        mark = None if first is None else first.sequence
+        return usage is not None and _newer(usage, now, mark)
+
     def recent(self) -> Optional[GuestUsage]:
         """The latest reading when it is recent enough, else a fresh one."""
         return self._recent()

@@ -119,3 +119,21 @@ def test_grow_timeouts_scale_with_the_size() -> None:
     assert grow_timeout_s(s, 0) == s.step_timeout_s
     assert grow_timeout_s(s, -GiB) == s.step_timeout_s
     assert grow_timeout_s(s, 150 * GiB) == s.step_timeout_s + 150 * GROW_S_PER_GIB
+
+
+def test_after_an_unconfirmed_grow_a_silent_guest_is_never_no_change(
+    make_config: Callable[..., SizingConfig], run: Callable[..., Any]
+) -> None:
+    """The VM has the memory, the guest never showed it: the next call has nothing to
+    change, but a guest that no longer reports may have died adding it: not exit 0."""
+    cfg = make_config(default_memory=512, enable_virtio_mem=True)
+    guest = FakeGuest(used=128 * MiB, onlined=0)
+    b = FakeBackend(vm_virtio(8192), guest)
+    assert run(cfg, b, limit(2048)).outcome.reason == "PlugTimeout"
+    guest.stats_age_s = 1e6  # no reading since
+    r = run(cfg, b, limit(2048))
+    assert (r.outcome.status, r.outcome.reason) == ("InProgress", "PlugTimeout")
+    assert "the guest has sent no memory statistics since" in r.outcome.message
+    # It answers again, with the memory online: nothing to change.
+    guest.stats_age_s, guest.onlined = 0.0, None
+    assert run(cfg, b, limit(2048)).outcome.status == "NoChange"
