@@ -46,8 +46,10 @@ from typing import Optional
 from kata_mem.core.model import Arch, GuestCeiling, GuestPolicy, Mechanism, Onlining, Settings
 from kata_mem.core.units import GiB, KiB, MiB, align_down, align_up, fmt_bytes, to_kib_floor
 
-#: The base page size of the kernels Kata builds, by architecture: 4 KiB, except ppc64le
-#: (64 KiB pages, Kata's powerpc config ``CONFIG_PPC_64K_PAGES``).
+#: The base page size of the kernels Kata builds, by architecture: 4 KiB, except ppc64le:
+#: 64 KiB, the kernel's default page size for Book3S 64 (arch/powerpc/Kconfig, "Page
+#: size"), which Kata's powerpc fragments (tools/packaging/kernel/configs/fragments/
+#: powerpc/) leave as it is.
 PAGE_SIZE: dict[Arch, int] = {
     "amd64": 4 * KiB,
     "arm64": 4 * KiB,
