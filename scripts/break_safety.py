@@ -55,6 +55,18 @@ GUARDS: dict[str, tuple[str, ...]] = {
         "tests/property/test_planner_properties.py",
         "tests/property/test_alignment_properties.py",
         "tests/property/test_guard_properties.py",
+        "tests/unit/test_guest_ceiling.py",
+        "tests/property/test_guest_ceiling_properties.py",
+    ),
+    "kata_mem/core/guestmem.py": (
+        "tests/unit/test_plan_cases.py",
+        "tests/unit/test_guest_ceiling.py",
+        "tests/property/test_guest_ceiling_properties.py",
+        "tests/unit/test_grow_confirmation.py",
+    ),
+    "kata_mem/orchestration/executor.py": (
+        "tests/unit/test_grow_confirmation.py",
+        "tests/unit/test_executor.py",
     ),
     "kata_mem/edges/cgroups.py": ("tests/unit/test_cgroups.py", "tests/unit/test_host_side.py"),
     "kata_mem/backends/libvirt.py": ("tests/integration/test_vmm_pid.py",),
@@ -84,6 +96,8 @@ USAGE = "kata_mem/orchestration/usage.py"
 OUTCOMES = "kata_mem/core/outcomes.py"
 PLANNER = "kata_mem/core/planner.py"
 RECORD = "kata_mem/core/record.py"
+GUESTMEM = "kata_mem/core/guestmem.py"
+EXECUTOR = "kata_mem/orchestration/executor.py"
 
 BREAKS = (
     # -- the shrink-safety rule (safety.py, model.py) ------------------------------------
@@ -320,6 +334,97 @@ BREAKS = (
         PLANNER,
         "bound = max(room, vm.total)",
         "bound = room",
+    ),
+    # -- the guest's own ceiling (guestmem.py, planner.py; issue 23) -------------------------
+    Break(
+        "memmap-half-a-struct-page",
+        GUESTMEM,
+        "return max(room, 0) // STRUCT_PAGE * PAGE_SIZE[arch]",
+        "return max(room, 0) // (STRUCT_PAGE // 2) * PAGE_SIZE[arch]",
+    ),
+    Break(
+        "movable-paid-from-everything",
+        GUESTMEM,
+        'kernel_memory = base if policy.onlining == "movable" else total',
+        "kernel_memory = total",
+    ),
+    Break(
+        "plugged-memmap-not-paid",
+        GUESTMEM,
+        "kernel_memory * AVAILABLE_NUM // AVAILABLE_DEN - memmap_plugged, 0",
+        "kernel_memory * AVAILABLE_NUM // AVAILABLE_DEN, 0",
+    ),
+    Break(
+        "guest-reading-ignored",
+        GUESTMEM,
+        "available = estimate if reading is None else max(reading, 0)",
+        "available = estimate",
+    ),
+    Break(
+        "guest-headroom-dropped",
+        GUESTMEM,
+        "room = max(available - headroom, 0)",
+        "room = max(available, 0)",
+    ),
+    Break(
+        "online-kernel-read-as-movable",
+        GUESTMEM,
+        'onlining, onlining_from = "kernel", "kernel_params memhp_default_state=online_kernel"',
+        'onlining, onlining_from = "movable", "kernel_params memhp_default_state=online_kernel"',
+    ),
+    Break(
+        "memmap-counted-for-virtio-mem",
+        GUESTMEM,
+        'memmap = settings.guest_memmap_on_memory and mech == "pc-dimm"',
+        "memmap = settings.guest_memmap_on_memory",
+    ),
+    Break(
+        "guest-clamp-off",
+        PLANNER,
+        '            if target > bound:\n                clamp("guest_memmap"',
+        '            if False:\n                clamp("guest_memmap"',
+    ),
+    Break(
+        "dimm-stage-cap-ignored",
+        PLANNER,
+        "            size = min(size, room)\n",
+        "            pass\n",
+    ),
+    Break(
+        "virtio-mem-stage-cap-ignored",
+        PLANNER,
+        "                new = min(want, size + room)",
+        "                new = want",
+    ),
+    Break(
+        "stage-ignores-the-reading",
+        PLANNER,
+        "seen = reading if total == start else None",
+        "seen = None",
+    ),
+    Break(
+        "grow-confirmed-without-the-guest",
+        GUESTMEM,
+        "return now_total - before_total >= grown - memmap_size(grown, arch)",
+        "return True",
+    ),
+    Break(
+        "grow-timeout-not-scaled",
+        GUESTMEM,
+        "return settings.step_timeout_s + GROW_S_PER_GIB * max(added, 0) / GiB",
+        "return settings.step_timeout_s",
+    ),
+    Break(
+        "staged-step-without-room",
+        EXECUTOR,
+        "return room.addable >= following.delta",
+        "return True",
+    ),
+    Break(
+        "silent-guest-no-change",
+        EXECUTOR,
+        "if reader.latest() is None or reader.answers():",
+        "if True:",
     ),
     # -- the journal's record (record.py) --------------------------------------------------
     Break(

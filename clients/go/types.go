@@ -197,6 +197,28 @@ type Memory struct {
 	HostCgroupUnseen *Unseen     `json:"host_cgroup_unseen"`
 	Node             *NodeBudget `json:"node"`
 	Workload         Workload    `json:"workload"`
+	// Guest is the guest's own ceiling (issue 23), nil where none applies.
+	Guest *GuestCeiling `json:"guest,omitempty"`
+}
+
+// GuestCeiling is the hot-added memory the guest's kernel can describe with struct
+// pages paid from its kernel-zone memory, and the arithmetic of it.
+type GuestCeiling struct {
+	Onlining         string `json:"onlining"`
+	OnliningFrom     string `json:"onlining_from"`
+	MemmapOnMemory   string `json:"memmap_on_memory"`
+	PageKiB          int64  `json:"page_kib"`
+	StructPageBytes  int64  `json:"struct_page_bytes"`
+	KernelMemoryMiB  int64  `json:"kernel_memory_mib"`
+	MemmapPluggedMiB int64  `json:"memmap_plugged_mib"`
+	EstimateMiB      int64  `json:"estimate_mib"`
+	ReadingMiB       *int64 `json:"reading_mib"`
+	AvailableMiB     int64  `json:"available_mib"`
+	HeadroomMiB      int64  `json:"headroom_mib"`
+	RoomMiB          int64  `json:"room_mib"`
+	AddableMiB       int64  `json:"addable_mib"`
+	LimitMiB         int64  `json:"limit_mib"`
+	Staged           bool   `json:"staged"`
 }
 
 // Unseen says why the VM's host cgroup could not be seen: reason

@@ -45,6 +45,9 @@ class FakeGuest:
     stats_age_s: float = 0.0
     #: The balloon's statistics polling interval (seconds; 0: off, as QEMU starts it).
     stats_interval: int = 0
+    #: How much hot-added memory the guest has onlined (its MemTotal shows); None: all
+    #: of it at once. A guest still onlining, or one that died after a plug, shows less.
+    onlined: Optional[int] = None
 
 
 class FakeBackend:
@@ -178,6 +181,8 @@ class FakeBackend:
             return None
         now = self.clock()
         total = self.state.total - self.guest.reserved
+        if self.guest.onlined is not None:
+            total = min(total, self.state.base + self.guest.onlined - self.guest.reserved)
         available = max(total - self.guest.used, 0)
         return GuestUsage(
             total=total,

@@ -32,6 +32,7 @@ MemoryCause = Literal[
     "slots",
     "device_space",
     "node_budget",
+    "guest_memmap",
 ]
 #: Why the vCPU target ended below what was requested.
 VcpuCause = Literal["default_maxvcpus", "host_cpus", "arch"]
@@ -50,6 +51,10 @@ SIZING_MODELS: tuple[SizingModel, ...] = ("kata", "pod-overhead", "pod-limit")
 #: runtime-rs; their static sizing differs (docs, "Compared with Kata").
 Runtime = Literal["go", "runtime-rs"]
 RUNTIMES: tuple[Runtime, ...] = ("go", "runtime-rs")
+#: Where the guest onlines hot-added memory: ZONE_MOVABLE, or a kernel zone (ZONE_NORMAL)
+#: that can hold the struct pages of the next hot-add (:mod:`kata_mem.core.guestmem`).
+Onlining = Literal["movable", "kernel"]
+ONLININGS: tuple[Onlining, ...] = ("movable", "kernel")
 
 SANDBOX_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 
@@ -204,6 +209,12 @@ class Settings:
     node_overcommit: Optional[Fraction] = None
     #: The Kata runtime sized for; ``None``: inferred from the configuration.
     runtime: Optional[Runtime] = None
+    #: How the guest onlines hot-added memory when Kata's ``kernel_params`` does not say:
+    #: movable, the safe default (every hot-add's struct pages paid from the boot memory).
+    guest_onlining: Onlining = "movable"
+    #: The guest kernel places a DIMM's struct pages inside it (memmap_on_memory, Linux 6.8+
+    #: for DIMMs of several memory blocks): no boot-memory ceiling for pc-dimm.
+    guest_memmap_on_memory: bool = False
 
 
 @dataclass(frozen=True)
@@ -237,6 +248,9 @@ class SizingConfig:
     runtime: Runtime = "go"
     sources: tuple[tuple[str, Origin], ...] = ()
     files: tuple[str, ...] = ()
+    #: The hypervisor's ``kernel_params``: the guest kernel's command line, which says how
+    #: it onlines hot-added memory (``memhp_default_state``).
+    kernel_params: str = ""
 
     def origin(self, key: str) -> Origin:
         """Where the setting ``key`` (``table.key``, e.g. ``kata_mem.state_dir``) came from."""
@@ -641,6 +655,42 @@ class Step:
 
 
 @dataclass(frozen=True)
+class GuestPolicy:
+    """How the guest onlines hot-added memory, and whether kata-mem counts on the memmap
+    being placed in it; each with where it was read."""
+
+    onlining: Onlining
+    onlining_from: str
+    memmap_on_memory: bool
+    memmap_from: str
+
+
+@dataclass(frozen=True)
+class GuestCeiling:
+    """The arithmetic of the ceiling at one point (the VM as it is, or after a step).
+
+    ``kernel_memory`` is the guest memory in kernel zones (the boot memory with movable
+    onlining, everything with kernel onlining); ``estimate`` is 3/4 of it less the memmap
+    of what is plugged; ``available`` the smaller of that and a fresh reading's
+    MemAvailable (``reading``, kept only when it is the smaller); ``room`` what is left above the
+    headroom; ``addable`` the memory ``room`` can describe; ``limit`` the total then.
+    """
+
+    policy: GuestPolicy
+    arch: Arch
+    total: int
+    kernel_memory: int
+    memmap_plugged: int
+    estimate: int
+    reading: Optional[int]
+    available: int
+    headroom: int
+    room: int
+    addable: int
+    limit: int
+
+
+@dataclass(frozen=True)
 class MemoryPlan:
     """The memory side of a plan: every number, the clamps that applied, the steps."""
 
@@ -670,6 +720,8 @@ class MemoryPlan:
     node: Optional[NodeView] = None
     #: The workload the size was made from, and where each part came from.
     workload: Demand = field(default_factory=Demand)
+    #: The guest's own ceiling where it applies (a grow, no memmap_on_memory counted).
+    guest: Optional[GuestCeiling] = None
 
     @property
     def delta(self) -> int:

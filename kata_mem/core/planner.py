@@ -15,6 +15,7 @@ from fractions import Fraction
 from typing import Callable, Optional, TypeVar
 
 from kata_mem.core.errors import ConfigError, InputError
+from kata_mem.core.guestmem import ceiling_at, formula, guest_policy
 from kata_mem.core.model import (
     ARCHES,
     DIMM_PREFIX,
@@ -25,6 +26,8 @@ from kata_mem.core.model import (
     Container,
     Demand,
     Guards,
+    GuestCeiling,
+    GuestPolicy,
     HostCgroup,
     HostFacts,
     Mechanism,
@@ -268,6 +271,39 @@ def assumed_vm(cfg: SizingConfig, host: HostFacts, current: Optional[int] = None
     return VmState(base=base, devices=devices, slots=cfg.memory_slots, device_space=space)
 
 
+def boot_guest_ceiling(cfg: SizingConfig, host: HostFacts) -> Optional[GuestCeiling]:
+    """The guest's own ceiling for a VM as booted from ``cfg``, where it bounds the target
+    (movable onlining, no memmap_on_memory counted, not static): how far the boot memory
+    can describe a grow (:mod:`kata_mem.core.guestmem`); None where it does not."""
+    mech = mechanism(cfg)
+    policy = guest_policy(cfg.kernel_params, cfg.settings, mech)
+    if mech == "static" or policy.memmap_on_memory or policy.onlining != "movable":
+        return None
+    base = boot_memory(cfg, host)
+    return ceiling_at(policy, cfg.settings, host.arch, base, base)
+
+
+def guest_ceiling_problem(cfg: SizingConfig, host: HostFacts) -> Optional[str]:
+    """Why ``default_maxmemory`` (or, when it is 0, the host) promises more than the boot
+    memory can describe (``config check``'s warning); None when it does not."""
+    guest = boot_guest_ceiling(cfg, host)
+    ceiling, cause = max_memory(cfg, host)
+    if guest is None or ceiling <= guest.limit:
+        return None
+    what = (
+        f"default_maxmemory {fmt_bytes(ceiling)}"
+        if cause == "default_maxmemory"
+        else f"the host's {fmt_bytes(ceiling)} (default_maxmemory 0)"
+    )
+    return (
+        f"{what} is more than default_memory {fmt_bytes(guest.kernel_memory)} can describe: "
+        f"{formula(guest)}; grows stop there (clamp guest_memmap). Raise default_memory, "
+        "online hot-added memory to a kernel zone (memhp_default_state=online_kernel in "
+        'kernel_params, or [kata_mem] guest_onlining = "kernel"), or use memmap_on_memory '
+        "(pc-dimm, [kata_mem] guest_memmap_on_memory)"
+    )
+
+
 def current_problem(cfg: SizingConfig, host: HostFacts, current: int) -> Optional[str]:
     """Why a VM of this configuration cannot have ``current`` bytes of guest memory
     (``None`` when it can): below its boot memory, above the memory maximum (so
@@ -302,17 +338,21 @@ def plan(
     workload: Workload,
     vm: Optional[VmState] = None,
     guards: Optional[Guards] = None,
+    guest_available: Optional[int] = None,
 ) -> Plan:
     """Plan the sandbox's memory and vCPUs.
 
     ``vm`` is the observed VM (``None``: a freshly booted VM as Kata boots it);
     ``guards`` what the host side says (its cgroup, the node's total), read just
-    before. Never raises for large limits: the target is clamped and every clamp
-    is recorded with its cause.
+    before; ``guest_available`` the guest's MemAvailable from a fresh reading (``apply``),
+    which lowers the guest's own ceiling (:mod:`kata_mem.core.guestmem`). Never raises
+    for large limits: the target is clamped and every clamp is recorded with its cause.
     """
     vm = vm if vm is not None else assumed_vm(cfg, host)
     need, warnings = demand(cfg, workload)  # once: memory and vCPUs size the same workload
-    mem_plan, mem_notes = _plan_memory(cfg, host, workload, need, vm, guards or Guards())
+    mem_plan, mem_notes = _plan_memory(
+        cfg, host, workload, need, vm, guards or Guards(), guest_available
+    )
     vcpus, vcpu_notes = _plan_vcpus(cfg, host, need)
     warnings += mem_notes
     warnings += vcpu_notes
@@ -613,6 +653,7 @@ def _plan_memory(
     need: Demand,
     vm: VmState,
     guards: Guards,
+    guest_available: Optional[int] = None,
 ) -> tuple[MemoryPlan, list[Note]]:
     mech = mechanism(cfg)
     host_mem, host_cause = effective_host_memory(host)
@@ -697,6 +738,18 @@ def _plan_memory(
             target = bound
         if bound < upper:
             upper, upper_what = bound, "the new pod limit's room"
+    guest: Optional[GuestCeiling] = None
+    policy = guest_policy(cfg.kernel_params, cfg.settings, mech)
+    if mech != "static" and target > vm.total and not policy.memmap_on_memory:
+        guest = ceiling_at(policy, cfg.settings, host.arch, base, vm.total, guest_available)
+        if policy.onlining == "movable":
+            # Added memory pays for nothing: the whole grow is described from the boot memory.
+            bound = max(guest.limit, vm.total)
+            if target > bound:
+                clamp("guest_memmap", bound, _guest_text(guest, target, bound))
+                target = bound
+            if bound < upper:
+                upper, upper_what = bound, "the guest's memmap ceiling"
 
     # Round what is added up to whole blocks, unless that crosses the max. Blocks count
     # from what the plan cannot change in blocks (:func:`block_origin`).
@@ -732,10 +785,11 @@ def _plan_memory(
     else:
         current = vm.total
         if target > current:
+            cap = _stage_cap(cfg, host, base, policy, guest_available, block, vm.total)
             steps, reached = (
-                _grow_dimm(vm, target, block, clamp)
+                _grow_dimm(vm, target, block, clamp, cap)
                 if mech == "pc-dimm"
-                else _resize_virtio_mem(cfg, vm, target, block, clamp)
+                else _resize_virtio_mem(cfg, vm, target, block, clamp, cap)
             )
             target = reached
         elif target < current:
@@ -797,6 +851,7 @@ def _plan_memory(
             vmm_overhead=None if guards.cgroup is None else vmm_overhead(cfg, target),
             node=guards.node,
             workload=need,
+            guest=guest,
         ),
         warnings,
     )
@@ -881,6 +936,44 @@ def _pod_limit_text(cfg: SizingConfig, pod: CgroupLevel, target: int, bound: int
     )
 
 
+def _guest_text(guest: GuestCeiling, target: int, bound: int) -> str:
+    return (
+        f"grow to {fmt_requested(target)} clamped to {fmt_bytes(bound)} by what the guest "
+        f"kernel can describe: {formula(guest)}; raise default_memory, or online hot-added "
+        "memory to a kernel zone (memhp_default_state=online_kernel in kernel_params, or "
+        '[kata_mem] guest_onlining = "kernel"), or use memmap_on_memory (pc-dimm)'
+    )
+
+
+#: The largest step a grow may make from a guest total (None: no limit).
+_Cap = Optional[Callable[[int], int]]
+
+
+def _stage_cap(
+    cfg: SizingConfig,
+    host: HostFacts,
+    base: int,
+    policy: GuestPolicy,
+    reading: Optional[int],
+    block: int,
+    start: int,
+) -> _Cap:
+    """What one grow step from a total may add: the memory the guest can describe then
+    (:func:`~kata_mem.core.guestmem.ceiling_at`), in whole blocks; the fresh reading
+    counts for the first step only, later ones are estimated (the executor reads the
+    guest again before each). None where memmap_on_memory is counted."""
+    if policy.memmap_on_memory:
+        return None
+
+    def cap(total: int) -> int:
+        seen = reading if total == start else None
+        return align_down(
+            ceiling_at(policy, cfg.settings, host.arch, base, total, seen).addable, block
+        )
+
+    return cap
+
+
 def _cause_text(cause: MemoryCause, requested: int, limit: int, cfg: SizingConfig) -> str:
     why = {
         "default_maxmemory": "default_maxmemory",
@@ -908,7 +1001,7 @@ def _new_ids(vm: VmState) -> Iterator[tuple[str, str]]:
 
 
 def _grow_dimm(
-    vm: VmState, target: int, block: int, clamp: _ClampFn
+    vm: VmState, target: int, block: int, clamp: _ClampFn, cap: _Cap = None
 ) -> tuple[tuple[Step, ...], int]:
     """One DIMM per step, each at most 48x the current guest memory (Kata #4847), each
     whole blocks placed on a block; none when QEMU would place it off a block
@@ -939,6 +1032,12 @@ def _grow_dimm(
             break
         # At least one block, so that even a tiny guest makes progress.
         size = min(target - total, max(align_down(ACPI_HOTPLUG_FACTOR * total, block), block))
+        if cap is not None:
+            room = cap(total)
+            if room <= 0:
+                clamp("guest_memmap", total, _stuck_text(total, block))
+                break
+            size = min(size, room)
         if free_space is not None and size > free_space:
             size = max(align_down(free_space, block), 0)
             clamp(
@@ -983,10 +1082,23 @@ def _shrink_dimm(vm: VmState, target: int, clamp: _ClampFn) -> tuple[tuple[Step,
     return tuple(steps), total
 
 
+def _stuck_text(total: int, block: int) -> str:
+    return (
+        f"the guest cannot describe one more {fmt_bytes(block)} block at {fmt_bytes(total)}: "
+        "its kernel-zone memory, less the headroom, holds no more struct pages; stops there"
+    )
+
+
 def _resize_virtio_mem(
-    cfg: SizingConfig, vm: VmState, target: int, block: int, clamp: _ClampFn
+    cfg: SizingConfig,
+    vm: VmState,
+    target: int,
+    block: int,
+    clamp: _ClampFn,
+    cap: _Cap = None,
 ) -> tuple[tuple[Step, ...], int]:
-    """Growth in one ``requested-size`` change; shrink in bounded, block-aligned steps."""
+    """Growth in ``requested-size`` changes, each within what the guest can describe
+    then (one change where nothing bounds it); shrink in bounded, block-aligned steps."""
     dev = vm.virtio_mem
     if dev is None:
         found = ", ".join(d.id for d in vm.virtio_mems)
@@ -1011,12 +1123,23 @@ def _resize_virtio_mem(
         )
     want = max(want, 0)
     if want >= dev.size:
-        if want == dev.size:
-            return (), vm.total
-        return (
-            (Step("resize_virtio_mem", dev.id, want, want - dev.size, vm.base + others + want),),
-            vm.base + others + want,
-        )
+        grown: list[Step] = []
+        size = dev.size
+        while size < want:
+            new = want
+            if cap is not None:
+                room = cap(vm.base + others + size)
+                if room <= 0:
+                    clamp(
+                        "guest_memmap",
+                        vm.base + others + size,
+                        _stuck_text(vm.base + others + size, block),
+                    )
+                    break
+                new = min(want, size + room)
+            grown.append(Step("resize_virtio_mem", dev.id, new, new - size, vm.base + others + new))
+            size = new
+        return tuple(grown), vm.base + others + size
     bound = max(
         align_down(
             max(cfg.settings.shrink_step_min, dev.size * cfg.settings.shrink_step_percent // 100),

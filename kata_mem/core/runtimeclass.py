@@ -30,7 +30,14 @@ from typing import Optional
 
 from kata_mem.core.errors import ConfigError, InputError
 from kata_mem.core.model import Arch, Container, HostFacts, SizingConfig, SizingModel, Workload
-from kata_mem.core.planner import block_size, boot_memory, mechanism, plan, vmm_overhead
+from kata_mem.core.planner import (
+    block_size,
+    boot_guest_ceiling,
+    boot_memory,
+    mechanism,
+    plan,
+    vmm_overhead,
+)
 from kata_mem.core.units import INT64_MAX, MiB, align_down, align_up, fmt_bytes, to_mib_nearest
 
 #: A host that never binds: the node's memory would only lower a VM (and so what its
@@ -133,6 +140,10 @@ def _step_starts(cfg: SizingConfig, arch: Arch, top: int) -> list[int]:
     if cfg.default_maxmemory:
         maximum = max(cfg.default_maxmemory, base)
         bounds += [base + align_down(maximum - base, block), maximum]
+    guest = boot_guest_ceiling(cfg, host)
+    if guest is not None and guest.limit > base:
+        # The guest's own ceiling bounds the VM as the maximum does (issue 23).
+        bounds += [base + align_down(guest.limit - base, block), guest.limit]
     found = set()
     for bound in bounds:
         for grid in (block, MiB):

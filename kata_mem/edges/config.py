@@ -28,7 +28,15 @@ from kata_mem.core.fields import (
     spelled_float,
     toml_value,
 )
-from kata_mem.core.model import RUNTIMES, SIZING_MODELS, Origin, Runtime, Settings, SizingConfig
+from kata_mem.core.model import (
+    ONLININGS,
+    RUNTIMES,
+    SIZING_MODELS,
+    Origin,
+    Runtime,
+    Settings,
+    SizingConfig,
+)
 from kata_mem.core.units import INT64_MAX, MiB, to_mib_floor
 from kata_mem.edges.files import CONFIG_CAP, not_regular, read_capped
 from kata_mem.edges.ownership import check_way, mode, others_could_write, who
@@ -410,6 +418,11 @@ def _load_config(path: Path) -> SizingConfig:
         _in_range(hv, "overhead_memory", raw, 0, UINT32_MAX, "uint32 (MiB)")
         overhead_memory = raw * MiB
 
+    # The guest kernel's command line: how it onlines hot-added memory (the guest's own
+    # ceiling, kata_mem/core/guestmem.py). Kata decodes it as a string (config.go
+    # ``KernelParams string``); the upstream configuration-qemu.toml sets no memhp option.
+    kernel_params = hv.get("kernel_params", "", is_str, "a string (the guest kernel's parameters)")
+
     runtime_table = data.get("runtime", {})
     if not isinstance(runtime_table, dict):
         raise ConfigError(f"{origins.get(('runtime',), first)}: [runtime] must be a table")
@@ -446,6 +459,7 @@ def _load_config(path: Path) -> SizingConfig:
         runtime=runtime,
         sources=tuple(sources),
         files=files,
+        kernel_params=kernel_params,
     )
 
 
@@ -602,6 +616,14 @@ SETTINGS_KEYS: dict[str, tuple[str, int, Callable[[Any], bool], str]] = {
         lambda v: is_number(v) and 0 < v <= 100,
         "a ratio above 0 and at most 100, e.g. 1.0 (absent: report only)",
     ),
+    # Read when kernel_params does not say (memhp_default_state): the guest's own ceiling.
+    "guest_onlining": (
+        "guest_onlining",
+        1,
+        lambda v: v in ONLININGS,
+        " or ".join(f'"{o}"' for o in ONLININGS),
+    ),
+    "guest_memmap_on_memory": ("guest_memmap_on_memory", 1, is_bool, "true or false"),
 }
 
 

@@ -869,6 +869,11 @@ def config_check(file: Optional[str], as_json: bool) -> None:
         problem = reserved_problem(cfg.settings.node_reserved, probe(HostOverrides()).memory)
         if problem is not None:
             log.warning("%s: %s", cfg.path, problem)
+    from kata_mem.core.planner import guest_ceiling_problem
+
+    beyond = guest_ceiling_problem(cfg, probe(HostOverrides()))
+    if beyond is not None:
+        log.warning("%s: %s", cfg.path, beyond)
     if as_json:
         _emit(render.config_json(cfg, why))
     else:

@@ -10,9 +10,11 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Optional
 
 from kata_mem.core.errors import KataMemError
+from kata_mem.core.guestmem import PAGE_SIZE, STRUCT_PAGE, formula
 from kata_mem.core.model import (
     Clamp,
     Demand,
+    GuestCeiling,
     GuestUsage,
     HostCgroup,
     HostFacts,
@@ -106,6 +108,7 @@ def plan_json(plan: Plan, cfg: SizingConfig) -> dict[str, Any]:
             ),
             "node": node_json(m.node),
             "workload": workload_json(m.workload),
+            "guest": guest_json(m.guest),
         },
         "vcpus": {
             "host": v.host,
@@ -207,6 +210,30 @@ _REQUESTED = {
 }
 
 
+def guest_json(g: Optional[GuestCeiling]) -> Optional[dict[str, Any]]:
+    """The guest's own ceiling and its arithmetic (null where none applies: no grow, static
+    sizing, or memmap_on_memory counted)."""
+    if g is None:
+        return None
+    return {
+        "onlining": g.policy.onlining,
+        "onlining_from": g.policy.onlining_from,
+        "memmap_on_memory": g.policy.memmap_from,
+        "page_kib": to_kib_floor(PAGE_SIZE[g.arch]),
+        "struct_page_bytes": STRUCT_PAGE,
+        "kernel_memory_mib": to_mib_floor(g.kernel_memory),
+        "memmap_plugged_mib": to_mib_ceil(g.memmap_plugged),
+        "estimate_mib": to_mib_floor(g.estimate),
+        "reading_mib": _mib_or_none(g.reading),
+        "available_mib": to_mib_floor(g.available),
+        "headroom_mib": to_mib_ceil(g.headroom),
+        "room_mib": to_mib_floor(g.room),
+        "addable_mib": to_mib_floor(g.addable),
+        "limit_mib": to_mib_floor(g.limit),
+        "staged": g.policy.onlining == "kernel",
+    }
+
+
 def _requested(m: MemoryPlan, cfg: SizingConfig) -> str:
     """What ``requested`` is: ``pod-overhead`` without a known overhead is sized as
     ``kata`` (planner ``sized``, which warns); runtime-rs's static sizing replaces the
@@ -287,6 +314,13 @@ def plan_text(plan: Plan, cfg: SizingConfig, title: str = "") -> str:
         lines.append(
             f"host cgroup: {cg.path} (v{cg.version}, {cg.origin}): {limit}{used}{after}{vmm}"
         )
+    if m.guest is not None:
+        staged = (
+            " (kernel onlining: staged, each step within it)"
+            if m.guest.policy.onlining == "kernel"
+            else ""
+        )
+        lines.append(f"guest memmap{staged}: {formula(m.guest)}")
     if m.node is not None and m.node.budget is not None:
         lines.append(
             f"node: budget {to_mib_floor(m.node.budget)} MiB, other sandboxes "
@@ -404,6 +438,8 @@ def config_json(cfg: SizingConfig, chosen_by: str) -> dict[str, Any]:
             "node_reserved_mib": to_mib_floor(s.node_reserved),
             "node_overcommit": None if s.node_overcommit is None else float(s.node_overcommit),
             "runtime": s.runtime,
+            "guest_onlining": s.guest_onlining,
+            "guest_memmap_on_memory": s.guest_memmap_on_memory,
         },
         "sources": {key: origin.describe() for key, origin in cfg.sources},
     }

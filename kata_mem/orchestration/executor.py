@@ -25,7 +25,9 @@ from kata_mem.backends import Backend, StepProgress
 from kata_mem.core import outcomes, podresize, safety
 from kata_mem.core.endpoint import Endpoint
 from kata_mem.core.errors import BackendError, BackendUnsupported, InputError, KataMemError
+from kata_mem.core.guestmem import ceiling_at, grow_timeout_s, shows_grow
 from kata_mem.core.model import (
+    Arch,
     Guards,
     GuestUsage,
     HostFacts,
@@ -76,6 +78,16 @@ class Options:
 
     allow_shrink: bool = False
     force: bool = False
+
+
+@dataclass(frozen=True)
+class _GrowWatch:
+    """What a grow is verified against in the guest: its MemTotal before the first step
+    (``before``), the VM's total then (``start``), the architecture (struct pages)."""
+
+    before: int
+    start: int
+    arch: Arch
 
 
 @dataclass(frozen=True)
@@ -171,6 +183,11 @@ def _check_vm_owner(state: SandboxState, reached: Endpoint) -> None:
         )
 
 
+def _step_timeout(cfg: SizingConfig, step: Step) -> float:
+    """How long a step is waited for: ``step_timeout_s``, longer for a large grow."""
+    return grow_timeout_s(cfg.settings, step.delta)
+
+
 def _resize_shrink(step: Step) -> bool:
     return step.action == "resize_virtio_mem" and step.shrinks
 
@@ -200,6 +217,8 @@ class Executor:
         self.notes: list[Note] = []
         #: The sandbox's record as last written (the executor's changes go through _save).
         self.record = Record(state.sandbox)
+        #: The grow being verified in the guest, if any (:meth:`_run`).
+        self._watch: Optional[_GrowWatch] = None
 
     def apply(
         self,
@@ -231,6 +250,7 @@ class Executor:
         vm, self.record = repair(self.backend, self.state, loaded, self._settle, self._note)
         allowed = options.allow_shrink or options.force or cfg.settings.allow_shrink
         sandbox = self.state.sandbox
+        available = self._guest_available(cfg, host, workload, vm, reader)
         budget = cfg.settings.node_overcommit is not None
         with node_admission(self.state.root, host.memory, budget) as ledger:
             if ledger is not None:
@@ -244,7 +264,9 @@ class Executor:
                     vm, lambda: ledger.others(sandbox) if ledger else 0, mem_available
                 )
             p, outcome = outcomes.before_steps(
-                make_plan(cfg, host, workload, vm, guards), vm, shrink_allowed=allowed
+                make_plan(cfg, host, workload, vm, guards, available),
+                vm,
+                shrink_allowed=allowed,
             )
             if outcome is None and p.memory.target > vm.total:
                 admitted = self.record.admit(p.memory.target)
@@ -253,13 +275,15 @@ class Executor:
                     ledger.record(sandbox, admitted.commitment)
                     held = admitted.commitment
                 self._save(admitted)
+        if outcome is not None and outcome.status == "NoChange" and not options.force:
+            outcome = self._still_unconfirmed(loaded, outcome, reader)
         if outcome is None:
-            outcome = self._run(p, vm, cfg, None if options.force else reader)
+            outcome = self._run(p, vm, cfg, None if options.force else reader, host.arch)
         pending = None
         if guards is not None:
             if guards.pod_limit is not None and host_side is not None:
                 outcome = self._for_pod(outcome, vm, cfg, guards, host_side)
-            pending = self._held_back(p, cfg, host, workload, vm, guards)
+            pending = self._held_back(p, cfg, host, workload, vm, guards, available)
         self._finish(outcome, pending)
         if self.record.commitment != held:
             # After the journal: the ledger falls only once the journal says it may.
@@ -272,6 +296,39 @@ class Executor:
             after = replace(cgroup, usage_after=host_side.charge(cgroup))
             p = replace(p, memory=replace(p.memory, host_cgroup=after))
         return Result(p, outcome, (*self.state.notes, *self.notes))
+
+    @staticmethod
+    def _still_unconfirmed(loaded: Record, outcome: Outcome, reader: UsageReader) -> Outcome:
+        """Nothing to change, after a call whose grow the guest did not confirm
+        (``PlugTimeout``): the VM has the memory, so the guest must still answer, or it may
+        have died adding it, and that is never exit 0. A guest without statistics cannot
+        say either way and is taken at the hypervisor's word."""
+        last = loaded.last_outcome
+        if last is None or (last.status, last.reason) != ("InProgress", "PlugTimeout"):
+            return outcome
+        if reader.latest() is None or reader.answers():
+            return outcome
+        return replace(
+            outcome,
+            status="InProgress",
+            reason="PlugTimeout",
+            message=f"{outcome.message}; but the guest has sent no memory statistics since "
+            "its last grow was not confirmed: it may be down",
+        )
+
+    @staticmethod
+    def _guest_available(
+        cfg: SizingConfig, host: HostFacts, workload: Workload, vm: VmState, reader: UsageReader
+    ) -> Optional[int]:
+        """The guest's MemAvailable from a recent reading, for the guest's own ceiling
+        (:mod:`kata_mem.core.guestmem`), read only when the plan grows under it: the
+        struct pages of what is added come from memory the guest has free now. None
+        when the guest reports nothing (the ceiling is then estimated)."""
+        m = make_plan(cfg, host, workload, vm).memory
+        if m.guest is None or m.target <= vm.total:
+            return None
+        usage = reader.recent()
+        return None if usage is None else usage.available
 
     def _for_pod(
         self, outcome: Outcome, vm: VmState, cfg: SizingConfig, guards: Guards, host: HostSide
@@ -311,6 +368,7 @@ class Executor:
         workload: Workload,
         vm: VmState,
         guards: Guards,
+        available: Optional[int] = None,
     ) -> Optional[PendingGrow]:
         """The grow the VMM's cgroup in force held back, if any: on a pod resize the
         kubelet raises the pod cgroup only after the runtime answered, and a later call
@@ -318,7 +376,10 @@ class Executor:
         cgroup = guards.cgroup
         if cgroup is None or cgroup.limit is None or not cgroup.path:
             return None
-        free = make_plan(cfg, host, workload, vm, replace(guards, cgroup=None)).memory.target
+        # The guest's own ceiling, read with the same reading, is no cgroup's doing.
+        free = make_plan(
+            cfg, host, workload, vm, replace(guards, cgroup=None), available
+        ).memory.target
         if free <= p.memory.target:
             return None
         return PendingGrow(free, cgroup.path, cgroup.limit)
@@ -331,9 +392,20 @@ class Executor:
         vm: VmState,
         cfg: SizingConfig,
         reader: Optional[UsageReader],
+        arch: Arch = "amd64",
     ) -> Outcome:
         """Run the plan's steps; ``reader`` is None when the safety checks are off (--force)."""
         m = p.memory
+        self._watch = None
+        if reader is not None and not m.shrink and any(s.delta > 0 for s in m.steps):
+            # A grow is done when the guest says so, not when the hypervisor has the device.
+            before = reader.recent()
+            if before is None or before.total is None:
+                # No balloon statistics (no virtio-balloon, or a guest without the driver):
+                # nothing to confirm with, so the hypervisor's word is all there is.
+                log.info("the guest reports no memory statistics: the grow is not confirmed by it")
+            else:
+                self._watch = _GrowWatch(before.total, vm.total, arch)
         done: list[Step] = []
         stop: Optional[Stop] = None
         baseline: Optional[GuestUsage] = None
@@ -350,9 +422,12 @@ class Executor:
                 stop = Stop("Deferred", verdict.reason, verdict.message)
         if stop is None:
             try:
-                for step in m.steps:
+                for i, step in enumerate(m.steps):
                     vm = self._step(step, vm, cfg, reader, baseline, m.target)
                     done.append(step)
+                    if self._watch is not None and reader is not None and step.delta > 0:
+                        following = m.steps[i + 1] if i + 1 < len(m.steps) else None
+                        self._confirm_grow(step, following, p, cfg, reader, self._watch)
             except _Stopped as stopped:
                 stop = stopped.stop
                 if stop.status == "Deferred" and done and reader is not None:
@@ -405,7 +480,7 @@ class Executor:
         watched = reader if _resize_shrink(step) else None
         progress, pressure = self._wait(
             step,
-            cfg.settings.step_timeout_s,
+            _step_timeout(cfg, step),
             None if watched is None else lambda: self._pressure(watched.latest(), cfg, block),
         )
         after = self._observe()
@@ -426,6 +501,67 @@ class Executor:
             )
             return after
         raise self._give_up(step, progress, pressure, vm, after, cfg)
+
+    def _confirm_grow(
+        self,
+        step: Step,
+        following: Optional[Step],
+        p: Plan,
+        cfg: SizingConfig,
+        reader: UsageReader,
+        watch: _GrowWatch,
+    ) -> None:
+        """Wait for the guest to show a grow step: a reading whose MemTotal has grown by
+        what the steps so far added (:func:`~kata_mem.core.guestmem.shows_grow`) and,
+        before a staged step, whose MemAvailable less the headroom describes that next
+        step (:func:`~kata_mem.core.guestmem.ceiling_at`). A guest that does not (still
+        onlining, or dead) stops the run: never Resized on the hypervisor's word alone.
+
+        :raises _Stopped: no such reading within the step's timeout.
+        """
+        grown = step.total_after - watch.start
+        guest = p.memory.guest
+        timeout_s = _step_timeout(cfg, step)
+
+        def ready(u: GuestUsage) -> bool:
+            if u.total is None or not shows_grow(watch.before, u.total, grown, watch.arch):
+                return False
+            if following is None or following.delta <= 0 or guest is None:
+                return True
+            room = ceiling_at(
+                guest.policy,
+                cfg.settings,
+                watch.arch,
+                p.memory.base,
+                step.total_after,
+                u.available,
+            )
+            return room.addable >= following.delta
+
+        usage = reader.until(ready, timeout_s)
+        if usage is not None and ready(usage):
+            return
+        seen = (
+            "no reading"
+            if usage is None or usage.total is None
+            else f"MemTotal {fmt_bytes(usage.total)} (before the grow {fmt_bytes(watch.before)})"
+        )
+        what = (
+            f"the memory of {step.device} online"
+            if usage is None
+            or usage.total is None
+            or not shows_grow(watch.before, usage.total, grown, watch.arch)
+            else "room for the next step above the headroom (MemAvailable "
+            f"{fmt_bytes(usage.available or 0)})"
+        )
+        raise _Stopped(
+            Stop(
+                "InProgress",
+                "PlugTimeout",
+                f"{step.device}: the guest did not show {what} within {timeout_s:g} s ({seen}): "
+                "it may still be onlining (the next call goes on from what it has) or be down",
+            )
+        )
 
     def _issue(self, step: Step) -> None:
         """Journal the step, send its commands, and journal that they were sent.
@@ -513,7 +649,7 @@ class Executor:
             # to, so that the driver does not go on unplugging by itself after we have given up.
             self._revert(step, before.size if pressure else now.size, after)
             after = self._observe()
-        timeout_s = cfg.settings.step_timeout_s
+        timeout_s = _step_timeout(cfg, step)
         return _Stopped(
             outcomes.step_stopped(
                 step, progress, pressure, timeout_s=timeout_s, observed=after.total

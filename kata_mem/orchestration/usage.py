@@ -112,6 +112,31 @@ class UsageReader:
         """A reading that shows the last step (waiting for it if need be)."""
         return self.fresh(after=self._last_end)
 
+    def until(self, done: Callable[[GuestUsage], bool], timeout_s: float) -> Optional[GuestUsage]:
+        """Fresh readings, one after another, until one satisfies ``done`` or ``timeout_s``
+        has passed; returns the last one (None if the guest reports none)."""
+        deadline = self._clock() + timeout_s
+        usage = self.latest()
+        while usage is None or not done(usage):
+            if self._clock() >= deadline:
+                return usage
+            self._sleep(FRESH_POLL_S if usage is not None else 0.25)
+            usage = self.fresh()
+        return usage
+
+    def answers(self) -> bool:
+        """Whether the guest sends a reading now: one taken after this call, asked for and
+        waited for as :meth:`fresh` waits."""
+        now = self._clock()
+        first = self.latest()
+        usage = self.fresh(now)
+        mark = None if first is None else first.sequence
+        return usage is not None and _newer(usage, now, mark)
+
+    def recent(self) -> Optional[GuestUsage]:
+        """The latest reading when it is recent enough, else a fresh one."""
+        return self._recent()
+
     def _recent(self) -> Optional[GuestUsage]:
         """The latest reading when it is recent enough, else a fresh one."""
         usage = self.latest()
