@@ -8,9 +8,11 @@ guest lives, and its own MemTotal grows by exactly what kata-mem reports.
 Onlined to a kernel zone instead (``memhp_default_state=online_kernel``), the same grow is
 staged and reaches the full 40 GiB.
 
-memmap_on_memory is not tested here: the test kernel (Linux 6.1) applies it only to a
-range of exactly one memory block (``mhp_supports_memmap_on_memory``), never to a DIMM
-of several, and virtio-mem never asks for it; kata-mem counts on it only when told.
+memmap_on_memory: the test kernel (Linux 6.1) applies it only to a range of exactly one
+memory block (``mhp_supports_memmap_on_memory``), never to a DIMM of several, and
+virtio-mem never asks for it; kata-mem counts on it only when told. So it is tested on a
+one-block DIMM (the last test): the guest takes the DIMM's struct pages from the DIMM itself
+and kata-mem still confirms the grow from the guest's MemTotal.
 
 Backing: the movable plan is clamped to 16 GiB, which QEMU backs under this machine's default
 overcommit heuristic (24 GiB of RAM), so no sysctl is touched. The virtio-mem device's
@@ -133,3 +135,32 @@ def test_onlined_to_a_kernel_zone_the_grow_is_staged_to_the_full_40gi(
     assert after.total_kb - before.total_kb == FORTY_GIB_MIB * 1024
     vm.alloc(256)
     assert vm.status().total_kb == after.total_kb
+
+
+@pytest.mark.parametrize(
+    "memmap_on_memory", [False, True], ids=["memmap-in-boot", "memmap-on-memory"]
+)
+def test_a_one_block_dimm_with_memmap_on_memory_is_confirmed_by_the_guest(
+    boot_guest: BootGuest, tmp_path: Path, memmap_on_memory: bool
+) -> None:
+    """Where the test kernel does memmap_on_memory (Linux 6.1: a range of exactly one memory
+    block, ``mhp_supports_memmap_on_memory``; CONFIG_MHP_MEMMAP_ON_MEMORY=y in Debian's): a
+    one-block DIMM carries its own struct pages, 2 MiB of its 128, which MemTotal then leaves
+    out. kata-mem still confirms the grow from the guest (``guestmem.shows_grow`` allows for
+    them) and says Resized; without the option MemTotal grows by the whole DIMM."""
+    args = ("memory_hotplug.memmap_on_memory=1",) if memmap_on_memory else ()
+    vm = boot_guest(GuestSpec(virtio_mem_mib=0, kernel_args=args))
+    before = vm.status()
+    cfg = guest_config(tmp_path, virtio=False, timeout=120, guest_memmap_on_memory=memmap_on_memory)
+    r = kata_mem_process(
+        "apply", "--config", str(cfg), "--qmp", str(vm.qmp_socket), "--limit", "128Mi",
+        "--json", *HOST,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert (doc["status"], doc["observed_mib"]) == ("Resized", 640), doc
+    kept_kib = 2 * 1024 if memmap_on_memory else 0  # 128 MiB / 4 KiB x 64 bytes
+    after = vm.wait_mem(lambda m: m.total_kb > before.total_kb, timeout=120)
+    assert after.total_kb - before.total_kb == 128 * 1024 - kept_kib
+    vm.alloc(64)
+    assert vm.is_alive()
