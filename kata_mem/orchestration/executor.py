@@ -399,7 +399,10 @@ class Executor:
         self._watch = None
         if reader is not None and not m.shrink and any(s.delta > 0 for s in m.steps):
             # A grow is done when the guest says so, not when the hypervisor has the device.
-            before = reader.recent()
+            # Against a reading taken now, after the VM was observed: a recent one may still
+            # show memory a step just before took away (a DIMM the guest let go of a moment
+            # ago, counted in its MemTotal), and no grow would ever seem to reach it.
+            before = reader.fresh()
             if before is None or before.total is None:
                 # No balloon statistics (no virtio-balloon, or a guest without the driver):
                 # nothing to confirm with, so the hypervisor's word is all there is.

@@ -5,6 +5,7 @@ in-memory fake backend, whose guest reports what it has onlined (``FakeGuest.onl
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any, Callable
@@ -137,3 +138,37 @@ def test_after_an_unconfirmed_grow_a_silent_guest_is_never_no_change(
     # It answers again, with the memory online: nothing to change.
     guest.stats_age_s, guest.onlined = 0.0, None
     assert run(cfg, b, limit(2048)).outcome.status == "NoChange"
+
+
+def test_a_grow_is_measured_from_a_reading_taken_after_the_vm_was_observed(
+    make_config: Callable[..., SizingConfig], run: Callable[..., Any]
+) -> None:
+    """A reading a second old may still count memory a call just before took away (a DIMM
+    the guest let go of, still in its last report's MemTotal): measured from it, no grow
+    would ever seem to reach its target, and a healthy guest ended InProgress/PlugTimeout
+    (seen on a real guest: a service grow right after a DIMM shrink). The grow is measured
+    from a reading taken after the VM was observed."""
+
+    class Lagging(FakeBackend):
+        """The guest reports 0.2 s after kata-mem looks at the VM: until then its last
+        report is the one from before this call, which still counts a 128 MiB DIMM that a
+        call just before took away."""
+
+        looked = 0.0
+
+        def observe(self) -> VmState:
+            self.looked = self.clock()
+            return super().observe()
+
+        def guest_usage(self) -> Any:
+            usage = super().guest_usage()
+            now = self.clock()
+            if now >= self.looked + 0.2 or usage is None or usage.total is None:
+                return usage
+            before = (512 + 128) * MiB
+            return dataclasses.replace(usage, total=before, last_update=self.looked - 0.5)
+
+    cfg = make_config(default_memory=512, enable_virtio_mem=True)
+    b = Lagging(vm_virtio(8192), FakeGuest(used=128 * MiB))
+    r = run(cfg, b, limit(512))
+    assert (r.outcome.status, r.outcome.observed) == ("Resized", 1024 * MiB), r.outcome
