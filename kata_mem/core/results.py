@@ -10,14 +10,11 @@ the mode, so no caller has to check what it was.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, Optional, Union
+from typing import Literal, Optional, Union
 
 from kata_mem.core.errors import outcome_exit_code
-from kata_mem.core.model import GuestUsage, Note, Outcome, Plan, SizingConfig, Unseen, VmState
+from kata_mem.core.model import Note, Outcome, Plan, SizingConfig, Unseen
 from kata_mem.core.request import Endpoint
-
-if TYPE_CHECKING:  # a plan-only request loads no journal code
-    from kata_mem.core.record import Record
 
 
 @dataclass(frozen=True)
@@ -63,41 +60,6 @@ class Forgotten:
 
 #: What serving one request came to (``kata_mem.handle``).
 Response = Union[Planned, Applied, Forgotten]
-
-
-@dataclass(frozen=True)
-class SandboxStatus:
-    """One sandbox's VM as its hypervisor reports it (``kata-mem status``, GET
-    /v1/sandboxes/ID): the devices its journal proves kata-mem's marked, the guest's
-    latest usage reading (``None``: the VM has no balloon), and its journal (``None``:
-    kata-mem has none for it)."""
-
-    vm: VmState
-    usage: Optional[GuestUsage]
-    record: Optional[Record]
-
-
-#: Why kata-mem knows no VM for a sandbox: no state for it in the state directory, no
-#: request applied to it yet, or its saved request names no backend.
-Unknown = Literal["no-state", "no-request", "no-backend"]
-
-
-@dataclass(frozen=True)
-class NoEndpoint:
-    """A sandbox whose VM kata-mem does not know (``status --sandbox ID``, GET
-    /v1/sandboxes/ID): ``why``, in ``state_dir``."""
-
-    sandbox: str
-    why: Unknown
-    state_dir: str
-
-    def describe(self) -> str:
-        return {
-            "no-state": f"sandbox {self.sandbox}: unknown (kata-mem has no state for it in "
-            f"{self.state_dir})",
-            "no-request": f"sandbox {self.sandbox}: no resize recorded, so its VM is not known",
-            "no-backend": f"sandbox {self.sandbox}: its saved request names no VM",
-        }[self.why]
 
 
 @dataclass(frozen=True)

@@ -711,8 +711,7 @@ def status(
     """Show what the hypervisor reports: boot memory, devices, plugged total, guest usage;
     with --all, every sandbox kata-mem manages and the node's totals. --sandbox ID alone
     asks the VM its last applied request names, as GET /v1/sandboxes/ID does."""
-    from kata_mem.core.results import NoEndpoint
-    from kata_mem.orchestration.status import node_status, read_status, saved_endpoint
+    from kata_mem.orchestration.status import NoEndpoint, node_status, read_status, saved_endpoint
 
     endpoint = _endpoint(qmp, libvirt_uri, domain)
     if every:

@@ -7,7 +7,7 @@ the text forms are for reading and may change.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from kata_mem.core.errors import KataMemError
 from kata_mem.core.model import (
@@ -26,8 +26,11 @@ from kata_mem.core.model import (
     Step,
     Unseen,
 )
-from kata_mem.core.results import NodeStatus, SandboxStatus, Visit
+from kata_mem.core.results import NodeStatus, Visit
 from kata_mem.core.units import MiB, to_kib_floor, to_mib_ceil, to_mib_floor
+
+if TYPE_CHECKING:  # rendered only by status, which has it loaded; a shim's answer does not
+    from kata_mem.orchestration.status import SandboxStatus
 
 PLAN_SCHEMA = "kata-mem/plan/v1"
 HOST_SCHEMA = "kata-mem/host/v1"

@@ -1071,8 +1071,7 @@ class Service:
             return self._failed(request, exc)
 
     async def sandbox(self, request: web.Request) -> web.StreamResponse:
-        from kata_mem.core.results import NoEndpoint
-        from kata_mem.orchestration.status import read_status, saved_endpoint
+        from kata_mem.orchestration.status import NoEndpoint, read_status, saved_endpoint
 
         sandbox = request.match_info["id"]
         try:

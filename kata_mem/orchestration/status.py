@@ -2,19 +2,60 @@
 as its hypervisor reports it (:func:`read_status`), found from its saved request when no
 endpoint is given (:func:`saved_endpoint`), and every sandbox of the node from the state
 directory, asking no VM (:func:`node_status`). The command line and the service call
-these alike, each rendering what they return."""
+these alike, each rendering what they return. Its two values (:class:`SandboxStatus`,
+:class:`NoEndpoint`) are defined here rather than in :mod:`kata_mem.core.results`, which
+every plan-only shim request loads: each dataclass defined costs start-up time, and a
+shim's answer makes neither."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 from collections.abc import Mapping
-from typing import Union
+from dataclasses import dataclass
+from typing import Literal, Optional, Union
 
 from kata_mem.core.errors import ConfigError
-from kata_mem.core.model import Note, Settings
+from kata_mem.core.model import GuestUsage, Note, Settings, VmState
+from kata_mem.core.record import Record
 from kata_mem.core.request import Endpoint, HostOverrides
-from kata_mem.core.results import NodeStatus, NoEndpoint, SandboxStatus, SandboxSummary
+from kata_mem.core.results import NodeStatus, SandboxSummary
+
+
+@dataclass(frozen=True)
+class SandboxStatus:
+    """One sandbox's VM as its hypervisor reports it (``kata-mem status``, GET
+    /v1/sandboxes/ID): the devices its journal proves kata-mem's marked, the guest's
+    latest usage reading (``None``: the VM has no balloon), and its journal (``None``:
+    kata-mem has none for it)."""
+
+    vm: VmState
+    usage: Optional[GuestUsage]
+    record: Optional[Record]
+
+
+#: Why kata-mem knows no VM for a sandbox: no state for it in the state directory, no
+#: request applied to it yet, or its saved request names no backend.
+Unknown = Literal["no-state", "no-request", "no-backend"]
+
+
+@dataclass(frozen=True)
+class NoEndpoint:
+    """A sandbox whose VM kata-mem does not know (``status --sandbox ID``, GET
+    /v1/sandboxes/ID): ``why``, in ``state_dir``."""
+
+    sandbox: str
+    why: Unknown
+    state_dir: str
+
+    def describe(self) -> str:
+        return {
+            "no-state": f"sandbox {self.sandbox}: unknown (kata-mem has no state for it in "
+            f"{self.state_dir})",
+            "no-request": f"sandbox {self.sandbox}: no resize recorded, so its VM is not known",
+            "no-backend": f"sandbox {self.sandbox}: its saved request names no VM",
+        }[self.why]
+
 
 #: Every host fact probed (GET /v1/node; ``status --all`` without ``--host-memory``).
 PROBED = HostOverrides()

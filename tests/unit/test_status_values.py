@@ -15,10 +15,9 @@ from kata_mem.core.errors import ConfigError
 from kata_mem.core.model import Settings, VmState
 from kata_mem.core.record import LastOutcome, Record
 from kata_mem.core.request import Endpoint, HostOverrides
-from kata_mem.core.results import NoEndpoint, SandboxStatus
 from kata_mem.edges.journal import SandboxState
 from kata_mem.interfaces import render
-from kata_mem.orchestration.status import node_status, saved_endpoint
+from kata_mem.orchestration.status import NoEndpoint, SandboxStatus, node_status, saved_endpoint
 
 MiB = 1 << 20
 REQUEST = {"schema": "kata-mem/shim-request/v1", "sandbox_id": "sb", "event": "update"}
