@@ -48,7 +48,7 @@ from kata_mem.edges.sources import build_workload
 from kata_mem.interfaces import render
 from kata_mem.interfaces.pipes import ResultLost, lost
 from kata_mem.orchestration.handle import (
-    Current,
+    CURRENT_OPTION,
     apply_request,
     plan_request,
     probe,
@@ -471,11 +471,7 @@ def preview(
         host_arch,
         host_hugepages,
     )
-    given = None
-    if current is not None:
-        given = Current(
-            quantity_bytes(current, "--current"), Origin("option", "--current", value=current)
-        )
+    current_bytes = None if current is None else quantity_bytes(current, "--current")
     # A plan-only request, as the shim's and the service's: one path (handle.plan_request).
     request = SandboxRequest(
         "preview",
@@ -487,7 +483,8 @@ def preview(
         allow_shrink=allow_shrink,
         host=overrides,
     )
-    planned = plan_request(request, config_mod.env(), given)
+    as_typed = replace(CURRENT_OPTION, value=current or "")  # for its error
+    planned = plan_request(request, config_mod.env(), current_bytes, as_typed)
     if as_json:
         _emit(render.plan_json(planned.plan, planned.config))
     else:
@@ -509,9 +506,9 @@ def _described(
 ) -> tuple[str, HostOverrides, Workload]:
     """What :func:`request_options` describe, read alike for preview and apply: the
     configuration file as Kata finds it (named as given: the plan shows it so; the
-    request an apply saves names it absolutely, :func:`~kata_mem.orchestration.handle.saved_request`),
-    the host overrides with ``--host-cgroup``, and the workload, read for the
-    architecture the request's host probe will find."""
+    request an apply saves names it absolutely, ``handle.saved_request``), the host
+    overrides with ``--host-cgroup``, and the workload, read for the architecture the
+    request's host probe will find."""
     config, _ = _find_config(config_path)
     overrides = replace(
         _host(host_memory, host_cpus, host_arch, host_hugepages),

@@ -19,7 +19,6 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional
 
 from kata_mem.core.annotations import pod_config
@@ -52,13 +51,8 @@ CONFIGURED_CGROUP = Origin("file", key="[kata_mem] host_memory_cgroup")
 HOST_CGROUP_OPTION = Origin("option", "--host-cgroup")
 
 
-@dataclass(frozen=True)
-class Current:
-    """The guest memory a plan starts from instead of the boot memory (``preview
-    --current``), in bytes; ``origin`` names it as it was given, for its error."""
-
-    size: int
-    origin: Origin
+#: ``preview --current`` (its ``value`` is the quantity as typed, for its error).
+CURRENT_OPTION = Origin("option", "--current")
 
 
 def handle(
@@ -81,10 +75,14 @@ def handle(
 
 
 def plan_request(
-    request: SandboxRequest, env: Mapping[str, str], current: Optional[Current] = None
+    request: SandboxRequest,
+    env: Mapping[str, str],
+    current: Optional[int] = None,
+    current_origin: Origin = CURRENT_OPTION,
 ) -> Planned:
-    """The plan for a freshly booted VM (or one with ``current`` guest memory), as
-    ``preview`` shows it and a plan-only shim request is answered. Nothing runs.
+    """The plan for a freshly booted VM (or one with ``current`` bytes of guest memory,
+    given where ``current_origin`` says), as ``preview`` shows it and a plan-only shim
+    request is answered. Nothing runs.
 
     :raises InputError: ``current`` is not a size this VM can have (below its boot
         memory, above its maximum, not whole blocks above the boot memory).
@@ -94,14 +92,14 @@ def plan_request(
     host = sandbox_host(cfg, request.host)
     cfg = pod_config(cfg, host, request.workload)  # the pod's Kata annotations
     if current is not None:
-        problem = current_problem(cfg, host, current.size)
+        problem = current_problem(cfg, host, current)
         if problem:
-            raise InputError(f"{current.origin.name()} {current.origin.value!r}: {problem}")
+            raise InputError(f"{current_origin.name()} {current_origin.value!r}: {problem}")
     p = preview(
         cfg,
         host,
         request.workload,
-        None if current is None else current.size,
+        current,
         allow_shrink=request.allow_shrink,
         cgroup=request.host.cgroup,
         cgroup_origin=request.host.cgroup_origin,
