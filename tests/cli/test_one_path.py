@@ -75,7 +75,7 @@ def test_status_finds_a_known_sandbox_from_its_saved_request(run_cli: Run, tmp_p
         assert (doc["plugged_mib"], doc["journal"]["observed_mib"]) == (256, 768)
         text = run_cli("status", "--sandbox", "sb", "--state-dir", str(state)).out
         assert "\njournal: idle, pending unplug none\nlast outcome: Resized" in text, text
-    # The VM is gone: asked through its saved request, it says so as through its socket.
+    # The VM is gone: asked through its saved request, the error names its socket (exit 6).
     r = run_cli("status", "--sandbox", "sb", "--state-dir", str(state))
     assert r.code == 6 and f"QMP socket {server.path}" in r.err, r
 
