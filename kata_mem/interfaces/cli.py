@@ -19,13 +19,18 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar
 import click
 from click.shell_completion import CompletionItem
 
-from kata_mem.core.annotations import pod_config
 from kata_mem.core.arch import GO_ARCH, check_hugepages, normalize_arch
 from kata_mem.core.endpoint import Endpoint
 from kata_mem.core.errors import InputError, KataMemError
 from kata_mem.core.fields import integer_range
-from kata_mem.core.model import SIZING_MODELS, Origin, Settings, SizingConfig, SizingModel
-from kata_mem.core.planner import current_problem
+from kata_mem.core.model import (
+    SIZING_MODELS,
+    Origin,
+    Settings,
+    SizingConfig,
+    SizingModel,
+    Workload,
+)
 from kata_mem.core.quantity import quantity_bytes
 from kata_mem.core.request import MIN_HOST_MEMORY, CallOptions, HostOverrides, SandboxRequest
 from kata_mem.core.units import INT64_MAX, to_mib_floor
@@ -35,8 +40,14 @@ from kata_mem.edges.host import machine_arch
 from kata_mem.edges.sources import build_workload
 from kata_mem.interfaces import render
 from kata_mem.interfaces.pipes import ResultLost, lost
-from kata_mem.orchestration.handle import apply_request, probe, sandbox_host
-from kata_mem.orchestration.handle import preview as plan_preview
+from kata_mem.orchestration.handle import (
+    CURRENT_OPTION,
+    apply_request,
+    plan_request,
+    probe,
+    state_dir_of,
+    workload_arch,
+)
 
 if TYPE_CHECKING:
     from kata_mem.interfaces.listener import MetricsAddress
@@ -441,22 +452,64 @@ def preview(
 ) -> None:
     """Show the memory and vCPUs a sandbox would get, the steps, and why: what apply
     would do with the same flags. Changes nothing."""
-    cfg, _ = _config(config_path)
-    host = sandbox_host(cfg, _host(host_memory, host_cpus, host_arch, host_hugepages))
-    workload = build_workload(pod, oci, limit, cpu, host.arch)
-    cfg = pod_config(cfg, host, workload)  # the pod's Kata annotations, as apply reads them
-    current_bytes = None
-    if current is not None:
-        current_bytes = quantity_bytes(current, "--current")
-        problem = current_problem(cfg, host, current_bytes)
-        if problem:
-            raise InputError(f"--current {current!r}: {problem}")
-    result = plan_preview(cfg, host, workload, current_bytes, allow_shrink, host_cgroup)
+    config, overrides, workload = _described(
+        config_path,
+        pod,
+        oci,
+        limit,
+        cpu,
+        host_cgroup,
+        host_memory,
+        host_cpus,
+        host_arch,
+        host_hugepages,
+    )
+    current_bytes = None if current is None else quantity_bytes(current, "--current")
+    # A plan-only request, as the shim's and the service's: one path (handle.plan_request).
+    request = SandboxRequest(
+        "preview",
+        "update",
+        config,
+        workload,
+        None,
+        mode="plan",
+        allow_shrink=allow_shrink,
+        host=overrides,
+    )
+    as_typed = replace(CURRENT_OPTION, value=current or "")  # for its error
+    planned = plan_request(request, config_mod.env(), current_bytes, as_typed)
     if as_json:
-        _emit(render.plan_json(result, cfg))
+        _emit(render.plan_json(planned.plan, planned.config))
     else:
         title = f"preview of {pod}" if pod else "preview"
-        click.echo(render.plan_text(result, cfg, title))
+        click.echo(render.plan_text(planned.plan, planned.config, title))
+
+
+def _described(
+    config_path: Optional[str],
+    pod: Optional[Path],
+    oci: tuple[Path, ...],
+    limit: tuple[str, ...],
+    cpu: tuple[str, ...],
+    host_cgroup: Optional[str],
+    host_memory: Optional[str],
+    host_cpus: Optional[int],
+    host_arch: Optional[str],
+    host_hugepages: Optional[str],
+) -> tuple[str, HostOverrides, Workload]:
+    """What :func:`request_options` describe, read alike for preview and apply: the
+    configuration file as Kata finds it (named as given: the plan shows it so; the
+    request an apply saves names it absolutely, ``handle.saved_request``), the host
+    overrides with ``--host-cgroup``, and the workload, read for the architecture the
+    request's host probe will find."""
+    config, _ = _find_config(config_path)
+    overrides = replace(
+        _host(host_memory, host_cpus, host_arch, host_hugepages),
+        cgroup=host_cgroup,
+        cgroup_origin=Origin("option", "--host-cgroup"),
+    )
+    workload = build_workload(pod, oci, limit, cpu, workload_arch(overrides))
+    return str(config), overrides, workload
 
 
 def _endpoint(
@@ -511,7 +564,8 @@ def backend_options(fn: F) -> F:
             "--sandbox",
             type=Text(),
             metavar="ID",
-            help="Sandbox id (default: derived from the socket or domain).",
+            help="Sandbox id (default: derived from the socket or domain). status --sandbox ID "
+            "alone asks the VM of the sandbox's last applied request.",
         ),
         click.option(
             "--state-dir",
@@ -571,20 +625,24 @@ def apply(
         raise click.UsageError(
             "apply needs --qmp SOCKET or --libvirt URI --domain NAME (or --dry-run)"
         )
-    config, _ = _find_config(config_path)
-    overrides = replace(
-        _host(host_memory, host_cpus, host_arch, host_hugepages),
-        cgroup=host_cgroup,
-        cgroup_origin=Origin("option", "--host-cgroup"),
+    config, overrides, workload = _described(
+        config_path,
+        pod,
+        oci,
+        limit,
+        cpu,
+        host_cgroup,
+        host_memory,
+        host_cpus,
+        host_arch,
+        host_hugepages,
     )
-    # The host's architecture, as the request will probe it: it says which hugepage sizes exist.
-    workload = build_workload(pod, oci, limit, cpu, overrides.arch or machine_arch())
     if force:
         log.warning("--force skips every shrink safety check; for tests and benchmarks only")
     request = SandboxRequest(
         _sandbox_id(sandbox, endpoint),
         "update",
-        os.path.abspath(config),  # kept in the saved request: reconcile runs elsewhere
+        config,
         workload,
         endpoint,
         mode="dry-run" if dry_run else "apply",
@@ -641,45 +699,48 @@ def status(
     as_json: bool,
 ) -> None:
     """Show what the hypervisor reports: boot memory, devices, plugged total, guest usage;
-    with --all, every sandbox kata-mem manages and the node's totals."""
-    from kata_mem.orchestration.status import read_status
+    with --all, every sandbox kata-mem manages and the node's totals. --sandbox ID alone
+    asks the VM its last applied request names, as GET /v1/sandboxes/ID does."""
+    from kata_mem.orchestration.status import NoEndpoint, node_status, read_status, saved_endpoint
 
     endpoint = _endpoint(qmp, libvirt_uri, domain)
     if every:
         if endpoint is not None:
             raise click.UsageError("status --all takes no --qmp, --libvirt or --domain")
-        _status_all(config_path, state_dir, host_memory, as_json)
+        settings, directory = _node(config_path, state_dir)
+        node = node_status(settings, directory, _host(host_memory, None, None, None))
+        if as_json:
+            _emit(render.node_status_json(node))
+        else:
+            click.echo(render.node_status_text(node))
         return
-    if endpoint is None:
-        raise click.UsageError("status needs --qmp SOCKET or --libvirt URI --domain NAME")
+    if endpoint is None and sandbox is None:
+        raise click.UsageError(
+            "status needs --qmp SOCKET, --libvirt URI --domain NAME, or --sandbox ID (a "
+            "sandbox kata-mem has applied a request to)"
+        )
     if host_memory is not None:
         raise click.UsageError("status --host-memory goes with --all (the node's totals)")
-    directory = state_dir
-    if directory is None:
-        directory = (
-            _config(config_path)[0].settings.state_dir if config_path else Settings().state_dir
-        )
-    vm, usage, record = read_status(
-        endpoint, _sandbox_id(sandbox, endpoint), directory, dict(os.environ)
-    )
+    directory = _node(config_path, state_dir)[1]
+    if endpoint is None:
+        assert sandbox is not None
+        found = saved_endpoint(directory, sandbox)
+        if isinstance(found, NoEndpoint):
+            raise InputError(found.describe())
+        endpoint = found
+    seen = read_status(endpoint, _sandbox_id(sandbox, endpoint), directory, dict(os.environ))
     if as_json:
-        _emit(render.status_json(vm, usage, record))
+        _emit(render.status_json(seen))
     else:
-        click.echo(render.status_text(vm, usage, record))
+        click.echo(render.status_text(seen))
 
 
-def _status_all(
-    config_path: Optional[str], state_dir: Optional[str], host_memory: Optional[str], as_json: bool
-) -> None:
-    from kata_mem.orchestration.status import node_status
-
+def _node(config_path: Optional[str], state_dir: Optional[str]) -> tuple[Settings, str]:
+    """The node's settings (``--config``'s ``[kata_mem]`` table, else the defaults) and
+    its state directory (``--state-dir``, else theirs): ``status``, ``reconcile`` and
+    ``serve`` read them alike."""
     settings = _config(config_path)[0].settings if config_path else Settings()
-    directory = state_dir or settings.state_dir
-    node = node_status(settings, probe(_host(host_memory, None, None, None)), directory)
-    if as_json:
-        _emit(render.node_status_json(node))
-    else:
-        click.echo(render.node_status_text(node))
+    return settings, state_dir_of(CallOptions(state_dir=state_dir), settings)
 
 
 @cli.command()
@@ -704,12 +765,7 @@ def reconcile(config_path: Optional[str], state_dir: Optional[str], as_json: boo
     Exits with the code of the first sandbox that failed (the pass goes on)."""
     from kata_mem.orchestration.reconcile import exit_code, reconcile_all
 
-    directory = state_dir
-    if directory is None:
-        directory = (
-            _config(config_path)[0].settings.state_dir if config_path else Settings().state_dir
-        )
-    visits = reconcile_all(directory, dict(os.environ))
+    visits = reconcile_all(_node(config_path, state_dir)[1], dict(os.environ))
     if as_json:
         _emit(render.reconcile_json(visits))
     else:
@@ -786,14 +842,14 @@ def serve_node(
     /metrics and /healthz over TCP too."""
     from kata_mem.interfaces.serve import run_service
 
-    settings = _config(config_path)[0].settings if config_path else Settings()
+    settings, directory = _node(config_path, state_dir)
     # A daemon says what it does: its start-up and one line per answered request (INFO)
     # are logged without -v.
     logs.at_least_info()
     return run_service(
         socket_path,
         group,
-        state_dir or settings.state_dir,
+        directory,
         settings,
         idle_timeout,
         reconcile_interval,

@@ -7,7 +7,7 @@ the text forms are for reading and may change.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from kata_mem.core.errors import KataMemError
 from kata_mem.core.guestmem import PAGE_SIZE, STRUCT_PAGE, formula
@@ -15,7 +15,6 @@ from kata_mem.core.model import (
     Clamp,
     Demand,
     GuestCeiling,
-    GuestUsage,
     HostCgroup,
     HostFacts,
     MemoryDevice,
@@ -28,10 +27,12 @@ from kata_mem.core.model import (
     SizingConfig,
     Step,
     Unseen,
-    VmState,
 )
 from kata_mem.core.results import NodeStatus, Visit
 from kata_mem.core.units import MiB, to_kib_floor, to_mib_ceil, to_mib_floor
+
+if TYPE_CHECKING:  # rendered only by status, which has it loaded; a shim's answer does not
+    from kata_mem.orchestration.status import SandboxStatus
 
 PLAN_SCHEMA = "kata-mem/plan/v1"
 HOST_SCHEMA = "kata-mem/host/v1"
@@ -540,9 +541,10 @@ def _device_json(d: MemoryDevice) -> dict[str, Any]:
     }
 
 
-def status_json(
-    vm: VmState, usage: Optional[GuestUsage], record: Optional[dict[str, Any]]
-) -> dict[str, Any]:
+def status_json(status: SandboxStatus) -> dict[str, Any]:
+    """``status --json`` and GET /v1/sandboxes/ID (schema ``kata-mem/status/v1``); the
+    journal as it is on disk."""
+    vm, usage, record = status.vm, status.usage, status.record
     guest = None
     if usage is not None and (usage.total, usage.available, usage.free) != (None, None, None):
         # null, not an object of nulls, when the guest has reported nothing (no balloon,
@@ -566,7 +568,7 @@ def status_json(
         "orphans": list(vm.orphans),
         "unproven": list(vm.unproven),
         "guest": guest,
-        "journal": record,
+        "journal": None if record is None else record.to_json(),
     }
 
 
@@ -579,13 +581,8 @@ def _mib_text(n: Optional[int]) -> str:
     return "unknown" if n is None else f"{n} MiB"
 
 
-def _record_text(value: object, missing: str) -> str:
-    # Journal values come from a file; show a placeholder, never "None".
-    return missing if value is None or value == "" else str(value)
-
-
-def status_text(vm: VmState, usage: Optional[GuestUsage], record: Optional[dict[str, Any]]) -> str:
-    d = status_json(vm, usage, record)
+def status_text(status: SandboxStatus) -> str:
+    d, usage, record = status_json(status), status.usage, status.record
     lines = [
         f"boot memory {d['base_mib']} MiB, plugged {d['plugged_mib']} MiB, total {d['total_mib']} MiB",
         f"DIMM slots {d['slots_used']}/{d['slots']} used; device space "
@@ -596,7 +593,7 @@ def status_text(vm: VmState, usage: Optional[GuestUsage], record: Optional[dict[
         extra = (
             f" requested {dev['requested_mib']} MiB of {dev['max_mib']} MiB"
             if dev["kind"] == "virtio-mem"
-            else f" slot {_record_text(dev['slot'], 'unknown')}, "
+            else f" slot {'unknown' if dev['slot'] is None else dev['slot']}, "
             + ("kata-mem's" if dev["ours"] else "not kata-mem's")
         )
         pending = " (unplug pending)" if dev["pending_unplug"] else ""
@@ -623,19 +620,12 @@ def status_text(vm: VmState, usage: Optional[GuestUsage], record: Optional[dict[
             f"guest: MemTotal {_mib_text(g['total_mib'])}, available {_mib_text(g['available_mib'])}, "
             f"free {_mib_text(g['free_mib'])} ({age})"
         )
-    if record:
-        unplugs = record.get("pending_unplug")
-        lines.append(
-            f"journal: {_record_text(record.get('state'), 'unknown')}, pending unplug "
-            f"{', '.join(map(str, unplugs)) if isinstance(unplugs, list) and unplugs else 'none'}"
-        )
-        last = record.get("last_outcome")
-        if isinstance(last, dict) and last:
-            parts = [
-                _record_text(last.get("status"), "unknown"),
-                _record_text(last.get("reason"), ""),
-                _record_text(last.get("message"), ""),
-            ]
+    if record is not None:
+        unplugs = ", ".join(sorted(set(record.pending_unplug))) or "none"
+        lines.append(f"journal: {record.state}, pending unplug {unplugs}")
+        last = record.last_outcome
+        if last is not None:
+            parts = (last.status, last.reason, last.message)
             lines.append("last outcome: " + " ".join(p for p in parts if p))
     return "\n".join(lines)
 

@@ -38,7 +38,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 
 from kata_mem.core.errors import BackendUnavailable, InputError, KataMemError
 from kata_mem.core.model import Settings, Unseen, check_sandbox_id
-from kata_mem.core.request import MAX_REQUEST_BYTES, CallOptions, HostOverrides, SandboxRequest
+from kata_mem.core.request import MAX_REQUEST_BYTES, CallOptions, SandboxRequest
 from kata_mem.core.results import Applied, Planned
 from kata_mem.core.units import to_mib_floor
 from kata_mem.edges.logs import describe, get_logger
@@ -457,13 +457,10 @@ class Service:
         return _json(done.document(), status or http_status(code), code)
 
     async def node(self, request: web.Request) -> web.StreamResponse:
-        from kata_mem.orchestration.handle import probe
         from kata_mem.orchestration.status import node_status
 
         def read() -> dict[str, Any]:
-            return render.node_status_json(
-                node_status(self.settings, probe(HostOverrides()), self.state_dir)
-            )
+            return render.node_status_json(node_status(self.settings, self.state_dir))
 
         try:
             return _json(await self._run(read), 200)
@@ -471,15 +468,22 @@ class Service:
             return self._failed(request, exc)
 
     async def sandbox(self, request: web.Request) -> web.StreamResponse:
+        from kata_mem.orchestration.status import NoEndpoint, read_status, saved_endpoint
+
         sandbox = request.match_info["id"]
         try:
             check_sandbox_id(sandbox)
-            found = await self._run(lambda: self._saved_endpoint(sandbox))
-            if isinstance(found, str):
-                return self._failed(request, InputError(found), 404)
+            found = await self._run(lambda: saved_endpoint(self.state_dir, sandbox))
+            if isinstance(found, NoEndpoint):
+                return self._failed(request, InputError(found.describe()), 404)
             try:
                 doc = await asyncio.wait_for(
-                    self._run(lambda: self._status(found, sandbox)), STATUS_TIMEOUT_S
+                    self._run(
+                        lambda: render.status_json(
+                            read_status(found, sandbox, self.state_dir, self.env)
+                        )
+                    ),
+                    STATUS_TIMEOUT_S,
                 )
             except asyncio.TimeoutError as exc:
                 raise BackendUnavailable(
@@ -501,26 +505,6 @@ class Service:
         )
 
     # --- the reconcile loop ------------------------------------------------------------
-
-    def _saved_endpoint(self, sandbox: str) -> Any:
-        """The sandbox's endpoint from its saved request, or why there is none.
-
-        :raises ConfigError: the saved request is not one kata-mem wrote for it.
-        """
-        from kata_mem.edges.journal import SandboxState
-
-        state = SandboxState(self.state_dir, sandbox)
-        if not state.owned():
-            return f"sandbox {sandbox}: unknown (kata-mem has no state for it in {self.state_dir})"
-        saved = state.saved_request()
-        if saved is None:
-            return f"sandbox {sandbox}: no resize recorded, so its VM is not known"
-        return saved.endpoint or f"sandbox {sandbox}: its saved request names no VM"
-
-    def _status(self, endpoint: Any, sandbox: str) -> dict[str, Any]:
-        from kata_mem.orchestration.status import read_status
-
-        return render.status_json(*read_status(endpoint, sandbox, self.state_dir, self.env))
 
     async def metrics_text(self, request: web.Request) -> web.StreamResponse:
         body = await self._run(self.metrics.text)

@@ -3,11 +3,14 @@ to a :class:`~kata_mem.core.results.Response`, which every interface (the comman
 the shim, the node service) and ``kata-mem reconcile`` share.
 
 :func:`handle` reads the request's configuration and the host it sees, then does what
-the request's mode says: :func:`plan_request` (a plan, nothing runs), :func:`apply_request`
-(a resize, or a dry run on an in-memory copy of the VM) or :func:`forget_request`. Each
-part is written once here: the host a sandbox sees (:func:`sandbox_host`), the plan a
-preview shows (:func:`preview`), forgetting a sandbox (:func:`forget`), the request that
-``reconcile`` re-runs (:func:`saved_request`). The executor, the journal and the backends
+the request's mode says: :func:`plan_request` (a plan, nothing runs: the shim's and the
+service's plan-only answer and ``kata-mem preview``), :func:`apply_request` (a resize, or
+a dry run on an in-memory copy of the VM: ``apply --dry-run``) or :func:`forget_request`.
+Each part is written once here: the architecture a request's workload is read for
+(:func:`workload_arch`), the host a sandbox sees (:func:`sandbox_host`), the state
+directory a call uses (:func:`state_dir_of`), the plan a preview shows (:func:`preview`),
+forgetting a sandbox (:func:`forget`), the request that ``reconcile`` re-runs
+(:func:`saved_request`). The executor, the journal and the backends
 are imported only on the paths that use them, so a plan-only request loads none.
 """
 
@@ -20,13 +23,22 @@ from typing import TYPE_CHECKING, Optional
 
 from kata_mem.core.annotations import pod_config
 from kata_mem.core.endpoint import Endpoint
-from kata_mem.core.errors import ConfigError
-from kata_mem.core.model import HostFacts, Note, Origin, Plan, SizingConfig, Workload
-from kata_mem.core.planner import assumed_vm, plan
+from kata_mem.core.errors import ConfigError, InputError
+from kata_mem.core.model import (
+    Arch,
+    HostFacts,
+    Note,
+    Origin,
+    Plan,
+    Settings,
+    SizingConfig,
+    Workload,
+)
+from kata_mem.core.planner import assumed_vm, current_problem, plan
 from kata_mem.core.request import CallOptions, HostOverrides, SandboxRequest
 from kata_mem.core.results import Applied, Forgotten, Planned, Response
 from kata_mem.edges.config import DEFAULT_PATHS, find_config, load_config
-from kata_mem.edges.host import probe_host
+from kata_mem.edges.host import machine_arch, probe_host
 
 if TYPE_CHECKING:
     from kata_mem.backends.fake import FakeBackend
@@ -38,6 +50,10 @@ NO_OPTIONS = CallOptions()
 CONFIGURED_CGROUP = Origin("file", key="[kata_mem] host_memory_cgroup")
 #: ``preview --host-cgroup``.
 HOST_CGROUP_OPTION = Origin("option", "--host-cgroup")
+
+
+#: ``preview --current`` (its ``value`` is the quantity as typed, for its error).
+CURRENT_OPTION = Origin("option", "--current")
 
 
 def handle(
@@ -59,18 +75,32 @@ def handle(
     return apply_request(request, env, options)
 
 
-def plan_request(request: SandboxRequest, env: Mapping[str, str]) -> Planned:
-    """The plan for a freshly booted VM, as ``preview`` shows it. Nothing runs.
+def plan_request(
+    request: SandboxRequest,
+    env: Mapping[str, str],
+    current: Optional[int] = None,
+    current_origin: Origin = CURRENT_OPTION,
+) -> Planned:
+    """The plan for a freshly booted VM (or one with ``current`` bytes of guest memory,
+    given where ``current_origin`` says), as ``preview`` shows it and a plan-only shim
+    request is answered. Nothing runs.
 
+    :raises InputError: ``current`` is not a size this VM can have (below its boot
+        memory, above its maximum, not whole blocks above the boot memory).
     :raises KataMemError: the configuration, the host or the input is unusable.
     """
     cfg = request_config(request.config, env)
     host = sandbox_host(cfg, request.host)
     cfg = pod_config(cfg, host, request.workload)  # the pod's Kata annotations
+    if current is not None:
+        problem = current_problem(cfg, host, current)
+        if problem:
+            raise InputError(f"{current_origin.name()} {current_origin.value!r}: {problem}")
     p = preview(
         cfg,
         host,
         request.workload,
+        current,
         allow_shrink=request.allow_shrink,
         cgroup=request.host.cgroup,
         cgroup_origin=request.host.cgroup_origin,
@@ -88,7 +118,7 @@ def forget_request(
         kata-mem's (nothing is changed).
     """
     cfg = request_config(request.config, env)
-    notes = forget(request.sandbox, options.state_dir or cfg.settings.state_dir)
+    notes = forget(request.sandbox, state_dir_of(options, cfg.settings))
     return Forgotten(request.sandbox, cfg, notes)
 
 
@@ -108,6 +138,21 @@ def apply_request(
     cfg = request_config(request.config, env)
     host = sandbox_host(cfg, request.host)
     return _resize(request, pod_config(cfg, host, request.workload), host, options, env)
+
+
+def state_dir_of(options: CallOptions, settings: Settings) -> str:
+    """The state directory of a call: the process's own (``--state-dir``; ``serve`` gives
+    its own to every request), else the configuration's ``[kata_mem] state_dir``."""
+    return options.state_dir or settings.state_dir
+
+
+def workload_arch(overrides: HostOverrides) -> Arch:
+    """The architecture a workload is read for (which hugepage sizes exist): the one
+    given, else this machine's, as the host probe of the request will find it.
+
+    :raises InputError: this machine's architecture is not one Kata supports.
+    """
+    return overrides.arch or machine_arch()
 
 
 def request_config(path: Optional[str], env: Mapping[str, str]) -> SizingConfig:
@@ -314,7 +359,7 @@ def _resize(
     allowed = Options(allow_shrink=request.allow_shrink, force=options.force)
     pod_limit = None if request.resize is None else request.resize.pod_limit
     host_side = HostSide(cfg, host, request.host.cgroup, request.host.cgroup_origin, pod_limit)
-    directory = options.state_dir or cfg.settings.state_dir
+    directory = state_dir_of(options, cfg.settings)
     if request.mode == "dry-run":
         state_dir_state(directory)  # what apply would say about it; read only
         SandboxState(directory, sandbox).owned()  # and of a sandbox directory others could write

@@ -1,23 +1,96 @@
-"""What ``kata-mem status`` shows: one sandbox's VM as its hypervisor reports it
-(:func:`read_status`), and every sandbox of the node from the state directory, asking no
-VM (:func:`node_status`)."""
+"""What ``kata-mem status`` and the node service's GET endpoints show: one sandbox's VM
+as its hypervisor reports it (:func:`read_status`), found from its saved request when no
+endpoint is given (:func:`saved_endpoint`), and every sandbox of the node from the state
+directory, asking no VM (:func:`node_status`). The command line and the service call
+these alike, each rendering what they return. Its two values (:class:`SandboxStatus`,
+:class:`NoEndpoint`) are defined here rather than in :mod:`kata_mem.core.results`, which
+every plan-only shim request loads: each dataclass defined costs start-up time, and a
+shim's answer makes neither."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 from collections.abc import Mapping
-from typing import Any, Optional
+from dataclasses import dataclass
+from typing import Literal, Optional, Union
 
 from kata_mem.core.endpoint import Endpoint
 from kata_mem.core.errors import ConfigError
-from kata_mem.core.model import GuestUsage, HostFacts, Note, Settings, VmState
+from kata_mem.core.model import GuestUsage, Note, Settings, VmState
+from kata_mem.core.record import Record
+from kata_mem.core.request import HostOverrides
 from kata_mem.core.results import NodeStatus, SandboxSummary
+
+
+@dataclass(frozen=True)
+class SandboxStatus:
+    """One sandbox's VM as its hypervisor reports it (``kata-mem status``, GET
+    /v1/sandboxes/ID): the devices its journal proves kata-mem's marked, the guest's
+    latest usage reading (``None``: the VM has no balloon), and its journal (``None``:
+    kata-mem has none for it)."""
+
+    vm: VmState
+    usage: Optional[GuestUsage]
+    record: Optional[Record]
+
+
+#: Why kata-mem knows no VM for a sandbox: no state for it in the state directory, no
+#: request applied to it yet, or its saved request names no backend.
+Unknown = Literal["no-state", "no-request", "no-backend"]
+
+
+@dataclass(frozen=True)
+class NoEndpoint:
+    """A sandbox whose VM kata-mem does not know (``status --sandbox ID``, GET
+    /v1/sandboxes/ID): ``why``, in ``state_dir``."""
+
+    sandbox: str
+    why: Unknown
+    state_dir: str
+
+    def describe(self) -> str:
+        return {
+            "no-state": f"sandbox {self.sandbox}: unknown (kata-mem has no state for it in "
+            f"{self.state_dir})",
+            "no-request": f"sandbox {self.sandbox}: no resize recorded, so its VM is not known",
+            "no-backend": f"sandbox {self.sandbox}: its saved request names no VM",
+        }[self.why]
+
+
+#: Every host fact probed (GET /v1/node; ``status --all`` without ``--host-memory``).
+PROBED = HostOverrides()
+
+
+def saved_endpoint(state_dir: str, sandbox: str) -> Union[Endpoint, NoEndpoint]:
+    """The endpoint of the last request applied to the sandbox (marked ``saved``: it
+    leads only to the VMM it was applied to), or why kata-mem knows none. The saved
+    request is read as every saved request is (:meth:`SandboxState.saved_request`).
+    Reads only.
+
+    :raises ConfigError: the state directory is not kata-mem's, or it, the sandbox
+        directory or the saved request could have been written by another user, or the
+        request is for another sandbox (nothing is read from it, and no VM is asked).
+    :raises InputError: the sandbox id, or the saved request, is not valid.
+    """
+    from kata_mem.edges.journal import SandboxState
+    from kata_mem.edges.statedir import state_dir_state
+
+    # As read_status: a state dir that is not kata-mem's, or that another user could have
+    # written, is refused before anything in it is read.
+    state_dir_state(state_dir)
+    state = SandboxState(state_dir, sandbox)
+    if not state.owned():
+        return NoEndpoint(sandbox, "no-state", state_dir)
+    saved = state.saved_request()
+    if saved is None:
+        return NoEndpoint(sandbox, "no-request", state_dir)
+    return saved.endpoint or NoEndpoint(sandbox, "no-backend", state_dir)
 
 
 def read_status(
     endpoint: Endpoint, sandbox: str, state_dir: str, env: Mapping[str, str]
-) -> tuple[VmState, Optional[GuestUsage], Optional[dict[str, Any]]]:
+) -> SandboxStatus:
     """What the hypervisor reports, with the devices the sandbox's journal proves are
     kata-mem's marked, the guest's latest usage reading as it is (with its age: nothing
     waits for, or asks for, a newer one), and the journal (if any). Changes nothing on
@@ -44,11 +117,15 @@ def read_status(
         backend.close()
     record = state.load(read_only=True) if owned and state.path.is_file() else None
     vm = owned_view(vm, record.owned if record is not None else ())
-    return vm, usage, None if record is None else record.to_json()
+    return SandboxStatus(vm, usage, record)
 
 
-def node_status(settings: Settings, host: HostFacts, state_dir: str) -> NodeStatus:
-    """What ``status --all`` shows: read from the state directory, which is left as it is.
+def node_status(
+    settings: Settings, state_dir: str, overrides: HostOverrides = PROBED
+) -> NodeStatus:
+    """What ``status --all`` and GET /v1/node show: read from the state directory, which
+    is left as it is, against the host as probed (each fact from ``overrides`` when
+    given: ``status --all --host-memory``).
 
     :raises ConfigError: the state directory is not kata-mem's, or it or a sandbox
         directory in it could have been written by another user (named, with its
@@ -60,7 +137,9 @@ def node_status(settings: Settings, host: HostFacts, state_dir: str) -> NodeStat
     from kata_mem.edges.logs import get_logger
     from kata_mem.edges.statedir import list_state_dir
     from kata_mem.orchestration.guards import node_budget
+    from kata_mem.orchestration.handle import probe
 
+    host = probe(overrides)
     listing = list_state_dir(state_dir)
     if listing.refused:
         raise ConfigError("; ".join(why for _name, why in listing.refused))

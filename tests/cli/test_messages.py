@@ -30,10 +30,11 @@ def test_a_clamp_says_the_requested_mib_the_table_and_the_json_show(run_cli: Run
 
 
 def test_a_file_named_json_asks_for_no_json(run_cli: Run, tmp_path: Path) -> None:
-    # click gives --pod the value "--json": a file name, so the error is text.
+    # click gives --pod the value "--json": a file name, so the error is text. The
+    # workload is read before the configuration, by preview as by apply (one request).
     r = run_cli("preview", "--config", str(tmp_path / "none.toml"), "--pod", "--json")
-    assert r.code == 3
-    assert r.out == "" and "none.toml: no such configuration file" in r.err
+    assert r.code == 4
+    assert r.out == "" and r.err == "kata-mem: error: --json: no such Pod manifest file\n"
 
 
 def test_json_asked_for_is_the_error_document_even_for_an_option_before_it(

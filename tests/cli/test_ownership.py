@@ -211,6 +211,8 @@ def every_command(
         "status": run_cli(
             "status", "--qmp", str(sock), "--sandbox", sandbox, "--state-dir", str(state)
         ),
+        # The VM from the saved request, as GET /v1/sandboxes/ID finds it.
+        "status --sandbox": run_cli("status", "--sandbox", sandbox, "--state-dir", str(state)),
         "status --all": run_cli("status", "--all", "--state-dir", str(state)),
         "reconcile": run_cli("reconcile", "--state-dir", str(state)),
     }

@@ -106,6 +106,7 @@ def test_every_command_refuses_a_state_dir_kata_mem_did_not_create(
         "status": run_cli(
             "status", "--qmp", str(server.path), "--sandbox", sb, "--state-dir", str(target)
         ),
+        "status (its saved request)": run_cli("status", "--sandbox", sb, "--config", str(cfg)),
         "reconcile": run_cli("reconcile", "--state-dir", str(target)),
         "reconcile (from the config)": run_cli("reconcile", "--config", str(cfg)),
     }

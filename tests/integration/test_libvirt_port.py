@@ -76,8 +76,8 @@ def test_status_and_the_presence_check_change_nothing(
     endpoint = Endpoint("libvirt", URI, name)
     assert vm_gone(endpoint) is None  # reconcile's question: a read-only connection
     assert _period(dom) == "5"
-    vm, usage, _record = read_status(endpoint, "sb", str(tmp_path / "state"), {})
-    assert vm.base == 512 * MiB and usage is not None
+    seen = read_status(endpoint, "sb", str(tmp_path / "state"), {})
+    assert seen.vm.base == 512 * MiB and seen.usage is not None
     assert _period(dom) == "5"
 
 
