@@ -91,7 +91,7 @@ def exchange(port: int, raw: bytes) -> tuple[bytes, dict[str, str], bytes]:
     anything before it (a 100 Continue), headers, body."""
     with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
         sock.sendall(raw)
-        reply = read_response(sock)
+        reply = read_response(sock, body=not raw.startswith(b"HEAD "))
     head, _, body = reply.partition(b"\r\n\r\n")
     status_line, *fields = head.decode("latin-1").split("\r\n")
     headers = {k.lower(): v.strip() for k, _, v in (f.partition(":") for f in fields)}

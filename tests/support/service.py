@@ -154,16 +154,19 @@ def all_read(sock: socket.socket) -> bool:
     return bool(struct.unpack("i", unread)[0] == 0)
 
 
-def read_response(sock: socket.socket) -> bytes:
+def read_response(sock: socket.socket, body: bool = True) -> bytes:
     """One response, headers and Content-Length body (not waiting for the server to close:
-    aiohttp lingers to drain a body it refused)."""
+    aiohttp lingers to drain a body it refused). ``body`` False: the answer to a HEAD,
+    which has the GET's Content-Length and no body (RFC 9110, 9.3.2)."""
     data = b""
     while b"\r\n\r\n" not in data:
         chunk = sock.recv(65536)
         if not chunk:
             return data
         data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
+    head, _, rest = data.partition(b"\r\n\r\n")
+    if not body:
+        return head + b"\r\n\r\n" + rest
     length = next(
         (
             int(line.split(b":", 1)[1])
@@ -172,12 +175,12 @@ def read_response(sock: socket.socket) -> bytes:
         ),
         0,
     )
-    while len(body) < length:
+    while len(rest) < length:
         chunk = sock.recv(65536)
         if not chunk:
             break
-        body += chunk
-    return head + b"\r\n\r\n" + body
+        rest += chunk
+    return head + b"\r\n\r\n" + rest
 
 
 #: ``python -c LAUNCHER SOCKET ARGV...``: binds SOCKET and passes it to ARGV as systemd's
