@@ -1,6 +1,8 @@
-"""Go's parsers where Kata's Go runtime reads a pod's values with them: ``strconv``'s
-``ParseBool``, ``ParseUint`` (base 10) and ``ParseFloat`` (32 bits), and ``regexp``'s
-``MatchString`` for ``enable_annotations``. Pure.
+"""Go's parsers where Go code that kata-mem follows reads a value with them: ``strconv``'s
+``ParseBool``, ``ParseUint`` and ``ParseInt`` and ``ParseFloat`` (32 bits), as Kata's Go runtime
+reads a pod's annotations and go-yaml resolves a Pod's plain scalars
+(:func:`kata_mem.core.manifest.go_yaml_scalar`), and ``regexp``'s ``MatchString`` for
+``enable_annotations``. Pure.
 
 Written from Go's rules (src/strconv/atoi.go ``ParseUint``, ``underscoreOK``;
 src/strconv/atof.go ``special``, ``readFloat``, ``atofHex``; src/strconv/atob.go
@@ -40,20 +42,52 @@ def parse_bool(text: str) -> Optional[bool]:
     return BOOLS.get(text)
 
 
-def parse_uint(text: str, bits: int = 64) -> Optional[int]:
-    """``strconv.ParseUint(text, 10, bits)``: ASCII digits only (no sign, no space, no
-    underscore: those need base 0), leading zeros allowed; ``None`` where Go answers an
-    error (syntax, or above ``2**bits - 1``)."""
-    if not text or any(c not in "0123456789" for c in text):
+#: Per base, its digits and the longest digit string (leading zeros aside) that can fit
+#: 64 bits: a longer one is out of range whatever the digits, and int() stays cheap.
+_BASE_DIGITS = {
+    b: frozenset("0123456789abcdef"[:b] + "0123456789ABCDEF"[:b]) for b in (2, 8, 10, 16)
+}
+_MAX_LEN = {2: 64, 8: 22, 10: 20, 16: 16}
+
+
+def parse_uint(text: str, bits: int = 64, base: int = 10) -> Optional[int]:
+    """``strconv.ParseUint(text, base, bits)`` for base 2, 8, 10, 16 or 0 (the prefix
+    says: ``0b``, ``0o``, ``0x``, a leading ``0`` for octal, else decimal): ASCII digits
+    only, no sign, leading zeros allowed, underscores already removed by the caller where
+    base 0 allows them (``underscore_ok``); ``None`` where Go answers an error (syntax,
+    or above ``2**bits - 1``)."""
+    if not text:
         return None
-    significant = text.lstrip("0") or "0"
-    if len(significant) > 20:  # above 2**64 whatever the digits; int() stays cheap
+    digits = text
+    if base == 0:
+        base = 10
+        if text[0] == "0":
+            prefix = text[1:2].lower() if len(text) >= 3 else ""
+            base = {"b": 2, "o": 8, "x": 16}.get(prefix, 8)
+            digits = text[2:] if prefix in ("b", "o", "x") else text[1:]
+    allowed = _BASE_DIGITS[base]
+    if not all(c in allowed for c in digits):
         return None
-    value = int(significant)
+    significant = digits.lstrip("0") or "0"
+    if len(significant) > _MAX_LEN[base]:
+        return None
+    value = int(significant, base)
     return value if value < (1 << bits) else None
 
 
-def _underscore_ok(text: str) -> bool:
+def parse_int(text: str, base: int, bits: int = 64) -> Optional[int]:
+    """``strconv.ParseInt(text, base, bits)``: an optional sign, then as :func:`parse_uint`;
+    ``None`` where Go answers an error (syntax, or outside ``-2**(bits-1)`` to
+    ``2**(bits-1) - 1``)."""
+    sign, rest = (-1, text[1:]) if text[:1] == "-" else (1, text[1:] if text[:1] == "+" else text)
+    magnitude = parse_uint(rest, bits, base)
+    if magnitude is None:
+        return None
+    value = sign * magnitude
+    return value if -(1 << (bits - 1)) <= value < (1 << (bits - 1)) else None
+
+
+def underscore_ok(text: str) -> bool:
     """Go's ``underscoreOK``: an underscore only between digits, or between a base
     prefix and a digit."""
     if text[:1] in ("+", "-"):
@@ -156,7 +190,7 @@ def parse_float32(text: str) -> Optional[GoFloat]:
         exponent *= sign
     elif hexa:
         return None  # Go: a hexadecimal mantissa must have an exponent
-    if i != n or (underscores and not _underscore_ok(text)):
+    if i != n or (underscores and not underscore_ok(text)):
         return None
     base = 16 if hexa else 10
     mantissa = int("".join(kept) or "0", base)

@@ -40,14 +40,15 @@ import re
 from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any, Callable, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Union
 
 import yaml
 
+from kata_mem.core import golang
 from kata_mem.core.errors import InputError, QuantityError
 from kata_mem.core.fields import KeyOnce
 from kata_mem.core.quantity import parse_quantity
-from kata_mem.core.units import INT64_MAX, INT64_MIN, UINT64_MAX
+from kata_mem.core.units import INT64_MAX, INT64_MIN
 
 if TYPE_CHECKING:
     _Loader = yaml.SafeLoader
@@ -85,9 +86,6 @@ _WORDS: dict[str, Union[bool, float, None]] = {
 _YAML_STYLE_FLOAT = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?", re.ASCII)
 # What strconv.ParseFloat reads of a scalar that starts with "." (underscores checked apart).
 _DOT_FLOAT = re.compile(r"\.[0-9_]*[0-9][0-9_]*([eE][-+]?[0-9][0-9_]*)?", re.ASCII)
-# Longest digit string (leading zeros aside) that can fit 64 bits, per base.
-_MAX_LEN = {2: 64, 8: 22, 10: 20, 16: 16}
-_DIGITS = {b: set("0123456789abcdef"[:b] + "0123456789ABCDEF"[:b]) for b in _MAX_LEN}
 
 
 def go_yaml_scalar(text: str) -> Union[bool, int, float, str, None]:
@@ -110,7 +108,7 @@ def go_yaml_scalar(text: str) -> Union[bool, int, float, str, None]:
     if not head or head not in "+-0123456789":
         return text
     plain = text.replace("_", "")
-    for value in (_go_parse_int(plain, 0), _go_parse_uint(plain, 0)):
+    for value in (golang.parse_int(plain, 0), golang.parse_uint(plain, base=0)):
         if value is not None:
             return value
     if _YAML_STYLE_FLOAT.fullmatch(plain):
@@ -118,73 +116,22 @@ def go_yaml_scalar(text: str) -> Union[bool, int, float, str, None]:
         if math.isfinite(number):  # ParseFloat's ErrRange (overflow) falls through
             return number
     if plain.startswith("0b"):
-        for value in (_go_parse_int(plain[2:], 2), _go_parse_uint(plain[2:], 2)):
+        for value in (golang.parse_int(plain[2:], 2), golang.parse_uint(plain[2:], base=2)):
             if value is not None:
                 return value
     elif plain.startswith("-0b"):
-        value = _go_parse_int("-" + plain[3:], 2)
+        value = golang.parse_int("-" + plain[3:], 2)
         if value is not None:
             return value
     return text
 
 
-def _go_parse_uint(text: str, base: int) -> Optional[int]:
-    """``strconv.ParseUint(text, base, 64)``, or None for its errors (no sign allowed)."""
-    if not text:
-        return None
-    digits = text
-    if base == 0:
-        base = 10
-        if text[0] == "0":
-            prefix = text[1:2].lower() if len(text) >= 3 else ""
-            base = {"b": 2, "o": 8, "x": 16}.get(prefix, 8)
-            digits = text[2:] if prefix in ("b", "o", "x") else text[1:]
-    allowed = _DIGITS[base]
-    if not all(c in allowed for c in digits):
-        return None
-    significant = digits.lstrip("0")
-    if len(significant) > _MAX_LEN[base]:
-        return None
-    value = int(significant or "0", base)
-    return value if value <= UINT64_MAX else None
-
-
-def _go_parse_int(text: str, base: int) -> Optional[int]:
-    """``strconv.ParseInt(text, base, 64)``, or None for its errors."""
-    sign, rest = (-1, text[1:]) if text[:1] == "-" else (1, text[1:] if text[:1] == "+" else text)
-    magnitude = _go_parse_uint(rest, base)
-    if magnitude is None:
-        return None
-    value = sign * magnitude
-    return value if INT64_MIN <= value <= INT64_MAX else None
-
-
 def _go_dot_float(text: str) -> Union[float, str]:
     """resolve.go's ``case '.'``: ``strconv.ParseFloat(text, 64)``, else the string."""
-    if not _DOT_FLOAT.fullmatch(text) or ("_" in text and not _go_underscore_ok(text)):
+    if not _DOT_FLOAT.fullmatch(text) or ("_" in text and not golang.underscore_ok(text)):
         return text
     number = float(text.replace("_", ""))
     return number if math.isfinite(number) else text
-
-
-def _go_underscore_ok(text: str) -> bool:
-    """strconv ``underscoreOK``: every ``_`` sits between two digits."""
-    saw = "^"
-    for c in text:
-        if c.isdigit():
-            saw = "0"
-        elif c == "_":
-            if saw != "0":
-                return False
-            saw = "_"
-        elif saw == "_":
-            return False
-        else:
-            saw = "!"
-    return saw != "_"
-
-
-# --- encoding/json: the text Kubernetes' Quantity.UnmarshalJSON is given ---------------
 
 
 def go_json_float(number: float) -> str:
