@@ -33,6 +33,7 @@ log = logging.getLogger("kata_mem")
 
 
 def emit(data: dict[str, Any]) -> None:
+    """A JSON document on stdout (``--json``)."""
     click.echo(json.dumps(data, indent=2))
 
 
@@ -241,6 +242,7 @@ def described(
 def endpoint_of(
     qmp: Optional[str], libvirt_uri: Optional[str], domain: Optional[str]
 ) -> Optional[Endpoint]:
+    """The VM the backend options name (``--qmp``, or ``--libvirt`` with ``--domain``), if any."""
     if qmp and libvirt_uri:
         raise click.UsageError("give either --qmp or --libvirt, not both")
     if libvirt_uri:
