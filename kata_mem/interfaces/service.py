@@ -42,7 +42,7 @@ from kata_mem.core.request import MAX_REQUEST_BYTES, CallOptions, SandboxRequest
 from kata_mem.core.results import Applied, Planned
 from kata_mem.core.units import to_mib_floor
 from kata_mem.edges.logs import describe, get_logger
-from kata_mem.interfaces import render
+from kata_mem.interfaces import render, render_node
 from kata_mem.interfaces.listener import (
     Peer,
     Port,
@@ -460,7 +460,7 @@ class Service:
         from kata_mem.orchestration.status import node_status
 
         def read() -> dict[str, Any]:
-            return render.node_status_json(node_status(self.settings, self.state_dir))
+            return render_node.node_status_json(node_status(self.settings, self.state_dir))
 
         try:
             return _json(await self._run(read), 200)
@@ -479,7 +479,7 @@ class Service:
             try:
                 doc = await asyncio.wait_for(
                     self._run(
-                        lambda: render.status_json(
+                        lambda: render_node.status_json(
                             read_status(found, sandbox, self.state_dir, self.env)
                         )
                     ),
@@ -543,7 +543,7 @@ class Service:
             self.metrics.count_error(exc)
             return _json(render.error_json(exc), 503, exc.exit_code)
         if self.unseen:
-            return _json(render.degraded_json(self.unseen), 200)
+            return _json(render_node.degraded_json(self.unseen), 200)
         return _json({"status": "ok"}, 200)
 
 

@@ -396,7 +396,7 @@ def test_a_broken_pipe_elsewhere_is_still_a_bug(
     run_cli: Run, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Only a closed stdout is quiet: a BrokenPipeError with stdout open is reported."""
-    import kata_mem.interfaces.cli as cli_mod
+    import kata_mem.interfaces.cli_plan as cli_mod
 
     def broken(*args: object, **kwargs: object) -> None:
         raise BrokenPipeError(32, "Broken pipe")

@@ -281,7 +281,7 @@ def test_the_node_lock_excludes_a_second_process(tmp_path: Path) -> None:
 def test_reconcile_says_when_a_retried_resize_could_not_see_qemus_cgroup() -> None:
     from kata_mem.core.model import Unseen
     from kata_mem.core.results import Visit
-    from kata_mem.interfaces.render import reconcile_json, reconcile_text
+    from kata_mem.interfaces.render_node import reconcile_json, reconcile_text
 
     unseen = Unseen("not_reachable", "pid 7: memory cgroup /../x is outside ...")
     visits = [Visit("sb", "retried", "Resized"), Visit("sb2", "retried", "NoChange", unseen=unseen)]

@@ -17,7 +17,7 @@ from kata_mem.core.model import Settings, VmState
 from kata_mem.core.record import LastOutcome, Record
 from kata_mem.core.request import HostOverrides
 from kata_mem.edges.journal import SandboxState
-from kata_mem.interfaces import render
+from kata_mem.interfaces import render_node
 from kata_mem.orchestration.status import NoEndpoint, SandboxStatus, node_status, saved_endpoint
 
 MiB = 1 << 20
@@ -77,12 +77,15 @@ def test_a_sandbox_status_renders_its_typed_journal_record_once() -> None:
         last_outcome=LastOutcome("Deferred", "GuestPressure", "the guest is short", 1.0),
     )
     status = SandboxStatus(VmState(base=512 * MiB, slots=4), None, record)
-    assert render.status_json(status)["journal"] == record.to_json()
-    assert render.status_text(status).splitlines()[-2:] == [
+    assert render_node.status_json(status)["journal"] == record.to_json()
+    assert render_node.status_text(status).splitlines()[-2:] == [
         "journal: running, pending unplug kmdimm0, kmdimm1",
         "last outcome: Deferred GuestPressure the guest is short",
     ]
     done = Record("sb", last_outcome=LastOutcome("Resized", "", "", 1.0))
-    text = render.status_text(SandboxStatus(VmState(base=512 * MiB), None, done))
+    text = render_node.status_text(SandboxStatus(VmState(base=512 * MiB), None, done))
     assert text.splitlines()[-2:] == ["journal: idle, pending unplug none", "last outcome: Resized"]
-    assert render.status_json(SandboxStatus(VmState(base=512 * MiB), None, None))["journal"] is None
+    assert (
+        render_node.status_json(SandboxStatus(VmState(base=512 * MiB), None, None))["journal"]
+        is None
+    )
