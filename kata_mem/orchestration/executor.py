@@ -74,10 +74,15 @@ SETTLE_S = 5.0
 
 @dataclass(frozen=True)
 class Options:
-    """What the caller allows: shrinking, and (tests only) skipping its checks."""
+    """What the caller allows: shrinking, and (tests only) skipping its checks; and
+    ``crash_at``, the crash tests' fault injection: the point of the step loop
+    (``before-command``, ``after-command``) where the process dies as a kill -9 would
+    (``KATA_MEM_CRASH_AT`` in the environment :func:`~kata_mem.orchestration.handle.handle`
+    is given)."""
 
     allow_shrink: bool = False
     force: bool = False
+    crash_at: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -107,9 +112,10 @@ class _Stopped(Exception):
         self.stop = stop
 
 
-def _crashpoint(name: str) -> None:
-    # Fault injection for the crash tests: die exactly here, as a kill -9 would.
-    if os.environ.get("KATA_MEM_CRASH_AT") == name:
+def _crashpoint(name: str, crash_at: Optional[str]) -> None:
+    # Fault injection for the crash tests (Options.crash_at): die exactly here, as a
+    # kill -9 would, with no cleanup and no finally.
+    if crash_at == name:
         os._exit(99)
 
 
@@ -153,7 +159,7 @@ def run_locked(
             try:
                 if reached is not None and not state.request_path.is_file():
                     _check_vm_owner(state, reached)
-                return Executor(backend, state, clock, sleep).apply(
+                return Executor(backend, state, clock, sleep, options.crash_at).apply(
                     cfg, host, workload, options, host_side
                 )
             finally:
@@ -209,11 +215,13 @@ class Executor:
         state: SandboxState,
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
+        crash_at: Optional[str] = None,
     ) -> None:
         self.backend = backend
         self.state = state
         self.clock = clock
         self.sleep = sleep
+        self.crash_at = crash_at
         self.notes: list[Note] = []
         #: The sandbox's record as last written (the executor's changes go through _save).
         self.record = Record(state.sandbox)
@@ -576,7 +584,7 @@ class Executor:
             # this entry is what proves that the backend object is kata-mem's to delete.
             self.record = self.record.plugging(OwnedDevice(step.device, step.memdev, step.size))
         self._write(step, "intent")
-        _crashpoint("before-command")
+        _crashpoint("before-command", self.crash_at)
         try:
             self.backend.begin(step)
         except BackendUnsupported as exc:
@@ -598,7 +606,7 @@ class Executor:
             # After a crash this tells an unplug "maybe pending" from "never sent", and a
             # plug's entry in ``owned`` accepted from merely intended.
             self._write(step, "issued")
-        _crashpoint("after-command")
+        _crashpoint("after-command", self.crash_at)
 
     def _wait(
         self,
