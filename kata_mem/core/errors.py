@@ -25,7 +25,10 @@ reconciles it from the hypervisor.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
+
+if TYPE_CHECKING:  # the model imports this module: its types only, for annotations
+    from kata_mem.core.model import Reason
 
 
 class KataMemError(Exception):
@@ -145,7 +148,7 @@ class Terminated(Interrupted):
 GUEST_TIMEOUT_EXIT = 8
 
 
-def outcome_exit_code(reason: str) -> int:
+def outcome_exit_code(reason: Reason) -> int:
     """The exit code for an outcome's reason: 0, except for the hypervisor's failure
     (the code of :class:`BackendError`) and the guest's timeouts (8)."""
     return {
