@@ -79,10 +79,11 @@ _OST_INSERT, _OST_EJECT = 0x1, 0x3
 _BALLOON_STATS_QUEUE = 2
 
 
-#: Said when a saved request's VMM no longer listens at its socket (adversarial finding A8).
+#: Said when a saved request's VMM no longer listens at its socket: another process may
+#: have bound the path since (:class:`~kata_mem.core.endpoint.VmmIdentity`).
 _NOT_ASKED = "the VM it led to is gone, and what listens there now is not talked to"
-#: Said when a request saved before the pin leads to a VMM it cannot prove is the one
-#: applied to (adversarial finding B1).
+#: Said when a request saved before the pin (``backend.vmm``) leads to a VMM it cannot
+#: prove is the one applied to (:class:`~kata_mem.core.endpoint.Endpoint`, ``saved``).
 _UNPROVEN = (
     "its saved request, written by an earlier kata-mem, does not say which VMM it was applied "
     "to (no backend.vmm), so only a socket and a listener of root's or the caller's, on a way no "

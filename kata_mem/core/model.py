@@ -72,7 +72,7 @@ def check_sandbox_id(sandbox: str) -> str:
     """Sandbox ids name directories, so only a safe alphabet is accepted, and none of the
     names the state directory keeps for kata-mem's own entries: a sandbox by such a name
     would be one no listing, ledger check or reconcile sees, and its directory would
-    keep ``serve`` from starting there (adversarial finding B2).
+    keep ``serve`` from starting there.
 
     :raises InputError: for anything else (``..``, slashes, empty, too long, reserved).
     """

@@ -141,7 +141,8 @@ def run_locked(
     shrink, a pending unplug, or finding that the VM is gone), also after a call
     that failed midway; with the endpoint as ``connect`` reached it (an
     :class:`~kata_mem.orchestration.connect.Opened`: for QMP, the VMM it led to), so
-    that a later call through it talks to that VMM only (adversarial finding A8).
+    that a later call through it talks to that VMM only (a socket path may be bound again
+    by another process once its VM is gone: :class:`~kata_mem.core.endpoint.VmmIdentity`).
 
     :raises BackendUnavailable: the hypervisor cannot be reached.
     :raises ConfigError: the state directory is not kata-mem's or cannot be written.
@@ -247,7 +248,8 @@ class Executor:
         :raises InputError: a host cgroup the caller named cannot be read (nothing changed).
         """
         # The guest's statistics polling, which the shrink checks read: set here, by an
-        # apply, never by connecting or reading (issue 16).
+        # apply, never by connecting or reading, so that status, a dry run and reconcile's
+        # presence checks leave the VM as they found it (kata_mem.backends.Backend).
         self.backend.set_stats_interval(cfg.settings.stats_interval_s)
         reader = UsageReader(self.backend, cfg.settings, self.clock, self.sleep)
         loaded, dropped = self.state.load().bounded(host.memory)

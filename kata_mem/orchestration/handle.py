@@ -236,7 +236,7 @@ def preview(
 
         guards = HostSide(cfg, host, cgroup or None, cgroup_origin, pod_limit).read(vm)
     p = plan(cfg, host, workload, vm, guards)
-    if vm.plugged:  # only then can a shrink be refused (and only then is the executor loaded)
+    if vm.plugged:  # only a VM with plugged memory can have a shrink refused
         from kata_mem.core.outcomes import refuse_shrink
 
         p, _ = refuse_shrink(p, vm, allow_shrink or cfg.settings.allow_shrink)
