@@ -6,6 +6,7 @@ from __future__ import annotations
 import grp
 import json
 import os
+import re
 import resource
 import signal
 import socket
@@ -312,10 +313,24 @@ def test_idle_and_slow_clients_time_out(tmp_path: Path) -> None:
         assert svc.stop() == 0
 
 
-def test_serve_help_names_the_endpoints() -> None:
-    import subprocess
+def test_serve_help_names_every_endpoint_it_routes(tmp_path: Path) -> None:
+    """Each route of the unix socket's application, as ``serve --help`` writes it (a path
+    parameter in capitals), is named in the help."""
+    from kata_mem.core.model import Settings
+    from kata_mem.interfaces.service import Service
 
+    service = Service(str(tmp_path), Settings(), None, {})
+    try:
+        paths = {
+            info.get("path") or info["formatter"].replace("{id}", "ID")
+            for info in (r.get_info() for r in service.app().router.named_resources().values())
+        }
+    finally:
+        service.pool.shutdown()
+    assert "/v1/sandboxes/ID" in paths  # the routes were read
     r = subprocess.run(
         [*serve_argv("--help")], capture_output=True, text=True, cwd=REPO, timeout=60, check=False
     )
-    assert r.returncode == 0 and "/v1/shim" in r.stdout
+    assert r.returncode == 0
+    named = set(re.findall(r"/[\w/]+", r.stdout.split("Options:")[0]))
+    assert paths <= named, r.stdout
