@@ -6,6 +6,13 @@ backend knows about asyncio. Events (``ACPI_DEVICE_OST``, ``DEVICE_DELETED``,
 ``DEVICE_UNPLUG_GUEST_ERROR``) are collected by a listener while commands run
 and read by :meth:`QmpBackend.poll`. Every QMP failure becomes a kata-mem error
 here, with the QMP error class and text kept.
+
+One module (about 900 lines) because it is one client of one protocol: the functions
+before :class:`QmpBackend` check a socket and identify the VMM listening there before
+any command is sent (also used by :func:`presence`, without connecting), and the class
+holds one connection's state (its event loop, the events collected, the replies read
+ahead). What reads QMP's replies into values is pure and shared with libvirt
+(:mod:`kata_mem.core.reports`).
 """
 
 from __future__ import annotations

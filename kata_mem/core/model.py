@@ -2,6 +2,13 @@
 
 Edges (config, sources, host probe, backends) build these; the pure planner
 and safety policy consume them; the renderers turn them into text or JSON.
+
+One module (about 830 lines) because it is the one vocabulary every layer shares: value
+types, their checks on construction and small derived properties, no other logic. Split by
+topic, almost every part would import the others (a plan holds clamps, steps, guards and
+the VM it was made from) and almost every caller would import them all; the values that
+belong to one job live with it (:mod:`kata_mem.core.record`, :mod:`kata_mem.core.results`,
+:mod:`kata_mem.core.request`, :mod:`kata_mem.core.endpoint`).
 """
 
 from __future__ import annotations

@@ -12,6 +12,13 @@ The only sequencer of side effects. Under the sandbox lock it
    is waited for (``step_timeout_s``) and verified from the hypervisor;
 4. on a timeout, refusal or guest pressure it stops, reverts what can be
    reverted, and reports what :mod:`kata_mem.core.outcomes` makes of it.
+
+One module (about 740 lines) because the step loop, its waits, its reverts and its records
+share the one state of an apply: the record as last written, the grow being verified in
+the guest, the notes. What does not share it is out: repairing a previous call
+(:mod:`~kata_mem.orchestration.repair`), reading the guest's usage
+(:mod:`~kata_mem.orchestration.usage`), the host side (:mod:`~kata_mem.orchestration.guards`),
+and the decisions, which are pure (:mod:`kata_mem.core.outcomes`, :mod:`kata_mem.core.safety`).
 """
 
 from __future__ import annotations
