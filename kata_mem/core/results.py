@@ -13,8 +13,18 @@ from dataclasses import dataclass
 from typing import Literal, Optional, Union
 
 from kata_mem.core.endpoint import Endpoint
-from kata_mem.core.errors import outcome_exit_code
+from kata_mem.core.errors import GUEST_TIMEOUT_EXIT, BackendError
 from kata_mem.core.model import Note, Outcome, Plan, Reason, SizingConfig, Status, Unseen
+
+
+def outcome_exit_code(reason: Reason) -> int:
+    """The exit code for an outcome's reason: 0, except for the hypervisor's failure
+    (the code of :class:`~kata_mem.core.errors.BackendError`) and the guest's timeouts (8)."""
+    return {
+        "BackendError": BackendError.exit_code,
+        "UnplugTimeout": GUEST_TIMEOUT_EXIT,
+        "PlugTimeout": GUEST_TIMEOUT_EXIT,
+    }.get(reason, 0)
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from typing import Callable
 import pytest
 
 from kata_mem.core import errors
+from kata_mem.core.results import outcome_exit_code
 from tests.support.cli import CliResult, kata_mem_process
 from tests.support.configs import HOST_ARGS, write_config
 from tests.support.paths import KATA_CONFIGS, PODS, REPO
@@ -42,7 +43,7 @@ def test_exit_codes_are_the_documented_ones() -> None:
     }
     assert {cls: cls.exit_code for cls in ERROR_CLASSES} == table
     # 8 has no class: a guest timeout is an outcome (test_packaging checks the documentation's table).
-    assert [errors.outcome_exit_code(r) for r in ("PlugTimeout", "UnplugTimeout")] == [8, 8]
+    assert [outcome_exit_code(r) for r in ("PlugTimeout", "UnplugTimeout")] == [8, 8]
 
 
 class _Exited(Exception):
