@@ -67,6 +67,7 @@ GUARDS: dict[str, tuple[str, ...]] = {
     "kata_mem/orchestration/executor.py": (
         "tests/unit/test_grow_confirmation.py",
         "tests/unit/test_executor.py",
+        "tests/unit/test_ledger.py",
     ),
     "kata_mem/edges/cgroups.py": ("tests/unit/test_cgroups.py", "tests/unit/test_host_side.py"),
     "kata_mem/backends/libvirt.py": ("tests/integration/test_vmm_pid.py",),
@@ -472,6 +473,18 @@ BREAKS = (
         "kata_mem/backends/libvirt.py",
         'env.get("XDG_RUNTIME_DIR")',
         'os.environ.get("XDG_RUNTIME_DIR")',
+    ),
+    Break(
+        "crash-hook-reads-the-process-environment",
+        EXECUTOR,
+        "    if crash_at == name:",
+        '    if os.environ.get("KATA_MEM_CRASH_AT") == name:',
+    ),
+    Break(
+        "host-memavailable-not-read",
+        EXECUTOR,
+        "vm, lambda: ledger.others(sandbox) if ledger else 0, mem_available",
+        "vm, lambda: ledger.others(sandbox) if ledger else 0, lambda: None",
     ),
     Break(
         "unseen-cgroup-not-held",

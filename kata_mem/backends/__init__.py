@@ -28,7 +28,8 @@ class Backend(Protocol):
     Only :meth:`begin` and :meth:`set_stats_interval` change the VM, and the executor
     alone calls them: connecting, observing, polling and reading usage change nothing,
     so that ``status``, ``GET /v1/sandboxes/ID``, a dry run and the presence checks of
-    ``reconcile`` leave the VM as they found it (issue 16).
+    ``reconcile`` leave the VM as they found it (a reader that set, say, the balloon's
+    statistics interval would change what the next shrink check is judged on).
     """
 
     def observe(self) -> VmState:

@@ -6,6 +6,13 @@ backend knows about asyncio. Events (``ACPI_DEVICE_OST``, ``DEVICE_DELETED``,
 ``DEVICE_UNPLUG_GUEST_ERROR``) are collected by a listener while commands run
 and read by :meth:`QmpBackend.poll`. Every QMP failure becomes a kata-mem error
 here, with the QMP error class and text kept.
+
+One module (about 900 lines) because it is one client of one protocol: the functions
+before :class:`QmpBackend` check a socket and identify the VMM listening there before
+any command is sent (also used by :func:`presence`, without connecting), and the class
+holds one connection's state (its event loop, the events collected, the replies read
+ahead). What reads QMP's replies into values is pure and shared with libvirt
+(:mod:`kata_mem.core.reports`).
 """
 
 from __future__ import annotations
@@ -79,10 +86,11 @@ _OST_INSERT, _OST_EJECT = 0x1, 0x3
 _BALLOON_STATS_QUEUE = 2
 
 
-#: Said when a saved request's VMM no longer listens at its socket (adversarial finding A8).
+#: Said when a saved request's VMM no longer listens at its socket: another process may
+#: have bound the path since (:class:`~kata_mem.core.endpoint.VmmIdentity`).
 _NOT_ASKED = "the VM it led to is gone, and what listens there now is not talked to"
-#: Said when a request saved before the pin leads to a VMM it cannot prove is the one
-#: applied to (adversarial finding B1).
+#: Said when a request saved before the pin (``backend.vmm``) leads to a VMM it cannot
+#: prove is the one applied to (:class:`~kata_mem.core.endpoint.Endpoint`, ``saved``).
 _UNPROVEN = (
     "its saved request, written by an earlier kata-mem, does not say which VMM it was applied "
     "to (no backend.vmm), so only a socket and a listener of root's or the caller's, on a way no "

@@ -48,7 +48,7 @@ class VmmIdentity:
     service's loop and ``GET /v1/sandboxes/ID`` talk only to the VMM that was applied to.
     A socket path in a directory others may write (sticky, as ``/tmp``) can be bound
     again by another user once that VMM is gone; what listens there then is another
-    socket, or another process, and its VM is gone (adversarial finding A8). A path bound
+    socket, or another process, and its VM is gone. A path bound
     again is a new socket file (a new inode; a filesystem may reuse a freed inode number,
     which is why its owner and the listener are compared too), and the listener's
     credentials are the kernel's (unix(7), ``SO_PEERCRED``: those of the process that
@@ -119,8 +119,9 @@ class Endpoint:
     ``saved`` marks an endpoint read from a saved request (input from disk, which no
     caller named just now). One without a ``vmm`` was saved by a kata-mem older than the
     pin: it leads only to a socket and a listener that are root's or the caller's, on a
-    way no other user can swap, until a call through it pins the VMM (adversarial
-    finding B1). Not saved itself: a request written back carries the ``vmm`` instead.
+    way no other user can swap, until a call through it pins the VMM (whoever could
+    swap the way could put their own VMM behind it). Not saved itself: a request written
+    back carries the ``vmm`` instead.
 
     :raises InputError: (on construction) a libvirt URI that is not one of
         :data:`LIBVIRT_URIS`; every interface builds its endpoint here, so every one

@@ -17,8 +17,8 @@ code the CLI and the shim use::
 
 Three exit codes have no class. 2 is click's usage error. 8 (the guest did not
 complete in time) is an outcome, not an error: the call ends normally with
-``InProgress`` / ``PlugTimeout`` or ``UnplugTimeout``, and :func:`outcome_exit_code`
-gives it its code. 5 is not used: what policy refuses is an ``Infeasible``
+``InProgress`` / ``PlugTimeout`` or ``UnplugTimeout``, and
+:func:`kata_mem.core.results.outcome_exit_code` gives it its code. 5 is not used: what policy refuses is an ``Infeasible``
 outcome (exit 0). Codes 7 and 8 mean state may have changed; the next call
 reconciles it from the hypervisor.
 """
@@ -143,13 +143,3 @@ class Terminated(Interrupted):
 
 #: The exit code of an outcome whose guest did not confirm a step in time.
 GUEST_TIMEOUT_EXIT = 8
-
-
-def outcome_exit_code(reason: str) -> int:
-    """The exit code for an outcome's reason: 0, except for the hypervisor's failure
-    (the code of :class:`BackendError`) and the guest's timeouts (8)."""
-    return {
-        "BackendError": BackendError.exit_code,
-        "UnplugTimeout": GUEST_TIMEOUT_EXIT,
-        "PlugTimeout": GUEST_TIMEOUT_EXIT,
-    }.get(reason, 0)

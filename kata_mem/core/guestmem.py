@@ -194,8 +194,8 @@ def ceiling_at(
 
 #: How much longer a grow step may take per GiB it adds: the guest onlines each memory
 #: block (128 MiB on x86) or virtio-mem block in turn, and a large grow under TCG is
-#: still onlining after the 20 s default (issue 23: 77 GiB of 150 GiB after 20 s, all
-#: of it a few seconds later). Generous: a healthy guest is never an error.
+#: still onlining after the 20 s default (a 150 GiB grow under TCG had 77 GiB online
+#: after 20 s, all of it a few seconds later). Generous: a healthy guest is never an error.
 GROW_S_PER_GIB = 1.0
 
 

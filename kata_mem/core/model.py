@@ -2,6 +2,13 @@
 
 Edges (config, sources, host probe, backends) build these; the pure planner
 and safety policy consume them; the renderers turn them into text or JSON.
+
+One module (about 830 lines) because it is the one vocabulary every layer shares: value
+types, their checks on construction and small derived properties, no other logic. Split by
+topic, almost every part would import the others (a plan holds clamps, steps, guards and
+the VM it was made from) and almost every caller would import them all; the values that
+belong to one job live with it (:mod:`kata_mem.core.record`, :mod:`kata_mem.core.results`,
+:mod:`kata_mem.core.request`, :mod:`kata_mem.core.endpoint`).
 """
 
 from __future__ import annotations
@@ -72,7 +79,7 @@ def check_sandbox_id(sandbox: str) -> str:
     """Sandbox ids name directories, so only a safe alphabet is accepted, and none of the
     names the state directory keeps for kata-mem's own entries: a sandbox by such a name
     would be one no listing, ledger check or reconcile sees, and its directory would
-    keep ``serve`` from starting there (adversarial finding B2).
+    keep ``serve`` from starting there.
 
     :raises InputError: for anything else (``..``, slashes, empty, too long, reserved).
     """

@@ -4,6 +4,15 @@ state to a :class:`~kata_mem.core.model.Plan`.
 No I/O, no clock, no environment. ``preview`` prints exactly the plan that
 ``apply`` carries out. Each rule names the Kata behaviour it mirrors; where
 kata-mem deliberately differs, the docstring says why (docs, "Compared with Kata").
+
+One module (about 1,200 lines) because the memory plan is one computation:
+:func:`_plan_memory` applies every bound (maximum, host, slots, device space, host-side
+guards, the guest's own ceiling, the node's budget) to one target in turn and records
+each clamp with its cause, and the rules above it compute the block size, boot memory and
+demand it shares; split, the parts would hand each other the half-made plan. What has a
+life of its own is out already: the guest's own ceiling arithmetic
+(:mod:`kata_mem.core.guestmem`), shrink safety (:mod:`kata_mem.core.safety`), outcomes
+(:mod:`kata_mem.core.outcomes`) and pod resizes (:mod:`kata_mem.core.podresize`).
 """
 
 from __future__ import annotations

@@ -13,8 +13,18 @@ from dataclasses import dataclass
 from typing import Literal, Optional, Union
 
 from kata_mem.core.endpoint import Endpoint
-from kata_mem.core.errors import outcome_exit_code
-from kata_mem.core.model import Note, Outcome, Plan, SizingConfig, Unseen
+from kata_mem.core.errors import GUEST_TIMEOUT_EXIT, BackendError
+from kata_mem.core.model import Note, Outcome, Plan, Reason, SizingConfig, Status, Unseen
+
+
+def outcome_exit_code(reason: Reason) -> int:
+    """The exit code for an outcome's reason: 0, except for the hypervisor's failure
+    (the code of :class:`~kata_mem.core.errors.BackendError`) and the guest's timeouts (8)."""
+    return {
+        "BackendError": BackendError.exit_code,
+        "UnplugTimeout": GUEST_TIMEOUT_EXIT,
+        "PlugTimeout": GUEST_TIMEOUT_EXIT,
+    }.get(reason, 0)
 
 
 @dataclass(frozen=True)
@@ -62,6 +72,11 @@ class Forgotten:
 Response = Union[Planned, Applied, Forgotten]
 
 
+#: A managed sandbox's state in ``status --all``: a step under way (``running``), the last
+#: outcome's status, or ``unknown`` (no outcome recorded yet).
+SummaryState = Literal["running", "unknown", Status]
+
+
 @dataclass(frozen=True)
 class SandboxSummary:
     """One managed sandbox as its journal and saved request describe it (no VM is asked)."""
@@ -70,8 +85,9 @@ class SandboxSummary:
     backend: Optional[Endpoint]
     current: Optional[int]
     target: Optional[int]
-    state: str
-    reason: str = ""
+    state: SummaryState
+    #: The last outcome's reason, when the sandbox is not mid-step ("" for none).
+    reason: Reason = ""
 
 
 @dataclass(frozen=True)

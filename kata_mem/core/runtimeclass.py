@@ -142,7 +142,8 @@ def _step_starts(cfg: SizingConfig, arch: Arch, top: int) -> list[int]:
         bounds += [base + align_down(maximum - base, block), maximum]
     guest = boot_guest_ceiling(cfg, host)
     if guest is not None and guest.limit > base:
-        # The guest's own ceiling bounds the VM as the maximum does (issue 23).
+        # The guest's own ceiling bounds the VM as the maximum does: memory past it
+        # cannot be onlined (kata_mem.core.guestmem; docs, Sizing rules, "guest's own ceiling").
         bounds += [base + align_down(guest.limit - base, block), guest.limit]
     found = set()
     for bound in bounds:

@@ -130,7 +130,7 @@ def cgroup_of_dir(directory: str, origin: str) -> HostCgroup:
     must be root's and not writable by group or others, as for every file kata-mem reads
     as root (:mod:`kata_mem.edges.ownership`): the path is saved and read again by
     ``reconcile`` and the service, and whoever could write those files would choose the
-    limit root sizes VMs against (adversarial finding B5).
+    limit root sizes VMs against.
 
     :raises CgroupUnreadable: when the directory does not exist, has no memory limit
         file, a limit file on the way up cannot be read or parsed (a guard must not

@@ -4,6 +4,11 @@ Only the sizing keys are read; the hundreds of other keys are ignored. Kata's
 defaults and fallbacks are applied here and every effective value records where
 it came from. kata-mem's own settings live in a ``[kata_mem]`` table of the same
 files (Kata ignores tables it does not know).
+
+One module (about 680 lines) because reading a configuration is one pass over one merged
+table: find the file as Kata does, merge its drop-ins, read Kata's sizing keys with their
+defaults and origins, then ``[kata_mem]`` with its checks across keys; every error names
+the file and key that gave the value through the one ``_Reader``, which each part needs.
 """
 
 from __future__ import annotations

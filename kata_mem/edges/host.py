@@ -19,7 +19,8 @@ def _meminfo(proc: Path, keys: tuple[str, ...]) -> dict[str, int]:
     """The ``keys`` of ``/proc/meminfo`` that it has, in bytes (kB lines) or counts.
 
     Only those lines are parsed: the plan-only answer reads the hugepage pool on every
-    request, and parsing all ~55 lines was a third of its planning (issue 16 section 4)."""
+    request, and parsing all ~55 lines was a third of its planning (175 us against 35 us:
+    docs/benchmarks.md, "Node service", ``scripts/bench_service.py``)."""
     try:
         fd = os.open(proc / "meminfo", os.O_RDONLY | os.O_CLOEXEC)
         try:

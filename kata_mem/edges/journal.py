@@ -1,6 +1,6 @@
 """One sandbox's state on disk: its lock, its journal (the intent record, a
 :class:`~kata_mem.core.record.Record`) and its saved request; and the node's
-commitments that the journals add up to (:func:`node_admission`, :func:`node_ledger`).
+commitments that the journals add up to (:func:`node_admission`, :class:`NodeLedger`).
 
 The record is written atomically (temp file, fsync, rename, fsync of the directory)
 *before* every hypervisor command and again with the observed result after it. It is a

@@ -2,14 +2,14 @@
 to), in one file at the root of the state directory, ``.kata-mem-ledger`` (schema
 ``kata-mem/ledger/v1``). Admitting a grow against the node's budget reads this one file,
 so it costs the same at a thousand sandboxes as at one, where reading every journal cost
-~0.2 ms a sandbox (issue 16).
+~0.2 ms a sandbox (docs/benchmarks.md, "Node ledger": ``scripts/bench_ledger.py``).
 
 The journals stay the truth; the ledger is kept from them under the node lock
 (:func:`kata_mem.edges.statedir.node_lock`) and is never lower than they are: a
 commitment that grows is written here before the journal, one that falls after it, so a
 crash leaves it counting too much, never too little. A ledger that is missing, damaged or
 could have been written by another user is rebuilt from the journals
-(:func:`kata_mem.edges.journal.node_ledger`), and ``kata-mem reconcile`` checks it against
+(:class:`kata_mem.edges.journal.NodeLedger`), and ``kata-mem reconcile`` checks it against
 them. This module reads and writes the file; it decides nothing.
 """
 

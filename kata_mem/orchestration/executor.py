@@ -12,6 +12,13 @@ The only sequencer of side effects. Under the sandbox lock it
    is waited for (``step_timeout_s``) and verified from the hypervisor;
 4. on a timeout, refusal or guest pressure it stops, reverts what can be
    reverted, and reports what :mod:`kata_mem.core.outcomes` makes of it.
+
+One module (about 740 lines) because the step loop, its waits, its reverts and its records
+share the one state of an apply: the record as last written, the grow being verified in
+the guest, the notes. What does not share it is out: repairing a previous call
+(:mod:`~kata_mem.orchestration.repair`), reading the guest's usage
+(:mod:`~kata_mem.orchestration.usage`), the host side (:mod:`~kata_mem.orchestration.guards`),
+and the decisions, which are pure (:mod:`kata_mem.core.outcomes`, :mod:`kata_mem.core.safety`).
 """
 
 from __future__ import annotations
@@ -74,10 +81,15 @@ SETTLE_S = 5.0
 
 @dataclass(frozen=True)
 class Options:
-    """What the caller allows: shrinking, and (tests only) skipping its checks."""
+    """What the caller allows: shrinking, and (tests only) skipping its checks; and
+    ``crash_at``, the crash tests' fault injection: the point of the step loop
+    (``before-command``, ``after-command``) where the process dies as a kill -9 would
+    (``KATA_MEM_CRASH_AT`` in the environment :func:`~kata_mem.orchestration.handle.handle`
+    is given)."""
 
     allow_shrink: bool = False
     force: bool = False
+    crash_at: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -107,9 +119,10 @@ class _Stopped(Exception):
         self.stop = stop
 
 
-def _crashpoint(name: str) -> None:
-    # Fault injection for the crash tests: die exactly here, as a kill -9 would.
-    if os.environ.get("KATA_MEM_CRASH_AT") == name:
+def _crashpoint(name: str, crash_at: Optional[str]) -> None:
+    # Fault injection for the crash tests (Options.crash_at): die exactly here, as a
+    # kill -9 would, with no cleanup and no finally.
+    if crash_at == name:
         os._exit(99)
 
 
@@ -135,7 +148,8 @@ def run_locked(
     shrink, a pending unplug, or finding that the VM is gone), also after a call
     that failed midway; with the endpoint as ``connect`` reached it (an
     :class:`~kata_mem.orchestration.connect.Opened`: for QMP, the VMM it led to), so
-    that a later call through it talks to that VMM only (adversarial finding A8).
+    that a later call through it talks to that VMM only (a socket path may be bound again
+    by another process once its VM is gone: :class:`~kata_mem.core.endpoint.VmmIdentity`).
 
     :raises BackendUnavailable: the hypervisor cannot be reached.
     :raises ConfigError: the state directory is not kata-mem's or cannot be written.
@@ -153,7 +167,7 @@ def run_locked(
             try:
                 if reached is not None and not state.request_path.is_file():
                     _check_vm_owner(state, reached)
-                return Executor(backend, state, clock, sleep).apply(
+                return Executor(backend, state, clock, sleep, options.crash_at).apply(
                     cfg, host, workload, options, host_side
                 )
             finally:
@@ -209,11 +223,13 @@ class Executor:
         state: SandboxState,
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
+        crash_at: Optional[str] = None,
     ) -> None:
         self.backend = backend
         self.state = state
         self.clock = clock
         self.sleep = sleep
+        self.crash_at = crash_at
         self.notes: list[Note] = []
         #: The sandbox's record as last written (the executor's changes go through _save).
         self.record = Record(state.sandbox)
@@ -239,7 +255,8 @@ class Executor:
         :raises InputError: a host cgroup the caller named cannot be read (nothing changed).
         """
         # The guest's statistics polling, which the shrink checks read: set here, by an
-        # apply, never by connecting or reading (issue 16).
+        # apply, never by connecting or reading, so that status, a dry run and reconcile's
+        # presence checks leave the VM as they found it (kata_mem.backends.Backend).
         self.backend.set_stats_interval(cfg.settings.stats_interval_s)
         reader = UsageReader(self.backend, cfg.settings, self.clock, self.sleep)
         loaded, dropped = self.state.load().bounded(host.memory)
@@ -576,7 +593,7 @@ class Executor:
             # this entry is what proves that the backend object is kata-mem's to delete.
             self.record = self.record.plugging(OwnedDevice(step.device, step.memdev, step.size))
         self._write(step, "intent")
-        _crashpoint("before-command")
+        _crashpoint("before-command", self.crash_at)
         try:
             self.backend.begin(step)
         except BackendUnsupported as exc:
@@ -598,7 +615,7 @@ class Executor:
             # After a crash this tells an unplug "maybe pending" from "never sent", and a
             # plug's entry in ``owned`` accepted from merely intended.
             self._write(step, "issued")
-        _crashpoint("after-command")
+        _crashpoint("after-command", self.crash_at)
 
     def _wait(
         self,

@@ -236,7 +236,7 @@ def preview(
 
         guards = HostSide(cfg, host, cgroup or None, cgroup_origin, pod_limit).read(vm)
     p = plan(cfg, host, workload, vm, guards)
-    if vm.plugged:  # only then can a shrink be refused (and only then is the executor loaded)
+    if vm.plugged:  # only a VM with plugged memory can have a shrink refused
         from kata_mem.core.outcomes import refuse_shrink
 
         p, _ = refuse_shrink(p, vm, allow_shrink or cfg.settings.allow_shrink)
@@ -356,7 +356,11 @@ def _resize(
     from kata_mem.orchestration.guards import HostSide
 
     sandbox, endpoint, workload = request.sandbox, request.endpoint, request.workload
-    allowed = Options(allow_shrink=request.allow_shrink, force=options.force)
+    allowed = Options(
+        allow_shrink=request.allow_shrink,
+        force=options.force,
+        crash_at=env.get("KATA_MEM_CRASH_AT"),
+    )
     pod_limit = None if request.resize is None else request.resize.pod_limit
     host_side = HostSide(cfg, host, request.host.cgroup, request.host.cgroup_origin, pod_limit)
     directory = state_dir_of(options, cfg.settings)

@@ -3,14 +3,17 @@ exit code, no traceback."""
 
 from __future__ import annotations
 
-import ast
+import importlib
 import json
+import signal
+import sys
 from pathlib import Path
 from typing import Callable
 
 import pytest
 
 from kata_mem.core import errors
+from kata_mem.core.results import outcome_exit_code
 from tests.support.cli import CliResult, kata_mem_process
 from tests.support.configs import HOST_ARGS, write_config
 from tests.support.paths import KATA_CONFIGS, PODS, REPO
@@ -40,20 +43,103 @@ def test_exit_codes_are_the_documented_ones() -> None:
     }
     assert {cls: cls.exit_code for cls in ERROR_CLASSES} == table
     # 8 has no class: a guest timeout is an outcome (test_packaging checks the documentation's table).
-    assert [errors.outcome_exit_code(r) for r in ("PlugTimeout", "UnplugTimeout")] == [8, 8]
+    assert [outcome_exit_code(r) for r in ("PlugTimeout", "UnplugTimeout")] == [8, 8]
+
+
+class _Exited(Exception):
+    """What ``os._exit`` raises in these tests."""
+
+
+def _libvirt_failure(code_name: str) -> errors.KataMemError:
+    libvirt = pytest.importorskip("libvirt")
+    from kata_mem.backends.libvirt import _translate
+
+    exc = libvirt.libvirtError("no")
+    exc.err = (getattr(libvirt, code_name), 0, "no", 2, 0, None, None, None, None, 0, 0)
+    return _translate(exc, "setMemoryFlags", "qemu:///system vm0")
+
+
+def _signalled(monkeypatch: pytest.MonkeyPatch, signum: int) -> tuple[str, int]:
+    """The kind and exit code that a signal's handler reports (it ends the process)."""
+    from kata_mem.interfaces import main
+
+    said: dict[str, object] = {}
+
+    def line(*args: object, **kwargs: object) -> str:
+        said.update(kwargs)
+        return "line"
+
+    def exit_now(status: int) -> None:
+        raise _Exited(status)
+
+    monkeypatch.setattr("kata_mem.edges.logs.line", line)
+    monkeypatch.setattr(main, "write_now", lambda fd, text: None)
+    monkeypatch.setattr("os._exit", exit_now)
+    with pytest.raises(_Exited) as ended:
+        main._interrupted(signum, None)
+    return str(said["kind"]), ended.value.args[0]
+
+
+def _bug(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> errors.KataMemError:
+    from kata_mem.core.request import SandboxRequest
+    from kata_mem.interfaces.protocol import answer
+
+    def broken(*args: object) -> None:
+        raise TimeoutError
+
+    monkeypatch.setattr("kata_mem.orchestration.handle.handle", broken)
+    error = answer(SandboxRequest("sb"), {}).error
+    assert error is not None
+    return error
+
+
+def _raised(fn: Callable[[], object]) -> errors.KataMemError:
+    with pytest.raises(errors.KataMemError) as info:
+        fn()
+    return info.value
+
+
+def _missing_library(monkeypatch: pytest.MonkeyPatch) -> errors.KataMemError:
+    monkeypatch.setitem(sys.modules, "libvirt", None)
+    monkeypatch.delitem(sys.modules, "kata_mem.backends.libvirt", raising=False)
+    return _raised(lambda: importlib.import_module("kata_mem.backends.libvirt"))
+
+
+def _failure(cls: type[errors.KataMemError], mp: pytest.MonkeyPatch, tmp: Path) -> tuple[str, int]:
+    """What a failure a user can meet reports, for each error class (its kind, its code)."""
+    from kata_mem.core.endpoint import Endpoint
+    from kata_mem.core.model import check_sandbox_id
+    from kata_mem.core.quantity import parse_quantity
+    from kata_mem.edges.config import load_config
+    from kata_mem.orchestration.connect import open_backend
+
+    if cls is errors.Interrupted:
+        return _signalled(mp, signal.SIGINT)
+    if cls is errors.Terminated:
+        return _signalled(mp, signal.SIGTERM)
+    makers: dict[type[errors.KataMemError], Callable[[], errors.KataMemError]] = {
+        errors.KataMemError: lambda: _bug(mp, tmp),
+        errors.ConfigError: lambda: _raised(lambda: load_config(tmp / "nope.toml")),
+        errors.InputError: lambda: _raised(lambda: check_sandbox_id("../x")),
+        errors.QuantityError: lambda: _raised(lambda: parse_quantity("1.1.1")),
+        errors.BackendUnavailable: lambda: _raised(
+            lambda: open_backend(Endpoint.from_json({"type": "qmp", "socket": str(tmp / "no")}), {})
+        ),
+        errors.BackendError: lambda: _libvirt_failure("VIR_ERR_OPERATION_FAILED"),
+        errors.BackendUnsupported: lambda: _libvirt_failure("VIR_ERR_NO_SUPPORT"),
+        errors.MissingDependency: lambda: _missing_library(mp),
+    }
+    made = makers[cls]()
+    assert type(made) is cls, made
+    return made.kind, made.exit_code
 
 
 @pytest.mark.parametrize("cls", ERROR_CLASSES, ids=lambda cls: cls.__name__)
-def test_every_error_class_is_used(cls: type[errors.KataMemError]) -> None:
-    # A class nothing raises promises an exit code that no failure gives.
-    made = [
-        path
-        for path in sorted((REPO / "kata_mem").rglob("*.py"))
-        for node in ast.walk(ast.parse(path.read_text()))
-        if isinstance(node, ast.Call)
-        and getattr(node.func, "id", getattr(node.func, "attr", None)) == cls.__name__
-    ]
-    assert made, f"{cls.__name__} is never constructed in kata_mem/"
+def test_every_error_class_is_what_a_failure_reports(
+    cls: type[errors.KataMemError], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # A class no failure reports promises an exit code that no failure gives.
+    assert _failure(cls, monkeypatch, tmp_path) == (cls.kind, cls.exit_code)
 
 
 def _one_line_error(r: CliResult, code: int, *needles: str) -> None:

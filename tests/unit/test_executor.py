@@ -23,10 +23,13 @@ from kata_mem.core.model import (
     Workload,
 )
 from kata_mem.core.record import Record
+from kata_mem.core.request import CallOptions, HostOverrides, SandboxRequest
+from kata_mem.core.results import Applied
 from kata_mem.core.units import GiB, MiB
 from kata_mem.edges.journal import SandboxState
 from kata_mem.orchestration.executor import Options, run_locked
-from tests.support.configs import HOST
+from kata_mem.orchestration.handle import handle
+from tests.support.configs import HOST, write_config
 
 
 def request(*limits_mib: int) -> Workload:
@@ -59,7 +62,7 @@ def cfgs(make_config: Callable[..., SizingConfig]) -> dict[str, SizingConfig]:
 
 @pytest.fixture
 def run(tmp_path: Path) -> Callable[..., Any]:
-    def go(cfg: SizingConfig, backend: FakeBackend, req: Workload, **options: bool) -> Any:
+    def go(cfg: SizingConfig, backend: FakeBackend, req: Workload, **options: Any) -> Any:
         t = VirtualTime()
         backend.clock, backend.sleep = t.clock, t.sleep
         state = SandboxState(tmp_path / "state", "sb")
@@ -405,3 +408,62 @@ def test_memory_changed_under_it_between_steps_stops_the_run(
     # Planned from 512 + 768 + Kata's 128 MiB: kata-mem shrinks its own device, and leaves
     # the DIMM it did not create alone.
     assert again.outcome.status == "Resized" and b.state.device("dimm1") is not None
+
+
+class _Died(Exception):
+    """What ``os._exit`` raises in these tests, with its status."""
+
+
+def _dying(monkeypatch: pytest.MonkeyPatch) -> None:
+    def exit_now(status: int) -> None:
+        raise _Died(status)
+
+    monkeypatch.setattr("os._exit", exit_now)
+
+
+def test_the_crash_hook_dies_where_its_option_says(
+    cfgs: dict[str, SizingConfig], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``Options.crash_at`` ends the process at that point of the step loop: the intent is
+    journalled and the command never sent."""
+    _dying(monkeypatch)
+    b = FakeBackend(vm_dimms())
+    t = VirtualTime()
+    state = SandboxState(tmp_path / "state", "sb")
+    crash = Options(crash_at="before-command")
+    with pytest.raises(_Died):
+        run_locked(state, lambda: b, cfgs["dimm"], HOST, request(300), crash, t.clock, t.sleep)
+    assert b.state.dimms == ()
+    assert json.loads(state.path.read_text())["phase"] == "intent"
+
+
+def test_the_crash_hook_is_not_read_from_the_process_environment(
+    cfgs: dict[str, SizingConfig], run: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only the caller's options crash a call: ``KATA_MEM_CRASH_AT`` in the process's own
+    environment, past the ``env`` that ``handle()`` passes down, is not read."""
+    _dying(monkeypatch)
+    monkeypatch.setenv("KATA_MEM_CRASH_AT", "before-command")
+    r = run(cfgs["dimm"], FakeBackend(vm_dimms()), request(300))
+    assert r.outcome.status == "Resized"
+
+
+def test_handle_passes_the_crash_hook_down_from_its_env(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The crash hook arrives in the ``env`` that ``handle()`` is given (a dry run on the
+    fake backend dies before its first command)."""
+    _dying(monkeypatch)
+    config = write_config(tmp_path / "configuration.toml", {"default_memory": 512})
+    req = SandboxRequest(
+        "sb",
+        config=str(config),
+        workload=request(300),
+        mode="dry-run",
+        host=HostOverrides(memory=HOST.memory, cpus=HOST.cpus, arch=HOST.arch),
+    )
+    options = CallOptions(state_dir=str(tmp_path / "state"))
+    done = handle(req, {}, options)
+    assert isinstance(done, Applied) and done.outcome.status == "Resized"
+    with pytest.raises(_Died):
+        handle(req, {"KATA_MEM_CRASH_AT": "before-command"}, options)
