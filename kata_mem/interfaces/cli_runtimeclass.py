@@ -86,7 +86,11 @@ def runtimeclass(
     if bounds is not None:
         _runtimeclasses(cfg, bounds, sizing, name, handler or name, cpu_policy, as_json)
         return
-    most = None if max_pod_memory is None else quantity_bytes(max_pod_memory, "--max-pod-memory")
+    most = (
+        None
+        if max_pod_memory is None
+        else quantity_bytes(max_pod_memory, "--max-pod-memory", 1, "1 byte")
+    )
     found = runtime_class_overhead(cfg, machine_arch(), most, sizing)
     shown = (found, cfg.path, cfg.hypervisor, name, handler or name, cpu_policy)
     if as_json:

@@ -211,3 +211,14 @@ def test_size_classes_refused(extra: tuple[str, ...]) -> None:
     r = kata_mem_process("runtimeclass", "--config", str(QEMU), *extra)
     assert (r.returncode, r.stdout) == (2, ""), r.stderr
     assert "--size-classes" in r.stderr
+
+
+def test_a_max_pod_memory_below_one_byte_is_refused_alike(tmp_path: Path) -> None:
+    # A negative size was answered "expected a size of 0 or more", and 0 is refused too.
+    cfg = str(REPO / "configs" / "configuration-qemu.toml")
+    for given in ("0", "-1", "-1Gi"):
+        r = kata_mem_process("runtimeclass", "--config", cfg, "--max-pod-memory", given)
+        assert r.returncode == 4, r.stderr
+        assert r.stderr == (
+            f"kata-mem: error: --max-pod-memory {given!r}: expected at least 1 byte\n"
+        ), given
