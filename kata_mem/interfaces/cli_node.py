@@ -24,6 +24,15 @@ from kata_mem.interfaces.cli_options import (
 )
 from kata_mem.interfaces.cli_params import FileName, MetricsAddressParam, Seconds, Text
 
+#: ``--config`` of the commands that read a configuration only for its state_dir.
+state_config_option = click.option(
+    "--config",
+    "config_path",
+    type=FileName(),
+    metavar="FILE",
+    help="Kata configuration (for state_dir).",
+)
+
 if TYPE_CHECKING:
     from kata_mem.interfaces.listener import MetricsAddress
 
@@ -31,13 +40,7 @@ if TYPE_CHECKING:
 @click.command()
 @global_options
 @backend_options
-@click.option(
-    "--config",
-    "config_path",
-    type=FileName(),
-    metavar="FILE",
-    help="Kata configuration (for state_dir).",
-)
+@state_config_option
 @click.option(
     "--all",
     "every",
@@ -102,13 +105,7 @@ def status(
 
 @click.command()
 @global_options
-@click.option(
-    "--config",
-    "config_path",
-    type=FileName(),
-    metavar="FILE",
-    help="Kata configuration (for state_dir).",
-)
+@state_config_option
 @click.option(
     "--state-dir",
     type=FileName(directory=True),
