@@ -28,6 +28,7 @@ _EXPORTS = {
     "probe_host": "kata_mem.edges.host:probe_host",
     "parse_quantity": "kata_mem.core.quantity:parse_quantity",
     "quantity_bytes": "kata_mem.core.quantity:quantity_bytes",
+    "replace": "kata_mem.core.frozen:replace",
     **{
         name: "kata_mem.core.request:" + name
         for name in ("CallOptions", "HostOverrides", "SandboxRequest")

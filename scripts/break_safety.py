@@ -70,6 +70,7 @@ GUARDS: dict[str, tuple[str, ...]] = {
         "tests/unit/test_ledger.py",
     ),
     "kata_mem/edges/cgroups.py": ("tests/unit/test_cgroups.py", "tests/unit/test_host_side.py"),
+    "kata_mem/core/frozen.py": ("tests/unit/test_frozen.py",),
     "kata_mem/backends/libvirt.py": ("tests/integration/test_vmm_pid.py",),
     "kata_mem/core/record.py": (
         "tests/unit/test_record.py",
@@ -99,6 +100,7 @@ PLANNER = "kata_mem/core/planner.py"
 RECORD = "kata_mem/core/record.py"
 GUESTMEM = "kata_mem/core/guestmem.py"
 EXECUTOR = "kata_mem/orchestration/executor.py"
+FROZEN = "kata_mem/core/frozen.py"
 
 BREAKS = (
     # -- the shrink-safety rule (safety.py, model.py) ------------------------------------
@@ -503,6 +505,31 @@ BREAKS = (
         "kata_mem/edges/cgroups.py",
         "        if k > m or (k < m and len(root) > m):",
         "        if k != m:",
+    ),
+    # -- frozen records (frozen.py): what every value's __init__, __eq__ and __hash__ do -----
+    Break(
+        "frozen-stale-init-used",
+        FROZEN,
+        "if cached is not None and cached[0] == shape:",
+        "if cached is not None:",
+    ),
+    Break(
+        "frozen-compare-false-compared",
+        FROZEN,
+        'methods["__eq__"] = _eq(_values(compared))',
+        'methods["__eq__"] = _eq(_values(names))',
+    ),
+    Break(
+        "frozen-post-init-not-called",
+        FROZEN,
+        'return tuple(fields), "__post_init__" in cls.__dict__',
+        "return tuple(fields), False",
+    ),
+    Break(
+        "frozen-factory-shared",
+        FROZEN,
+        'value = f"F[{factories}]() if {name} is __frozen_missing else {name}"',
+        'value = f"F[{factories}] if {name} is __frozen_missing else {name}"',
     ),
 )
 

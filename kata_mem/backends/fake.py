@@ -8,12 +8,12 @@ executor's handling of each case can be tested without a VM.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from kata_mem.core.errors import BackendError
+from kata_mem.core.frozen import replace
 from kata_mem.core.model import GuestUsage, MemoryDevice, Step, VmState
 from kata_mem.core.reports import StepProgress
 from kata_mem.core.units import MiB, align_up, fmt_bytes
@@ -80,7 +80,7 @@ class FakeBackend:
         self.calls.append("observe")
         if self.vmm_pid is None:
             return self.state
-        return dataclasses.replace(self.state, vmm_pid=self.vmm_pid)
+        return replace(self.state, vmm_pid=self.vmm_pid)
 
     def begin(self, step: Step) -> None:
         self.calls.append(f"{step.action} {step.device} {fmt_bytes(step.size)}")
@@ -116,7 +116,7 @@ class FakeBackend:
                 )
             if step.device not in {o.id for o in self.state.loose}:
                 raise BackendError(f"object '{step.device}' not found", "GenericError")
-            self.state = dataclasses.replace(
+            self.state = replace(
                 self.state, loose=tuple(o for o in self.state.loose if o.id != step.device)
             )
         else:
@@ -133,7 +133,7 @@ class FakeBackend:
                     f"'requested-size' cannot exceed the memory backend size(0x{dev.max_size:x})",
                     "GenericError",
                 )
-            self._replace(dataclasses.replace(dev, requested=step.size))
+            self._replace(replace(dev, requested=step.size))
             self._pending[step.device] = self.guest.polls_to_complete
 
     def poll(self, step: Step, wait_s: float = 0.0) -> StepProgress:
@@ -171,7 +171,7 @@ class FakeBackend:
         # The driver plugs at once; it unplugs only blocks the guest does not use.
         floor = max(self.guest.used + self.guest.reserved - (self.state.total - dev.size), 0)
         size = max(dev.requested, align_up(floor, dev.block or 1))
-        self._replace(dataclasses.replace(dev, size=min(size, dev.max_size)))
+        self._replace(replace(dev, size=min(size, dev.max_size)))
         return StepProgress(
             "done" if size == dev.requested else "pending", f"size {fmt_bytes(size)}"
         )
@@ -227,7 +227,7 @@ class FakeBackend:
             )
 
     def _set_devices(self, devices: tuple[MemoryDevice, ...]) -> None:
-        self.state = dataclasses.replace(self.state, devices=devices)
+        self.state = replace(self.state, devices=devices)
 
     def _replace(self, dev: MemoryDevice) -> None:
         self._set_devices(tuple(dev if d.id == dev.id else d for d in self.state.devices))

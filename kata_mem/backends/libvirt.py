@@ -18,7 +18,6 @@ none, so there are no backend objects to own or delete here.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import queue
 import threading
@@ -35,6 +34,7 @@ from kata_mem.core.errors import (
     BackendUnsupported,
     MissingDependency,
 )
+from kata_mem.core.frozen import replace
 
 try:
     import libvirt
@@ -325,7 +325,7 @@ class LibvirtBackend:
     # -- the Backend protocol ---------------------------------------------------------
 
     def observe(self) -> VmState:
-        return dataclasses.replace(
+        return replace(
             self._state(),
             vmm_pid=self.vmm_pid,
             vmm_pid_hidden=self.vmm_pid_hidden,

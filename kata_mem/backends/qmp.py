@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import json
 import os
 import socket
@@ -38,6 +37,7 @@ from kata_mem.core.errors import (
     MissingDependency,
 )
 from kata_mem.core.fields import Fields, is_bool, python_value
+from kata_mem.core.frozen import replace
 
 try:
     from qemu.qmp import (
@@ -716,7 +716,7 @@ class QmpBackend:
             ],
         )
         # QEMU runs on this host: a pid SO_PEERCRED could not give hides its cgroup.
-        return dataclasses.replace(state, vmm_pid=self.vmm_pid, vmm_pid_hidden=self.vmm_pid is None)
+        return replace(state, vmm_pid=self.vmm_pid, vmm_pid_hidden=self.vmm_pid is None)
 
     def begin(self, step: Step) -> None:
         # Only events that follow this step's commands are about it, and only devices read

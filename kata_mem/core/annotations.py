@@ -15,12 +15,12 @@ ignores a disallowed annotation with a log line and accepts ``default_memory`` w
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 from fractions import Fraction
 from typing import Optional
 
 from kata_mem.core import golang
 from kata_mem.core.errors import InputError
+from kata_mem.core.frozen import replace
 from kata_mem.core.model import HostFacts, Origin, SizingConfig, Workload
 from kata_mem.core.units import MiB
 
@@ -230,7 +230,7 @@ def sandbox_config(
             )
     if not changes:
         return cfg
-    return replace(cfg, **changes, sources=tuple(sources.items()))  # type: ignore[arg-type]
+    return replace(cfg, **changes, sources=tuple(sources.items()))
 
 
 def pod_config(cfg: SizingConfig, host: HostFacts, workload: Workload) -> SizingConfig:

@@ -9,11 +9,11 @@ them needs the request to do so.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from typing import Any, Literal, Optional
 
 from kata_mem.core.errors import InputError
 from kata_mem.core.fields import REQUEST, path
+from kata_mem.core.frozen import field, frozen
 from kata_mem.core.units import UINT64_MAX
 
 #: The libvirt URIs kata-mem opens: local connections only, whatever wrote the URI (the
@@ -37,7 +37,7 @@ _UID_MAX = (1 << 32) - 1
 _PID_MAX = (1 << 31) - 1
 
 
-@dataclass(frozen=True)
+@frozen
 class VmmIdentity:
     """Which VMM a QMP socket led to when kata-mem last connected through it: the socket
     file (its filesystem device, inode and owner) and the process listening on it (its
@@ -108,7 +108,7 @@ class VmmIdentity:
         )
 
 
-@dataclass(frozen=True)
+@frozen
 class Endpoint:
     """Where a VM's hypervisor listens: a QMP socket, or a libvirt URI and domain.
 

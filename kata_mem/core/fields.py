@@ -11,10 +11,10 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Callable, Optional, TypeVar, Union
 
 from kata_mem.core.errors import InputError, KataMemError
+from kata_mem.core.frozen import frozen
 from kata_mem.core.units import INT64_MAX, INT64_MIN
 
 T = TypeVar("T", bound=str)
@@ -164,7 +164,7 @@ class KeyOnce:
                 todo.extend(reversed([(path(at, i), v) for i, v in enumerate(value)]))
 
 
-@dataclass(frozen=True)
+@frozen
 class Fields:
     """Typed reads from one document. ``where`` names the document in errors
     (``request``, ``/path/config.json:``); the readers take the object, the key and

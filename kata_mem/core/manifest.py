@@ -37,7 +37,6 @@ import json.decoder
 import json.scanner
 import math
 import re
-from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any, Callable, Union
@@ -47,6 +46,7 @@ import yaml
 from kata_mem.core import golang
 from kata_mem.core.errors import InputError, QuantityError
 from kata_mem.core.fields import KeyOnce
+from kata_mem.core.frozen import frozen
 from kata_mem.core.quantity import parse_quantity
 from kata_mem.core.units import INT64_MAX, INT64_MIN
 
@@ -179,7 +179,7 @@ def go_json_string(text: str) -> str:
     )
 
 
-@dataclass(frozen=True)
+@frozen
 class JsonNumber:
     """A number of a JSON manifest, kept as its text: that text is what Kubernetes parses."""
 

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Literal, Optional
 
 from kata_mem.core.errors import InputError
+from kata_mem.core.frozen import field, frozen
 from kata_mem.core.units import MiB
 
 Mechanism = Literal["pc-dimm", "virtio-mem", "static"]
@@ -131,7 +131,7 @@ NoteCode = Literal[
 ]
 
 
-@dataclass(frozen=True)
+@frozen
 class Note:
     """Something a plan or a call tells its user besides the numbers: a code that says
     what it is about, and the text that says it."""
@@ -144,7 +144,7 @@ class Note:
 OriginKind = Literal["file", "default", "probe", "override", "option", "request"]
 
 
-@dataclass(frozen=True)
+@frozen
 class Origin:
     """Where a value came from: a file's key (``where`` the file, ``key`` the table and
     key, ``value`` as the file spells it), a default, a probe of the host (``where`` says
@@ -185,7 +185,7 @@ class Origin:
         return text + (f"; {self.note}" if self.note else "")
 
 
-@dataclass(frozen=True)
+@frozen
 class Settings:
     """kata-mem's own settings (the ``[kata_mem]`` table); see the documentation for each."""
 
@@ -224,7 +224,7 @@ class Settings:
     guest_memmap_on_memory: bool = False
 
 
-@dataclass(frozen=True)
+@frozen
 class SizingConfig:
     """The sizing keys of one Kata runtime configuration, after Kata's fallbacks.
 
@@ -264,7 +264,7 @@ class SizingConfig:
         return dict(self.sources).get(key, Origin("default"))
 
 
-@dataclass(frozen=True)
+@frozen
 class HostFacts:
     """What the host offers. ``memory`` is MemTotal floored to whole MiB."""
 
@@ -279,7 +279,7 @@ class HostFacts:
     sources: tuple[tuple[str, Origin], ...] = ()
 
 
-@dataclass(frozen=True)
+@frozen
 class Container:
     """One container's resources as the sandbox sees them.
 
@@ -328,7 +328,7 @@ def unique_containers(containers: tuple[Container, ...]) -> tuple[Container, ...
     return containers
 
 
-@dataclass(frozen=True)
+@frozen
 class PodResources:
     """A pod's pod-level limits (KEP-2837, ``spec.resources.limits``): memory and
     hugepages in bytes (hugepages summed over the page sizes), CPUs as quota/period;
@@ -345,7 +345,7 @@ class PodResources:
     hugepage_limits: tuple[tuple[int, int], ...] = ()
 
 
-@dataclass(frozen=True)
+@frozen
 class Demand:
     """What the sandbox's workload needs, each part with where it came from
     (:func:`kata_mem.core.planner.demand`): memory and hugepages in bytes, CPUs.
@@ -364,7 +364,7 @@ class Demand:
         return self.memory + self.hugepages
 
 
-@dataclass(frozen=True)
+@frozen
 class SandboxSizing:
     """Pod-level sizing from CRI annotations (``io.kubernetes.cri.sandbox-*``), or from
     the pod's new resources of a CRI ``UpdatePodSandboxResources``; ``source`` says which
@@ -380,7 +380,7 @@ class SandboxSizing:
     source: str = "CRI annotations"
 
 
-@dataclass(frozen=True)
+@frozen
 class Workload:
     """What the sandbox runs: its containers, CRI pod sizing when given, the pod's
     RuntimeClass overhead when the Pod or its annotations give it (``overhead_origin``
@@ -399,7 +399,7 @@ class Workload:
     hypervisor_origin: str = ""
 
 
-@dataclass(frozen=True)
+@frozen
 class CgroupLevel:
     """A memory cgroup with a limit, on the way from the VMM's cgroup to the root.
 
@@ -412,7 +412,7 @@ class CgroupLevel:
     usage: Optional[int] = None
 
 
-@dataclass(frozen=True)
+@frozen
 class HostCgroup:
     """The VMM's host memory cgroup: where it is, what is charged, and every limit
     along the path to the root (innermost first). ``origin`` says how it was found
@@ -434,7 +434,7 @@ class HostCgroup:
         return min((lvl.limit for lvl in self.levels), default=None)
 
 
-@dataclass(frozen=True)
+@frozen
 class NodeView:
     """The node's memory as the budget sees it: the sandboxes' commitments besides
     this one (each its largest of observed and target; ``None`` when there is no
@@ -454,7 +454,7 @@ UnseenReason = Literal["vmm_pid_unknown", "not_reachable", "unreadable"]
 UNSEEN_REASONS: tuple[UnseenReason, ...] = ("vmm_pid_unknown", "not_reachable", "unreadable")
 
 
-@dataclass(frozen=True)
+@frozen
 class Unseen:
     """The VMM's memory cgroup could not be seen: why (``reason``), in words naming the
     files (``detail``). Never read as "no limit": a QEMU that runs in no limited cgroup
@@ -464,7 +464,7 @@ class Unseen:
     detail: str
 
 
-@dataclass(frozen=True)
+@frozen
 class Guards:
     """What the host side says about one sandbox, read at the edge just before
     planning: its cgroup (or why it could not be seen) and the node's total."""
@@ -483,7 +483,7 @@ class Guards:
     pod_limit: Optional[CgroupLevel] = None
 
 
-@dataclass(frozen=True)
+@frozen
 class OwnedDevice:
     """A memory device kata-mem created, as its journal records it: the only proof that
     a device, or its backend object, is kata-mem's to unplug or delete.
@@ -500,7 +500,7 @@ class OwnedDevice:
     confirmed: bool = False
 
 
-@dataclass(frozen=True)
+@frozen
 class BackendObject:
     """A memory backend object that no memory device uses (QEMU's ``/objects``): the
     machine's own RAM, someone else's, or one that a crash or a failed delete left."""
@@ -509,7 +509,7 @@ class BackendObject:
     size: int
 
 
-@dataclass(frozen=True)
+@frozen
 class MemoryDevice:
     """A memory device as the hypervisor reports it.
 
@@ -540,7 +540,7 @@ class MemoryDevice:
         return self.max_size if self.kind == "virtio-mem" else self.size
 
 
-@dataclass(frozen=True)
+@frozen
 class VmState:
     """The VM's memory as observed (or, for previews, as assumed).
 
@@ -632,7 +632,7 @@ class VmState:
         )
 
 
-@dataclass(frozen=True)
+@frozen
 class Clamp:
     """One reason the target ended below what was requested."""
 
@@ -641,7 +641,7 @@ class Clamp:
     detail: str
 
 
-@dataclass(frozen=True)
+@frozen
 class Step:
     """One hypervisor change. ``size`` is the DIMM size, or the virtio-mem
     ``requested-size`` after the step; ``delta`` the signed change of plugged memory.
@@ -661,7 +661,7 @@ class Step:
         return self.delta < 0
 
 
-@dataclass(frozen=True)
+@frozen
 class GuestPolicy:
     """How the guest onlines hot-added memory, and whether kata-mem counts on the memmap
     being placed in it; each with where it was read."""
@@ -672,7 +672,7 @@ class GuestPolicy:
     memmap_from: str
 
 
-@dataclass(frozen=True)
+@frozen
 class GuestCeiling:
     """The arithmetic of the ceiling at one point (the VM as it is, or after a step).
 
@@ -697,7 +697,7 @@ class GuestCeiling:
     limit: int
 
 
-@dataclass(frozen=True)
+@frozen
 class MemoryPlan:
     """The memory side of a plan: every number, the clamps that applied, the steps."""
 
@@ -739,7 +739,7 @@ class MemoryPlan:
         return self.target < self.current
 
 
-@dataclass(frozen=True)
+@frozen
 class VcpuPlan:
     """The vCPU side of a plan (previewed; vCPU hotplug is not carried out)."""
 
@@ -751,7 +751,7 @@ class VcpuPlan:
     clamps: tuple[Clamp, ...]
 
 
-@dataclass(frozen=True)
+@frozen
 class Plan:
     """What ``preview`` shows and ``apply`` carries out."""
 
@@ -760,7 +760,7 @@ class Plan:
     notes: tuple[Note, ...]
 
 
-@dataclass(frozen=True)
+@frozen
 class GuestUsage:
     """The guest's own view of its memory, from virtio-balloon statistics (bytes).
 
@@ -823,7 +823,7 @@ Reason = Literal[
 ]
 
 
-@dataclass(frozen=True)
+@frozen
 class Outcome:
     """What an ``apply`` did, in KEP-1287's vocabulary (docs, "Outcomes")."""
 

@@ -13,11 +13,10 @@ case in ``tests/fixtures/outcome-cases/``.
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from dataclasses import dataclass
 from typing import Optional
 
+from kata_mem.core.frozen import frozen, replace
 from kata_mem.core.model import Note, Outcome, Plan, Reason, Status, Step, VmState
 from kata_mem.core.reports import StepProgress
 from kata_mem.core.units import fmt_bytes
@@ -37,7 +36,7 @@ ALLOW_SHRINK_HOW = (
 )
 
 
-@dataclass(frozen=True)
+@frozen
 class Stop:
     """Why the steps stopped before the target: a status, a reason code, a message."""
 
@@ -84,9 +83,9 @@ def refuse_shrink(p: Plan, vm: VmState, allowed: bool) -> tuple[Plan, Optional[s
     )
     notes = tuple(n for n in p.notes if n.code != "shrink_planned")
     return (
-        dataclasses.replace(
+        replace(
             p,
-            memory=dataclasses.replace(m, steps=()),
+            memory=replace(m, steps=()),
             notes=(*notes, Note("shrink_not_allowed", message)),
         ),
         message,

@@ -17,9 +17,9 @@ status a shim returns for it (docs, "Kubernetes in-place resize").
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
 from typing import Any, Literal, Optional
 
+from kata_mem.core.frozen import frozen, replace
 from kata_mem.core.model import CgroupLevel, Outcome, Status
 from kata_mem.core.outcomes import backoff
 from kata_mem.core.units import fmt_bytes
@@ -53,7 +53,7 @@ _BY_EXIT: dict[int, CriCode] = {
 }
 
 
-@dataclass(frozen=True)
+@frozen
 class CriAnswer:
     """The gRPC status a shim returns for ``UpdatePodSandboxResources``, verbatim."""
 

@@ -17,9 +17,9 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass, replace
 from typing import Any, Literal, Optional, get_args
 
+from kata_mem.core.frozen import frozen, replace
 from kata_mem.core.model import OwnedDevice, Reason, Status, Step, StepAction
 from kata_mem.core.units import MiB, to_mib_ceil, to_mib_floor
 
@@ -84,7 +84,7 @@ def _bytes(mib: Optional[int]) -> Optional[int]:
     return None if mib is None else mib * MiB
 
 
-@dataclass(frozen=True)
+@frozen
 class Deferral:
     """A deferred shrink: why, how often in a row, when to retry, and its target (bytes)."""
 
@@ -120,7 +120,7 @@ class Deferral:
         return cls(reason, doc["attempts"], float(doc["retry_at"]), _bytes(doc.get("target_mib")))
 
 
-@dataclass(frozen=True)
+@frozen
 class LastOutcome:
     """What the last call came to, and when (host clock)."""
 
@@ -153,7 +153,7 @@ class LastOutcome:
         return cls(status, reason, doc["message"], float(doc["at"]))
 
 
-@dataclass(frozen=True)
+@frozen
 class PendingGrow:
     """A grow the host cgroup in force did not allow: the target it is to reach (bytes),
     the VMM's cgroup directory and its effective limit when it was recorded (``None``:
@@ -270,7 +270,7 @@ def _owned_from_json(doc: Any) -> tuple[OwnedDevice, ...]:
     return tuple(owned)
 
 
-@dataclass(frozen=True)
+@frozen
 class Record:
     """The intent record of one sandbox: the step in flight and its ``phase``, the devices
     kata-mem created, unplugs the guest has not finished, the last observed size and the

@@ -10,11 +10,10 @@ module concludes; the rules cannot drift apart between QEMU and libvirt.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Literal, Optional
 
+from kata_mem.core.frozen import frozen, replace
 from kata_mem.core.model import (
     DIMM_PREFIX,
     MEMDEV_PREFIX,
@@ -32,7 +31,7 @@ Progress = Literal["done", "pending", "rejected"]
 U64_UNSET = (1 << 64) - 1
 
 
-@dataclass(frozen=True)
+@frozen
 class StepProgress:
     """Where a step stands, from the hypervisor's own report."""
 
@@ -114,9 +113,7 @@ def owned_view(vm: VmState, owned: Sequence[OwnedDevice]) -> VmState:
     recorded size. DIMMs and objects named like kata-mem's that are neither are
     ``unproven``: reported, and left alone.
     """
-    devices = tuple(
-        dataclasses.replace(d, ours=any(_made(e, d) for e in owned)) for d in vm.devices
-    )
+    devices = tuple(replace(d, ours=any(_made(e, d) for e in owned)) for d in vm.devices)
     orphans = tuple(o.id for o in vm.loose if any(_left(e, o) for e in owned))
     unproven = [
         d.id
@@ -126,7 +123,7 @@ def owned_view(vm: VmState, owned: Sequence[OwnedDevice]) -> VmState:
         and (d.id.startswith(DIMM_PREFIX) or d.memdev.startswith(MEMDEV_PREFIX))
     ]
     unproven += [o.id for o in vm.loose if o.id not in orphans and o.id.startswith(MEMDEV_PREFIX)]
-    return dataclasses.replace(vm, devices=devices, orphans=orphans, unproven=tuple(unproven))
+    return replace(vm, devices=devices, orphans=orphans, unproven=tuple(unproven))
 
 
 def still_owned(vm: VmState, owned: Sequence[OwnedDevice]) -> list[OwnedDevice]:

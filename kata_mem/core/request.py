@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Literal, Optional, Union
 
@@ -38,6 +37,7 @@ from kata_mem.core.cri_annotations import (
 from kata_mem.core.endpoint import Endpoint
 from kata_mem.core.errors import InputError
 from kata_mem.core.fields import REQUEST, json_value, path, spelled_float
+from kata_mem.core.frozen import field, frozen
 from kata_mem.core.model import (
     Arch,
     Container,
@@ -104,7 +104,7 @@ _CONTAINER = (
 # --- The parts of a request --------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@frozen
 class HostOverrides:
     """Host facts given instead of probed (the CLI's ``--host-*``, a request's ``host``).
 
@@ -439,7 +439,7 @@ def _document(data: Union[bytes, dict[str, Any]]) -> dict[str, Any]:
     return doc
 
 
-@dataclass(frozen=True)
+@frozen
 class RequestHead:
     """What a request names: its sandbox and its backend (``None``: none given)."""
 
@@ -474,7 +474,7 @@ def request_head(raw: bytes) -> RequestHead:
     return _head(_document(raw))
 
 
-@dataclass(frozen=True)
+@frozen
 class SandboxRequest:
     """One request about one sandbox, and what is to be done with it (``mode``):
 
@@ -642,7 +642,7 @@ def _resize(doc: dict[str, Any]) -> Optional[SandboxResize]:
     )
 
 
-@dataclass(frozen=True)
+@frozen
 class CallOptions:
     """What one process adds to every request it serves, which no request carries: the
     state directory (``--state-dir``; ``None``: the configuration's) and ``force``

@@ -9,11 +9,11 @@ the mode, so no caller has to check what it was.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Literal, Optional, Union
 
 from kata_mem.core.endpoint import Endpoint
 from kata_mem.core.errors import GUEST_TIMEOUT_EXIT, BackendError
+from kata_mem.core.frozen import frozen
 from kata_mem.core.model import Note, Outcome, Plan, Reason, SizingConfig, Status, Unseen
 
 
@@ -27,7 +27,7 @@ def outcome_exit_code(reason: Reason) -> int:
     }.get(reason, 0)
 
 
-@dataclass(frozen=True)
+@frozen
 class Planned:
     """A plan-only request: what a freshly booted VM would get. Nothing ran."""
 
@@ -41,7 +41,7 @@ class Planned:
         return ()
 
 
-@dataclass(frozen=True)
+@frozen
 class Applied:
     """A resize (or a dry run): the plan made from the observed VM, what came of it,
     and the call's own notes (the plan carries its own)."""
@@ -58,7 +58,7 @@ class Applied:
         return outcome_exit_code(self.outcome.reason)
 
 
-@dataclass(frozen=True)
+@frozen
 class Forgotten:
     """A delete: the sandbox's state is gone, or the notes say what was kept and why."""
 
@@ -77,7 +77,7 @@ Response = Union[Planned, Applied, Forgotten]
 SummaryState = Literal["running", "unknown", Status]
 
 
-@dataclass(frozen=True)
+@frozen
 class SandboxSummary:
     """One managed sandbox as its journal and saved request describe it (no VM is asked)."""
 
@@ -90,7 +90,7 @@ class SandboxSummary:
     reason: Reason = ""
 
 
-@dataclass(frozen=True)
+@frozen
 class NodeStatus:
     """Every sandbox kata-mem manages on this node, and the node's totals (``status --all``)."""
 
@@ -112,7 +112,7 @@ class NodeStatus:
 VisitAction = Literal["retried", "waiting", "cleaned", "skipped", "failed", "idle"]
 
 
-@dataclass(frozen=True)
+@frozen
 class Visit:
     """What one reconcile pass did for one sandbox: the outcome and notes of a
     retried request, the exit code of a failure."""

@@ -24,11 +24,11 @@ limit in pages of 4 KiB and 64 KiB).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Optional
 
 from kata_mem.core.errors import ConfigError, InputError
+from kata_mem.core.frozen import frozen, replace
 from kata_mem.core.model import Arch, Container, HostFacts, SizingConfig, SizingModel, Workload
 from kata_mem.core.planner import (
     block_size,
@@ -46,7 +46,7 @@ _UNBOUNDED_MEMORY = align_down(INT64_MAX // 4, MiB)
 _UNBOUNDED_CPUS = 1 << 16
 
 
-@dataclass(frozen=True)
+@frozen
 class PodFit:
     """One pod: its memory limits, the VM the sizing model gives it, and the smallest
     pod cgroup in which the guard lets that VM be (``needed``).
@@ -72,7 +72,7 @@ class PodFit:
         return self.needed - self.limits
 
 
-@dataclass(frozen=True)
+@frozen
 class RuntimeClassOverhead:
     """``overhead.podFixed`` for pods with memory limits up to ``max_pod_memory``.
 

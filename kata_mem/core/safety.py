@@ -18,9 +18,9 @@ part of boot memory that never shows in MemTotal::
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Literal, Optional
 
+from kata_mem.core.frozen import frozen
 from kata_mem.core.model import GuestUsage, SafetyReason, Settings
 from kata_mem.core.units import fmt_bytes, to_mib_nearest
 
@@ -30,7 +30,7 @@ Action = Literal["run", "defer"]
 MAJOR_FAULTS_PRESSURE = 1000
 
 
-@dataclass(frozen=True)
+@frozen
 class Verdict:
     """Run the step, or defer it with a reason code and a message for people."""
 

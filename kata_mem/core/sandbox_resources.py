@@ -7,11 +7,11 @@ sandbox from. Pure.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Optional
 
 from kata_mem.core.fields import REQUEST
+from kata_mem.core.frozen import field, frozen
 from kata_mem.core.model import SandboxSizing, Workload
 from kata_mem.core.units import INT64_MAX, INT64_MIN
 
@@ -20,7 +20,7 @@ RESOURCES_ORIGIN = "request sandbox_resources"
 OVERHEAD_ORIGIN = "request overhead.memory_limit_bytes"
 
 
-@dataclass(frozen=True)
+@frozen
 class SandboxResources:
     """The parts of a CRI ``LinuxContainerResources`` that size a sandbox, as
     ``UpdatePodSandboxResourcesRequest`` carries them in ``resources`` and ``overhead``
@@ -64,7 +64,7 @@ class SandboxResources:
         )
 
 
-@dataclass(frozen=True)
+@frozen
 class SandboxResize:
     """A pod's new resources, as the kubelet sends them before it writes the pod cgroup
     (``UpdatePodSandboxResources``, kubernetes PR #137555): ``resources`` is the pod

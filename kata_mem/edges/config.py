@@ -18,7 +18,6 @@ import stat
 import sys
 import time
 from collections.abc import Mapping
-from dataclasses import fields, replace
 from fractions import Fraction
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -33,6 +32,7 @@ from kata_mem.core.fields import (
     spelled_float,
     toml_value,
 )
+from kata_mem.core.frozen import fields, replace
 from kata_mem.core.model import (
     ONLININGS,
     RUNTIMES,
@@ -658,7 +658,7 @@ def load_settings(
             values[attr] = Fraction(str(raw))  # exact: 1.1 is 11/10, not a binary float
         else:
             values[attr] = raw * scale if scale > 1 else raw
-    assert {f.name for f in fields(Settings)} == set(values)
+    assert set(fields(Settings)) == set(values)
     if values["stats_interval_s"] >= values["usage_max_age_s"]:
         # A reading is then as old as usage_max_age_s or older between two reports, and
         # unknown: every shrink would defer, or wait up to three intervals for a fresh one.

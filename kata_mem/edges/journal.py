@@ -13,7 +13,6 @@ who may have written it is :mod:`kata_mem.edges.statedir`'s.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import fcntl
 import json
 import os
@@ -25,6 +24,7 @@ from typing import Any, Callable, Literal, Optional, TypeVar
 
 from kata_mem.core.endpoint import Endpoint
 from kata_mem.core.errors import ConfigError, InputError, KataMemError
+from kata_mem.core.frozen import replace
 from kata_mem.core.model import Note, NoteCode, check_sandbox_id
 from kata_mem.core.record import Record
 from kata_mem.core.request import RequestHead, SandboxRequest, request_head
@@ -299,7 +299,7 @@ class SandboxState:
             )
         if saved.endpoint is None:
             return saved
-        return dataclasses.replace(saved, endpoint=dataclasses.replace(saved.endpoint, saved=True))
+        return replace(saved, endpoint=replace(saved.endpoint, saved=True))
 
     def _read_request(self) -> Optional[bytes]:
         """The last request's bytes, or None when there is none. Reads only.

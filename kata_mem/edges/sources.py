@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 from typing import Any, Callable, Optional, Union
@@ -27,6 +26,7 @@ from kata_mem.core.cri_annotations import SANDBOX_SIZING_KEYS, overhead_annotati
 from kata_mem.core.errors import InputError, QuantityError
 from kata_mem.core.fields import Fields, KeyOnce, python_value, spelled_float
 from kata_mem.core.fields import path as field_path
+from kata_mem.core.frozen import frozen
 from kata_mem.core.model import (
     Arch,
     Container,
@@ -130,7 +130,7 @@ _Key = Union[str, int]
 _Resources = dict[_Key, Fraction]
 
 
-@dataclass(frozen=True)
+@frozen
 class _Read:
     """A container of a Pod manifest with its resources as the API server defaults them
     (a request it does not set is its limit) and where it is in the manifest."""

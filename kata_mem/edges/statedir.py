@@ -38,11 +38,11 @@ import os
 import re
 import stat
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Optional
 
 from kata_mem.core.errors import ConfigError, KataMemError
+from kata_mem.core.frozen import frozen
 from kata_mem.core.model import SANDBOX_ID, SERVICE_ENTRIES
 from kata_mem.edges.files import read_open
 from kata_mem.edges.locks import same_file
@@ -331,7 +331,7 @@ def node_lock(root: Path, shared: bool = False) -> Iterator[None]:
         os.close(fd)
 
 
-@dataclass(frozen=True)
+@frozen
 class Listing:
     """The entries of a state directory: sandboxes kata-mem created, those that carry
     its marker but that another user could have written (name, why), and everything else."""

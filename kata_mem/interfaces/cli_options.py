@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional, TypeVar
 
@@ -17,6 +17,7 @@ import click
 from kata_mem.core.arch import check_hugepages, normalize_arch
 from kata_mem.core.endpoint import Endpoint
 from kata_mem.core.errors import InputError
+from kata_mem.core.frozen import replace
 from kata_mem.core.model import Origin, Settings, SizingConfig, Workload
 from kata_mem.core.quantity import quantity_bytes
 from kata_mem.core.request import MIN_HOST_MEMORY, CallOptions, HostOverrides

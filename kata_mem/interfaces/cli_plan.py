@@ -4,12 +4,12 @@ against) and ``config check`` (the configuration it reads)."""
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
 import click
 
+from kata_mem.core.frozen import replace
 from kata_mem.core.model import Origin
 from kata_mem.core.quantity import quantity_bytes
 from kata_mem.core.request import CallOptions, HostOverrides, SandboxRequest

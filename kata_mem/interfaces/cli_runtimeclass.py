@@ -3,11 +3,11 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Optional
 
 import click
 
+from kata_mem.core.frozen import replace
 from kata_mem.core.model import SIZING_MODELS, SizingConfig, SizingModel
 from kata_mem.core.quantity import quantity_bytes
 from kata_mem.edges.host import machine_arch

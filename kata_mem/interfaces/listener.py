@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Optional, Union
 
 from kata_mem.core.errors import ConfigError
+from kata_mem.core.frozen import frozen
 from kata_mem.edges.locks import same_file
 from kata_mem.edges.logs import describe, get_logger
 from kata_mem.edges.ownership import check_way, mode, others_could_write, who
@@ -44,7 +45,7 @@ DEFAULT_SOCKET = "/run/kata-mem/kata-mem.sock"
 SD_LISTEN_FDS_START = 3
 
 
-@dataclass(frozen=True)
+@frozen
 class Peer:
     """A unix socket's client as the kernel saw it connect (``SO_PEERCRED``)."""
 
@@ -53,7 +54,7 @@ class Peer:
     gid: int
 
 
-@dataclass(frozen=True)
+@frozen
 class Remote:
     """A client of the metrics address: TCP says where it is, not who."""
 
@@ -64,7 +65,7 @@ class Remote:
         return f"{MetricsAddress(self.host, self.port)} (TCP)"
 
 
-@dataclass(frozen=True)
+@frozen
 class Port:
     """One of serve's listeners, and what its requests may ask: every request to either
     goes through the same handlers, middleware and error documents."""
@@ -146,7 +147,7 @@ def group_id(name: Optional[str]) -> Optional[int]:
         ) from exc
 
 
-@dataclass(frozen=True)
+@frozen
 class MetricsAddress:
     """Where ``--metrics-address`` serves ``/metrics`` and ``/healthz`` over TCP."""
 

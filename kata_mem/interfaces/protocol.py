@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
 from typing import Any, Optional, Union
 
 from kata_mem.core.errors import BackendUnavailable, InputError, KataMemError
+from kata_mem.core.frozen import frozen, replace
 from kata_mem.core.podresize import cri_answer, cri_planned, cri_refused
 from kata_mem.core.request import (
     RESPONSE_SCHEMA,
@@ -27,7 +27,7 @@ from kata_mem.edges.logs import describe, emit_error
 NO_OPTIONS = CallOptions()
 
 
-@dataclass(frozen=True)
+@frozen
 class Answer:
     """One request answered: its typed response, or the error that refused it (exactly
     one of the two)."""

@@ -30,13 +30,13 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
 from typing import Any, Callable, Optional, TypeVar, Union, cast
 
 from aiohttp import HttpVersion11, web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from kata_mem.core.errors import BackendUnavailable, InputError, KataMemError
+from kata_mem.core.frozen import replace
 from kata_mem.core.model import Settings, Unseen, check_sandbox_id
 from kata_mem.core.request import MAX_REQUEST_BYTES, CallOptions, SandboxRequest
 from kata_mem.core.results import Applied, Planned

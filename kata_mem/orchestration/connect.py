@@ -6,15 +6,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
 from typing import Optional
 
 from kata_mem.backends import Backend
 from kata_mem.core.endpoint import Endpoint
 from kata_mem.core.errors import MissingDependency
+from kata_mem.core.frozen import frozen, replace
 
 
-@dataclass(frozen=True)
+@frozen
 class Opened:
     """A connected backend, and its endpoint as reached: for QMP, with the VMM it led to
     (:class:`~kata_mem.core.endpoint.VmmIdentity`), which the saved request keeps."""

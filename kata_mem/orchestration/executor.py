@@ -25,13 +25,13 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, replace
 from typing import Callable, Optional, Union
 
 from kata_mem.backends import Backend, StepProgress
 from kata_mem.core import outcomes, podresize, safety
 from kata_mem.core.endpoint import Endpoint
 from kata_mem.core.errors import BackendError, BackendUnsupported, InputError, KataMemError
+from kata_mem.core.frozen import frozen, replace
 from kata_mem.core.guestmem import ceiling_at, grow_timeout_s, shows_grow
 from kata_mem.core.model import (
     Arch,
@@ -79,7 +79,7 @@ PRESSURE_EVERY_S = 1.0
 SETTLE_S = 5.0
 
 
-@dataclass(frozen=True)
+@frozen
 class Options:
     """What the caller allows: shrinking, and (tests only) skipping its checks; and
     ``crash_at``, the crash tests' fault injection: the point of the step loop
@@ -92,7 +92,7 @@ class Options:
     crash_at: Optional[str] = None
 
 
-@dataclass(frozen=True)
+@frozen
 class _GrowWatch:
     """What a grow is verified against in the guest: its MemTotal before the first step
     (``before``), the VM's total then (``start``), the architecture (struct pages)."""
@@ -102,7 +102,7 @@ class _GrowWatch:
     arch: Arch
 
 
-@dataclass(frozen=True)
+@frozen
 class Result:
     """The plan made from the observed VM, what came of it, and the call's notes."""
 

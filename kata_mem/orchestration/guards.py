@@ -13,10 +13,10 @@ node's total comes from the state directory, under the node-wide admission lock
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
 from typing import Callable, Optional
 
 from kata_mem.core.errors import InputError
+from kata_mem.core.frozen import frozen, replace
 from kata_mem.core.model import (
     CgroupLevel,
     GuardMode,
@@ -135,7 +135,7 @@ def pod_level(cgroup: Optional[HostCgroup], limit: int) -> CgroupLevel:
     return CgroupLevel(cgroup.path, limit, cgroup.usage)
 
 
-@dataclass(frozen=True)
+@frozen
 class HostSide:
     """Reads the guards for one sandbox (:meth:`read`) and QEMU's charge after the
     steps (:meth:`charge`). ``pod_limit`` is the pod cgroup limit the kubelet is about

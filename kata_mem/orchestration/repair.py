@@ -17,10 +17,10 @@ Repair steps are journaled and waited for like any other (``run``).
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Callable
 
 from kata_mem.backends import Backend
+from kata_mem.core.frozen import replace
 from kata_mem.core.model import Note, Step, VmState
 from kata_mem.core.record import Record
 from kata_mem.core.reports import owned_view, still_owned
@@ -114,11 +114,10 @@ def repair(
     changed = pending != record.pending_unplug or owned != record.owned
     if repairs or record.state != "idle" or changed:
         record = state.save(record.repaired(vm.total, pending, owned))
-    marked = dataclasses.replace(
+    marked = replace(
         vm,
         devices=tuple(
-            dataclasses.replace(d, pending_unplug=True) if d.id in pending else d
-            for d in vm.devices
+            replace(d, pending_unplug=True) if d.id in pending else d for d in vm.devices
         ),
     )
     return marked, record

@@ -12,18 +12,18 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Literal, Optional, Union
 
 from kata_mem.core.endpoint import Endpoint
 from kata_mem.core.errors import ConfigError
+from kata_mem.core.frozen import frozen
 from kata_mem.core.model import GuestUsage, Note, Settings, VmState
 from kata_mem.core.record import Record
 from kata_mem.core.request import HostOverrides
 from kata_mem.core.results import NodeStatus, SandboxSummary
 
 
-@dataclass(frozen=True)
+@frozen
 class SandboxStatus:
     """One sandbox's VM as its hypervisor reports it (``kata-mem status``, GET
     /v1/sandboxes/ID): the devices its journal proves kata-mem's marked, the guest's
@@ -40,7 +40,7 @@ class SandboxStatus:
 Unknown = Literal["no-state", "no-request", "no-backend"]
 
 
-@dataclass(frozen=True)
+@frozen
 class NoEndpoint:
     """A sandbox whose VM kata-mem does not know (``status --sandbox ID``, GET
     /v1/sandboxes/ID): ``why``, in ``state_dir``."""

@@ -3,11 +3,10 @@ kata-mem accepts, and kata-mem accepts exactly the current sizes a guest can hav
 
 from __future__ import annotations
 
-import dataclasses
-
 from hypothesis import given
 from hypothesis import strategies as st
 
+from kata_mem.core.frozen import replace
 from kata_mem.core.model import HostFacts, MemoryDevice, SizingConfig, Workload
 from kata_mem.core.planner import (
     assumed_vm,
@@ -27,8 +26,8 @@ def setups(draw: st.DrawFn) -> tuple[SizingConfig, HostFacts]:
     cfg = draw(configs(mechanism=draw(st.sampled_from(["pc-dimm", "virtio-mem"]))))
     host = draw(hosts)
     if draw(st.booleans()):
-        cfg = dataclasses.replace(cfg, enable_hugepages=True)
-        host = dataclasses.replace(
+        cfg = replace(cfg, enable_hugepages=True)
+        host = replace(
             host,
             hugepage_size=draw(st.sampled_from([2 * MiB, 1024 * MiB])),
             hugepages_total=draw(st.integers(min_value=0, max_value=1 << 14)),
@@ -88,7 +87,7 @@ def test_memory_kata_mem_did_not_plug_never_makes_a_step_off_the_blocks(
         place = align_up(at + foreign, 1024 * MiB)
         dev = MemoryDevice("vm0", "virtio-mem", size, size, 64 * GiB, dev_block, addr=place)
         others.append(dev)
-    vm = dataclasses.replace(vm, devices=tuple(others), device_space=None)
+    vm = replace(vm, devices=tuple(others), device_space=None)
     m = plan(cfg, host, req, vm).memory
     for step in m.steps:
         unit = block if step.action == "plug_dimm" else others[-1].block

@@ -4,11 +4,10 @@ shrinks a VM, and a cgroup without limits changes nothing."""
 
 from __future__ import annotations
 
-import dataclasses
-
 from hypothesis import given
 from hypothesis import strategies as st
 
+from kata_mem.core.frozen import replace
 from kata_mem.core.model import (
     CgroupLevel,
     Container,
@@ -46,9 +45,9 @@ def guarded(draw: st.DrawFn) -> tuple[SizingConfig, HostFacts, Workload, int, li
     cgroup levels: limits in bytes (cgroup files hold bytes, not always whole MiB) near
     the VM's size, so that they often bind, charged often more than the VMM overhead."""
     cfg = draw(configs(mechanism=draw(st.sampled_from(["pc-dimm", "virtio-mem"]))))
-    cfg = dataclasses.replace(
+    cfg = replace(
         cfg,
-        settings=dataclasses.replace(
+        settings=replace(
             cfg.settings,
             vmm_overhead=draw(mib),
             vmm_overhead_per_gib=draw(
@@ -114,6 +113,4 @@ def test_no_limit_is_the_unguarded_plan(
     guarded_plan = plan(cfg, host, req, vm, Guards(cgroup=HostCgroup("/pod", 2, usage)))
     free = plan(cfg, host, req, vm)
     assert guarded_plan.notes == free.notes
-    assert dataclasses.replace(guarded_plan.memory, host_cgroup=None, vmm_overhead=None) == (
-        free.memory
-    )
+    assert replace(guarded_plan.memory, host_cgroup=None, vmm_overhead=None) == (free.memory)

@@ -12,12 +12,12 @@ the memmap already paid for the plugged memory and a headroom of at least
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Optional
 
 from hypothesis import given
 from hypothesis import strategies as st
 
+from kata_mem.core.frozen import replace
 from kata_mem.core.model import HostFacts, SizingConfig, Workload
 from kata_mem.core.planner import assumed_vm, plan
 from kata_mem.core.units import MiB
@@ -36,16 +36,14 @@ KERNEL_PARAMS = (
 @st.composite
 def guest_configs(draw: st.DrawFn) -> SizingConfig:
     cfg = draw(configs())
-    settings = dataclasses.replace(
+    settings = replace(
         cfg.settings,
         guest_onlining=draw(st.sampled_from(["movable", "kernel"])),
         guest_memmap_on_memory=draw(st.booleans()),
         headroom_min=draw(st.sampled_from([0, 64, 128, 512])) * MiB,
         headroom_percent=draw(st.sampled_from([0, 5, 10, 50])),
     )
-    return dataclasses.replace(
-        cfg, settings=settings, kernel_params=draw(st.sampled_from(KERNEL_PARAMS))
-    )
+    return replace(cfg, settings=settings, kernel_params=draw(st.sampled_from(KERNEL_PARAMS)))
 
 
 readings = st.none() | st.integers(min_value=0, max_value=1 << 16).map(lambda n: n * MiB)

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
+from kata_mem.core.frozen import replace
 from kata_mem.core.model import MemoryDevice, SizingConfig, VmState, Workload
 from kata_mem.core.planner import ACPI_HOTPLUG_FACTOR, max_memory, plan
 from kata_mem.core.request import MIN_HOST_MEMORY
@@ -85,12 +84,10 @@ def _after(vm: VmState, cfg: SizingConfig, host: object, req: Workload) -> VmSta
             devices = [d for d in devices if d.id != step.device]
         else:
             devices = [
-                dataclasses.replace(d, size=step.size, requested=step.size)
-                if d.id == step.device
-                else d
+                replace(d, size=step.size, requested=step.size) if d.id == step.device else d
                 for d in devices
             ]
-    return dataclasses.replace(vm, devices=tuple(devices))
+    return replace(vm, devices=tuple(devices))
 
 
 @given(configs(), hosts, workloads, workloads)
@@ -119,7 +116,7 @@ def test_virtio_mem_shrink_steps_are_bounded(
     assert dev is not None
     size = min(blocks * 256 * 2**20, dev.max_size)
     assume(size > 0 and size % dev.block == 0)
-    vm = dataclasses.replace(vm, devices=(dataclasses.replace(dev, size=size, requested=size),))
+    vm = replace(vm, devices=(replace(dev, size=size, requested=size),))
     m = plan(cfg, host, req, vm).memory  # type: ignore[arg-type]
     bound = max(cfg.settings.shrink_step_min, size * cfg.settings.shrink_step_percent // 100)
     for step in m.steps:

@@ -7,11 +7,10 @@ steps are) needs more."""
 
 from __future__ import annotations
 
-import dataclasses
-
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from kata_mem.core.frozen import replace
 from kata_mem.core.model import (
     CgroupLevel,
     Container,
@@ -36,9 +35,9 @@ models: st.SearchStrategy[SizingModel] = st.sampled_from(["kata", "pod-limit"])
 @st.composite
 def guarded_configs(draw: st.DrawFn) -> SizingConfig:
     cfg = draw(configs())
-    return dataclasses.replace(
+    return replace(
         cfg,
-        settings=dataclasses.replace(
+        settings=replace(
             cfg.settings,
             sizing=draw(models),
             vmm_overhead=draw(st.integers(0, 256)) * MiB,
@@ -113,11 +112,11 @@ def test_no_pod_between_needs_more(
     configurations are small (boot and maximum within reach of ``most``, blocks often
     large and the maximum seldom on one), so that the steps, the boot floor, the last
     block under the maximum and the maximum itself fall in the range searched."""
-    cfg = dataclasses.replace(
+    cfg = replace(
         cfg,
         default_memory=boot * MiB,
         default_maxmemory=maximum and (boot + maximum) * MiB,
-        settings=dataclasses.replace(
+        settings=replace(
             cfg.settings, dimm_block=max(block, 2) * MiB, virtio_mem_block=block * MiB
         ),
     )

@@ -3,7 +3,6 @@ the journal, the lock, and recovery."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import threading
 from pathlib import Path
@@ -13,6 +12,7 @@ import pytest
 
 from kata_mem.backends.fake import FakeBackend, FakeGuest, VirtualTime
 from kata_mem.core.errors import BackendError
+from kata_mem.core.frozen import replace
 from kata_mem.core.model import (
     BackendObject,
     Container,
@@ -220,7 +220,7 @@ def test_dimm_unplug_timeout_stays_pending_and_is_settled_later(
     assert (r.outcome.status, r.outcome.reason) == ("Deferred", "Busy")
     # The guest finishes later; the next call settles it and deletes the backend object.
     left = (BackendObject("kmmem0", 256 * MiB),)
-    b.state = dataclasses.replace(b.state, devices=(), loose=left)
+    b.state = replace(b.state, devices=(), loose=left)
     r = run(cfgs["dimm"], b, request(), allow_shrink=True)
     assert r.outcome.status == "NoChange"
     assert any(c.startswith("delete_memdev kmmem0") for c in b.calls)
@@ -392,9 +392,7 @@ def test_memory_changed_under_it_between_steps_stops_the_run(
     def kata_plugs(backend: FakeBackend, step: Step) -> None:
         if step.size == 768 * MiB and backend.state.device("dimm1") is None:
             dimm = MemoryDevice("dimm1", "dimm", 128 * MiB, 128 * MiB, 128 * MiB, slot=0)
-            backend.state = dataclasses.replace(
-                backend.state, devices=(*backend.state.devices, dimm)
-            )
+            backend.state = replace(backend.state, devices=(*backend.state.devices, dimm))
 
     b.on_poll = kata_plugs
     r = run(cfgs["virtio"], b, request(), allow_shrink=True)

@@ -5,7 +5,6 @@ cpusets, impossible current sizes, the boot memory on a small host."""
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from kata_mem.core.cri_annotations import (
 )
 from kata_mem.core.endpoint import Endpoint
 from kata_mem.core.errors import ConfigError, InputError
+from kata_mem.core.frozen import replace
 from kata_mem.core.model import ARCHES, Container, HostFacts, SizingConfig, Workload
 from kata_mem.core.planner import assumed_vm, boot_memory, current_problem, plan
 from kata_mem.core.request import SandboxRequest

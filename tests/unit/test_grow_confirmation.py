@@ -5,7 +5,6 @@ in-memory fake backend, whose guest reports what it has onlined (``FakeGuest.onl
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 from typing import Any, Callable
@@ -13,6 +12,7 @@ from typing import Any, Callable
 import pytest
 
 from kata_mem.backends.fake import FakeBackend, FakeGuest, VirtualTime
+from kata_mem.core.frozen import replace
 from kata_mem.core.guestmem import GROW_S_PER_GIB, grow_timeout_s
 from kata_mem.core.model import (
     Container,
@@ -166,7 +166,7 @@ def test_a_grow_is_measured_from_a_reading_taken_after_the_vm_was_observed(
             if now >= self.looked + 0.2 or usage is None or usage.total is None:
                 return usage
             before = (512 + 128) * MiB
-            return dataclasses.replace(usage, total=before, last_update=self.looked - 0.5)
+            return replace(usage, total=before, last_update=self.looked - 0.5)
 
     cfg = make_config(default_memory=512, enable_virtio_mem=True)
     b = Lagging(vm_virtio(8192), FakeGuest(used=128 * MiB))

@@ -4,7 +4,6 @@ kata-mem's, never counts less than they do, and is mended by reconcile."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 from pathlib import Path
@@ -13,6 +12,7 @@ from typing import Any
 import pytest
 
 from kata_mem.backends.fake import FakeBackend, VirtualTime
+from kata_mem.core.frozen import replace
 from kata_mem.core.model import Container, SizingConfig, VmState, Workload
 from kata_mem.core.record import Record
 from kata_mem.core.units import GiB, MiB
@@ -217,7 +217,7 @@ def test_an_apply_trusts_no_ledger_that_counts_less_than_its_own_journal(tmp_pat
     journal it has just read, which no crash leaves, so no entry is trusted and the ledger
     is rebuilt from the journals, with a note, before the budget is decided."""
     state, fake, time, cfg = _two_sandboxes(tmp_path)
-    host = dataclasses.replace(HOST, memory=3 * GiB)
+    host = replace(HOST, memory=3 * GiB)
     workload = Workload((Container("c", memory_limit=GiB),))
     first = run_locked(state, lambda: fake, cfg, host, workload, Options(), time.clock, time.sleep)
     assert first.outcome.status == "Resized"

@@ -4,7 +4,6 @@ the saved request that ``kata-mem reconcile`` re-runs, and errors that name the 
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 
 from kata_mem.core.endpoint import Endpoint, VmmIdentity
 from kata_mem.core.errors import InputError
+from kata_mem.core.frozen import replace
 from kata_mem.core.model import Container, HostFacts, Origin, SandboxSizing, Workload
 from kata_mem.core.request import SandboxRequest
 from kata_mem.core.units import GiB, MiB

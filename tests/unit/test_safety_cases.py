@@ -4,12 +4,12 @@ what a case may hold: tests/fixtures/schemas/{check-step,under-pressure}.schema.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Optional
 
 import pytest
 
 from kata_mem.core import safety
+from kata_mem.core.frozen import replace
 from kata_mem.core.model import GuestUsage, Settings
 from kata_mem.core.units import MiB
 from tests.support.cases import case_params
@@ -41,7 +41,7 @@ def settings(spec: dict[str, Any]) -> Settings:
     values = dict(spec)
     if "headroom_min_mib" in values:
         values["headroom_min"] = values.pop("headroom_min_mib") * MiB
-    return dataclasses.replace(Settings(), **values)
+    return replace(Settings(), **values)
 
 
 @pytest.mark.parametrize("case", case_params("check-step"))

@@ -5,11 +5,11 @@ may carry a stamp from before it."""
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from typing import Optional
 
 from kata_mem.backends.fake import FakeBackend, VirtualTime
+from kata_mem.core.frozen import replace
 from kata_mem.core.model import GuestUsage, MemoryDevice, Settings, VmState
 from kata_mem.core.safety import under_pressure
 from kata_mem.core.units import MiB
@@ -54,7 +54,7 @@ def reader_at(
     start: float, *readings: tuple[float, int, int], interval_s: int = 1
 ) -> tuple[UsageReader, VirtualTime]:
     time = VirtualTime(start)
-    settings = dataclasses.replace(SETTINGS, stats_interval_s=interval_s)
+    settings = replace(SETTINGS, stats_interval_s=interval_s)
     return UsageReader(Balloon(time, *readings), settings, time.clock, time.sleep), time
 
 

@@ -4,12 +4,12 @@ for right after the step; and a DIMM unplug is a step the next check must see pa
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 from kata_mem.backends.fake import FakeBackend, FakeGuest, VirtualTime
+from kata_mem.core.frozen import replace
 from kata_mem.core.model import (
     Container,
     GuestUsage,
@@ -98,7 +98,7 @@ class Frozen(FakeBackend):
 
     def guest_usage(self) -> Optional[GuestUsage]:
         if self.frozen is not None:
-            return dataclasses.replace(self.frozen, observed_at=self.clock())
+            return replace(self.frozen, observed_at=self.clock())
         return super().guest_usage()
 
 
