@@ -125,8 +125,12 @@ def init_source(shape: Shape) -> str:
 
 #: What the code made from :func:`init_source` refers to besides its arguments: written
 #: once at the head of :mod:`kata_mem.core.frozen_init`, and before a class compiled when
-#: created. ``__frozen_missing`` stands for "no value given" where a factory makes one.
-PREAMBLE = "__frozen_set = object.__setattr__\n__frozen_missing = object()\n"
+#: created. ``__frozen_missing`` stands for "no value given" where a factory makes one (shown
+#: as ``<factory>`` in a signature, as dataclasses shows it).
+PREAMBLE = (
+    "__frozen_set = object.__setattr__\n"
+    "__frozen_missing = type('factory', (), {'__repr__': lambda self: '<factory>'})()\n"
+)
 
 
 def _compile(shape: Shape) -> Callable[..., Any]:

@@ -4,7 +4,7 @@ Written by scripts/write_frozen_init.py from kata_mem.core.frozen.init_source; d
 edit (tests/unit/test_frozen.py checks it is what the script writes)."""
 
 __frozen_set = object.__setattr__
-__frozen_missing = object()
+__frozen_missing = type('factory', (), {'__repr__': lambda self: '<factory>'})()
 
 
 def make_kata_mem_core_endpoint_Endpoint(D, F):
