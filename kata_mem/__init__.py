@@ -102,6 +102,7 @@ __all__ = [
     "plan",
     "probe_host",
     "quantity_bytes",
+    "replace",
 ]
 
 
@@ -129,6 +130,7 @@ if TYPE_CHECKING:
         MissingDependency,
         QuantityError,
     )
+    from kata_mem.core.frozen import replace
     from kata_mem.core.model import (
         Clamp,
         Container,

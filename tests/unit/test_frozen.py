@@ -145,9 +145,9 @@ def test_as_dataclasses_frozen() -> None:
     with pytest.raises(FrozenInstanceError, match="cannot assign to field 'a'"):
         record.a = 2  # type: ignore[misc]
     with pytest.raises(AttributeError):
-        record.new = 1
+        record.new = 1  # type: ignore[attr-defined]
     with pytest.raises(FrozenInstanceError, match="cannot delete field 'a'"):
-        del record.a  # type: ignore[misc]
+        del record.a
     assert record.a == 1
 
 
