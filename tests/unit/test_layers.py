@@ -1,4 +1,4 @@
-"""The layers of kata_mem and the imports between them (issues 10 and 16).
+"""The layers of kata_mem and the imports between them.
 
 Each layer is a folder of the package (core, edges, backends, orchestration,
 interfaces); a module's layer is the folder it is in. A module may import only from
