@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Benchmark (issue 23): a 512 MiB guest onlining hot-added memory to a kernel zone, grown
+"""Benchmark: a 512 MiB guest onlining hot-added memory to a kernel zone, grown
 to 40 GiB by ``kata-mem apply`` in stages (each step within what the guest can describe,
 the next after the guest shows it), against one raw plug of the largest size such a guest
 survives in one step (16 GiB: 3/4 x 512 MiB less the 128 MiB headroom of struct pages,

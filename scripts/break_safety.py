@@ -338,7 +338,7 @@ BREAKS = (
         "bound = max(room, vm.total)",
         "bound = room",
     ),
-    # -- the guest's own ceiling (guestmem.py, planner.py; issue 23) -------------------------
+    # -- the guest's own ceiling (guestmem.py, planner.py) -----------------------------------
     Break(
         "memmap-half-a-struct-page",
         GUESTMEM,

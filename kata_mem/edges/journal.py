@@ -8,6 +8,12 @@ hint for recovery, never the truth about what is plugged: the hypervisor is. A m
 truncated, corrupt or wrongly typed record is therefore replaced by what the hypervisor
 reports, with a note, and nothing is lost. What in the state directory is kata-mem's and
 who may have written it is :mod:`kata_mem.edges.statedir`'s.
+
+One module (about 600 lines) because the node's commitments and a VM's owner are read from
+the sandboxes' journals and saved requests: :class:`NodeLedger` rebuilds from them and
+:func:`vm_owner` asks each, through :class:`SandboxState`: one reader of a sandbox's files
+(its trust checks, its schema) serves the sandbox and the node alike (the ledger file itself is
+:mod:`kata_mem.edges.ledger`'s).
 """
 
 from __future__ import annotations

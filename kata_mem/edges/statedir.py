@@ -69,6 +69,37 @@ WHAT_TO_DO = (
 
 DirState = Literal["absent", "empty", "ours"]
 
+#: Why the state directory cannot be used, as a value (:class:`StateDirError`): a directory
+#: or symlink on the way to it another user could change (``way``), a symlink to nothing
+#: (``dangling``), not a directory, not opened or not listed (``unopenable``, ``unreadable``),
+#: changed while kata-mem looked, it or a marker another user could have written
+#: (``refused``), not empty and without a marker (``not_ours``), not created or not written
+#: (``uncreatable``, ``unwritable``), its file system full (``full``).
+StateDirFault = Literal[
+    "way",
+    "dangling",
+    "not_directory",
+    "unopenable",
+    "unreadable",
+    "changed",
+    "refused",
+    "not_ours",
+    "uncreatable",
+    "unwritable",
+    "full",
+]
+
+
+class StateDirError(ConfigError):
+    """The state directory cannot be used (exit 3, as any :class:`ConfigError`): the
+    message names the path and what to do, ``fault`` says which of the
+    :data:`StateDirFault` it is, for callers that decide by it (serve's reconcile loop logs
+    a fault once, not every pass) without reading the message."""
+
+    def __init__(self, message: str, fault: StateDirFault) -> None:
+        super().__init__(message)
+        self.fault: StateDirFault = fault
+
 
 # -- who could have written it: the trust rule ------------------------------------------------
 
@@ -78,27 +109,30 @@ READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def refusal(root: Path, path: Path, info: os.stat_result) -> ConfigError:
-    return ConfigError(
+def refusal(root: Path, path: Path, info: os.stat_result) -> StateDirError:
+    return StateDirError(
         f"state_dir {root}: {path} is owned by {who(info.st_uid)}, mode "
         f"{stat.S_IMODE(info.st_mode):04o}; kata-mem, running as {who(os.geteuid())}, uses "
         "only state that it owns and that no group or other user can write, so nothing was "
-        "read or changed. Remove it, or chown it and chmod go-w if it is kata-mem's"
+        "read or changed. Remove it, or chown it and chmod go-w if it is kata-mem's",
+        "refused",
     )
 
 
-def cannot_write(root: Path, what: str, exc: OSError, done: str) -> ConfigError:
+def cannot_write(root: Path, what: str, exc: OSError, done: str) -> StateDirError:
     """Why kata-mem cannot write ``what`` under the state directory ``root``, and what to do:
     a full file system (ENOSPC, or EDQUOT for a quota) is said so, with room to make there;
     only other failures advise another ``state_dir``. ``done`` says what was changed."""
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        return ConfigError(
+        return StateDirError(
             f"state_dir {root}: cannot write {what}: the file system is full "
             f"({exc.strerror or exc}); {done}. Free space on it (or raise the quota), then "
-            "call again"
+            "call again",
+            "full",
         )
-    return ConfigError(
-        f"state_dir {root}: cannot write {what} ({exc.strerror or exc}); {done}. {WHAT_TO_DO}"
+    return StateDirError(
+        f"state_dir {root}: cannot write {what} ({exc.strerror or exc}); {done}. {WHAT_TO_DO}",
+        "unwritable",
     )
 
 
@@ -124,7 +158,7 @@ def marker(
     """Whether ``name`` in the directory open as ``dir_fd`` (``where``) is a marker
     kata-mem wrote: a regular file, the caller's and writable by no one else, with ``schema``.
 
-    :raises ConfigError: the marker could have been written by another user.
+    :raises StateDirError: the marker could have been written by another user.
     """
     try:
         fd = os.open(name, READ, dir_fd=dir_fd)
@@ -153,8 +187,9 @@ def listdir(path: Path, root: Path) -> list[str]:
     try:
         return os.listdir(path)
     except OSError as exc:
-        raise ConfigError(
-            f"state_dir {root}: cannot read {path} ({exc.strerror or exc}); nothing was changed"
+        raise StateDirError(
+            f"state_dir {root}: cannot read {path} ({exc.strerror or exc}); nothing was changed",
+            "unreadable",
         ) from exc
 
 
@@ -164,7 +199,7 @@ def atomic_write(
     """Write ``path`` (in ``directory``) atomically and durably; with ``replace=False``
     an existing ``path`` is kept as it is (its inode too: the root marker is a lock).
 
-    :raises ConfigError: when the directory cannot be written.
+    :raises StateDirError: when the directory cannot be written.
     """
     tmp = directory / f".{path.name.lstrip('.')}.{os.getpid()}.tmp"
     try:
@@ -198,29 +233,35 @@ def atomic_write(
 def state_dir_state(state_dir: str | Path) -> DirState:
     """Whether the state directory is absent, empty, or kata-mem's. Reads only.
 
-    :raises ConfigError: it is not a directory, it has content and no marker, or it
+    :raises StateDirError: it is not a directory, it has content and no marker, or it
         (its marker, a directory above it) could have been written by another user.
     """
     root = Path(state_dir)
     for _ in range(3):
-        check_way(root, f"state_dir {root}", "the state directory")
+        try:
+            check_way(root, f"state_dir {root}", "the state directory")
+        except ConfigError as exc:
+            raise StateDirError(exc.message, "way") from exc
         try:
             fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except FileNotFoundError as exc:
             if os.path.lexists(root):
-                raise ConfigError(
-                    f"state_dir {root}: is a symlink to nothing; nothing was changed. {WHAT_TO_DO}"
+                raise StateDirError(
+                    f"state_dir {root}: is a symlink to nothing; nothing was changed. {WHAT_TO_DO}",
+                    "dangling",
                 ) from exc
             return "absent"
         except OSError as exc:
             if exc.errno == errno.ENOTDIR and os.path.exists(root):
-                raise ConfigError(
+                raise StateDirError(
                     f"state_dir {root}: is not a directory; kata-mem cannot write the sandbox "
-                    f"state there, and nothing was changed. {WHAT_TO_DO}"
+                    f"state there, and nothing was changed. {WHAT_TO_DO}",
+                    "not_directory",
                 ) from exc
-            raise ConfigError(
+            raise StateDirError(
                 f"state_dir {root}: cannot use it ({exc.strerror or exc}); nothing was changed. "
-                f"{WHAT_TO_DO}"
+                f"{WHAT_TO_DO}",
+                "unopenable",
             ) from exc
         try:
             found = _root_state(root, fd)
@@ -228,7 +269,9 @@ def state_dir_state(state_dir: str | Path) -> DirState:
             os.close(fd)
         if found is not None:
             return found
-    raise ConfigError(f"state_dir {root}: changed while kata-mem looked at it; try again")
+    raise StateDirError(
+        f"state_dir {root}: changed while kata-mem looked at it; try again", "changed"
+    )
 
 
 def _root_state(root: Path, fd: int) -> Optional[DirState]:
@@ -245,18 +288,20 @@ def _root_state(root: Path, fd: int) -> Optional[DirState]:
     try:
         names = os.listdir(fd)
     except OSError as exc:
-        raise ConfigError(
-            f"state_dir {root}: cannot read it ({exc.strerror or exc}); nothing was changed"
+        raise StateDirError(
+            f"state_dir {root}: cannot read it ({exc.strerror or exc}); nothing was changed",
+            "unreadable",
         ) from exc
     if STATE_MARKER in names:
         if mark == "missing":
             return None  # made while we looked: look again
     elif not [n for n in names if not (TEMP.fullmatch(n) or n in SERVICE_ENTRIES)]:
         return "empty"
-    raise ConfigError(
+    raise StateDirError(
         f"state_dir {root}: is a directory that kata-mem did not create (it has no valid "
         f"{STATE_MARKER} marker) and it is not empty; nothing in it was read or changed. "
-        f"{WHAT_TO_DO}"
+        f"{WHAT_TO_DO}",
+        "not_ours",
     )
 
 
@@ -280,7 +325,7 @@ def _make_dirs(root: Path) -> None:
 def ensure_state_dir(state_dir: str | Path) -> None:
     """Create the state directory (or adopt an empty one) and mark it as kata-mem's.
 
-    :raises ConfigError: as :func:`state_dir_state`, or it cannot be written.
+    :raises StateDirError: as :func:`state_dir_state`, or it cannot be written.
     """
     root = Path(state_dir)
     for _ in range(4):
@@ -293,9 +338,10 @@ def ensure_state_dir(state_dir: str | Path) -> None:
             except FileExistsError:
                 pass  # another call (or user) made one first: look again
             except OSError as exc:
-                raise ConfigError(
+                raise StateDirError(
                     f"state_dir {root}: cannot create it ({exc.strerror or exc}); nothing was "
-                    f"changed. {WHAT_TO_DO}"
+                    f"changed. {WHAT_TO_DO}",
+                    "uncreatable",
                 ) from exc
             continue  # and check what was made before writing in it
         doc = {
@@ -305,7 +351,7 @@ def ensure_state_dir(state_dir: str | Path) -> None:
         data = json.dumps(doc).encode() + b"\n"
         atomic_write(root, root / STATE_MARKER, data, root, replace=False)
         return
-    raise ConfigError(f"state_dir {root}: changed while kata-mem set it up; try again")
+    raise StateDirError(f"state_dir {root}: changed while kata-mem set it up; try again", "changed")
 
 
 @contextlib.contextmanager
@@ -317,9 +363,10 @@ def node_lock(root: Path, shared: bool = False) -> Iterator[None]:
     try:
         fd = os.open(root / STATE_MARKER, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
-        raise ConfigError(
+        raise StateDirError(
             f"state_dir {root}: cannot open {STATE_MARKER} ({exc.strerror or exc}); "
-            f"nothing was changed. {WHAT_TO_DO}"
+            f"nothing was changed. {WHAT_TO_DO}",
+            "unopenable",
         ) from exc
     try:
         info = os.fstat(fd)
@@ -344,7 +391,7 @@ class Listing:
 def list_state_dir(state_dir: str | Path) -> Listing:
     """What is in the state directory (nothing when it is absent or empty). Reads only.
 
-    :raises ConfigError: as :func:`state_dir_state`.
+    :raises StateDirError: as :func:`state_dir_state`.
     """
     root = Path(state_dir)
     if state_dir_state(root) != "ours":

@@ -12,11 +12,14 @@ import asyncio
 import contextlib
 import logging
 import time
-from typing import Callable, Optional, TypeVar
+from typing import TYPE_CHECKING, Callable, NamedTuple, Optional, TypeVar
 
 from kata_mem.core.errors import KataMemError
 from kata_mem.edges.logs import describe, get_logger
 from kata_mem.interfaces.service import Service
+
+if TYPE_CHECKING:
+    from kata_mem.edges.statedir import StateDirFault
 
 # One logger for every line of serve (its modules are one service to an operator).
 log = get_logger("kata_mem.interfaces.service")
@@ -30,6 +33,22 @@ LEDGER_CHECK_S = 60.0
 RECONCILE_WORKERS = 8
 
 
+class Unusable(NamedTuple):
+    """Why a pass could not read the state directory, as a value: the error's class and,
+    for the state directory's own errors, which fault. A pass that meets the same one
+    again says nothing (``/healthz`` says it, in words, each time it is asked); its words
+    may differ (a mode, an errno's text) while the fault is the one already said."""
+
+    error: type[KataMemError]
+    fault: Optional[StateDirFault]
+
+    @classmethod
+    def of(cls, exc: KataMemError) -> Unusable:
+        from kata_mem.edges.statedir import StateDirError
+
+        return cls(type(exc), exc.fault if isinstance(exc, StateDirError) else None)
+
+
 class ReconcileLoop:
     """The loop, visiting the sandboxes of ``service``'s state directory with its thread
     pool, its sandbox locks and its metrics."""
@@ -39,7 +58,7 @@ class ReconcileLoop:
         self.state_dir = service.state_dir
         self.interval = interval
         # why the last pass could not read the state directory
-        self._unusable: Optional[str] = None
+        self._unusable: Optional[Unusable] = None
         # when the loop last checked the node's ledger against the journals (monotonic)
         self._ledger_checked = -LEDGER_CHECK_S
 
@@ -70,9 +89,10 @@ class ReconcileLoop:
         try:
             names = await self._run(lambda: list_state_dir(self.state_dir).sandboxes)
         except KataMemError as exc:
-            if exc.message != self._unusable:  # said once, not every pass (/healthz says it too)
+            unusable = Unusable.of(exc)
+            if unusable != self._unusable:  # said once, not every pass
                 log.warning("reconcile: %s", exc.message)
-            self._unusable = exc.message
+            self._unusable = unusable
             return
         self._unusable = None
         room = asyncio.Semaphore(RECONCILE_WORKERS)

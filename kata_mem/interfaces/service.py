@@ -513,13 +513,16 @@ class Service:
         return resp
 
     def saw(self, sandbox: str, unseen: Optional[Unseen]) -> None:
-        """Keep whether the sandbox's last resize could see QEMU's host cgroup; a change
-        is logged once, not at every answer."""
+        """Keep whether the sandbox's last resize could see QEMU's host cgroup (the
+        newest words, for /healthz); a change of its reason is logged once, not at every
+        answer: the words may change with the same reason (a hard limit each resize moves)."""
         before = self.unseen.get(sandbox)
         if unseen is None:
             if self.unseen.pop(sandbox, None) is not None:
                 log.info("sandbox %s: the host cgroup guard sees QEMU's cgroup again", sandbox)
-        elif before != unseen:
+        elif before is not None and before.reason == unseen.reason:
+            self.unseen[sandbox] = unseen  # said already
+        else:
             self.unseen[sandbox] = unseen
             log.warning(
                 "sandbox %s: host cgroup unseen (%s), grows are held: %s",

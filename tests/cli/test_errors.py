@@ -280,7 +280,7 @@ def test_real_process_prints_no_traceback(tmp_path: Path) -> None:
 
 
 def test_stdin_that_is_a_directory_is_cpythons_refusal_and_documented(tmp_path: Path) -> None:
-    """Issue 24, defect 4: CPython refuses a directory on descriptor 0 before any of
+    """CPython refuses a directory on descriptor 0 before any of
     kata-mem's code runs (Python/pylifecycle.c ``init_sys_streams``), so kata-mem cannot
     answer it with one line and exit 4: the exit-code reference says so, and what to do."""
     import os

@@ -1,4 +1,4 @@
-"""The guest's own ceiling on the command line (issue 23): the 1000Gi pod that started the
+"""The guest's own ceiling on the command line: the 1000Gi pod that started the
 project previews, on a 1 TiB host with Kata's 2048 MiB boot memory, a target the boot
 memory can describe, with the arithmetic; ``config check`` warns when the maximum
 promises more than ``default_memory`` can describe."""

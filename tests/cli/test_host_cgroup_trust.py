@@ -1,8 +1,8 @@
 """As root, a host cgroup named by hand (``--host-cgroup``, a request's ``host.cgroup``,
 ``[kata_mem] host_memory_cgroup``) is used only when no other user could have written it:
 its directory, every directory above it and the limit and usage files read are root's
-and not writable by group or others (adversarial finding B5: a nobody-owned copy of a
-cgroup chose the limit root sized the VM against)."""
+and not writable by group or others (a nobody-owned copy of a
+cgroup once chose the limit root sized the VM against)."""
 
 from __future__ import annotations
 

@@ -278,7 +278,7 @@ def test_status_all_reads_a_saved_request_only_as_far_as_its_backend(
     run_cli: Run, tmp_path: Path
 ) -> None:
     # status shows the backend, so it checks the document, the sandbox and the backend as
-    # every reader does, and leaves the workload to reconcile (issue 16 §2: the per-sandbox
+    # every reader does, and leaves the workload to reconcile (the per-sandbox
     # cost at 1,000 sandboxes). A bad container no longer hides the backend; a bad backend,
     # another sandbox's request or an unknown key still leave it unknown.
     state = tmp_path / "state"

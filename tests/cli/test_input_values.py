@@ -1,4 +1,4 @@
-"""Bad values and wrong results, as a user meets them (issue 15, section 4): host memory
+"""Bad values and wrong results, as a user meets them: host memory
 that is not whole MiB, containers and keys given twice, hugepage sizes no architecture
 has, configuration paths kata-mem cannot use, empty option values, a closed stdout, a
 host override next to a configured cgroup, messages that named the wrong thing, and
@@ -6,7 +6,7 @@ shell completion.
 
 Each test drives the command line or the shim as a user does (in-process through
 ``kata_mem.interfaces.main``, or a real process where a pipe, bytes or stdin matter) and failed on
-the code before issue 15.
+the code before the fix it pins.
 """
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ def test_the_same_oci_spec_twice_on_a_command_line_is_refused(run_cli: Run, tmp_
 
 
 def test_two_specs_of_one_folder_are_two_containers(run_cli: Run, tmp_path: Path) -> None:
-    """Issue 24, defect 1: a file that is not a bundle's config.json is a container of its
+    """A file that is not a bundle's config.json is a container of its
     own (it was named by its folder, so a second one was refused as the first given twice)."""
     for name in ("a.json", "b.json"):
         doc = {"linux": {"resources": {"memory": {"limit": 256 * MiB}}}}
@@ -604,7 +604,7 @@ def test_a_usage_file_that_is_not_a_number_is_a_warning(
     [
         ({"stats_interval_s": 4294967296}, "stats_interval_s"),
         ({"stats_interval_s": 6, "usage_max_age_s": 6}, "stats_interval_s"),
-        # A13: a step timeout no hypervisor step meets (every shrink: UnplugTimeout), or
+        # A step timeout no hypervisor step meets (every shrink: UnplugTimeout), or
         # one no timer takes; shrink steps of nothing (one block at a time).
         ({"step_timeout_s": 1e-300}, "step_timeout_s"),
         ({"step_timeout_s": 0.05}, "step_timeout_s"),
@@ -721,7 +721,7 @@ def test_host_arch_completes_the_architecture_names() -> None:
     assert _complete("host", "--host-arch", "a") == ["plain,amd64", "plain,aarch64", "plain,arm64"]
 
 
-# --- Adversarial pass 3 (B7, B8): values named by key and type, overheads that are sizes ----
+# --- Values named by key and type, overheads that are sizes ---------------------------------
 
 _DEFAULT_MEMORY = "io.katacontainers.config.hypervisor.default_memory"
 

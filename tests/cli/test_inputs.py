@@ -1,4 +1,4 @@
-"""Bad input files (issue 9, section 2): every file kata-mem reads has a size cap, must
+"""Bad input files: every file kata-mem reads has a size cap, must
 be a regular file and is never read in a way that blocks; deep nesting, huge numbers and
 numbers in manifests get the documented exit code and a clear line, never a traceback.
 
@@ -268,7 +268,7 @@ def test_yaml_1_1_sexagesimal_is_refused(run_cli: Run, tmp_path: Path) -> None:
 
 
 def _big_pod(path: Path, containers: int) -> None:
-    # Each named, as Kubernetes requires (and kata-mem, since issue 15 A16).
+    # Each named, as Kubernetes requires (and so does kata-mem).
     items = (
         f'{{"name":"{i:x}","resources":{{"limits":{{"memory":"1Mi"}}}}}}' for i in range(containers)
     )
@@ -276,7 +276,7 @@ def _big_pod(path: Path, containers: int) -> None:
 
 
 def test_a_4_mib_json_pod_is_read_quickly(tmp_path: Path) -> None:
-    # Issue 9: 99,859 containers in 4 MiB took 21 s and 620 MB through the pure Python
+    # 99,859 containers in 4 MiB took 21 s and 620 MB through the pure Python
     # YAML parser. read_pod alone, measured here: 51.5 s of CPU and 627 MB before, 2.3 s
     # and 122 MB after (unnamed; named, 74,000 fill the 4 MiB).
     pod = tmp_path / "pod.json"

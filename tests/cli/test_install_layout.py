@@ -1,4 +1,4 @@
-"""The node install docs/guide/install.md documents (issue 26 §1-2, §11), run as written by
+"""The node install docs/guide/install.md documents, run as written by
 scripts/install-node.sh into a temporary root: a virtualenv under PREFIX, kata-mem on
 PATH as a link into it, and the shipped systemd units, which ``systemd-analyze verify``
 accepts once that link exists (it checks that ExecStart is executable); from a wheel built

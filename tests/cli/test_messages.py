@@ -1,4 +1,4 @@
-"""Messages that say what happened, in the user's terms (issue 15, A15 and A16): the
+"""Messages that say what happened, in the user's terms: the
 rounded MiB a plan shows, the form of an error, the values an option takes, and why a
 node's budget is 0."""
 

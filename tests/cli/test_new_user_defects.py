@@ -1,4 +1,4 @@
-"""Defects a new user found (issue 24, defects 5 and 8): each test drives kata-mem as the
+"""Defects a new user found: each test drives kata-mem as the
 user did and pins the new wording; each failed on the code before."""
 
 from __future__ import annotations

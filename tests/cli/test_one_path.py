@@ -1,4 +1,4 @@
-"""One path for every interface (issue 27): ``preview`` and ``apply --dry-run`` build one
+"""One path for every interface: ``preview`` and ``apply --dry-run`` build one
 request and plan it alike; ``status --sandbox ID`` finds a sandbox's VM from its saved
 request as GET /v1/sandboxes/ID does (tests/service/test_one_path.py compares the two);
 ``status``, ``status --all`` and ``reconcile`` read the node's configuration and state

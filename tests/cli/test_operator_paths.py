@@ -1,4 +1,4 @@
-"""What an operator runs as printed (issue 26): the scripts ask only for extras the
+"""What an operator runs as printed: the scripts ask only for extras the
 package has, the examples of the exit-code table do what the table says, the service guide
 names the Go tests' environment, and config check says who resizes a VM after boot."""
 
@@ -74,8 +74,8 @@ def test_the_service_guide_names_the_environment_of_the_go_tests() -> None:
 
 
 def test_config_check_says_who_resizes_the_vm_after_boot(tmp_path: Path) -> None:
-    """Kata's runtime hotplugs by itself unless static_sandbox_resource_mgmt is set
-    (issue 26 §7): config check says which of the two holds for the configuration."""
+    """Kata's runtime hotplugs by itself unless static_sandbox_resource_mgmt is set:
+    config check says which of the two holds for the configuration."""
     from tests.support.cli import kata_mem_process
 
     dynamic = REPO / "configs" / "configuration-qemu.toml"

@@ -1,4 +1,4 @@
-"""Root never acts on what another user could have written (issue 15, part 1).
+"""Root never acts on what another user could have written.
 
 kata-mem runs as root. A state directory, sandbox directory, marker, journal, saved
 request or lock is used only when root owns it and no group or other user can write
@@ -277,7 +277,7 @@ def test_a_state_marker_nobody_wrote_is_refused(run_cli: Run, qemu: QEMU, shared
 def test_the_planted_attack_reconcile_never_connects_to_nobodys_socket(
     shared: Path, nobody_dir: Path, listener: Listener
 ) -> None:
-    """The reproduction of issue 15: an empty state dir nobody owns (0777) is given to
+    """The attack this file guards against: an empty state dir nobody owns (0777) is given to
     apply, then nobody plants a sandbox that reconcile would re-run against nobody's socket."""
     state = shared / "state"
     state.mkdir()
@@ -643,7 +643,7 @@ def test_the_shipped_schema_allows_the_same_libvirt_uris() -> None:
     assert tuple(libvirt["uri"]["enum"]) == LIBVIRT_URIS
 
 
-# -- configuration files (the adversarial pass, A9) ---------------------------------------
+# -- configuration files ------------------------------------------------------------------
 
 
 def _dropin_by_nobody(shared: Path, chosen: Path) -> Path:

@@ -293,7 +293,7 @@ def test_an_empty_sandbox_id_is_refused(tmp_path: Path, command: str) -> None:
     if command == "apply":
         args += ["--config", str(config(tmp_path)), "--limit", "1Gi"]
     r = kata_mem_process(*args, "--state-dir", str(tmp_path / "state"))
-    # A usage error, as every empty option value is (issue 15).
+    # A usage error, as every empty option value is.
     assert r.returncode == 2, r.stderr
     assert (
         "Invalid value for '--sandbox': an empty value" in r.stderr and "Traceback" not in r.stderr

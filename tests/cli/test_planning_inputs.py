@@ -1,4 +1,4 @@
-"""Planning inputs as a user gives them (issue 9, sections 2 and 5): --host-arch,
+"""Planning inputs as a user gives them: --host-arch,
 --host-hugepages, --current, default_memory above the host, Kata's integer
 types, malformed CRI annotations and cpusets, from the CLI and the shim."""
 

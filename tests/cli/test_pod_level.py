@@ -1,4 +1,4 @@
-"""Issue 17 §1 and §3 through the interfaces: the examples/ Pods with pod-level resources
+"""Pod-level resources through the interfaces: the examples/ Pods with pod-level resources
 (KEP-2837), the shim's ``pod_resources``, CRI-O's sandbox-resources annotation and Kata's
 hypervisor annotations; preview, apply --dry-run and the shim plan them alike."""
 

@@ -1,5 +1,5 @@
-"""The README's five-minute tour runs as printed from a checkout with only kata-mem (issue
-26 §4): no Kata installation, no VM. The preview prints exactly what the README shows; the
+"""The README's five-minute tour runs as printed from a checkout with only kata-mem: no
+Kata installation, no VM. The preview prints exactly what the README shows; the
 shim and the node service answer the shipped example request with the bundled
 configuration; the RuntimeClass is computed. Every ``console`` example of the README and
 of docs/guide prints exactly what it shows. The one command that needs a running VM

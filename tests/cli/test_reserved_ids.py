@@ -1,7 +1,7 @@
 """A sandbox id that names one of kata-mem's own entries in the state directory (serve's
-socket and its lock) is refused where it comes in, before anything is made or sent
-(adversarial finding B2): such a sandbox would hold memory no listing, ledger check or
-reconcile counts, and its directory would keep ``serve`` from starting there."""
+socket and its lock) is refused where it comes in, before anything is made or sent:
+such a sandbox would hold memory no listing, ledger check or reconcile counts, and its
+directory would keep ``serve`` from starting there."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from tests.support.cli import Run, kata_mem_process
 from tests.support.fake_qmp import FakeQemu, FakeQmpServer
 from tests.support.state_dir import apply, config_for
 
-#: The finding's two ids: serve's socket and its lock in its default state directory.
+#: The two reserved ids: serve's socket and its lock in its default state directory.
 RESERVED = ("kata-mem.sock", "kata-mem.sock.lock")
 
 

@@ -100,7 +100,7 @@ def test_refusals_are_one_line_and_an_exit_code(
         assert json.loads(doc.stdout)["error"]["exit_code"] == code
 
 
-# -- name, handler and CPU policy (issue 26 §8, issue 24 defect 9) ----------------------------
+# -- name, handler and CPU policy -------------------------------------------------------------
 
 
 def test_the_name_and_handler_follow_the_configurations_hypervisor(tmp_path: Path) -> None:
@@ -165,7 +165,7 @@ def test_a_name_or_handler_the_api_server_refuses_is_a_usage_error(option: str, 
     assert option in r.stderr and "DNS-1123" in r.stderr
 
 
-# -- size classes (issue 26 §8) ------------------------------------------------------------------
+# -- size classes --------------------------------------------------------------------------------
 
 
 def test_size_classes_are_one_runtimeclass_per_bound_with_the_split_arithmetic() -> None:

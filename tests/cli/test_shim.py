@@ -123,7 +123,7 @@ def test_real_process(tmp_path: Path) -> None:
 
 
 def test_update_sandbox_is_answered_with_a_grpc_status() -> None:
-    """CRI UpdatePodSandboxResources (issue 17 §2): the response carries the status a Go
+    """CRI UpdatePodSandboxResources: the response carries the status a Go
     shim returns verbatim. A request that does not apply changed nothing: the kubelet must
     not act on it (FailedPrecondition)."""
     req = sandbox_update(4096)
@@ -159,7 +159,7 @@ def test_an_update_sandbox_refused_while_parsing_carries_a_grpc_status(
     change: dict[str, Any], field: str
 ) -> None:
     """docs/guide/shim.md: every answer to an update-sandbox request carries ``cri``, a
-    request refused while it is parsed included (issue 24): a shim always has a code."""
+    request refused while it is parsed included: a shim always has a code."""
     code, doc = run(json.dumps({**sandbox_update(1024), **change}).encode())
     assert code == doc["error"]["exit_code"] == 4
     assert doc["error"]["message"].startswith(field)
@@ -170,7 +170,7 @@ def test_an_update_sandbox_refused_while_parsing_carries_a_grpc_status(
 
 
 def test_a_backend_vmm_the_socket_does_not_lead_to_is_bad_input(tmp_path: Path) -> None:
-    """Issue 24, defect 7: a shim that sends a ``backend.vmm`` (kata-mem writes it in the
+    """A shim that sends a ``backend.vmm`` (kata-mem writes it in the
     requests it saves; a shim leaves it null) that the socket does not match gave it wrong:
     exit 4 naming the field, not exit 6 saying that the VM is gone."""
     import socket

@@ -517,7 +517,7 @@ def full_disk(tmp_path: Path) -> Iterator[Path]:
 
 
 def test_a_full_state_disk_says_so_and_leaves_no_sandbox_directory(full_disk: Path) -> None:
-    """Issue 24, defect 2: a state disk without room is named as full (not "use another
+    """A state disk without room is named as full (not "use another
     state_dir"), and the sandbox directory made for the call is removed again, so that no
     unmarked directory is left for reconcile and status --all to report for good."""
     state = SandboxState(full_disk, "sb-full")

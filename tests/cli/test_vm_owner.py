@@ -3,9 +3,9 @@ backend leads to a VM another sandbox of the state directory already sizes is re
 input (exit 4, ``InvalidArgument`` for an ``update-sandbox``), before anything is sent to the
 VM or written; with a fake QEMU on a real unix socket, and ``kata-mem shim`` as a real process.
 
-Issue 24's wording list (the fourth adversarial pass): an ``update-sandbox`` for a sandbox
-kata-mem did not know was applied to another sandbox's VM and reported ``Resized``, leaving
-two journals that each believed they sized it.
+Before this rule, an ``update-sandbox`` for a sandbox kata-mem did not know was applied to
+another sandbox's VM and reported ``Resized``, leaving two journals that each believed they
+sized it.
 """
 
 from __future__ import annotations

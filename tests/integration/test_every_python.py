@@ -5,7 +5,7 @@ admits (the whole suite runs on one), so it is kept short: one guest serves the 
 and each guest test starts from the boot size, which the one before leaves.
 
 What differs between Pythons is asyncio, and the releases of the C extensions pip
-installs for each (issue 15). The QMP backend runs qemu.qmp on a private event loop (in
+installs for each. The QMP backend runs qemu.qmp on a private event loop (in
 a worker thread, in the service): on 3.9 a client or event listener made outside that
 loop crashed every apply that waits for a QMP event. PyYAML 6.0.3, the newest for 3.9,
 bundles a libyaml without a nesting limit: a deep manifest was a segmentation fault."""

@@ -1,4 +1,4 @@
-"""The guest's own ceiling against a real guest (issue 23): the test guest (Debian 6.1
+"""The guest's own ceiling against a real guest: the test guest (Debian 6.1
 kernel under TCG) onlines hot-added memory movable (``memhp_default_state=online_movable``
 in tests/support/guestvm.py), so every hot-add's struct pages come from its 512 MiB of
 boot memory. Asked for 40 GiB, it used to panic (pc-dimm: after kata-mem said Resized;

@@ -1,4 +1,4 @@
-"""The host side on real guests (issue 11): QEMU in a real memory cgroup (v1 here, the
+"""The host side on real guests: QEMU in a real memory cgroup (v1 here, the
 harness makes and removes it: tests/support/memcg.py), and two guests against one
 node budget.
 

@@ -1,4 +1,4 @@
-"""Never unplug or delete what kata-mem did not create (issue 15 §2), on the real guest,
+"""Never unplug or delete what kata-mem did not create, on the real guest,
 behind QEMU's QMP and as a libvirt domain: a DIMM and a backend object that another
 tool made with kata-mem's names (``kmdimm3`` on the foreign backend ``foreign0``, and
 ``kmmem7``) are reported as not kata-mem's and left alone by every apply; new ids

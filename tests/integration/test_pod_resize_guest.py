@@ -1,4 +1,4 @@
-"""Kubernetes in-place resize, driven the way the kubelet drives it (issue 17 §2), on one
+"""Kubernetes in-place resize, driven the way the kubelet drives it, on one
 real guest whose QEMU runs in a real memory cgroup standing for the pod cgroup.
 
 The harness (:class:`Kubelet`) plays ``doPodResizeAction`` for the memory limit after

@@ -160,7 +160,7 @@ def test_a_done_resize_is_verified_from_the_read_that_found_it_done(
     server: FakeQmpServer, qemu: RecordingQemu
 ) -> None:
     # The poll that finds the step done read the devices from QEMU after the step; the
-    # observation that verifies it takes that reply instead of asking again (issue 19).
+    # observation that verifies it takes that reply instead of asking again.
     qemu.add_virtio_mem("vm0", 0, 2048 * MiB)
     backend = QmpBackend.connect(str(server.path))
     try:
@@ -182,7 +182,7 @@ def test_a_done_resize_is_verified_from_the_read_that_found_it_done(
 def test_only_loose_objects_named_like_kata_mems_have_their_size_read(
     server: FakeQmpServer, qemu: RecordingQemu
 ) -> None:
-    # Issue 19: no query-memdev; the /objects list tells the memory backends, and only a
+    # No query-memdev; the /objects list tells the memory backends, and only a
     # kmmem* one that no device uses can be an orphan or a look-alike, so only its size
     # is read. The other objects are ids that new ones avoid.
     qemu.objects.update({"pc.ram": 512 * MiB, "kmmem3": 128 * MiB, "kmmem4": 256 * MiB})

@@ -1,4 +1,4 @@
-"""Read-only is read-only (issue 16 §3), on a real guest: no command that only reads
+"""Read-only is read-only, on a real guest: no command that only reads
 changes the balloon's statistics polling interval (``guest-stats-polling-interval``),
 which someone else set to another value than the configuration's, and a real apply sets
 the configured one. The interval is read with the tests' own QMP client."""

@@ -1,4 +1,4 @@
-"""The computed RuntimeClass on a real guest (issue 18 §4): the test guest's QEMU (512 MiB
+"""The computed RuntimeClass on a real guest: the test guest's QEMU (512 MiB
 at boot, virtio-mem, sized the way Kata sizes it: ``default_memory`` + limits) started
 in a real memory cgroup (v1 on this machine; the harness makes and removes it:
 tests/support/memcg.py) limited as the kubelet limits a pod's cgroup: the pod's memory

@@ -1,4 +1,4 @@
-"""Readings told apart by QEMU's count of balloon reports (issue 19), on a real guest:
+"""Readings told apart by QEMU's count of balloon reports, on a real guest:
 a reading asked for (polling interval 0 and back) arrives at once and is counted, and a
 safe shrink that asks for them leaves the configured polling interval in place."""
 

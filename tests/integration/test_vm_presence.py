@@ -1,6 +1,6 @@
-"""Whether a VM is there is the backend adapter's question, answered one way (issue 16
-§3): the presence check of ``reconcile`` and connecting decide each case alike. And a
-saved request talks to the VMM it was applied to only (adversarial finding A8): another
+"""Whether a VM is there is the backend adapter's question, answered one way: the
+presence check of ``reconcile`` and connecting decide each case alike. And a
+saved request talks to the VMM it was applied to only: another
 user's listener bound at the saved socket path, or another process listening on the
 same socket, is "the VM is gone", never talked QMP to."""
 
@@ -215,7 +215,7 @@ def test_libvirt_decides_a_missing_domain_and_a_stopped_one_as_connecting_does()
         conn.close()
 
 
-# --- the VMM a saved request was applied to (A8) -----------------------------------
+# --- the VMM a saved request was applied to ----------------------------------------
 
 
 def test_the_saved_request_names_the_vmm_the_apply_reached(run_cli: Run, tmp_path: Path) -> None:
@@ -238,7 +238,7 @@ def test_the_saved_request_names_the_vmm_the_apply_reached(run_cli: Run, tmp_pat
 def test_another_users_listener_at_a_saved_socket_path_is_never_talked_to(
     run_cli: Run, tmp_path: Path, sticky: Path, forgotten_by: str
 ) -> None:
-    # As in the finding: root's VM in a sticky directory; it exits, and nobody binds
+    # Root's VM in a sticky directory; it exits, and nobody binds
     # the same path with a QMP server of its own.
     cfg = _config(tmp_path)
     sock = sticky / "qmp.sock"
@@ -335,7 +335,7 @@ def test_a_saved_vmm_that_is_this_one_is_talked_to(tmp_path: Path) -> None:
         assert again.endpoint == opened.endpoint
 
 
-# --- a request saved before the pin (no backend.vmm): adversarial finding B1 ---------
+# --- a request saved before the pin (no backend.vmm) ---------------------------------
 
 
 def _unpin(tmp_path: Path) -> bytes:
@@ -382,7 +382,7 @@ def _roots_in_a_directory_others_can_write(sock: Path) -> tuple[QemuProcess, Non
 def test_a_request_saved_without_a_vmm_reaches_only_a_vmm_of_roots(
     run_cli: Run, tmp_path: Path, sticky: Path, listen: Callable[..., Any], why: str
 ) -> None:
-    # As in the finding: applied through root's QEMU by a kata-mem that saved no VMM;
+    # Applied through root's QEMU by a kata-mem that saved no VMM;
     # root's QEMU exits, and what listens at the path now is not proven to be root's.
     cfg = _config(tmp_path)
     where = sticky

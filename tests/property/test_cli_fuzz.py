@@ -1,4 +1,4 @@
-"""The CLI, not only the shim, over generated and mutated Pod, OCI and TOML files (issue 9).
+"""The CLI, not only the shim, over generated and mutated Pod, OCI and TOML files.
 
 Every run ends with a documented exit code (0; 3 for the configuration; 4 for a Pod or
 OCI file) and, when it fails, exactly one ``kata-mem: error:`` line: never "internal
@@ -249,7 +249,7 @@ def test_special_files(run_cli: Run, tmp_path: Path, option: str, kind: str) -> 
             if kind != "missing":
                 os.rename(path, tmp_path / "config.d" / "50-x.toml")
             r = run_cli("preview", "--config", str(cfg), *HOST_ARGS)
-            # A directory is refused as Kata refuses it (issue 24, defect 8: it was skipped).
+            # A directory is refused as Kata refuses it (it was once skipped).
             expected = 0 if kind == "missing" else 3
         else:
             config = () if option == "--config" else ("--config", UPSTREAM_QEMU)

@@ -327,7 +327,7 @@ def test_shim_never_escapes(isolated_config: Path, raw: bytes) -> None:
 
 def test_yaml_float_means_what_kubernetes_reads() -> None:
     # An unquoted 1.5 is the float 1.5 to go-yaml, written "1.5" to JSON: 1.5 bytes, which
-    # Quantity.Value() rounds up to 2 (it was refused before issue 9).
+    # Quantity.Value() rounds up to 2 (kata-mem once refused it).
     doc = yaml.safe_load(
         "kind: Pod\nspec: {containers: [{name: a, resources: {limits: {memory: 1.5}}}]}"
     )

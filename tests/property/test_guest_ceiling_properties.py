@@ -1,4 +1,4 @@
-"""The guest's own ceiling (issue 23) holds for every plan: no grow step adds more memory
+"""The guest's own ceiling holds for every plan: no grow step adds more memory
 than the guest's kernel-zone memory can describe at that step, and with movable onlining
 no plan's target is above what the boot memory can describe.
 

@@ -32,7 +32,7 @@ def test_a_host_given_in_bytes_plans_within_its_max_as_shown(
     cfg: SizingConfig, memory: int, req: Workload
 ) -> None:
     """--host-memory and host.memory_bytes are floored to MiB as MemTotal is: the plan's
-    sizes are whole MiB, and its target never shows above its max (issue 15: 2000.5Mi
+    sizes are whole MiB, and its target never shows above its max (2000.5Mi
     gave max 2000, target 2001)."""
     host = probe_host(memory=memory, cpus=4, arch="amd64", hugepages=(1024, 2 * MiB))
     assert host.memory == memory - memory % MiB

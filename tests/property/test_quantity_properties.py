@@ -40,8 +40,8 @@ def test_monotone_in_the_number(a: int, b: int, suffix: str) -> None:
 def test_binary_suffix_is_a_power_of_two(n: int, suffix: str) -> None:
     shift = {"Ki": 10, "Mi": 20, "Gi": 30}[suffix]
     if n << shift > INT64_MAX:
-        # Above what CRI and the shim take: refused, not saturated (the third adversarial
-        # pass, B8: the command line now refuses what a shim request refuses).
+        # Above what CRI and the shim take: refused, not saturated (the command
+        # line refuses what a shim request refuses).
         with pytest.raises(QuantityError, match="above 9223372036854775807 bytes"):
             quantity_bytes(f"{n}{suffix}")
     else:

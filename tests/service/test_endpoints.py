@@ -37,7 +37,7 @@ CORPUS: list[bytes] = [
             host={"memory_bytes": 31753 * 2**20, "cpus": 8},
         )
     ).encode(),
-    # Issue 17: pod-level limits, CRI-O's sandbox resources, a Kata annotation not enabled.
+    # Pod-level limits, CRI-O's sandbox resources, a Kata annotation not enabled.
     json.dumps(
         request(
             containers=[{"id": "app"}],
@@ -209,7 +209,7 @@ def _oversized() -> bytes:
 
 
 def test_an_oversized_body_is_413_with_an_error_document(service: Service) -> None:
-    # docs/guide/service.md: 413 carries a kata-mem/error/v1 document (issue 24, defect 3).
+    # docs/guide/service.md: 413 carries a kata-mem/error/v1 document.
     status, body = curl_answer(service.curl("/v1/shim", data=_oversized()))
     doc = json.loads(body)
     jsonschema.validate(doc, ERROR_SCHEMA)
@@ -291,7 +291,7 @@ def test_a_request_that_is_not_utf8_is_refused_by_the_shim_and_the_service(
 
 
 def test_update_sandbox_is_answered_with_the_grpc_status(service: Service, tmp_path: Path) -> None:
-    """``POST /v1/shim`` with CRI UpdatePodSandboxResources (issue 17 §2): the VM grows to
+    """``POST /v1/shim`` with CRI UpdatePodSandboxResources: the VM grows to
     what the new pod limit and the limit in force allow, and the answer says OK."""
     cfg = small_vm_config(tmp_path)
     pod = tmp_path / "cg" / "pod1"  # the pod cgroup (v2 files), 2048 MiB in force

@@ -280,7 +280,7 @@ def test_a_peer_not_allowed_is_not_drained(grouped: Service) -> None:
     assert status == "403" and float(seconds) < 2, r.stdout
 
 
-# -- Expect and repeated Content-Encoding (the adversarial pass, A11 and A12) ---------------
+# -- Expect and repeated Content-Encoding ----------------------------------------------------
 
 
 @pytest.mark.parametrize(

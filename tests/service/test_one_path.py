@@ -1,4 +1,4 @@
-"""One path for every interface (issue 27), shown through each of them: the same request
+"""One path for every interface, shown through each of them: the same request
 is planned to the same bytes by ``kata-mem preview --json``, the one-shot ``kata-mem
 shim`` and ``POST /v1/shim``; the node's and a sandbox's status are the same documents
 from ``kata-mem status`` as from ``GET /v1/node`` and ``GET /v1/sandboxes/ID``.

@@ -1,4 +1,4 @@
-"""What an operator of ``kata-mem serve`` sees (issue 26 §4 and §10): ``--config`` is the
+"""What an operator of ``kata-mem serve`` sees: ``--config`` is the
 configuration of every request that names none, a start-up line without ``-v``, and one
 line per answered request naming its sandbox, event, caller, outcome and duration (JSON
 fields in ``--log-format json``)."""

@@ -51,7 +51,7 @@ def _two_idle_passes(svc: Service) -> None:
 
 
 def test_a_plan_only_request_never_touches_the_vm(tmp_path: Path) -> None:
-    # Only an apply orders side effects (issue 16): a create that only plans names the VM,
+    # Only an apply orders side effects: a create that only plans names the VM,
     # and the service neither connects to it nor sets its balloon's statistics.
     fake = FakeQemu(balloon=True, stats_interval=0)
     svc = start(tmp_path)
@@ -84,7 +84,7 @@ def test_the_loop_forgets_a_sandbox_whose_vm_is_gone(tmp_path: Path) -> None:
 
 
 def test_the_loop_retries_a_deferred_shrink_when_it_is_due(tmp_path: Path) -> None:
-    # The grow is bounded by what the guest has available (issue 23): it uses little then,
+    # The grow is bounded by what the guest has available: it uses little then,
     # and 700 MiB once grown, so that the shrink back is deferred.
     fake = FakeQemu(balloon=True, guest_used=64 * MiB)
     svc = start(tmp_path, "--reconcile-interval", "0.2")

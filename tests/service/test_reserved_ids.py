@@ -1,5 +1,5 @@
 """``POST /v1/shim`` refuses a sandbox id that names one of kata-mem's own state-directory
-entries, as the one-shot shim does (adversarial finding B2)."""
+entries, as the one-shot shim does."""
 
 from __future__ import annotations
 

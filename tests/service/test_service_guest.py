@@ -138,7 +138,7 @@ def test_two_sandboxes_resize_side_by_side(guests: list[GuestVM], tmp_path: Path
                         "value": 0,
                     },
                 )
-        # A plan-only create names the VM, and changes nothing on it (issue 16): its
+        # A plan-only create names the VM, and changes nothing on it: its
         # balloon's statistics stay off until an apply turns them on.
         for name, vm in zip("cd", guests):
             got = svc.post(_req(cfg, name, vm, 1024, apply=False, event="create"))

@@ -99,7 +99,7 @@ def test_v2_usage_missing_or_garbage_is_unknown_not_an_error(v2: Path) -> None:
     cg = cgroup_of_dir(str(v2), "--host-cgroup")
     assert cg.usage is None
     assert cg.levels[0] == CgroupLevel(str(v2.parent), 900 * MiB, None)
-    # ... but said (issue 15: a garbage usage file made usage null without a word).
+    # ... but said (a garbage usage file once made usage null without a word).
     assert cg.unread_usage == (
         f"{v2}/memory.current: no such cgroup usage file",
         f"{v2.parent}/memory.current holds 'lots', not a number of bytes",

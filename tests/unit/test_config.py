@@ -184,7 +184,7 @@ def test_find_config_order(tmp_path: Path) -> None:
     ],
 )
 def test_a_kata_mem_key_inside_another_table_is_refused(tmp_path: Path, text: str) -> None:
-    # Issue 15 A15: read by neither Kata nor kata-mem, it left every setting at its default.
+    # Read by neither Kata nor kata-mem, it left every setting at its default.
     path = tmp_path / "c.toml"
     path.write_text(text)
     with pytest.raises(ConfigError, match=r"c.toml: \[\w+(\.qemu)?\] kata_mem: .*top-level"):

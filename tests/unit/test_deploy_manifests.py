@@ -1,4 +1,4 @@
-"""The Kubernetes manifests in deploy/kubernetes (issue 18 §3): valid for Kubernetes 1.35
+"""The Kubernetes manifests in deploy/kubernetes: valid for Kubernetes 1.35
 in kubernetes-validate's strict mode (unknown fields refused), consistent with each other
 and with kata-mem (the drop-in loads with the real loader, the DaemonSet serves the
 socket its probes ask, the RuntimeClass is what ``kata-mem runtimeclass`` computes for the
@@ -167,7 +167,7 @@ def test_the_runtimeclass_is_what_kata_mem_computes_for_them(tmp_path: Path) -> 
 
 
 def test_the_containerfile_installs_the_wheel_it_is_given() -> None:
-    """No version in the wheel's name (issue 26 §9): the one wheel in dist/, whatever it is;
+    """No version in the wheel's name: the one wheel in dist/, whatever it is;
     the base image's Python is one the package supports."""
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     text = (DEPLOY / "Containerfile").read_text()
@@ -204,7 +204,7 @@ def test_the_image_is_named_once_in_the_kustomization() -> None:
     assert image["newTag"] == project["version"]
 
 
-# -- kubectl apply -k (issue 26 §5) ------------------------------------------------------------
+# -- kubectl apply -k --------------------------------------------------------------------------
 
 #: kustomize's legacy order (sigs.k8s.io/kustomize api/resid/gvk.go, ``orderFirst`` and
 #: ``orderLast``): these kinds first and last in this order, every other kind between them
@@ -296,7 +296,7 @@ def test_kubectl_kustomize_gives_that_order_and_image() -> None:
     }
 
 
-# -- metrics (issue 26 §6) ---------------------------------------------------------------------
+# -- metrics -----------------------------------------------------------------------------------
 
 RULES = REPO / "deploy" / "prometheus" / "kata-mem-rules.yaml"
 RULE_TESTS = REPO / "deploy" / "prometheus" / "kata-mem-rules.test.yaml"
@@ -369,7 +369,7 @@ def test_the_service_guide_names_every_alert() -> None:
     assert sorted(r["alert"] for r in alerts() if f"`{r['alert']}`" not in guide) == []
 
 
-# -- uninstall (issue 26 §11) ------------------------------------------------------------------
+# -- uninstall ---------------------------------------------------------------------------------
 
 UNINSTALL = DEPLOY / "uninstall"
 

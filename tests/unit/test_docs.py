@@ -39,7 +39,7 @@ def test_the_site_builds_in_strict_mode(tmp_path: Path) -> None:
     for name in group.commands:
         assert f"kata-mem {name}" in cli, name
     # A Markdown list needs a blank line before it (and nested items four spaces): without
-    # one it runs into the paragraph above, which the HTML shows as "- item" text (issue 26).
+    # one it runs into the paragraph above, which the HTML shows as "- item" text.
     run_together = [
         (str(page.relative_to(tmp_path / "site")), para[:80])
         for page in sorted((tmp_path / "site").rglob("*.html"))
@@ -56,7 +56,7 @@ def test_the_site_builds_in_strict_mode(tmp_path: Path) -> None:
 
 def test_nested_lists_are_indented_as_python_markdown_reads_them() -> None:
     """Python-Markdown nests a list only when it is indented four spaces (its tab length):
-    one indented one to three spaces is flattened into its parent (issue 26)."""
+    one indented one to three spaces is flattened into its parent."""
     shallow = []
     for page in sorted(DOCS.rglob("*.md")):
         fence = False

@@ -20,7 +20,7 @@ from kata_mem.edges.files import MANIFEST_CAP, read_capped, read_capped_text
 from kata_mem.edges.sources import cli_containers, read_oci
 from tests.support.paths import REPO
 
-#: Files whose ``from None`` other work on issue 10 removes; empty this once it is merged.
+#: Files exempted from the ``from None`` rule while they are rewritten (none now).
 PENDING: set[str] = set()
 
 

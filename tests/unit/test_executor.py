@@ -88,7 +88,7 @@ def test_grow_dimm_then_no_change(cfgs: dict[str, SizingConfig], run: Callable[.
 def test_an_apply_sets_the_configured_statistics_interval(
     make_config: Callable[..., SizingConfig], run: Callable[..., Any]
 ) -> None:
-    # The executor's side effect, even when there is nothing to resize (issue 16: connecting
+    # The executor's side effect, even when there is nothing to resize (connecting
     # and reading set nothing, so it is here that the shrink checks get their readings).
     cfg = make_config(default_memory=512, default_maxmemory=8192, kata_mem={"stats_interval_s": 3})
     b = FakeBackend(vm_dimms(), FakeGuest(stats_interval=7))

@@ -1,4 +1,4 @@
-"""Kata fidelity and planning inputs at the unit level (issue 9, sections 2 and 5):
+"""Kata fidelity and planning inputs at the unit level:
 architecture names, Kata's integer types, CRI annotations that do not parse,
 cpusets, impossible current sizes, the boot memory on a small host."""
 

@@ -1,4 +1,4 @@
-"""A grow is done when the guest says so (issue 23): after each grow step the executor
+"""A grow is done when the guest says so: after each grow step the executor
 waits for a reading whose MemTotal shows the memory, and before a staged step for one
 whose MemAvailable describes it; a guest that does not show it is never Resized. On the
 in-memory fake backend, whose guest reports what it has onlined (``FakeGuest.onlined``)."""
@@ -115,7 +115,7 @@ def test_a_staged_grow_reaches_its_target(
 
 
 def test_grow_timeouts_scale_with_the_size() -> None:
-    """A 77 GiB grow under TCG was still onlining after the 20 s default (issue 23)."""
+    """A 77 GiB grow under TCG was still onlining after the 20 s default."""
     s = Settings()
     assert grow_timeout_s(s, 0) == s.step_timeout_s
     assert grow_timeout_s(s, -GiB) == s.step_timeout_s

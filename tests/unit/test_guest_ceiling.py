@@ -1,5 +1,5 @@
 """The guest's own ceiling on ``apply``: a fresh reading of the guest's MemAvailable
-lowers it (issue 23), for the first step only; later steps are read again by the
+lowers it, for the first step only; later steps are read again by the
 executor. The arithmetic without a reading is in tests/fixtures/plan-cases/guest-memmap.json."""
 
 from __future__ import annotations

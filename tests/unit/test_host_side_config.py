@@ -63,7 +63,7 @@ def test_integer_overcommit_and_zero_overheads(tmp_path: Path) -> None:
         ("pod_overhead_mib", -1, "an integer from 0 to 8796093022207 (MiB; 8 EiB of bytes)"),
         ("pod_overhead_mib", "160Mi", "an integer from 0 to 8796093022207 (MiB; 8 EiB of bytes)"),
         ("vmm_overhead_mib", 1.5, "an integer from 0 to 8796093022207 (MiB; 8 EiB of bytes)"),
-        # Issue 24, defect 8: the range said without its upper bound, so a value above it
+        # The range said without its upper bound, so a value above it
         # was refused as not "a non-negative integer".
         ("vmm_overhead_mib", 8796093022208, "an integer from 0 to 8796093022207 (MiB; 8 EiB"),
         ("vmm_overhead_per_gib_mib", 2048, "an integer from 0 to 1024 (MiB per GiB"),

@@ -93,7 +93,7 @@ CORRUPT = [
     ("owned.0.size", 0, "owned is not a list of devices"),
     ("owned.0.kind", "virtio-mem", "owned is not a list of devices"),
     ("owned.0.id", "", "owned is not a list of devices"),
-    # Issue 24, defect 8: an owned id no kata-mem id looks like (a path) was accepted.
+    # An owned id no kata-mem id looks like (a path) was accepted.
     ("owned.0.id", "../x", r"owned id \"../x\" is not a QEMU id"),
     ("owned.0.memdev", "kmmem0/../x", r"owned memdev \"kmmem0/../x\" is not a QEMU id"),
     ("owned.0.id", "0dimm", "is not a QEMU id"),

@@ -1,4 +1,4 @@
-"""The node's ledger (issue 16 §2): admission reads one file whatever the number of
+"""The node's ledger: admission reads one file whatever the number of
 sandboxes; the ledger is rebuilt from the journals when missing, damaged or not
 kata-mem's, never counts less than they do, and is mended by reconcile."""
 
@@ -213,7 +213,7 @@ def _two_sandboxes(tmp_path: Path) -> tuple[SandboxState, FakeBackend, VirtualTi
 
 
 def test_an_apply_trusts_no_ledger_that_counts_less_than_its_own_journal(tmp_path: Path) -> None:
-    """A ledger restored from a backup or edited (B4): the apply's own entry is below the
+    """A ledger restored from a backup or edited: the apply's own entry is below the
     journal it has just read, which no crash leaves, so no entry is trusted and the ledger
     is rebuilt from the journals, with a note, before the budget is decided."""
     state, fake, time, cfg = _two_sandboxes(tmp_path)
@@ -260,7 +260,7 @@ def test_an_apply_mends_its_own_entry_that_counts_more_than_its_journal(tmp_path
 
 def test_an_apply_says_so_when_it_rebuilds_a_damaged_ledger(tmp_path: Path) -> None:
     """The documented note ("rebuilt from the journals") reaches the apply's answer, not
-    only reconcile's log (B4: a negative entry was rebuilt silently)."""
+    only reconcile's log (a negative entry was once rebuilt silently)."""
     state, fake, time, cfg = _two_sandboxes(tmp_path)
     workload = Workload((Container("c", memory_limit=GiB),))
     run_locked(state, lambda: fake, cfg, HOST, workload, Options(), time.clock, time.sleep)
@@ -341,7 +341,7 @@ def test_an_admitted_grow_is_told_the_hosts_memavailable(
     ],
 )
 def test_a_damaged_ledger_says_what_is_wrong(tmp_path: Path, doc: dict[str, Any], why: str) -> None:
-    # Issue 24, defect 8: a ledger of kata-mem's schema with a negative entry was called
+    # A ledger of kata-mem's schema with a negative entry was called
     # "not a kata-mem ledger".
     from kata_mem.edges.ledger import LEDGER_SCHEMA, read_ledger
 
@@ -353,7 +353,7 @@ def test_a_damaged_ledger_says_what_is_wrong(tmp_path: Path, doc: dict[str, Any]
 
 
 def test_a_corrupt_journal_is_reported_once_in_a_reconcile_pass(tmp_path: Path) -> None:
-    # Issue 24, defect 8: with the ledger damaged too, the pass read every journal twice
+    # With the ledger damaged too, the pass read every journal twice
     # (the ledger's rebuild, then its check against the journals), each read warning.
     from kata_mem.core.record import Record
     from kata_mem.edges.ledger import LEDGER_SCHEMA

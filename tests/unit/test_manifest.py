@@ -1,4 +1,4 @@
-"""Numbers in Pod manifests mean what they mean to Kubernetes (issue 9, section 2).
+"""Numbers in Pod manifests mean what they mean to Kubernetes.
 
 Each row gives a limit as written in a real manifest file and the quantity Kubernetes
 decodes from it, or REFUSED where Kubernetes refuses the manifest. How Kubernetes gets
@@ -212,7 +212,7 @@ def test_go_yaml_scalar_types() -> None:
     assert go_yaml_scalar("<<") == "<<" and go_yaml_scalar("Yes") is True
 
 
-# --- A key given twice, with either YAML loader (issue 15) -----------------------------------
+# --- A key given twice, with either YAML loader ----------------------------------------------
 
 _TWICE = "kind: Pod\nspec:\n  containers:\n  - name: c\n    resources:\n      limits:\n" + (
     "        memory: 1Gi\n        memory: 2Gi\n"

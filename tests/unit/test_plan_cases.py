@@ -193,8 +193,8 @@ def test_plan_case(case: dict[str, Any], make_config: Callable[..., SizingConfig
 def test_a_plan_sizes_its_workload_once(
     make_config: Callable[..., SizingConfig], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Memory and vCPUs size the same workload: the plan-only answer computed it twice
-    # (issue 16 §4). Counted on a real plan, which must stay what it was.
+    # Memory and vCPUs size the same workload: the plan-only answer computed it twice.
+    # Counted on a real plan, which must stay what it was.
     from kata_mem.core import planner
     from tests.support.configs import HOST
 

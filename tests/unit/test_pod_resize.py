@@ -1,4 +1,4 @@
-"""The runtime's answer to a pod resize (issue 17 §2): the pure decision
+"""The runtime's answer to a pod resize: the pure decision
 (:func:`kata_mem.core.podresize.settle`) and the gRPC status a shim returns, then the
 executor on the fake backend against a real cgroup directory (files the test writes): a
 shrink to the new pod limit, refused while the guest holds memory or while QEMU is still
@@ -86,7 +86,7 @@ SETTLE_CASES = [
         "the VM is unchanged at 2048 MiB",
     ),
     (
-        # Issue 24, defect 8: an Infeasible outcome (FailedPrecondition) said "the pod cgroup
+        # An Infeasible outcome (FailedPrecondition) said "the pod cgroup
         # is to wait for a retry".
         "infeasible-promises-no-retry",
         outcome("Infeasible", 2048, 0, "ShrinkNotAllowed"),

@@ -1,4 +1,4 @@
-"""The public API stays what it is documented to be, whatever has been imported (issue 16).
+"""The public API stays what it is documented to be, whatever has been imported.
 
 ``kata_mem.apply`` used to be both the documented function and the submodule
 ``kata_mem/apply.py``: once anything imported the submodule, the package attribute was

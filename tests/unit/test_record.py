@@ -1,6 +1,6 @@
-"""The journal's record as a value (issue 16 §2): bytes in memory, the on-disk format of
+"""The journal's record as a value: bytes in memory, the on-disk format of
 kata-mem/journal/v1 unchanged, each change a method; the backoff's count and sizes no VM
-could have (the adversarial pass of issue 15: A1, A10)."""
+could have (1,025 deferrals in a row; an observed_mib of 2**44 - 1)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from kata_mem.edges.journal import SandboxState
 from kata_mem.orchestration.executor import Options, run_locked
 from tests.support.configs import HOST
 
-#: A journal as the kata-mem of issue 15 wrote it (MiB on disk), every field set.
+#: A journal as an earlier kata-mem wrote it (MiB on disk), every field set.
 V1 = {
     "schema": "kata-mem/journal/v1",
     "sandbox": "sb",
@@ -104,7 +104,7 @@ def test_a_deferred_shrink_is_due_from_its_retry_time_on() -> None:
 
 
 def test_the_backoff_never_overflows_and_the_count_saturates() -> None:
-    # A1: 1,025 deferrals in a row made 30 * 2**1024 overflow a float (exit 1 from then on),
+    # 1,025 deferrals in a row made 30 * 2**1024 overflow a float (exit 1 from then on),
     # and a count edited to 10**12 made the call spin while holding the sandbox lock.
     assert [backoff(n) for n in (1, 2, 3, 4, 5)] == [30.0, 60.0, 120.0, 240.0, BACKOFF_MAX_S]
     assert backoff(1025) == backoff(10**12) == BACKOFF_MAX_S
@@ -153,7 +153,7 @@ def test_the_executor_defers_past_a_thousand_times(tmp_path: Path) -> None:
 
 
 def test_sizes_no_vm_of_the_host_can_have_are_not_counted() -> None:
-    # A10: an observed_mib of 2**44 - 1 passed validation and blocked every other
+    # An observed_mib of 2**44 - 1 passed validation and blocked every other
     # sandbox's growth once a node budget was set.
     record = Record.from_json("sb", {**V1, "observed_mib": (1 << 44) - 1})
     bounded, why = record.bounded(16 * GiB)

@@ -39,7 +39,7 @@ VIRTIO = MemoryDevice("vm0", "virtio-mem", 256 * MiB, 256 * MiB, 1024 * MiB, 2 *
 
 
 def test_the_port_has_six_methods_and_no_release() -> None:
-    # The sixth, set_stats_interval, is the executor's to call (issue 16: only the
+    # The sixth, set_stats_interval, is the executor's to call (only the
     # executor orders side effects; connecting and reading change nothing).
     methods = {n for n, v in inspect.getmembers(Backend) if callable(v) and not n.startswith("_")}
     assert methods == {"observe", "begin", "poll", "guest_usage", "set_stats_interval", "close"}

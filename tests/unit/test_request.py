@@ -1,4 +1,4 @@
-"""A sandbox request as a value (issue 10): ``to_json`` and ``from_json`` round trips,
+"""A sandbox request as a value: ``to_json`` and ``from_json`` round trips,
 the saved request that ``kata-mem reconcile`` re-runs, and errors that name the field."""
 
 from __future__ import annotations
@@ -130,7 +130,7 @@ _VMM = {"device": 1, "inode": 2, "owner_uid": 0, "peer_uid": 0, "peer_pid": 3}
             {"backend": {"type": "qmp", "socket": "/s", "vmm": {**_VMM, "peer_pid": 0}}},
             "request backend.vmm.peer_pid: expected an integer from 1 to 2147483647, got 0",
         ),
-        # Issue 15 A15: a range states both bounds, a NUL is named, and a number too large
+        # A range states both bounds, a NUL is named, and a number too large
         # for a float is shown as the request held it, not as Infinity.
         (
             {"containers": [{"id": "c", "memory_limit_bytes": 2**64 - 1}]},

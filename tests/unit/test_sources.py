@@ -92,7 +92,7 @@ def test_json_pod_and_hugepages(tmp_path: Path) -> None:
             r"is negative",
         ),
         ("kind: Pod\nspec: [\n", InputError, r"invalid YAML/JSON"),
-        # Issue 15 A16: what Kubernetes' ValidatePodSpec refuses (a name is required, and a
+        # What Kubernetes' ValidatePodSpec refuses (a name is required, and a
         # string; an init container's restartPolicy is Always or absent).
         (
             "kind: Pod\nspec: {containers: [{image: a}, {image: b}]}\n",
@@ -147,7 +147,7 @@ def test_oci_hugepages_are_bounded_per_page_size_under_a_pod(
 ) -> None:
     """An OCI spec names each page size (runc writes one hugetlb limit per size), so a
     Pod's pod-level hugepages-2Mi limit bounds its 2 MiB pages only (kubelet
-    HugePageLimits; issue 24): 50 MiB + 2 GiB, not the sum capped at 100 MiB."""
+    HugePageLimits): 50 MiB + 2 GiB, not the sum capped at 100 MiB."""
     spec = {
         "linux": {
             "resources": {
@@ -218,7 +218,7 @@ def test_oci_shares_fallback(tmp_path: Path) -> None:
             r"linux.resources.memory.limit: expected an integer, got '1Gi'",
         ),
         ("{", r"invalid JSON"),
-        # Issue 15 A15: as the file has it, not "inf".
+        # As the file has it, not "inf".
         (
             '{"linux": {"resources": {"memory": {"limit": 1e400}}}}',
             r"linux.resources.memory.limit: expected an integer, got 1e400$",

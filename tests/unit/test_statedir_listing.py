@@ -1,5 +1,5 @@
 """A state directory with its marker is known as kata-mem's without being listed: on a
-node with a thousand sandboxes, every apply and status asks (issue 16 section 2)."""
+node with a thousand sandboxes, every apply and status asks."""
 
 from __future__ import annotations
 

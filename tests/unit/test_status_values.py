@@ -1,7 +1,7 @@
 """What ``kata-mem status`` and the service's GET endpoints are made of, as values: a
 sandbox's endpoint from its saved request (an :class:`Endpoint`, or a :class:`NoEndpoint`
 saying why there is none), the node's status against overridden host facts, and a
-sandbox's status with its typed journal record, rendered once (issue 27)."""
+sandbox's status with its typed journal record, rendered once."""
 
 from __future__ import annotations
 

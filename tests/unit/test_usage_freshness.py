@@ -1,4 +1,4 @@
-"""When a guest reading counts as fresh for a shrink step (issue 19): a reading told
+"""When a guest reading counts as fresh for a shrink step: a reading told
 apart by the hypervisor's count of reports arrives within the same whole second, asked
 for right after the step; and a DIMM unplug is a step the next check must see past."""
 
