@@ -1143,7 +1143,7 @@ def make_kata_mem_edges_cgroups_Mount(D, F):
     return __init__
 
 
-def make_kata_mem_edges_sources__Read(D, F):
+def make_kata_mem_edges_pod__Read(D, F):
     def __init__(
         self,
         container,
@@ -1395,7 +1395,7 @@ MAKERS: dict = {
     'kata_mem.core.sandbox_resources.SandboxResize': (((('resources', 'required'), ('overhead', 'factory')), False), make_kata_mem_core_sandbox_resources_SandboxResize),
     'kata_mem.core.sandbox_resources.SandboxResources': (((('memory_limit', 'default'), ('cpu_quota', 'default'), ('cpu_period', 'default')), False), make_kata_mem_core_sandbox_resources_SandboxResources),
     'kata_mem.edges.cgroups.Mount': (((('root', 'required'), ('point', 'required'), ('fstype', 'required'), ('options', 'required')), False), make_kata_mem_edges_cgroups_Mount),
-    'kata_mem.edges.sources._Read': (((('container', 'required'), ('at', 'required'), ('limits', 'required'), ('requests', 'required')), False), make_kata_mem_edges_sources__Read),
+    'kata_mem.edges.pod._Read': (((('container', 'required'), ('at', 'required'), ('limits', 'required'), ('requests', 'required')), False), make_kata_mem_edges_pod__Read),
     'kata_mem.edges.statedir.Listing': (((('sandboxes', 'required'), ('refused', 'required'), ('foreign', 'required')), False), make_kata_mem_edges_statedir_Listing),
     'kata_mem.interfaces.listener.MetricsAddress': (((('host', 'required'), ('port', 'required')), False), make_kata_mem_interfaces_listener_MetricsAddress),
     'kata_mem.interfaces.listener.Peer': (((('pid', 'required'), ('uid', 'required'), ('gid', 'required')), False), make_kata_mem_interfaces_listener_Peer),

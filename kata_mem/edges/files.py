@@ -16,7 +16,7 @@ import stat
 from pathlib import Path
 from typing import Callable, Optional, Union
 
-from kata_mem.core.errors import KataMemError
+from kata_mem.core.errors import InputError, KataMemError
 from kata_mem.core.units import MiB, to_kib_floor, to_mib_floor
 
 #: Size caps, documented in docs/ ("Input files and their limits").
@@ -114,6 +114,15 @@ def read_open(
     return data
 
 
+def read_input_text(path: Union[str, Path], what: str) -> str:
+    """A file a caller names as input (a Pod manifest, an OCI spec): at most
+    :data:`MANIFEST_CAP`, UTF-8, errors as :class:`~kata_mem.core.errors.InputError`.
+
+    :raises InputError: as :func:`read_capped_text` says.
+    """
+    return read_capped_text(path, cap=MANIFEST_CAP, what=what, error=InputError)
+
+
 def read_capped_text(
     path: Union[str, Path], *, cap: int, what: str, error: type[KataMemError]
 ) -> str:
@@ -157,5 +166,6 @@ __all__ = [
     "not_regular",
     "read_capped",
     "read_capped_text",
+    "read_input_text",
     "read_open",
 ]

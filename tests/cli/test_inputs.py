@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from kata_mem.edges.files import CONFIG_CAP, MANIFEST_CAP
-from kata_mem.edges.sources import read_pod
+from kata_mem.edges.pod import read_pod
 from tests.support.cli import CliResult, kata_mem_process
 from tests.support.configs import HOST_ARGS, write_config
 from tests.support.paths import KATA_CONFIGS, PODS, REPO
@@ -283,7 +283,7 @@ def test_a_4_mib_json_pod_is_read_quickly(tmp_path: Path) -> None:
     _big_pod(pod, 74_000)
     assert pod.stat().st_size <= MANIFEST_CAP
     code = (
-        "import resource, sys; from pathlib import Path; from kata_mem.edges.sources import read_pod\n"
+        "import resource, sys; from pathlib import Path; from kata_mem.edges.pod import read_pod\n"
         f'assert len(read_pod(Path({str(pod)!r}), "amd64")) == 74_000\n'
         "use = resource.getrusage(resource.RUSAGE_SELF)\n"
         "print(use.ru_utime + use.ru_stime, use.ru_maxrss)"

@@ -24,7 +24,8 @@ from kata_mem.core.endpoint import LIBVIRT_URIS
 from kata_mem.core.errors import ConfigError, InputError, KataMemError
 from kata_mem.core.request import SandboxRequest
 from kata_mem.edges.config import load_config
-from kata_mem.edges.sources import pod_containers, read_oci, read_pod
+from kata_mem.edges.pod import pod_containers, read_pod
+from kata_mem.edges.sources import read_oci
 from kata_mem.interfaces.shim import run_shim
 from tests.strategies import examples, mutated, valid_requests
 from tests.support.paths import KATA_CONFIGS, PODS, REPO

@@ -37,7 +37,7 @@ import yaml
 from kata_mem.core.errors import InputError
 from kata_mem.core.manifest import go_json_float, go_yaml_scalar
 from kata_mem.core.units import INT64_MAX
-from kata_mem.edges.sources import read_pod
+from kata_mem.edges.pod import read_pod
 from tests.support.paths import REPO
 
 REFUSED = None
@@ -233,7 +233,7 @@ def test_a_key_given_twice_is_refused_by_either_loader(tmp_path: Path, loader: s
         + ("del yaml.CSafeLoader\n" if loader == "Python" else "")
         + "from kata_mem.core import manifest\n"
         "from kata_mem.core.errors import InputError\n"
-        "from kata_mem.edges.sources import read_pod\n"
+        "from kata_mem.edges.pod import read_pod\n"
         f"assert (yaml.SafeLoader in manifest.GoYamlLoader.__mro__) == {loader == 'Python'}\n"
         "try:\n"
         f"    read_pod(__import__('pathlib').Path({str(pod)!r}), 'amd64')\n"

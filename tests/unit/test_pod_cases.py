@@ -19,7 +19,7 @@ from kata_mem.core.model import SizingConfig
 from kata_mem.core.planner import demand
 from kata_mem.core.quantity import format_quantity
 from kata_mem.core.units import MiB
-from kata_mem.edges.sources import load_pod
+from kata_mem.edges.pod import load_pod
 from tests.support.cases import case_params
 from tests.support.paths import REPO
 

@@ -13,7 +13,8 @@ from kata_mem.core.errors import InputError, QuantityError
 from kata_mem.core.model import SizingConfig
 from kata_mem.core.planner import containers_peak, demand
 from kata_mem.core.units import MiB
-from kata_mem.edges.sources import build_workload, read_oci, read_pod
+from kata_mem.edges.pod import read_pod
+from kata_mem.edges.sources import build_workload, read_oci
 from tests.support.paths import PODS
 
 
