@@ -114,12 +114,10 @@ def init_source(shape: Shape) -> str:
         body.append("        self.__post_init__()")
     if not body:
         body.append("        pass")
-    head = ",\n        ".join(params)
     return (
-        "def make(D, F):\n"
-        f"    def __init__(\n        {head},\n    ):\n"
+        f"def make(D, F):\n    def __init__({', '.join(params)}):\n"
         + "\n".join(body)
-        + "\n\n    return __init__\n"
+        + "\n    return __init__\n"
     )
 
 

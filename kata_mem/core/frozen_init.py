@@ -8,119 +8,65 @@ __frozen_missing = type('factory', (), {'__repr__': lambda self: '<factory>'})()
 
 
 def make_kata_mem_core_endpoint_Endpoint(D, F):
-    def __init__(
-        self,
-        kind,
-        target,
-        domain=D[0],
-        vmm=D[1],
-        saved=D[2],
-    ):
+    def __init__(self, kind, target, domain=D[0], vmm=D[1], saved=D[2]):
         __frozen_set(self, 'kind', kind)
         __frozen_set(self, 'target', target)
         __frozen_set(self, 'domain', domain)
         __frozen_set(self, 'vmm', vmm)
         __frozen_set(self, 'saved', saved)
         self.__post_init__()
-
     return __init__
 
 
 def make_kata_mem_core_endpoint_VmmIdentity(D, F):
-    def __init__(
-        self,
-        device,
-        inode,
-        owner_uid,
-        peer_uid,
-        peer_pid=D[0],
-    ):
+    def __init__(self, device, inode, owner_uid, peer_uid, peer_pid=D[0]):
         __frozen_set(self, 'device', device)
         __frozen_set(self, 'inode', inode)
         __frozen_set(self, 'owner_uid', owner_uid)
         __frozen_set(self, 'peer_uid', peer_uid)
         __frozen_set(self, 'peer_pid', peer_pid)
-
     return __init__
 
 
 def make_kata_mem_core_fields_Fields(D, F):
-    def __init__(
-        self,
-        where,
-        error=D[0],
-        show=D[1],
-    ):
+    def __init__(self, where, error=D[0], show=D[1]):
         __frozen_set(self, 'where', where)
         __frozen_set(self, 'error', error)
         __frozen_set(self, 'show', show)
-
     return __init__
 
 
 def make_kata_mem_core_manifest_JsonNumber(D, F):
-    def __init__(
-        self,
-        text,
-    ):
+    def __init__(self, text):
         __frozen_set(self, 'text', text)
-
     return __init__
 
 
 def make_kata_mem_core_model_BackendObject(D, F):
-    def __init__(
-        self,
-        id,
-        size,
-    ):
+    def __init__(self, id, size):
         __frozen_set(self, 'id', id)
         __frozen_set(self, 'size', size)
-
     return __init__
 
 
 def make_kata_mem_core_model_CgroupLevel(D, F):
-    def __init__(
-        self,
-        path,
-        limit,
-        usage=D[0],
-    ):
+    def __init__(self, path, limit, usage=D[0]):
         __frozen_set(self, 'path', path)
         __frozen_set(self, 'limit', limit)
         __frozen_set(self, 'usage', usage)
-
     return __init__
 
 
 def make_kata_mem_core_model_Clamp(D, F):
-    def __init__(
-        self,
-        cause,
-        limit,
-        detail,
-    ):
+    def __init__(self, cause, limit, detail):
         __frozen_set(self, 'cause', cause)
         __frozen_set(self, 'limit', limit)
         __frozen_set(self, 'detail', detail)
-
     return __init__
 
 
 def make_kata_mem_core_model_Container(D, F):
-    def __init__(
-        self,
-        name,
-        memory_limit=D[0],
-        hugepages_limit=D[1],
-        cpu=D[2],
-        role=D[3],
-        state=D[4],
-        origin=D[5],
-        cpuset_cpus=D[6],
-        hugepage_limits=D[7],
-    ):
+    def __init__(self, name, memory_limit=D[0], hugepages_limit=D[1], cpu=D[2], role=D[3], state=D[4], origin=D[5], cpuset_cpus=D[6], hugepage_limits=D[7]):
         __frozen_set(self, 'name', name)
         __frozen_set(self, 'memory_limit', memory_limit)
         __frozen_set(self, 'hugepages_limit', hugepages_limit)
@@ -130,21 +76,11 @@ def make_kata_mem_core_model_Container(D, F):
         __frozen_set(self, 'origin', origin)
         __frozen_set(self, 'cpuset_cpus', cpuset_cpus)
         __frozen_set(self, 'hugepage_limits', hugepage_limits)
-
     return __init__
 
 
 def make_kata_mem_core_model_Demand(D, F):
-    def __init__(
-        self,
-        memory=D[0],
-        hugepages=D[1],
-        cpu=D[2],
-        memory_from=D[3],
-        hugepages_from=D[4],
-        cpu_from=D[5],
-        pod_origin=D[6],
-    ):
+    def __init__(self, memory=D[0], hugepages=D[1], cpu=D[2], memory_from=D[3], hugepages_from=D[4], cpu_from=D[5], pod_origin=D[6]):
         __frozen_set(self, 'memory', memory)
         __frozen_set(self, 'hugepages', hugepages)
         __frozen_set(self, 'cpu', cpu)
@@ -152,46 +88,22 @@ def make_kata_mem_core_model_Demand(D, F):
         __frozen_set(self, 'hugepages_from', hugepages_from)
         __frozen_set(self, 'cpu_from', cpu_from)
         __frozen_set(self, 'pod_origin', pod_origin)
-
     return __init__
 
 
 def make_kata_mem_core_model_Guards(D, F):
-    def __init__(
-        self,
-        cgroup=D[0],
-        unseen=D[1],
-        off=D[2],
-        notes=D[3],
-        node=D[4],
-        pod_limit=D[5],
-    ):
+    def __init__(self, cgroup=D[0], unseen=D[1], off=D[2], notes=D[3], node=D[4], pod_limit=D[5]):
         __frozen_set(self, 'cgroup', cgroup)
         __frozen_set(self, 'unseen', unseen)
         __frozen_set(self, 'off', off)
         __frozen_set(self, 'notes', notes)
         __frozen_set(self, 'node', node)
         __frozen_set(self, 'pod_limit', pod_limit)
-
     return __init__
 
 
 def make_kata_mem_core_model_GuestCeiling(D, F):
-    def __init__(
-        self,
-        policy,
-        arch,
-        total,
-        kernel_memory,
-        memmap_plugged,
-        estimate,
-        reading,
-        available,
-        headroom,
-        room,
-        addable,
-        limit,
-    ):
+    def __init__(self, policy, arch, total, kernel_memory, memmap_plugged, estimate, reading, available, headroom, room, addable, limit):
         __frozen_set(self, 'policy', policy)
         __frozen_set(self, 'arch', arch)
         __frozen_set(self, 'total', total)
@@ -204,38 +116,20 @@ def make_kata_mem_core_model_GuestCeiling(D, F):
         __frozen_set(self, 'room', room)
         __frozen_set(self, 'addable', addable)
         __frozen_set(self, 'limit', limit)
-
     return __init__
 
 
 def make_kata_mem_core_model_GuestPolicy(D, F):
-    def __init__(
-        self,
-        onlining,
-        onlining_from,
-        memmap_on_memory,
-        memmap_from,
-    ):
+    def __init__(self, onlining, onlining_from, memmap_on_memory, memmap_from):
         __frozen_set(self, 'onlining', onlining)
         __frozen_set(self, 'onlining_from', onlining_from)
         __frozen_set(self, 'memmap_on_memory', memmap_on_memory)
         __frozen_set(self, 'memmap_from', memmap_from)
-
     return __init__
 
 
 def make_kata_mem_core_model_GuestUsage(D, F):
-    def __init__(
-        self,
-        total=D[0],
-        available=D[1],
-        free=D[2],
-        disk_caches=D[3],
-        major_faults=D[4],
-        last_update=D[5],
-        observed_at=D[6],
-        sequence=D[7],
-    ):
+    def __init__(self, total=D[0], available=D[1], free=D[2], disk_caches=D[3], major_faults=D[4], last_update=D[5], observed_at=D[6], sequence=D[7]):
         __frozen_set(self, 'total', total)
         __frozen_set(self, 'available', available)
         __frozen_set(self, 'free', free)
@@ -244,21 +138,11 @@ def make_kata_mem_core_model_GuestUsage(D, F):
         __frozen_set(self, 'last_update', last_update)
         __frozen_set(self, 'observed_at', observed_at)
         __frozen_set(self, 'sequence', sequence)
-
     return __init__
 
 
 def make_kata_mem_core_model_HostCgroup(D, F):
-    def __init__(
-        self,
-        path,
-        version,
-        usage,
-        levels=D[0],
-        origin=D[1],
-        usage_after=D[2],
-        unread_usage=D[3],
-    ):
+    def __init__(self, path, version, usage, levels=D[0], origin=D[1], usage_after=D[2], unread_usage=D[3]):
         __frozen_set(self, 'path', path)
         __frozen_set(self, 'version', version)
         __frozen_set(self, 'usage', usage)
@@ -266,23 +150,11 @@ def make_kata_mem_core_model_HostCgroup(D, F):
         __frozen_set(self, 'origin', origin)
         __frozen_set(self, 'usage_after', usage_after)
         __frozen_set(self, 'unread_usage', unread_usage)
-
     return __init__
 
 
 def make_kata_mem_core_model_HostFacts(D, F):
-    def __init__(
-        self,
-        memory,
-        cpus,
-        arch,
-        hugepage_size=D[0],
-        hugepages_total=D[1],
-        hugepages_free=D[2],
-        cgroup_memory_limit=D[3],
-        cgroup_path=D[4],
-        sources=D[5],
-    ):
+    def __init__(self, memory, cpus, arch, hugepage_size=D[0], hugepages_total=D[1], hugepages_free=D[2], cgroup_memory_limit=D[3], cgroup_path=D[4], sources=D[5]):
         __frozen_set(self, 'memory', memory)
         __frozen_set(self, 'cpus', cpus)
         __frozen_set(self, 'arch', arch)
@@ -292,26 +164,11 @@ def make_kata_mem_core_model_HostFacts(D, F):
         __frozen_set(self, 'cgroup_memory_limit', cgroup_memory_limit)
         __frozen_set(self, 'cgroup_path', cgroup_path)
         __frozen_set(self, 'sources', sources)
-
     return __init__
 
 
 def make_kata_mem_core_model_MemoryDevice(D, F):
-    def __init__(
-        self,
-        id,
-        kind,
-        size,
-        requested=D[0],
-        max_size=D[1],
-        block=D[2],
-        slot=D[3],
-        memdev=D[4],
-        hotplugged=D[5],
-        pending_unplug=D[6],
-        ours=D[7],
-        addr=D[8],
-    ):
+    def __init__(self, id, kind, size, requested=D[0], max_size=D[1], block=D[2], slot=D[3], memdev=D[4], hotplugged=D[5], pending_unplug=D[6], ours=D[7], addr=D[8]):
         __frozen_set(self, 'id', id)
         __frozen_set(self, 'kind', kind)
         __frozen_set(self, 'size', size)
@@ -324,35 +181,11 @@ def make_kata_mem_core_model_MemoryDevice(D, F):
         __frozen_set(self, 'pending_unplug', pending_unplug)
         __frozen_set(self, 'ours', ours)
         __frozen_set(self, 'addr', addr)
-
     return __init__
 
 
 def make_kata_mem_core_model_MemoryPlan(D, F):
-    def __init__(
-        self,
-        host,
-        configured_max,
-        max,
-        base,
-        requested,
-        aligned,
-        target,
-        current,
-        mechanism,
-        block,
-        clamps,
-        steps,
-        sizing=D[0],
-        pod_overhead=D[1],
-        pod_overhead_origin=D[2],
-        host_cgroup=D[3],
-        host_cgroup_unseen=D[4],
-        vmm_overhead=D[5],
-        node=D[6],
-        workload=__frozen_missing,
-        guest=D[7],
-    ):
+    def __init__(self, host, configured_max, max, base, requested, aligned, target, current, mechanism, block, clamps, steps, sizing=D[0], pod_overhead=D[1], pod_overhead_origin=D[2], host_cgroup=D[3], host_cgroup_unseen=D[4], vmm_overhead=D[5], node=D[6], workload=__frozen_missing, guest=D[7]):
         __frozen_set(self, 'host', host)
         __frozen_set(self, 'configured_max', configured_max)
         __frozen_set(self, 'max', max)
@@ -374,69 +207,38 @@ def make_kata_mem_core_model_MemoryPlan(D, F):
         __frozen_set(self, 'node', node)
         __frozen_set(self, 'workload', F[0]() if workload is __frozen_missing else workload)
         __frozen_set(self, 'guest', guest)
-
     return __init__
 
 
 def make_kata_mem_core_model_NodeView(D, F):
-    def __init__(
-        self,
-        host,
-        reserved,
-        budget,
-        committed_others,
-        available=D[0],
-    ):
+    def __init__(self, host, reserved, budget, committed_others, available=D[0]):
         __frozen_set(self, 'host', host)
         __frozen_set(self, 'reserved', reserved)
         __frozen_set(self, 'budget', budget)
         __frozen_set(self, 'committed_others', committed_others)
         __frozen_set(self, 'available', available)
-
     return __init__
 
 
 def make_kata_mem_core_model_Note(D, F):
-    def __init__(
-        self,
-        code,
-        text,
-    ):
+    def __init__(self, code, text):
         __frozen_set(self, 'code', code)
         __frozen_set(self, 'text', text)
-
     return __init__
 
 
 def make_kata_mem_core_model_Origin(D, F):
-    def __init__(
-        self,
-        kind,
-        where=D[0],
-        key=D[1],
-        value=D[2],
-        note=D[3],
-    ):
+    def __init__(self, kind, where=D[0], key=D[1], value=D[2], note=D[3]):
         __frozen_set(self, 'kind', kind)
         __frozen_set(self, 'where', where)
         __frozen_set(self, 'key', key)
         __frozen_set(self, 'value', value)
         __frozen_set(self, 'note', note)
-
     return __init__
 
 
 def make_kata_mem_core_model_Outcome(D, F):
-    def __init__(
-        self,
-        status,
-        reason,
-        message,
-        observed,
-        target,
-        steps=D[0],
-        retry_after_s=D[1],
-    ):
+    def __init__(self, status, reason, message, observed, target, steps=D[0], retry_after_s=D[1]):
         __frozen_set(self, 'status', status)
         __frozen_set(self, 'reason', reason)
         __frozen_set(self, 'message', message)
@@ -444,106 +246,49 @@ def make_kata_mem_core_model_Outcome(D, F):
         __frozen_set(self, 'target', target)
         __frozen_set(self, 'steps', steps)
         __frozen_set(self, 'retry_after_s', retry_after_s)
-
     return __init__
 
 
 def make_kata_mem_core_model_OwnedDevice(D, F):
-    def __init__(
-        self,
-        id,
-        memdev,
-        size,
-        kind=D[0],
-        confirmed=D[1],
-    ):
+    def __init__(self, id, memdev, size, kind=D[0], confirmed=D[1]):
         __frozen_set(self, 'id', id)
         __frozen_set(self, 'memdev', memdev)
         __frozen_set(self, 'size', size)
         __frozen_set(self, 'kind', kind)
         __frozen_set(self, 'confirmed', confirmed)
-
     return __init__
 
 
 def make_kata_mem_core_model_Plan(D, F):
-    def __init__(
-        self,
-        memory,
-        vcpus,
-        notes,
-    ):
+    def __init__(self, memory, vcpus, notes):
         __frozen_set(self, 'memory', memory)
         __frozen_set(self, 'vcpus', vcpus)
         __frozen_set(self, 'notes', notes)
-
     return __init__
 
 
 def make_kata_mem_core_model_PodResources(D, F):
-    def __init__(
-        self,
-        memory=D[0],
-        cpu=D[1],
-        hugepages=D[2],
-        origin=D[3],
-        hugepage_limits=D[4],
-    ):
+    def __init__(self, memory=D[0], cpu=D[1], hugepages=D[2], origin=D[3], hugepage_limits=D[4]):
         __frozen_set(self, 'memory', memory)
         __frozen_set(self, 'cpu', cpu)
         __frozen_set(self, 'hugepages', hugepages)
         __frozen_set(self, 'origin', origin)
         __frozen_set(self, 'hugepage_limits', hugepage_limits)
-
     return __init__
 
 
 def make_kata_mem_core_model_SandboxSizing(D, F):
-    def __init__(
-        self,
-        memory,
-        cpu,
-        origin=D[0],
-        notes=D[1],
-        source=D[2],
-    ):
+    def __init__(self, memory, cpu, origin=D[0], notes=D[1], source=D[2]):
         __frozen_set(self, 'memory', memory)
         __frozen_set(self, 'cpu', cpu)
         __frozen_set(self, 'origin', origin)
         __frozen_set(self, 'notes', notes)
         __frozen_set(self, 'source', source)
-
     return __init__
 
 
 def make_kata_mem_core_model_Settings(D, F):
-    def __init__(
-        self,
-        dimm_block=D[0],
-        virtio_mem_block=D[1],
-        headroom_min=D[2],
-        headroom_percent=D[3],
-        shrink_step_min=D[4],
-        shrink_step_percent=D[5],
-        step_timeout_s=D[6],
-        usage_max_age_s=D[7],
-        stats_interval_s=D[8],
-        allow_shrink=D[9],
-        state_dir=D[10],
-        host_memory_cgroup=D[11],
-        hugepages_path=D[12],
-        sizing=D[13],
-        pod_overhead=D[14],
-        vmm_overhead=D[15],
-        vmm_overhead_per_gib=D[16],
-        host_cgroup_margin=D[17],
-        host_cgroup_guard=D[18],
-        node_reserved=D[19],
-        node_overcommit=D[20],
-        runtime=D[21],
-        guest_onlining=D[22],
-        guest_memmap_on_memory=D[23],
-    ):
+    def __init__(self, dimm_block=D[0], virtio_mem_block=D[1], headroom_min=D[2], headroom_percent=D[3], shrink_step_min=D[4], shrink_step_percent=D[5], step_timeout_s=D[6], usage_max_age_s=D[7], stats_interval_s=D[8], allow_shrink=D[9], state_dir=D[10], host_memory_cgroup=D[11], hugepages_path=D[12], sizing=D[13], pod_overhead=D[14], vmm_overhead=D[15], vmm_overhead_per_gib=D[16], host_cgroup_margin=D[17], host_cgroup_guard=D[18], node_reserved=D[19], node_overcommit=D[20], runtime=D[21], guest_onlining=D[22], guest_memmap_on_memory=D[23]):
         __frozen_set(self, 'dimm_block', dimm_block)
         __frozen_set(self, 'virtio_mem_block', virtio_mem_block)
         __frozen_set(self, 'headroom_min', headroom_min)
@@ -568,33 +313,11 @@ def make_kata_mem_core_model_Settings(D, F):
         __frozen_set(self, 'runtime', runtime)
         __frozen_set(self, 'guest_onlining', guest_onlining)
         __frozen_set(self, 'guest_memmap_on_memory', guest_memmap_on_memory)
-
     return __init__
 
 
 def make_kata_mem_core_model_SizingConfig(D, F):
-    def __init__(
-        self,
-        path,
-        hypervisor,
-        default_memory,
-        default_maxmemory,
-        memory_slots,
-        memory_offset,
-        enable_virtio_mem,
-        enable_hugepages,
-        static_sandbox_resource_mgmt,
-        default_vcpus,
-        default_maxvcpus,
-        settings=__frozen_missing,
-        enable_annotations=D[0],
-        overhead_vcpus=D[1],
-        overhead_memory=D[2],
-        runtime=D[3],
-        sources=D[4],
-        files=D[5],
-        kernel_params=D[6],
-    ):
+    def __init__(self, path, hypervisor, default_memory, default_maxmemory, memory_slots, memory_offset, enable_virtio_mem, enable_hugepages, static_sandbox_resource_mgmt, default_vcpus, default_maxvcpus, settings=__frozen_missing, enable_annotations=D[0], overhead_vcpus=D[1], overhead_memory=D[2], runtime=D[3], sources=D[4], files=D[5], kernel_params=D[6]):
         __frozen_set(self, 'path', path)
         __frozen_set(self, 'hypervisor', hypervisor)
         __frozen_set(self, 'default_memory', default_memory)
@@ -614,79 +337,40 @@ def make_kata_mem_core_model_SizingConfig(D, F):
         __frozen_set(self, 'sources', sources)
         __frozen_set(self, 'files', files)
         __frozen_set(self, 'kernel_params', kernel_params)
-
     return __init__
 
 
 def make_kata_mem_core_model_Step(D, F):
-    def __init__(
-        self,
-        action,
-        device,
-        size,
-        delta,
-        total_after,
-        memdev=D[0],
-    ):
+    def __init__(self, action, device, size, delta, total_after, memdev=D[0]):
         __frozen_set(self, 'action', action)
         __frozen_set(self, 'device', device)
         __frozen_set(self, 'size', size)
         __frozen_set(self, 'delta', delta)
         __frozen_set(self, 'total_after', total_after)
         __frozen_set(self, 'memdev', memdev)
-
     return __init__
 
 
 def make_kata_mem_core_model_Unseen(D, F):
-    def __init__(
-        self,
-        reason,
-        detail,
-    ):
+    def __init__(self, reason, detail):
         __frozen_set(self, 'reason', reason)
         __frozen_set(self, 'detail', detail)
-
     return __init__
 
 
 def make_kata_mem_core_model_VcpuPlan(D, F):
-    def __init__(
-        self,
-        host,
-        max,
-        default,
-        requested,
-        target,
-        clamps,
-    ):
+    def __init__(self, host, max, default, requested, target, clamps):
         __frozen_set(self, 'host', host)
         __frozen_set(self, 'max', max)
         __frozen_set(self, 'default', default)
         __frozen_set(self, 'requested', requested)
         __frozen_set(self, 'target', target)
         __frozen_set(self, 'clamps', clamps)
-
     return __init__
 
 
 def make_kata_mem_core_model_VmState(D, F):
-    def __init__(
-        self,
-        base,
-        devices=D[0],
-        slots=D[1],
-        device_space=D[2],
-        loose=D[3],
-        other_ids=D[4],
-        backend_objects=D[5],
-        orphans=D[6],
-        unproven=D[7],
-        vmm_pid=D[8],
-        vmm_pid_hidden=D[9],
-        vmm_hard_limit=D[10],
-        other_regions=D[11],
-    ):
+    def __init__(self, base, devices=D[0], slots=D[1], device_space=D[2], loose=D[3], other_ids=D[4], backend_objects=D[5], orphans=D[6], unproven=D[7], vmm_pid=D[8], vmm_pid_hidden=D[9], vmm_hard_limit=D[10], other_regions=D[11]):
         __frozen_set(self, 'base', base)
         __frozen_set(self, 'devices', devices)
         __frozen_set(self, 'slots', slots)
@@ -700,21 +384,11 @@ def make_kata_mem_core_model_VmState(D, F):
         __frozen_set(self, 'vmm_pid_hidden', vmm_pid_hidden)
         __frozen_set(self, 'vmm_hard_limit', vmm_hard_limit)
         __frozen_set(self, 'other_regions', other_regions)
-
     return __init__
 
 
 def make_kata_mem_core_model_Workload(D, F):
-    def __init__(
-        self,
-        containers=D[0],
-        sizing=D[1],
-        overhead=D[2],
-        overhead_origin=D[3],
-        pod=D[4],
-        hypervisor=D[5],
-        hypervisor_origin=D[6],
-    ):
+    def __init__(self, containers=D[0], sizing=D[1], overhead=D[2], overhead_origin=D[3], pod=D[4], hypervisor=D[5], hypervisor_origin=D[6]):
         __frozen_set(self, 'containers', containers)
         __frozen_set(self, 'sizing', sizing)
         __frozen_set(self, 'overhead', overhead)
@@ -722,99 +396,52 @@ def make_kata_mem_core_model_Workload(D, F):
         __frozen_set(self, 'pod', pod)
         __frozen_set(self, 'hypervisor', hypervisor)
         __frozen_set(self, 'hypervisor_origin', hypervisor_origin)
-
     return __init__
 
 
 def make_kata_mem_core_outcomes_Stop(D, F):
-    def __init__(
-        self,
-        status,
-        reason,
-        message,
-    ):
+    def __init__(self, status, reason, message):
         __frozen_set(self, 'status', status)
         __frozen_set(self, 'reason', reason)
         __frozen_set(self, 'message', message)
-
     return __init__
 
 
 def make_kata_mem_core_podresize_CriAnswer(D, F):
-    def __init__(
-        self,
-        code,
-        message,
-    ):
+    def __init__(self, code, message):
         __frozen_set(self, 'code', code)
         __frozen_set(self, 'message', message)
-
     return __init__
 
 
 def make_kata_mem_core_record_Deferral(D, F):
-    def __init__(
-        self,
-        reason,
-        attempts,
-        retry_at,
-        target=D[0],
-    ):
+    def __init__(self, reason, attempts, retry_at, target=D[0]):
         __frozen_set(self, 'reason', reason)
         __frozen_set(self, 'attempts', attempts)
         __frozen_set(self, 'retry_at', retry_at)
         __frozen_set(self, 'target', target)
-
     return __init__
 
 
 def make_kata_mem_core_record_LastOutcome(D, F):
-    def __init__(
-        self,
-        status,
-        reason,
-        message,
-        at,
-    ):
+    def __init__(self, status, reason, message, at):
         __frozen_set(self, 'status', status)
         __frozen_set(self, 'reason', reason)
         __frozen_set(self, 'message', message)
         __frozen_set(self, 'at', at)
-
     return __init__
 
 
 def make_kata_mem_core_record_PendingGrow(D, F):
-    def __init__(
-        self,
-        target,
-        cgroup,
-        limit,
-    ):
+    def __init__(self, target, cgroup, limit):
         __frozen_set(self, 'target', target)
         __frozen_set(self, 'cgroup', cgroup)
         __frozen_set(self, 'limit', limit)
-
     return __init__
 
 
 def make_kata_mem_core_record_Record(D, F):
-    def __init__(
-        self,
-        sandbox,
-        state=D[0],
-        step=D[1],
-        phase=D[2],
-        owned=D[3],
-        pending_unplug=D[4],
-        observed=D[5],
-        target=D[6],
-        deferred=D[7],
-        last_outcome=D[8],
-        updated_at=D[9],
-        pending_grow=D[10],
-        legacy=D[11],
-    ):
+    def __init__(self, sandbox, state=D[0], step=D[1], phase=D[2], owned=D[3], pending_unplug=D[4], observed=D[5], target=D[6], deferred=D[7], last_outcome=D[8], updated_at=D[9], pending_grow=D[10], legacy=D[11]):
         __frozen_set(self, 'sandbox', sandbox)
         __frozen_set(self, 'state', state)
         __frozen_set(self, 'step', step)
@@ -828,79 +455,43 @@ def make_kata_mem_core_record_Record(D, F):
         __frozen_set(self, 'updated_at', updated_at)
         __frozen_set(self, 'pending_grow', pending_grow)
         __frozen_set(self, 'legacy', legacy)
-
     return __init__
 
 
 def make_kata_mem_core_reports_StepProgress(D, F):
-    def __init__(
-        self,
-        state,
-        detail=D[0],
-    ):
+    def __init__(self, state, detail=D[0]):
         __frozen_set(self, 'state', state)
         __frozen_set(self, 'detail', detail)
-
     return __init__
 
 
 def make_kata_mem_core_request_CallOptions(D, F):
-    def __init__(
-        self,
-        state_dir=D[0],
-        force=D[1],
-    ):
+    def __init__(self, state_dir=D[0], force=D[1]):
         __frozen_set(self, 'state_dir', state_dir)
         __frozen_set(self, 'force', force)
-
     return __init__
 
 
 def make_kata_mem_core_request_HostOverrides(D, F):
-    def __init__(
-        self,
-        memory=D[0],
-        cpus=D[1],
-        arch=D[2],
-        hugepages=D[3],
-        cgroup=D[4],
-        cgroup_origin=D[5],
-    ):
+    def __init__(self, memory=D[0], cpus=D[1], arch=D[2], hugepages=D[3], cgroup=D[4], cgroup_origin=D[5]):
         __frozen_set(self, 'memory', memory)
         __frozen_set(self, 'cpus', cpus)
         __frozen_set(self, 'arch', arch)
         __frozen_set(self, 'hugepages', hugepages)
         __frozen_set(self, 'cgroup', cgroup)
         __frozen_set(self, 'cgroup_origin', cgroup_origin)
-
     return __init__
 
 
 def make_kata_mem_core_request_RequestHead(D, F):
-    def __init__(
-        self,
-        sandbox,
-        endpoint,
-    ):
+    def __init__(self, sandbox, endpoint):
         __frozen_set(self, 'sandbox', sandbox)
         __frozen_set(self, 'endpoint', endpoint)
-
     return __init__
 
 
 def make_kata_mem_core_request_SandboxRequest(D, F):
-    def __init__(
-        self,
-        sandbox,
-        event=D[0],
-        config=D[1],
-        workload=__frozen_missing,
-        endpoint=D[2],
-        mode=D[3],
-        allow_shrink=D[4],
-        host=__frozen_missing,
-        resize=D[5],
-    ):
+    def __init__(self, sandbox, event=D[0], config=D[1], workload=__frozen_missing, endpoint=D[2], mode=D[3], allow_shrink=D[4], host=__frozen_missing, resize=D[5]):
         __frozen_set(self, 'sandbox', sandbox)
         __frozen_set(self, 'event', event)
         __frozen_set(self, 'config', config)
@@ -911,55 +502,29 @@ def make_kata_mem_core_request_SandboxRequest(D, F):
         __frozen_set(self, 'host', F[1]() if host is __frozen_missing else host)
         __frozen_set(self, 'resize', resize)
         self.__post_init__()
-
     return __init__
 
 
 def make_kata_mem_core_results_Applied(D, F):
-    def __init__(
-        self,
-        sandbox,
-        config,
-        plan,
-        outcome,
-        notes=D[0],
-    ):
+    def __init__(self, sandbox, config, plan, outcome, notes=D[0]):
         __frozen_set(self, 'sandbox', sandbox)
         __frozen_set(self, 'config', config)
         __frozen_set(self, 'plan', plan)
         __frozen_set(self, 'outcome', outcome)
         __frozen_set(self, 'notes', notes)
-
     return __init__
 
 
 def make_kata_mem_core_results_Forgotten(D, F):
-    def __init__(
-        self,
-        sandbox,
-        config,
-        notes=D[0],
-    ):
+    def __init__(self, sandbox, config, notes=D[0]):
         __frozen_set(self, 'sandbox', sandbox)
         __frozen_set(self, 'config', config)
         __frozen_set(self, 'notes', notes)
-
     return __init__
 
 
 def make_kata_mem_core_results_NodeStatus(D, F):
-    def __init__(
-        self,
-        host,
-        reserved,
-        budget,
-        committed,
-        sandboxes,
-        skipped=D[0],
-        state_dir=D[1],
-        found=D[2],
-        notes=D[3],
-    ):
+    def __init__(self, host, reserved, budget, committed, sandboxes, skipped=D[0], state_dir=D[1], found=D[2], notes=D[3]):
         __frozen_set(self, 'host', host)
         __frozen_set(self, 'reserved', reserved)
         __frozen_set(self, 'budget', budget)
@@ -969,55 +534,30 @@ def make_kata_mem_core_results_NodeStatus(D, F):
         __frozen_set(self, 'state_dir', state_dir)
         __frozen_set(self, 'found', found)
         __frozen_set(self, 'notes', notes)
-
     return __init__
 
 
 def make_kata_mem_core_results_Planned(D, F):
-    def __init__(
-        self,
-        sandbox,
-        config,
-        plan,
-    ):
+    def __init__(self, sandbox, config, plan):
         __frozen_set(self, 'sandbox', sandbox)
         __frozen_set(self, 'config', config)
         __frozen_set(self, 'plan', plan)
-
     return __init__
 
 
 def make_kata_mem_core_results_SandboxSummary(D, F):
-    def __init__(
-        self,
-        sandbox,
-        backend,
-        current,
-        target,
-        state,
-        reason=D[0],
-    ):
+    def __init__(self, sandbox, backend, current, target, state, reason=D[0]):
         __frozen_set(self, 'sandbox', sandbox)
         __frozen_set(self, 'backend', backend)
         __frozen_set(self, 'current', current)
         __frozen_set(self, 'target', target)
         __frozen_set(self, 'state', state)
         __frozen_set(self, 'reason', reason)
-
     return __init__
 
 
 def make_kata_mem_core_results_Visit(D, F):
-    def __init__(
-        self,
-        sandbox,
-        action,
-        detail,
-        outcome=D[0],
-        notes=D[1],
-        exit_code=D[2],
-        unseen=D[3],
-    ):
+    def __init__(self, sandbox, action, detail, outcome=D[0], notes=D[1], exit_code=D[2], unseen=D[3]):
         __frozen_set(self, 'sandbox', sandbox)
         __frozen_set(self, 'action', action)
         __frozen_set(self, 'detail', detail)
@@ -1025,48 +565,21 @@ def make_kata_mem_core_results_Visit(D, F):
         __frozen_set(self, 'notes', notes)
         __frozen_set(self, 'exit_code', exit_code)
         __frozen_set(self, 'unseen', unseen)
-
     return __init__
 
 
 def make_kata_mem_core_runtimeclass_PodFit(D, F):
-    def __init__(
-        self,
-        limits,
-        vm,
-        asked,
-        vmm_overhead,
-        margin,
-    ):
+    def __init__(self, limits, vm, asked, vmm_overhead, margin):
         __frozen_set(self, 'limits', limits)
         __frozen_set(self, 'vm', vm)
         __frozen_set(self, 'asked', asked)
         __frozen_set(self, 'vmm_overhead', vmm_overhead)
         __frozen_set(self, 'margin', margin)
-
     return __init__
 
 
 def make_kata_mem_core_runtimeclass_RuntimeClassOverhead(D, F):
-    def __init__(
-        self,
-        sizing,
-        max_pod_memory,
-        max_pod_memory_from,
-        memory,
-        binding,
-        smallest,
-        largest,
-        mechanism,
-        block,
-        boot,
-        maximum,
-        vmm_fixed,
-        vmm_per_gib,
-        margin,
-        default_vcpus,
-        cpu_millis,
-    ):
+    def __init__(self, sizing, max_pod_memory, max_pod_memory_from, memory, binding, smallest, largest, mechanism, block, boot, maximum, vmm_fixed, vmm_per_gib, margin, default_vcpus, cpu_millis):
         __frozen_set(self, 'sizing', sizing)
         __frozen_set(self, 'max_pod_memory', max_pod_memory)
         __frozen_set(self, 'max_pod_memory_from', max_pod_memory_from)
@@ -1083,259 +596,150 @@ def make_kata_mem_core_runtimeclass_RuntimeClassOverhead(D, F):
         __frozen_set(self, 'margin', margin)
         __frozen_set(self, 'default_vcpus', default_vcpus)
         __frozen_set(self, 'cpu_millis', cpu_millis)
-
     return __init__
 
 
 def make_kata_mem_core_safety_Verdict(D, F):
-    def __init__(
-        self,
-        action,
-        reason,
-        message,
-    ):
+    def __init__(self, action, reason, message):
         __frozen_set(self, 'action', action)
         __frozen_set(self, 'reason', reason)
         __frozen_set(self, 'message', message)
-
     return __init__
 
 
 def make_kata_mem_core_sandbox_resources_SandboxResize(D, F):
-    def __init__(
-        self,
-        resources,
-        overhead=__frozen_missing,
-    ):
+    def __init__(self, resources, overhead=__frozen_missing):
         __frozen_set(self, 'resources', resources)
         __frozen_set(self, 'overhead', F[0]() if overhead is __frozen_missing else overhead)
-
     return __init__
 
 
 def make_kata_mem_core_sandbox_resources_SandboxResources(D, F):
-    def __init__(
-        self,
-        memory_limit=D[0],
-        cpu_quota=D[1],
-        cpu_period=D[2],
-    ):
+    def __init__(self, memory_limit=D[0], cpu_quota=D[1], cpu_period=D[2]):
         __frozen_set(self, 'memory_limit', memory_limit)
         __frozen_set(self, 'cpu_quota', cpu_quota)
         __frozen_set(self, 'cpu_period', cpu_period)
-
     return __init__
 
 
 def make_kata_mem_edges_cgroups_Mount(D, F):
-    def __init__(
-        self,
-        root,
-        point,
-        fstype,
-        options,
-    ):
+    def __init__(self, root, point, fstype, options):
         __frozen_set(self, 'root', root)
         __frozen_set(self, 'point', point)
         __frozen_set(self, 'fstype', fstype)
         __frozen_set(self, 'options', options)
-
     return __init__
 
 
 def make_kata_mem_edges_pod__Read(D, F):
-    def __init__(
-        self,
-        container,
-        at,
-        limits,
-        requests,
-    ):
+    def __init__(self, container, at, limits, requests):
         __frozen_set(self, 'container', container)
         __frozen_set(self, 'at', at)
         __frozen_set(self, 'limits', limits)
         __frozen_set(self, 'requests', requests)
-
     return __init__
 
 
 def make_kata_mem_edges_statedir_Listing(D, F):
-    def __init__(
-        self,
-        sandboxes,
-        refused,
-        foreign,
-    ):
+    def __init__(self, sandboxes, refused, foreign):
         __frozen_set(self, 'sandboxes', sandboxes)
         __frozen_set(self, 'refused', refused)
         __frozen_set(self, 'foreign', foreign)
-
     return __init__
 
 
 def make_kata_mem_interfaces_listener_MetricsAddress(D, F):
-    def __init__(
-        self,
-        host,
-        port,
-    ):
+    def __init__(self, host, port):
         __frozen_set(self, 'host', host)
         __frozen_set(self, 'port', port)
-
     return __init__
 
 
 def make_kata_mem_interfaces_listener_Peer(D, F):
-    def __init__(
-        self,
-        pid,
-        uid,
-        gid,
-    ):
+    def __init__(self, pid, uid, gid):
         __frozen_set(self, 'pid', pid)
         __frozen_set(self, 'uid', uid)
         __frozen_set(self, 'gid', gid)
-
     return __init__
 
 
 def make_kata_mem_interfaces_listener_Port(D, F):
-    def __init__(
-        self,
-        name,
-        checks_peer,
-        routes,
-    ):
+    def __init__(self, name, checks_peer, routes):
         __frozen_set(self, 'name', name)
         __frozen_set(self, 'checks_peer', checks_peer)
         __frozen_set(self, 'routes', routes)
-
     return __init__
 
 
 def make_kata_mem_interfaces_listener_Remote(D, F):
-    def __init__(
-        self,
-        host,
-        port,
-    ):
+    def __init__(self, host, port):
         __frozen_set(self, 'host', host)
         __frozen_set(self, 'port', port)
-
     return __init__
 
 
 def make_kata_mem_interfaces_protocol_Answer(D, F):
-    def __init__(
-        self,
-        response=D[0],
-        error=D[1],
-        cri=D[2],
-    ):
+    def __init__(self, response=D[0], error=D[1], cri=D[2]):
         __frozen_set(self, 'response', response)
         __frozen_set(self, 'error', error)
         __frozen_set(self, 'cri', cri)
-
     return __init__
 
 
 def make_kata_mem_orchestration_connect_Opened(D, F):
-    def __init__(
-        self,
-        backend,
-        endpoint,
-    ):
+    def __init__(self, backend, endpoint):
         __frozen_set(self, 'backend', backend)
         __frozen_set(self, 'endpoint', endpoint)
-
     return __init__
 
 
 def make_kata_mem_orchestration_executor_Options(D, F):
-    def __init__(
-        self,
-        allow_shrink=D[0],
-        force=D[1],
-        crash_at=D[2],
-    ):
+    def __init__(self, allow_shrink=D[0], force=D[1], crash_at=D[2]):
         __frozen_set(self, 'allow_shrink', allow_shrink)
         __frozen_set(self, 'force', force)
         __frozen_set(self, 'crash_at', crash_at)
-
     return __init__
 
 
 def make_kata_mem_orchestration_executor_Result(D, F):
-    def __init__(
-        self,
-        plan,
-        outcome,
-        notes=D[0],
-    ):
+    def __init__(self, plan, outcome, notes=D[0]):
         __frozen_set(self, 'plan', plan)
         __frozen_set(self, 'outcome', outcome)
         __frozen_set(self, 'notes', notes)
-
     return __init__
 
 
 def make_kata_mem_orchestration_executor__GrowWatch(D, F):
-    def __init__(
-        self,
-        before,
-        start,
-        arch,
-    ):
+    def __init__(self, before, start, arch):
         __frozen_set(self, 'before', before)
         __frozen_set(self, 'start', start)
         __frozen_set(self, 'arch', arch)
-
     return __init__
 
 
 def make_kata_mem_orchestration_guards_HostSide(D, F):
-    def __init__(
-        self,
-        cfg,
-        host,
-        given_cgroup=D[0],
-        given_origin=D[1],
-        pod_limit=D[2],
-    ):
+    def __init__(self, cfg, host, given_cgroup=D[0], given_origin=D[1], pod_limit=D[2]):
         __frozen_set(self, 'cfg', cfg)
         __frozen_set(self, 'host', host)
         __frozen_set(self, 'given_cgroup', given_cgroup)
         __frozen_set(self, 'given_origin', given_origin)
         __frozen_set(self, 'pod_limit', pod_limit)
-
     return __init__
 
 
 def make_kata_mem_orchestration_status_NoEndpoint(D, F):
-    def __init__(
-        self,
-        sandbox,
-        why,
-        state_dir,
-    ):
+    def __init__(self, sandbox, why, state_dir):
         __frozen_set(self, 'sandbox', sandbox)
         __frozen_set(self, 'why', why)
         __frozen_set(self, 'state_dir', state_dir)
-
     return __init__
 
 
 def make_kata_mem_orchestration_status_SandboxStatus(D, F):
-    def __init__(
-        self,
-        vm,
-        usage,
-        record,
-    ):
+    def __init__(self, vm, usage, record):
         __frozen_set(self, 'vm', vm)
         __frozen_set(self, 'usage', usage)
         __frozen_set(self, 'record', record)
-
     return __init__
 
 
