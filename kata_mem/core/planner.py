@@ -120,6 +120,8 @@ def _cpuset_cpus(c: Container) -> int:
     return max(c.cpuset_cpus, 0)
 
 
+#: No host-side guard (frozen: one is shared).
+_NO_GUARDS = Guards()
 #: No CPU, and one (Fractions are immutable: each is shared).
 _ZERO, _ONE = Fraction(0), Fraction(1)
 
@@ -380,7 +382,7 @@ def plan(
     vm = vm if vm is not None else assumed_vm(cfg, host)
     need, warnings = demand(cfg, workload)  # once: memory and vCPUs size the same workload
     mem_plan, mem_notes = _plan_memory(
-        cfg, host, workload, need, vm, guards or Guards(), guest_available
+        cfg, host, workload, need, vm, guards or _NO_GUARDS, guest_available
     )
     vcpus, vcpu_notes = _plan_vcpus(cfg, host, need)
     warnings += mem_notes

@@ -282,10 +282,14 @@ def _identity(path: str | Path) -> tuple[int, ...]:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
-def _signature(path: Path, files: tuple[str, ...]) -> _Signature:
+def _signature(path: str, files: tuple[str, ...]) -> _Signature:
     # The directory changes when a drop-in is added, removed or renamed; a file, when
     # it is written (ctime too, so an edit that keeps size and mtime still counts).
-    return (_identity(path.parent / "config.d"), *(_identity(f) for f in files))
+    # Strings, not pathlib: this runs on every request kata-mem serve answers.
+    return (
+        _identity(os.path.join(os.path.dirname(path), "config.d")),
+        *[_identity(f) for f in files],
+    )
 
 
 def load_config(path: str | Path) -> SizingConfig:
@@ -298,14 +302,13 @@ def load_config(path: str | Path) -> SizingConfig:
         several ``[hypervisor.NAME]`` sections, or a sizing key of the wrong
         type or range; the message names the file and key.
     """
-    path = Path(path)
-    key = str(path)
+    key = os.fspath(path)
     cached = _LOADED.get(key)
-    if cached is not None and cached[0] == _signature(path, cached[1].files):
+    if cached is not None and cached[0] == _signature(key, cached[1].files):
         return cached[1]
     started = time.time_ns()
-    cfg = _load_config(path)
-    signature = _signature(path, cfg.files)
+    cfg = _load_config(Path(path))
+    signature = _signature(key, cfg.files)
     # A file changed while (or just before) it was read may not be what was read: not
     # kept until it has been still for a while (file times lag the clock by a tick).
     if all(ident and ident[-1] < started - _SETTLED_NS for ident in signature[1:]):
