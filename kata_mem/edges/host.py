@@ -30,18 +30,20 @@ def _meminfo(proc: Union[str, Path], keys: tuple[str, ...]) -> dict[str, int]:
                 chunks.append(chunk)
         finally:
             os.close(fd)
-        text = b"".join(chunks).decode("ascii", "replace")
+        data = b"".join(chunks)
     except OSError:
         return {}
+    # Searched as bytes, never decoded: only ASCII digits count (bytes.isdigit).
     out: dict[str, int] = {}
     for key in keys:
-        at = text.find(f"\n{key}:")
+        tag = f"\n{key}:".encode()
+        at = data.find(tag)
         if at < 0:
             continue
-        end = text.find("\n", at + 1)
-        parts = text[at + len(key) + 2 : end if end >= 0 else None].split()
+        end = data.find(b"\n", at + 1)
+        parts = data[at + len(tag) : end if end >= 0 else None].split()
         if parts and parts[0].isdigit():
-            out[key] = int(parts[0]) * (KiB if len(parts) > 1 and parts[1] == "kB" else 1)
+            out[key] = int(parts[0]) * (KiB if len(parts) > 1 and parts[1] == b"kB" else 1)
     return out
 
 
