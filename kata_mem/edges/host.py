@@ -28,6 +28,11 @@ def _meminfo(proc: Union[str, Path], keys: tuple[str, ...]) -> dict[str, int]:
             chunks = [b"\n"]
             while chunk := os.read(fd, 1 << 16):
                 chunks.append(chunk)
+                if len(chunk) < 1 << 16:
+                    # A short read is the end: a regular file's, and a /proc file's, whose
+                    # reads fill the buffer until the text ends (fs/seq_file.c
+                    # seq_read_iter). One read a request, not two.
+                    break
         finally:
             os.close(fd)
         data = b"".join(chunks)
