@@ -138,8 +138,8 @@ def _peaks(
     # The CPUs are added in integers, exactly: each container's share is counted in
     # units of 1/scale of a CPU, scale the least common multiple of the shares'
     # denominators (1 when every share is whole), so that every sum and maximum below is
-    # one of ints; a Fraction is made once, of the peak. (Fraction arithmetic normalised
-    # every partial sum: most of a plan-only answer's planning, docs/benchmarks.md.)
+    # one of ints; a Fraction is made once, of the peak. (Fraction arithmetic made and
+    # normalised a new object for every partial sum: docs/benchmarks.md, "Plan-only answer".)
     live = [(c, cpu_of(c)) for c in containers if c.state != "stopped"]
     scale = math.lcm(*[cpu.denominator for _, cpu in live])
     sidecar_mem = sidecar_cpu = app_mem = app_cpu = init_mem = init_cpu = 0
