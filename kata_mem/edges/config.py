@@ -74,8 +74,15 @@ def find_config(explicit: Optional[str], env: Mapping[str, str]) -> tuple[Path, 
     :raises ConfigError: when KATA_CONF_FILE names something that is not a regular
         file, or no file is given and none exists where Kata looks.
     """
+    found, why = config_path(explicit, env)
+    return Path(found), why
+
+
+def config_path(explicit: Optional[str], env: Mapping[str, str]) -> tuple[str, str]:
+    """:func:`find_config`'s choice as a string (``kata-mem serve`` chooses on every
+    request, and a ``Path`` costs more than the rest of the choice)."""
     if explicit:
-        return Path(explicit), "--config"
+        return explicit, "--config"
     from_env = env.get("KATA_CONF_FILE")
     if from_env:
         why = not_regular(from_env)
@@ -85,12 +92,12 @@ def find_config(explicit: Optional[str], env: Mapping[str, str]) -> tuple[Path, 
             raise ConfigError(
                 f"{from_env}: {why}, expected a regular configuration file (named by KATA_CONF_FILE)"
             )
-        return Path(from_env), "KATA_CONF_FILE"
+        return from_env, "KATA_CONF_FILE"
     for candidate in DEFAULT_PATHS:
         # As Kata: the first candidate that exists is the one, whatever it is (a FIFO or
         # a directory there is then refused when read, not skipped in silence).
         if Path(candidate).exists():
-            return Path(candidate), "Kata default location"
+            return candidate, "Kata default location"
     raise ConfigError(
         "no Kata configuration found: pass --config FILE, set KATA_CONF_FILE, or install one at "
         + " or ".join(DEFAULT_PATHS)
