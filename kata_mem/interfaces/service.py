@@ -463,11 +463,7 @@ class Service:
                     done = answer(parsed, self.env, options)
                 else:
                     done = await self._run(lambda: answer(parsed, self.env, options))
-        # Logged once the answer is on its way: the line is the operator's, not the
-        # caller's, and need not hold the answer up.
-        asyncio.get_running_loop().call_soon(
-            log_answer, parsed, done, peer_text(peer), time.perf_counter() - start
-        )
+        log_answer(parsed, done, peer_text(peer), time.perf_counter() - start)
         return self.send(done)
 
     def send(self, done: Answer, status: Optional[int] = None) -> web.Response:
