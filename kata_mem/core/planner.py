@@ -21,7 +21,7 @@ import math
 import re
 from collections.abc import Iterator
 from fractions import Fraction
-from typing import Callable, Optional, TypeVar
+from typing import Callable, Optional, TypeVar, Union
 
 from kata_mem.core.errors import ConfigError, InputError
 from kata_mem.core.guestmem import ceiling_at, formula, guest_policy
@@ -104,27 +104,48 @@ def containers_peak(containers: tuple[Container, ...]) -> tuple[int, Fraction]:
     non-stopped container's cpuset counts, quota or not, but only when the
     quotas add up to nothing).
     """
-    mem, cpu = _peaks(containers, lambda c: max(c.cpu, Fraction(0)))
+    mem, cpu = _peaks(containers, _positive_cpu)
     if cpu == 0:
-        cpu = _peaks(containers, lambda c: Fraction(max(c.cpuset_cpus, 0)))[1]
+        cpu = _peaks(containers, _cpuset_cpus)[1]
     return mem, cpu
+
+
+def _positive_cpu(c: Container) -> Fraction:
+    # A Fraction's sign is its numerator's (the denominator is always positive): the
+    # same as max(c.cpu, 0), without a Fraction comparison.
+    return c.cpu if c.cpu.numerator > 0 else _ZERO
+
+
+def _cpuset_cpus(c: Container) -> int:
+    return max(c.cpuset_cpus, 0)
+
+
+#: No host-side guard (frozen: one is shared).
+_NO_GUARDS = Guards()
+#: No CPU, and one (Fractions are immutable: each is shared).
+_ZERO, _ONE = Fraction(0), Fraction(1)
+
+
+def _container_memory(c: Container) -> int:
+    return max(c.memory_limit, 0) + max(c.hugepages_limit, 0)
 
 
 def _peaks(
     containers: tuple[Container, ...],
-    cpu_of: Callable[[Container], Fraction],
-    mem_of: Callable[[Container], int] = lambda c: (
-        max(c.memory_limit, 0) + max(c.hugepages_limit, 0)
-    ),
+    cpu_of: Callable[[Container], Union[Fraction, int]],
+    mem_of: Callable[[Container], int] = _container_memory,
 ) -> tuple[int, Fraction]:
-    sidecar_mem, sidecar_cpu = 0, Fraction(0)
-    app_mem, app_cpu = 0, Fraction(0)
-    init_mem, init_cpu = 0, Fraction(0)
-    for c in containers:
-        if c.state == "stopped":
-            continue
+    # The CPUs are added in integers, exactly: each container's share is counted in
+    # units of 1/scale of a CPU, scale the least common multiple of the shares'
+    # denominators (1 when every share is whole), so that every sum and maximum below is
+    # one of ints; a Fraction is made once, of the peak. (Fraction arithmetic made and
+    # normalised a new object for every partial sum: docs/benchmarks.md, "Plan-only answer".)
+    live = [(c, cpu_of(c)) for c in containers if c.state != "stopped"]
+    scale = math.lcm(*[cpu.denominator for _, cpu in live])
+    sidecar_mem = sidecar_cpu = app_mem = app_cpu = init_mem = init_cpu = 0
+    for c, share in live:
         mem = max(mem_of(c), 0)
-        cpu = cpu_of(c)
+        cpu = share.numerator * (scale // share.denominator)
         if c.role == "init":
             init_mem = max(init_mem, sidecar_mem + mem)
             init_cpu = max(init_cpu, sidecar_cpu + cpu)
@@ -134,7 +155,8 @@ def _peaks(
         else:
             app_mem += mem
             app_cpu += cpu
-    return max(init_mem, app_mem + sidecar_mem), max(init_cpu, app_cpu + sidecar_cpu)
+    cpu_peak = max(init_cpu, app_cpu + sidecar_cpu)
+    return max(init_mem, app_mem + sidecar_mem), (Fraction(cpu_peak, scale) if cpu_peak else _ZERO)
 
 
 def effective_host_memory(host: HostFacts) -> tuple[int, MemoryCause]:
@@ -360,7 +382,7 @@ def plan(
     vm = vm if vm is not None else assumed_vm(cfg, host)
     need, warnings = demand(cfg, workload)  # once: memory and vCPUs size the same workload
     mem_plan, mem_notes = _plan_memory(
-        cfg, host, workload, need, vm, guards or Guards(), guest_available
+        cfg, host, workload, need, vm, guards or _NO_GUARDS, guest_available
     )
     vcpus, vcpu_notes = _plan_vcpus(cfg, host, need)
     warnings += mem_notes
@@ -392,7 +414,7 @@ def _bounded(pod: Optional[T], peak: T, unlimited: bool, live: bool) -> tuple[T,
 
 
 def _no_cpu(c: Container) -> Fraction:
-    return Fraction(0)
+    return _ZERO
 
 
 def _page_sizes(pairs: tuple[tuple[int, int], ...], total: Optional[int]) -> dict[int, int]:
@@ -494,7 +516,7 @@ def demand(cfg: SizingConfig, workload: Workload) -> tuple[Demand, list[Note]]:
             sizing.origin,
         ), notes
     no_memory = any(c.memory_limit <= 0 for c in live)
-    no_cpu = any(c.cpu <= 0 for c in live)
+    no_cpu = any(c.cpu.numerator <= 0 for c in live)  # a Fraction's sign is its numerator's
     if pod is not None:
         huge = 0
         by_huge: WorkloadSource = "containers"
@@ -669,6 +691,7 @@ def _plan_memory(
     ceiling, ceiling_cause = max_memory(cfg, host)
     block = block_size(cfg, host, vm)
     base = vm.base
+    now = vm.total  # the VM's guest memory, read once (a sum over its devices)
     requested, warnings = sized(cfg, host, workload, need)
     warnings.extend(guards.notes)
     if guards.unseen is not None:
@@ -728,9 +751,9 @@ def _plan_memory(
     # The host-side guards bound growth only: a VM is never shrunk for them here
     # (a shrink has its own safety rules), and what it has stays.
     upper, upper_what = ceiling, "the maximum"
-    if mech != "static" and target > vm.total:
+    if mech != "static" and target > now:
         for cause, room, detail in _guard_rooms(cfg, vm, guards, target):
-            bound = max(room, vm.total)
+            bound = max(room, now)
             if target > room:
                 clamp(cause, bound, detail(bound))
                 target = bound
@@ -741,7 +764,7 @@ def _plan_memory(
     if pod is not None and mech != "static":
         # The limit the kubelet is about to set bounds the VM whichever way it goes: a
         # shrink to it runs through the safe shrink, never past the boot memory.
-        bound = max(level_room(cfg, pod, vm.total), base)
+        bound = max(level_room(cfg, pod, now), base)
         if target > bound:
             clamp("host_cgroup", bound, _pod_limit_text(cfg, pod, target, bound, base))
             target = bound
@@ -749,11 +772,11 @@ def _plan_memory(
             upper, upper_what = bound, "the new pod limit's room"
     guest: Optional[GuestCeiling] = None
     policy = guest_policy(cfg.kernel_params, cfg.settings, mech)
-    if mech != "static" and target > vm.total and not policy.memmap_on_memory:
-        guest = ceiling_at(policy, cfg.settings, host.arch, base, vm.total, guest_available)
+    if mech != "static" and target > now and not policy.memmap_on_memory:
+        guest = ceiling_at(policy, cfg.settings, host.arch, base, now, guest_available)
         if policy.onlining == "movable":
             # Added memory pays for nothing: the whole grow is described from the boot memory.
-            bound = max(guest.limit, vm.total)
+            bound = max(guest.limit, now)
             if target > bound:
                 clamp("guest_memmap", bound, _guest_text(guest, target, bound))
                 target = bound
@@ -792,9 +815,9 @@ def _plan_memory(
         note("static_sizing", "static_sandbox_resource_mgmt: the VM is sized at boot, no hotplug")
         current = target
     else:
-        current = vm.total
+        current = now
         if target > current:
-            cap = _stage_cap(cfg, host, base, policy, guest_available, block, vm.total)
+            cap = _stage_cap(cfg, host, base, policy, guest_available, block, now, guest)
             steps, reached = (
                 _grow_dimm(vm, target, block, clamp, cap)
                 if mech == "pc-dimm"
@@ -819,7 +842,7 @@ def _plan_memory(
     if reserved is not None:
         note("node", reserved)
     if guards.node is not None and guards.node.available is not None:
-        grow = target - vm.total
+        grow = target - now
         if grow > guards.node.available:
             note(
                 "node",
@@ -828,11 +851,11 @@ def _plan_memory(
                 "has to reclaim or swap first",
             )
     if guards.cgroup is not None and mech != "static":
-        found_room = cgroup_room(cfg, guards.cgroup, vm.total)
-        if found_room is not None and vm.total > found_room[0]:
+        found_room = cgroup_room(cfg, guards.cgroup, now)
+        if found_room is not None and now > found_room[0]:
             note(
                 "host_cgroup",
-                f"the VM ({fmt_bytes(vm.total)}) is already more than its host cgroup "
+                f"the VM ({fmt_bytes(now)}) is already more than its host cgroup "
                 f"{found_room[1].path} allows with the VMM overhead ({fmt_bytes(found_room[0])}): the host may "
                 "OOM-kill the VMM when the guest uses its memory; shrink it or raise the limit",
             )
@@ -966,15 +989,19 @@ def _stage_cap(
     reading: Optional[int],
     block: int,
     start: int,
+    first: Optional[GuestCeiling] = None,
 ) -> _Cap:
     """What one grow step from a total may add: the memory the guest can describe then
     (:func:`~kata_mem.core.guestmem.ceiling_at`), in whole blocks; the fresh reading
     counts for the first step only, later ones are estimated (the executor reads the
-    guest again before each). None where memmap_on_memory is counted."""
+    guest again before each). ``first`` is the ceiling at ``start`` with that reading,
+    when the plan has it already. None where memmap_on_memory is counted."""
     if policy.memmap_on_memory:
         return None
 
     def cap(total: int) -> int:
+        if total == start and first is not None:
+            return align_down(first.addable, block)
         seen = reading if total == start else None
         return align_down(
             ceiling_at(policy, cfg.settings, host.arch, base, total, seen).addable, block
@@ -1190,10 +1217,11 @@ def _plan_vcpus(cfg: SizingConfig, host: HostFacts, need: Demand) -> tuple[VcpuP
         ceiling, cause = arch_cap, "arch"
     default = cfg.default_vcpus
     usable = min(host.cpus, arch_cap)
-    if default < 0 or default > usable:
+    # Compared in integers: n/d > k exactly when n > k * d (d > 0), without a Fraction.
+    if default.numerator < 0 or default.numerator > usable * default.denominator:
         default = Fraction(usable)
-    elif default == 0:
-        default = Fraction(1)
+    elif default.numerator == 0:
+        default = _ONE
     notes: list[Note] = []
     static = runtime_rs_static(cfg, need)
     if static is not None:
@@ -1202,7 +1230,7 @@ def _plan_vcpus(cfg: SizingConfig, host: HostFacts, need: Demand) -> tuple[VcpuP
         # maximum is always their ceiling, raised or lowered from default_maxvcpus.
         mem, cpu = static
         if cpu > 0 or mem > 0:
-            default = max((cfg.overhead_vcpus or Fraction(0)) + cpu, Fraction(1))
+            default = max((cfg.overhead_vcpus or _ZERO) + cpu, _ONE)
         boot = math.ceil(default)
         if boot != ceiling and boot <= arch_cap:
             notes.append(
@@ -1214,7 +1242,7 @@ def _plan_vcpus(cfg: SizingConfig, host: HostFacts, need: Demand) -> tuple[VcpuP
                 )
             )
         ceiling, cause = min(boot, arch_cap), "arch"
-        work_cpu = Fraction(0)  # in the boot vCPUs now
+        work_cpu = _ZERO  # in the boot vCPUs now
     elif cfg.static_sandbox_resource_mgmt:
         boot = max(math.ceil(default + work_cpu), 1)
         if boot > ceiling and boot <= arch_cap:
@@ -1226,7 +1254,7 @@ def _plan_vcpus(cfg: SizingConfig, host: HostFacts, need: Demand) -> tuple[VcpuP
                 )
             )
         ceiling, cause = min(boot, arch_cap), "arch"
-    elif default > ceiling:
+    elif default.numerator > ceiling * default.denominator:
         default = Fraction(ceiling)
     requested = default + work_cpu
     target = math.ceil(requested)

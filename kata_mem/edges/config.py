@@ -74,8 +74,15 @@ def find_config(explicit: Optional[str], env: Mapping[str, str]) -> tuple[Path, 
     :raises ConfigError: when KATA_CONF_FILE names something that is not a regular
         file, or no file is given and none exists where Kata looks.
     """
+    found, why = config_path(explicit, env)
+    return Path(found), why
+
+
+def config_path(explicit: Optional[str], env: Mapping[str, str]) -> tuple[str, str]:
+    """:func:`find_config`'s choice as a string (``kata-mem serve`` chooses on every
+    request, and a ``Path`` costs more than the rest of the choice)."""
     if explicit:
-        return Path(explicit), "--config"
+        return explicit, "--config"
     from_env = env.get("KATA_CONF_FILE")
     if from_env:
         why = not_regular(from_env)
@@ -85,12 +92,12 @@ def find_config(explicit: Optional[str], env: Mapping[str, str]) -> tuple[Path, 
             raise ConfigError(
                 f"{from_env}: {why}, expected a regular configuration file (named by KATA_CONF_FILE)"
             )
-        return Path(from_env), "KATA_CONF_FILE"
+        return from_env, "KATA_CONF_FILE"
     for candidate in DEFAULT_PATHS:
         # As Kata: the first candidate that exists is the one, whatever it is (a FIFO or
         # a directory there is then refused when read, not skipped in silence).
         if Path(candidate).exists():
-            return Path(candidate), "Kata default location"
+            return candidate, "Kata default location"
     raise ConfigError(
         "no Kata configuration found: pass --config FILE, set KATA_CONF_FILE, or install one at "
         + " or ".join(DEFAULT_PATHS)
@@ -282,10 +289,14 @@ def _identity(path: str | Path) -> tuple[int, ...]:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
-def _signature(path: Path, files: tuple[str, ...]) -> _Signature:
+def _signature(path: str, files: tuple[str, ...]) -> _Signature:
     # The directory changes when a drop-in is added, removed or renamed; a file, when
     # it is written (ctime too, so an edit that keeps size and mtime still counts).
-    return (_identity(path.parent / "config.d"), *(_identity(f) for f in files))
+    # Strings, not pathlib: this runs on every request kata-mem serve answers.
+    return (
+        _identity(os.path.join(os.path.dirname(path), "config.d")),
+        *[_identity(f) for f in files],
+    )
 
 
 def load_config(path: str | Path) -> SizingConfig:
@@ -298,14 +309,13 @@ def load_config(path: str | Path) -> SizingConfig:
         several ``[hypervisor.NAME]`` sections, or a sizing key of the wrong
         type or range; the message names the file and key.
     """
-    path = Path(path)
-    key = str(path)
+    key = os.fspath(path)
     cached = _LOADED.get(key)
-    if cached is not None and cached[0] == _signature(path, cached[1].files):
+    if cached is not None and cached[0] == _signature(key, cached[1].files):
         return cached[1]
     started = time.time_ns()
-    cfg = _load_config(path)
-    signature = _signature(path, cfg.files)
+    cfg = _load_config(Path(path))
+    signature = _signature(key, cfg.files)
     # A file changed while (or just before) it was read may not be what was read: not
     # kept until it has been still for a while (file times lag the clock by a tick).
     if all(ident and ident[-1] < started - _SETTLED_NS for ident in signature[1:]):

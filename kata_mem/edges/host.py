@@ -6,8 +6,9 @@ are reproducible on any machine.
 from __future__ import annotations
 
 import os
+from functools import cache
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Union
 
 from kata_mem.core.arch import check_hugepages, normalize_arch
 from kata_mem.core.errors import ConfigError, InputError
@@ -15,32 +16,39 @@ from kata_mem.core.model import Arch, HostFacts, Origin
 from kata_mem.core.units import KiB, MiB, align_down
 
 
-def _meminfo(proc: Path, keys: tuple[str, ...]) -> dict[str, int]:
+def _meminfo(proc: Union[str, Path], keys: tuple[str, ...]) -> dict[str, int]:
     """The ``keys`` of ``/proc/meminfo`` that it has, in bytes (kB lines) or counts.
 
     Only those lines are parsed: the plan-only answer reads the hugepage pool on every
     request, and parsing all ~55 lines was a third of its planning (175 us against 35 us:
     docs/benchmarks.md, "Node service", ``scripts/bench_service.py``)."""
     try:
-        fd = os.open(proc / "meminfo", os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(f"{proc}/meminfo", os.O_RDONLY | os.O_CLOEXEC)
         try:
             chunks = [b"\n"]
             while chunk := os.read(fd, 1 << 16):
                 chunks.append(chunk)
+                if len(chunk) < 1 << 16:
+                    # A short read is the end: a regular file's, and a /proc file's, whose
+                    # reads fill the buffer until the text ends (fs/seq_file.c
+                    # seq_read_iter). One read a request, not two.
+                    break
         finally:
             os.close(fd)
-        text = b"".join(chunks).decode("ascii", "replace")
+        data = b"".join(chunks)
     except OSError:
         return {}
+    # Searched as bytes, never decoded: only ASCII digits count (bytes.isdigit).
     out: dict[str, int] = {}
     for key in keys:
-        at = text.find(f"\n{key}:")
+        tag = f"\n{key}:".encode()
+        at = data.find(tag)
         if at < 0:
             continue
-        end = text.find("\n", at + 1)
-        parts = text[at + len(key) + 2 : end if end >= 0 else None].split()
+        end = data.find(b"\n", at + 1)
+        parts = data[at + len(tag) : end if end >= 0 else None].split()
         if parts and parts[0].isdigit():
-            out[key] = int(parts[0]) * (KiB if len(parts) > 1 and parts[1] == "kB" else 1)
+            out[key] = int(parts[0]) * (KiB if len(parts) > 1 and parts[1] == b"kB" else 1)
     return out
 
 
@@ -80,12 +88,27 @@ def machine_arch() -> Arch:
 
     :raises InputError: an architecture Kata does not support.
     """
+    return _probed_arch()[0]
+
+
+@cache
+def _probed_arch() -> tuple[Arch, Origin]:
+    """This machine's architecture and where it was read: once a process (a machine does
+    not change it while a process runs; ``kata-mem serve`` probes on every request). An
+    unsupported one raises each time, and is never kept."""
     machine = os.uname().machine
-    return normalize_arch(machine, "this machine's architecture (uname -m; pass --host-arch)")
+    arch = normalize_arch(machine, "this machine's architecture (uname -m; pass --host-arch)")
+    return arch, Origin("probe", f"uname machine = {machine}")
 
 
 #: Where ``[kata_mem] host_memory_cgroup`` is set, when no file is known.
 _CONFIGURED_CGROUP = Origin("file", key="[kata_mem] host_memory_cgroup")
+#: Where the facts of a probe came from (Origins are immutable: one of each is shared).
+_GIVEN = Origin("override")
+_MEMTOTAL = Origin("probe", "psutil (MemTotal), floored to MiB")
+_ONLINE_CPUS = Origin("probe", "psutil (online CPUs)")
+_FLOORED = Origin("override", note="floored to MiB")
+_PROC_MEMINFO = Origin("probe", "/proc/meminfo")
 
 
 def probe_host(
@@ -96,7 +119,7 @@ def probe_host(
     hugepages: Optional[tuple[int, int]] = None,
     cgroup_dir: str = "",
     cgroup_origin: Origin = _CONFIGURED_CGROUP,
-    proc: Path = Path("/proc"),
+    proc: Union[str, Path] = "/proc",
 ) -> HostFacts:
     """Host facts, each from its override when given, else from the machine.
 
@@ -115,37 +138,36 @@ def probe_host(
 
         # Kata reads sysinfo totalram, the same number as MemTotal, in whole MiB.
         memory = align_down(int(psutil.virtual_memory().total), MiB)
-        sources.append(("memory", Origin("probe", "psutil (MemTotal), floored to MiB")))
+        sources.append(("memory", _MEMTOTAL))
     else:
         floored = align_down(memory, MiB)
-        sources.append(
-            ("memory", Origin("override", note="" if floored == memory else "floored to MiB"))
-        )
+        sources.append(("memory", _GIVEN if floored == memory else _FLOORED))
         memory = floored
     if cpus is None:
         import psutil
 
         cpus = int(psutil.cpu_count(logical=True) or 1)
-        sources.append(("cpus", Origin("probe", "psutil (online CPUs)")))
+        sources.append(("cpus", _ONLINE_CPUS))
     else:
-        sources.append(("cpus", Origin("override")))
+        sources.append(("cpus", _GIVEN))
     if arch is None:
-        go_arch = machine_arch()
-        sources.append(("arch", Origin("probe", f"uname machine = {os.uname().machine}")))
+        go_arch, probed = _probed_arch()
+        sources.append(("arch", probed))
     else:
         go_arch = normalize_arch(arch, "host arch")
-        sources.append(("arch", Origin("override")))
+        sources.append(("arch", _GIVEN))
     if hugepages is None:
         info = _meminfo(proc, ("Hugepagesize", "HugePages_Total", "HugePages_Free"))
         page_size, pages = info.get("Hugepagesize", 0), info.get("HugePages_Total", 0)
         free = info.get("HugePages_Free", 0)
-        sources.append(("hugepages", Origin("probe", f"{proc}/meminfo")))
+        read = _PROC_MEMINFO if proc == "/proc" else Origin("probe", f"{proc}/meminfo")
+        sources.append(("hugepages", read))
     else:
         pages, page_size = check_hugepages(
             *hugepages, "host hugepages (--host-hugepages, request host.hugepages)", go_arch
         )
         free = pages
-        sources.append(("hugepages", Origin("override")))
+        sources.append(("hugepages", _GIVEN))
     limit = None
     if cgroup_dir:
         limit, where = read_cgroup_memory_limit(cgroup_dir, cgroup_origin)

@@ -148,6 +148,11 @@ def setup_logging(verbose: int, fmt: str) -> None:
                 )
             return f"kata-mem: {record.levelname}: {message}"
 
+    # The formatter shows none of a record's thread, process or source line: not
+    # looked up for each record (the logging HOWTO, "Optimization"; kata-mem serve logs
+    # every request it answers).
+    logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
+    logging._srcfile = None
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(Formatter())
     logger = logging.getLogger("kata_mem")

@@ -106,6 +106,7 @@ class Metrics:
             buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1, 5, 20, 60),
             registry=self.registry,
         )
+        self._latency: dict[tuple[str, str], Histogram] = {}
 
         self.malformed = Counter(
             "kata_mem_malformed_requests",
@@ -132,6 +133,14 @@ class Metrics:
             ["action"],
             registry=self.registry,
         )
+
+    def observe(self, endpoint: str, listener: str, seconds: float) -> None:
+        """One request's time to answer. Each endpoint's and listener's series is looked
+        up once (``labels`` takes the metric's lock and builds its key every time)."""
+        series = self._latency.get((endpoint, listener))
+        if series is None:
+            series = self._latency[endpoint, listener] = self.latency.labels(endpoint, listener)
+        series.observe(seconds)
 
     def count_visit(
         self, action: str, outcome: Optional[Outcome], unseen: Optional[Unseen] = None

@@ -98,6 +98,11 @@ def _parse_error(exc: Optional[BaseException], message: Optional[str] = None) ->
     return " ".join(w for w in str(text).split() if w.strip("^~")) or "malformed"
 
 
+def _what(request: web.BaseRequest) -> str:
+    """A request as its refusals name it: method and path (made only for a refusal)."""
+    return f"{request.method} {request.path}"
+
+
 async def _expect_later(request: web.Request) -> None:
     """An Expect header is answered after the peer check (``Service._guard``)."""
 
@@ -206,6 +211,8 @@ class Service:
         default_config: Optional[str] = None,
     ) -> None:
         self.state_dir = state_dir
+        #: What the service adds to every request: its state directory.
+        self.options = CallOptions(state_dir=state_dir)
         #: ``serve --config``, absolute: the configuration of a request whose ``config`` is
         #: null (else where Kata looks, as ``kata-mem shim`` does).
         self.default_config = default_config
@@ -313,13 +320,12 @@ class Service:
     ) -> web.StreamResponse:
         start = time.perf_counter()
         route = request.match_info.route.name or "other"
-        what = f"{request.method} {request.path}"
         protocol = cast(Connection, request.protocol)
         peer, port = protocol.peer, protocol.port
         # The peer first: nothing of a refused peer's request is read or decoded.
         expected = _expectations(request)
         if port.checks_peer and not self.allowed(peer):
-            response: web.StreamResponse = self.forbidden(peer, what)
+            response: web.StreamResponse = self.forbidden(peer, _what(request))
             request.content.feed_eof()  # not even drained: closed once the 403 is sent
         elif any(e != "100-continue" for e in expected):
             # RFC 9110, 10.1.1: an expectation the server cannot meet is a 417.
@@ -330,7 +336,7 @@ class Service:
                 ),
                 417,
                 peer,
-                what,
+                _what(request),
             )
             response.force_close()
             request.content.feed_eof()  # the body is not read
@@ -342,6 +348,7 @@ class Service:
             try:
                 response = await handler(request)
             except web.HTTPException as exc:  # the router's 404 and 405, as documents
+                what = _what(request)
                 response = self.refuse(
                     InputError(f"{what}: {exc.reason}; expected {port.routes}"),
                     exc.status,
@@ -350,7 +357,7 @@ class Service:
                 )
                 if isinstance(exc, web.HTTPMethodNotAllowed):  # RFC 9110, 15.5.6
                     response.headers["Allow"] = ", ".join(sorted(exc.allowed_methods))
-        self.metrics.latency.labels(route, port.name).observe(time.perf_counter() - start)
+        self.metrics.observe(route, port.name, time.perf_counter() - start)
         return response
 
     async def _body(self, request: web.Request) -> Optional[bytes]:
@@ -361,6 +368,11 @@ class Service:
             # What aiohttp's _default_expect_handler writes; no response has started yet.
             await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
             request.writer.output_size = 0
+        if request.content.is_eof():
+            # All of it came (with the headers, for a shim's small request): taken as it
+            # is, without a coroutine per chunk.
+            body = request.content.read_nowait(-1)
+            return None if len(body) > MAX_REQUEST_BYTES else body
         chunks: list[bytes] = []
         size = 0
         while chunk := await request.content.read(1 << 16):
@@ -372,7 +384,7 @@ class Service:
 
     async def shim(self, request: web.Request) -> web.StreamResponse:
         start = time.perf_counter()
-        peer, what = request.get("peer"), f"{request.method} {request.path}"
+        peer = request.get("peer")
         # Every Content-Encoding header, each a list of codings (RFC 9110, 8.4 and 5.3).
         codings = request.headers.getall("Content-Encoding", [])
         coding = ", ".join(c.strip() for c in codings)
@@ -387,7 +399,7 @@ class Service:
                 ),
                 415,
                 peer,
-                what,
+                _what(request),
             )
             resp.headers["Accept-Encoding"] = "identity"
             resp.force_close()  # the body is not read
@@ -407,7 +419,7 @@ class Service:
                 ),
                 408,
                 peer,
-                what,
+                _what(request),
             )
             resp.force_close()
             return resp
@@ -416,7 +428,7 @@ class Service:
                 InputError(f"request body: {_parse_error(exc)}; expected an HTTP/1.1 body"),
                 400,
                 peer,
-                what,
+                _what(request),
             )
             resp.force_close()  # what follows it is not a request
             # Nothing more of it is read: aiohttp would linger to drain it, meet the
@@ -426,7 +438,7 @@ class Service:
         if body is None:
             # Refused before it is read, as the HTTP layer's other refusals: an error document.
             too_large = InputError(f"request larger than {MAX_REQUEST_BYTES} bytes")
-            resp = self.refuse(too_large, 413, peer, what)
+            resp = self.refuse(too_large, 413, peer, _what(request))
             resp.force_close()  # the rest of the body is not read
             return resp
         # Parsed once, here: what follows reads the typed request. A small plan-only
@@ -439,12 +451,18 @@ class Service:
             return self.send(parsed)
         if parsed.config is None and self.default_config is not None:
             parsed = replace(parsed, config=self.default_config)
-        options = CallOptions(state_dir=self.state_dir)
-        async with self.serialized(parsed.sandbox):
-            if parsed.mode == "plan" and inline:
-                done = answer(parsed, self.env, options)
-            else:
-                done = await self._run(lambda: answer(parsed, self.env, options))
+        options = self.options
+        if parsed.mode == "plan" and inline and not self.busy(parsed.sandbox):
+            # The sandbox's lock is free and this answer never yields to the loop: taking
+            # and releasing the lock around it would change nothing, and cost an
+            # asyncio.Lock and a context manager on every plan-only request.
+            done = answer(parsed, self.env, options)
+        else:
+            async with self.serialized(parsed.sandbox):
+                if parsed.mode == "plan" and inline:
+                    done = answer(parsed, self.env, options)
+                else:
+                    done = await self._run(lambda: answer(parsed, self.env, options))
         log_answer(parsed, done, peer_text(peer), time.perf_counter() - start)
         return self.send(done)
 
@@ -501,7 +519,7 @@ class Service:
             exc,
             status or http_status(exc.exit_code),
             request.get("peer"),
-            f"{request.method} {request.path}",
+            _what(request),
         )
 
     # --- the reconcile loop ------------------------------------------------------------

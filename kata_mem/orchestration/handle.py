@@ -36,7 +36,7 @@ from kata_mem.core.model import (
 from kata_mem.core.planner import assumed_vm, current_problem, plan
 from kata_mem.core.request import CallOptions, HostOverrides, SandboxRequest
 from kata_mem.core.results import Applied, Forgotten, Planned, Response
-from kata_mem.edges.config import DEFAULT_PATHS, find_config, load_config
+from kata_mem.edges.config import DEFAULT_PATHS, config_path, load_config
 from kata_mem.edges.host import machine_arch, probe_host
 
 if TYPE_CHECKING:
@@ -160,7 +160,7 @@ def request_config(path: Optional[str], env: Mapping[str, str]) -> SizingConfig:
     :raises ConfigError: there is none, or it is unusable.
     """
     try:
-        found = find_config(path, env)[0]
+        found = config_path(path, env)[0]
     except ConfigError as exc:
         if path is not None or env.get("KATA_CONF_FILE"):
             raise
