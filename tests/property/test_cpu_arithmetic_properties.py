@@ -4,7 +4,6 @@ configuration can carry (quotas and periods up to 2^63 - 1), not just the usual 
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from fractions import Fraction
 
@@ -12,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kata_mem.core.frozen import replace
 from kata_mem.core.model import (
     Container,
     Demand,
@@ -132,9 +132,7 @@ def test_vcpus_compared_in_integers_as_in_fractions(
         st.sampled_from([-1, 0, 1]),
     )
     default = data.draw(st.one_of(shares, anchored, anchored, anchored))
-    cfg = dataclasses.replace(
-        cfg, default_vcpus=default, static_sandbox_resource_mgmt=static, runtime="go"
-    )
+    cfg = replace(cfg, default_vcpus=default, static_sandbox_resource_mgmt=static, runtime="go")
     want = default
     if want < 0 or want > usable:
         want = Fraction(usable)
