@@ -19,6 +19,11 @@ peer rule and the listeners: :mod:`kata_mem.interfaces.listener`). Every refusal
 ``kata-mem/error/v1`` document and one log line. The ``--metrics-address`` application
 serves ``GET /metrics`` and ``GET /healthz`` only, read-only: TCP carries no peer
 credentials, so nothing that changes a VM or shows one's state is routed there.
+
+One module (about 610 lines) because the handlers share one :class:`Service`'s state (the
+pool, the sandbox locks, the metrics, the middleware's peer check); the socket and its
+activation (:mod:`~kata_mem.interfaces.serve`), the listeners and the reconcile loop are
+modules of their own.
 """
 
 from __future__ import annotations
