@@ -335,7 +335,7 @@ BREAKS = (
     Break(
         "guard-shrinks-the-vm",
         PLANNER,
-        "bound = max(room, vm.total)",
+        "bound = max(room, now)",
         "bound = room",
     ),
     # -- the guest's own ceiling (guestmem.py, planner.py) -----------------------------------
@@ -402,8 +402,8 @@ BREAKS = (
     Break(
         "stage-ignores-the-reading",
         PLANNER,
-        "seen = reading if total == start else None",
-        "seen = None",
+        "guest = ceiling_at(policy, cfg.settings, host.arch, base, now, guest_available)",
+        "guest = ceiling_at(policy, cfg.settings, host.arch, base, now, None)",
     ),
     Break(
         "grow-confirmed-without-the-guest",

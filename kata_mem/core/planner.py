@@ -817,7 +817,7 @@ def _plan_memory(
     else:
         current = now
         if target > current:
-            cap = _stage_cap(cfg, host, base, policy, guest_available, block, now, guest)
+            cap = None if guest is None else _stage_cap(cfg, host, base, policy, block, now, guest)
             steps, reached = (
                 _grow_dimm(vm, target, block, clamp, cap)
                 if mech == "pc-dimm"
@@ -986,26 +986,22 @@ def _stage_cap(
     host: HostFacts,
     base: int,
     policy: GuestPolicy,
-    reading: Optional[int],
     block: int,
     start: int,
-    first: Optional[GuestCeiling] = None,
+    first: GuestCeiling,
 ) -> _Cap:
     """What one grow step from a total may add: the memory the guest can describe then
-    (:func:`~kata_mem.core.guestmem.ceiling_at`), in whole blocks; the fresh reading
-    counts for the first step only, later ones are estimated (the executor reads the
-    guest again before each). ``first`` is the ceiling at ``start`` with that reading,
-    when the plan has it already. None where memmap_on_memory is counted."""
+    (:func:`~kata_mem.core.guestmem.ceiling_at`), in whole blocks. ``first`` is the ceiling
+    at ``start``, with the guest's fresh reading when there is one: it counts for the first
+    step only, later ones are estimated (the executor reads the guest again before each).
+    None where memmap_on_memory is counted."""
     if policy.memmap_on_memory:
         return None
 
     def cap(total: int) -> int:
-        if total == start and first is not None:
+        if total == start:
             return align_down(first.addable, block)
-        seen = reading if total == start else None
-        return align_down(
-            ceiling_at(policy, cfg.settings, host.arch, base, total, seen).addable, block
-        )
+        return align_down(ceiling_at(policy, cfg.settings, host.arch, base, total).addable, block)
 
     return cap
 
