@@ -124,12 +124,12 @@ def _translate(
 ) -> BackendError | BackendUnavailable:
     code = exc.get_error_code() or 0
     # The error code name is part of what the user reads (docs, exit 7).
-    text = f"{where}: {what} failed: {_code_name(code)}: {_message(exc)}"
+    context, name, text = f"{where}: {what} failed", _code_name(code), _message(exc)
     if code in _UNSUPPORTED:
-        return BackendUnsupported(text, _code_name(code))
+        return BackendUnsupported.naming(context, name, text)
     if code in (libvirt.VIR_ERR_NO_CONNECT, libvirt.VIR_ERR_SYSTEM_ERROR, libvirt.VIR_ERR_RPC):
-        return BackendUnavailable(text)
-    return BackendError(text, _code_name(code))
+        return BackendUnavailable(f"{context}: {name}: {text}")
+    return BackendError.naming(context, name, text)
 
 
 def _qemu_run_dir(uri: str, env: Mapping[str, str]) -> Optional[Path]:

@@ -453,16 +453,16 @@ class QmpBackend:
         """The kata-mem error for a QMP failure during ``what``."""
         if isinstance(exc, ExecuteError):
             # The QMP error class is part of what the user reads (docs, exit 7).
-            return BackendError(
-                f"QMP socket {self.path}: {what} failed: {exc.error_class}: "
-                f"{str(exc).strip() or '(QEMU gave no description)'}",
+            return BackendError.naming(
+                f"QMP socket {self.path}: {what} failed",
                 exc.error_class,
+                str(exc).strip() or "(QEMU gave no description)",
             )
         if isinstance(exc, asyncio.TimeoutError):
-            return BackendError(
-                f"QMP socket {self.path}: {what}: Timeout: no reply within "
-                f"{COMMAND_TIMEOUT_S:g} s (the monitor is hung or the VM is paused)",
+            return BackendError.naming(
+                f"QMP socket {self.path}: {what}",
                 "Timeout",
+                f"no reply within {COMMAND_TIMEOUT_S:g} s (the monitor is hung or the VM is paused)",
             )
         # qemu.qmp's own words ("StateError: QMPClient is disconnecting. Call
         # disconnect() ...") are about its state machine, not about the VM: debug only.

@@ -25,7 +25,7 @@ reconciles it from the hypervisor.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, TypeVar
 
 
 class KataMemError(Exception):
@@ -82,12 +82,20 @@ class BackendUnavailable(KataMemError):
         self.other_vmm = other_vmm
 
 
+_Backend = TypeVar("_Backend", bound="BackendError")
+
+
 class BackendError(KataMemError):
     """The hypervisor answered a command with an error.
 
     ``error_class`` keeps the hypervisor's own classification (a QMP error class
     such as ``GenericError``, or a libvirt error code name) so that callers and
     users can tell refusals apart without parsing ``message``.
+
+    ``message`` is what the CLI prints. Made by the constructor, it is the description
+    alone; made by :meth:`naming`, it names the class itself (``names_class``), as the
+    QMP and libvirt backends word their errors. :attr:`with_class` is the text a step's
+    outcome reports: the class always, once, decided by that flag, never by the text.
     """
 
     exit_code = 7
@@ -96,6 +104,24 @@ class BackendError(KataMemError):
     def __init__(self, message: str, error_class: str = "") -> None:
         super().__init__(message)
         self.error_class = error_class
+        #: Whether ``message`` already says ``error_class``: set only by :meth:`naming`.
+        self.names_class = False
+
+    @classmethod
+    def naming(cls: type[_Backend], where: str, error_class: str, description: str) -> _Backend:
+        """The error whose message is ``<where>: <error_class>: <description>``."""
+        made = cls(f"{where}: {error_class}: {description}", error_class)
+        made.names_class = True
+        return made
+
+    @property
+    def with_class(self) -> str:
+        """The message with its error class: as it is when it names it, else
+        ``<error_class>: <message>`` (a backend that words its errors as the hypervisor
+        describes them, such as the fake one)."""
+        if self.error_class and not self.names_class:
+            return f"{self.error_class}: {self.message}"
+        return self.message
 
 
 class BackendUnsupported(BackendError):

@@ -75,23 +75,25 @@ class SandboxState:
         self.dir = self.root / sandbox
         self.path = self.dir / "journal.json"
         self.notes: list[Note] = []
-        #: Why the sandbox directory may not be used (another user could have written it).
-        self.refusal = ""
 
-    def _dir_state(self) -> SandboxDir:
-        found, self.refusal = sandbox_dir(self.root, self.sandbox)
+    def _dir_state(self, refuse: tuple[SandboxDir, ...] = ("refused",)) -> SandboxDir:
+        """What the sandbox directory is (:func:`~kata_mem.edges.statedir.sandbox_dir`).
+
+        :raises StateDirError: it is one of ``refuse`` because another user could have
+            written it (a ``foreign`` directory others can write, say).
+        """
+        found, refused = sandbox_dir(self.root, self.sandbox)
+        if refused is not None and found in refuse:
+            raise refused
         return found
 
     def owned(self) -> bool:
         """Whether the sandbox directory exists and kata-mem created it. Reads only.
 
-        :raises ConfigError: it carries kata-mem's marker, but another user could have
+        :raises StateDirError: it carries kata-mem's marker, but another user could have
             written it, its marker or one of its files.
         """
-        found = self._dir_state()
-        if found == "refused":
-            raise ConfigError(self.refusal)
-        return found == "ours"
+        return self._dir_state() == "ours"
 
     def _ensure_dir(self) -> None:
         """Make the sandbox directory (or adopt an empty one, left by a crash), marked as
@@ -99,11 +101,10 @@ class SandboxState:
 
         :raises ConfigError: it is someone else's or cannot be written; nothing was changed.
         """
-        found = self._dir_state()
+        # An empty directory others can write is refused too: adopted, it would be theirs.
+        found = self._dir_state(refuse=("refused", "foreign"))
         if found == "ours":
             return
-        if self.refusal:
-            raise ConfigError(self.refusal)
         if found not in {"absent", "empty"}:
             raise ConfigError(
                 f"state_dir {self.root}: {self.dir} exists but kata-mem did not create it "
@@ -350,8 +351,6 @@ class SandboxState:
         found = self._dir_state()
         if found == "absent":
             return "absent"
-        if found == "refused":
-            raise ConfigError(self.refusal)
         if found != "ours":
             return "not-ours"
         with self.locked(wait_s) as got:

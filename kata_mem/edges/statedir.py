@@ -381,10 +381,11 @@ def node_lock(root: Path, shared: bool = False) -> Iterator[None]:
 @frozen
 class Listing:
     """The entries of a state directory: sandboxes kata-mem created, those that carry
-    its marker but that another user could have written (name, why), and everything else."""
+    its marker but that another user could have written (name, the error that says so),
+    and everything else."""
 
     sandboxes: list[str]
-    refused: list[tuple[str, str]]
+    refused: list[tuple[str, StateDirError]]
     foreign: list[str]
 
 
@@ -413,6 +414,7 @@ def sandboxes(root: Path) -> Listing:
                 ours.append(name)
                 continue
             if found == "refused":
+                assert why is not None  # sandbox_dir: a refused directory comes with its error
                 refused.append((name, why))
                 continue
         foreign.append(name)
@@ -424,53 +426,54 @@ def sandboxes(root: Path) -> Listing:
 SandboxDir = Literal["absent", "empty", "ours", "foreign", "changed", "refused"]
 
 
-def sandbox_dir(root: Path, sandbox: str) -> tuple[SandboxDir, str]:
-    """What the sandbox directory ``root/sandbox`` is, and why it may not be used.
-    ``refused``: it carries kata-mem's marker, but it, the marker or one of kata-mem's
-    files in it could have been written by another user; an empty directory others can
-    write is ``foreign`` (with its reason). Reads only."""
+def sandbox_dir(root: Path, sandbox: str) -> tuple[SandboxDir, Optional[StateDirError]]:
+    """What the sandbox directory ``root/sandbox`` is, and the error that refuses it when
+    another user could have written it (None: no such refusal). ``refused``: it carries
+    kata-mem's marker, but it, the marker or one of kata-mem's files in it could have
+    been written by another user; an empty directory others can write is ``foreign``
+    (with its error). Reads only."""
     directory = root / sandbox
     try:
         # A symlink is not followed: kata-mem makes real directories.
         fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except FileNotFoundError:
-        return "absent", ""
+        return "absent", None
     except OSError:
-        return "foreign", ""
+        return "foreign", None
     try:
         found = _look(root, sandbox, fd)
         # Moved away while we looked (a concurrent removal): look again.
-        return found if same_file(fd, directory) else ("changed", "")
+        return found if same_file(fd, directory) else ("changed", None)
     finally:
         os.close(fd)
 
 
-def _look(root: Path, sandbox: str, fd: int) -> tuple[SandboxDir, str]:
+def _look(root: Path, sandbox: str, fd: int) -> tuple[SandboxDir, Optional[StateDirError]]:
     directory = root / sandbox
     info = os.fstat(fd)
     try:
         names = os.listdir(fd)
     except OSError:
-        return "foreign", ""
+        return "foreign", None
     if SANDBOX_MARKER not in names:
         if [n for n in names if not TEMP.fullmatch(n)]:
-            return "foreign", ""
+            return "foreign", None
         if others_could_write(info):
-            return "foreign", refusal(root, directory, info).message
-        return "empty", ""
+            return "foreign", refusal(root, directory, info)
+        return "empty", None
     if others_could_write(info):
-        return "refused", refusal(root, directory, info).message
+        return "refused", refusal(root, directory, info)
     try:
         mark = marker(fd, directory, SANDBOX_MARKER, SANDBOX_DIR_SCHEMA, root, sandbox)
-    except ConfigError as exc:
-        return "refused", exc.message
+    except StateDirError as exc:
+        return "refused", exc
     if mark != "ok":
-        return ("changed" if mark == "missing" else "foreign"), ""
+        return ("changed" if mark == "missing" else "foreign"), None
     for name in sorted(set(names).intersection(OWN_FILES)):
         try:
             entry = os.stat(name, dir_fd=fd, follow_symlinks=False)
         except FileNotFoundError:
             continue
         if others_could_write(entry):
-            return "refused", refusal(root, directory / name, entry).message
-    return "ours", ""
+            return "refused", refusal(root, directory / name, entry)
+    return "ours", None

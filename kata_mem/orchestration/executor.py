@@ -206,14 +206,6 @@ def _resize_shrink(step: Step) -> bool:
     return step.action == "resize_virtio_mem" and step.shrinks
 
 
-def _backend_text(exc: BackendError) -> str:
-    """A backend's error with its error class, which the QMP and libvirt backends put
-    in the message themselves; added here for any backend that does not."""
-    if exc.error_class and exc.error_class not in exc.message:
-        return f"{exc.error_class}: {exc.message}"
-    return exc.message
-
-
 class Executor:
     """Applies plans for one sandbox on one backend."""
 
@@ -599,14 +591,14 @@ class Executor:
         except BackendUnsupported as exc:
             reason: Reason = "BackendCannotShrink" if step.shrinks else "BackendCannotGrow"
             raise _Stopped(
-                Stop("Infeasible", reason, f"{step.action} {step.device}: {_backend_text(exc)}")
+                Stop("Infeasible", reason, f"{step.action} {step.device}: {exc.with_class}")
             ) from exc
         except BackendError as exc:
             raise _Stopped(
                 Stop(
                     "InProgress",
                     "BackendError",
-                    f"{step.action} {step.device}: {_backend_text(exc)}",
+                    f"{step.action} {step.device}: {exc.with_class}",
                 )
             ) from exc
         if step.action == "plug_dimm":
@@ -635,7 +627,7 @@ class Executor:
                 wait_s = max(min(POLL_WAIT_S, deadline - self.clock()), 0.0)
                 progress = self.backend.poll(step, wait_s)
             except BackendError as exc:
-                return StepProgress("rejected", _backend_text(exc)), None
+                return StepProgress("rejected", exc.with_class), None
             if progress.state != "pending":
                 return progress, None
             now = self.clock()

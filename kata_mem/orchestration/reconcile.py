@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from kata_mem.core.errors import BackendUnavailable, ConfigError, KataMemError
+from kata_mem.core.errors import BackendUnavailable, KataMemError
 from kata_mem.core.record import Record
 from kata_mem.core.request import CallOptions
 from kata_mem.core.results import Applied, Visit
@@ -133,7 +133,7 @@ def reconcile_all(
     listing = list_state_dir(state_dir)
     visits = [visit(state_dir, sandbox, env, clock) for sandbox in listing.sandboxes]
     visits += [
-        Visit(name, "failed", why, exit_code=ConfigError.exit_code) for name, why in listing.refused
+        Visit(name, "failed", why.message, exit_code=why.exit_code) for name, why in listing.refused
     ]
     for name in listing.foreign:
         shown = name.encode("utf-8", "backslashreplace").decode()

@@ -142,7 +142,7 @@ def node_status(
     host = probe(overrides)
     listing = list_state_dir(state_dir)
     if listing.refused:
-        raise ConfigError("; ".join(why for _name, why in listing.refused))
+        raise ConfigError("; ".join(why.message for _name, why in listing.refused))
     rows: list[SandboxSummary] = []
     notes: list[Note] = []
     committed = 0

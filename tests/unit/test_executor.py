@@ -354,11 +354,47 @@ def test_a_failed_plug_is_forgotten(
 ) -> None:
     class Refusing(FakeBackend):
         def begin(self, step: Step) -> None:
-            raise BackendError("device_add failed: GenericError: no free slots", "GenericError")
+            raise BackendError.naming(
+                "QMP socket vm.sock: device_add failed", "GenericError", "no free slots"
+            )
 
     r = run(cfgs["dimm"], Refusing(vm_dimms()), request(256))
     assert (r.outcome.status, r.outcome.reason) == ("InProgress", "BackendError"), r.outcome
     assert json.loads((tmp_path / "state" / "sb" / "journal.json").read_text())["owned"] == []
+
+
+def test_a_backend_error_names_its_class_once_whatever_its_words(
+    cfgs: dict[str, SizingConfig], run: Callable[..., Any]
+) -> None:
+    """The outcome says the hypervisor's error class once. Whether the message already
+    names it is the raiser's to say: a description that merely quotes the class's name
+    (here a QEMU property named like it) does not name it."""
+
+    class Refusing(FakeBackend):
+        def begin(self, step: Step) -> None:
+            raise BackendError("Property 'pc-dimm.GenericError' not found", "GenericError")
+
+    r = run(cfgs["dimm"], Refusing(vm_dimms()), request(256))
+    assert (r.outcome.status, r.outcome.reason) == ("InProgress", "BackendError"), r.outcome
+    assert "plug_dimm kmdimm0: GenericError: Property 'pc-dimm.GenericError' not found" in (
+        r.outcome.message
+    )
+
+
+def test_a_backend_error_that_names_its_class_is_said_as_it_is(
+    cfgs: dict[str, SizingConfig], run: Callable[..., Any]
+) -> None:
+    class Refusing(FakeBackend):
+        def begin(self, step: Step) -> None:
+            raise BackendError.naming(
+                "QMP socket vm.sock: device_add failed", "GenericError", "no free slots"
+            )
+
+    r = run(cfgs["dimm"], Refusing(vm_dimms()), request(256))
+    assert (
+        "plug_dimm kmdimm0: QMP socket vm.sock: device_add failed: GenericError: no free slots"
+        in r.outcome.message
+    )
 
 
 def test_new_ids_avoid_every_id_in_the_vm(
