@@ -34,6 +34,7 @@ from tests.support.configs import guest_config
 from tests.support.guestvm import GuestSpec
 from tests.support.memcg import CgroupGuestVM, CgroupUnavailable, MemoryCgroup
 from tests.support.paths import REPO
+from tests.support.qmp_min import QMPClient
 from tests.support.waits import wait_until
 
 if TYPE_CHECKING:
@@ -119,6 +120,22 @@ class Kubelet:
             assert self.update_sandbox(mib)["cri"]["code"] == "OK", self.log[-1]
         self.reach(mib)
 
+    def stats_available(self, mib: int) -> None:
+        """Wait until the balloon statistics QEMU holds, which kata-mem reads the guest's
+        MemAvailable from, show ``mib`` MiB available. After :meth:`GuestVM.free` they show
+        the filled guest until its next report: a grow planned then is held to what that
+        reading lets the guest's struct pages describe (cause guest_memmap), which is right,
+        and not what a test of the pod cgroup is about."""
+
+        def available() -> int:
+            with QMPClient(self.vm.qmp_socket) as qmp:
+                got = qmp.execute(
+                    "qom-get", {"path": "/machine/peripheral/balloon0", "property": "guest-stats"}
+                )
+            return int(got["stats"].get("stat-available-memory", -1)) // MiB
+
+        wait_until(lambda: available() >= mib, timeout=60, what=f"{mib} MiB available in stats")
+
     def reach(self, mib: int) -> None:
         """Wait until the guest's MemTotal shows a VM of ``mib``, a few MiB more or less."""
         self.vm.wait_mem(
@@ -198,6 +215,7 @@ def test_a_shrink_is_refused_while_the_guest_holds_memory_and_accepted_after(
 
 def test_a_grow_waits_for_the_raised_cgroup_and_the_loop_completes_it(pod: Kubelet) -> None:
     pod.ensure(768)
+    pod.stats_available(400)  # the grow is held by the pod cgroup, not the guest's memmap
     state_dir = pod.cfg.parent / "state"
     answer = pod.update_sandbox(1536)
     assert answer["cri"]["code"] == "OK", answer
