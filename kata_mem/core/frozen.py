@@ -91,8 +91,8 @@ def init_source(shape: Shape) -> str:
     """The source of a function that makes a record's ``__init__``: it takes the tuple of
     defaults (``D``) and of default factories (``F``), in field order, as the class has them.
 
-    Parameters are the field names; the helpers' names start with ``__frozen_`` so that no
-    field can shadow them (a field's name is an identifier that does not).
+    Parameters are the field names, so a field may not be called ``self``, ``D`` or ``F``
+    or start with ``__frozen_`` (the helpers' names): :func:`shape_of` refuses those.
     """
     fields, post_init = shape
     params, body = ["self"], []
@@ -159,8 +159,9 @@ def init_module(records: list[type]) -> str:
 def shape_of(cls: type) -> Shape:
     """The fields of a class in the order it declares them, and their kinds.
 
-    :raises TypeError: a mutable default, a required field after one with a default, or
-        a class that inherits from another record (as dataclasses refuses the first two).
+    :raises TypeError: a mutable default, a required field after one with a default (as
+        dataclasses refuses both), a class that inherits from another record, or a field
+        named as the generated ``__init__``'s own names.
     """
     for base in cls.__mro__[1:]:
         if "__frozen_shape__" in base.__dict__:
@@ -174,6 +175,8 @@ def shape_of(cls: type) -> Shape:
     for name, annotation in annotations.items():
         if str(annotation).startswith(("ClassVar", "typing.ClassVar", "InitVar")):
             raise TypeError(f"{cls.__qualname__}.{name}: ClassVar and InitVar are not supported")
+        if name in ("self", "D", "F") or name.startswith("__frozen_"):
+            raise TypeError(f"{cls.__qualname__}.{name}: a name the generated __init__ uses")
         value = cls.__dict__.get(name, _NONE)
         if isinstance(value, _Field):
             value = value.default if value.make is None else value

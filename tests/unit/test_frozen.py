@@ -214,6 +214,8 @@ def test_methods_the_class_defines_are_kept() -> None:
         ("class C:\n    a: list = []\n", "mutable default"),
         ("class C:\n    a: ClassVar[int] = 1\n", "ClassVar and InitVar are not supported"),
         ("class C(Sample):\n    z: int = 1\n", "does not inherit fields"),
+        ("class C:\n    F: int\n", "a name the generated __init__ uses"),
+        ("class C:\n    self: int\n", "a name the generated __init__ uses"),
     ],
 )
 def test_what_dataclasses_refuses_or_we_do_not_support_is_refused(
