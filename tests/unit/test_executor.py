@@ -349,16 +349,28 @@ def test_a_dimm_named_like_kata_mems_is_never_unplugged(
     )
 
 
+class _RefusingPlug(FakeBackend):
+    """A fake VM whose hypervisor refuses every step with ``error``."""
+
+    def __init__(self, error: BackendError) -> None:
+        super().__init__(vm_dimms())
+        self.error = error
+
+    def begin(self, step: Step) -> None:
+        raise self.error
+
+
+def _named() -> BackendError:
+    """A refusal worded as the QMP backend words it: where, the class, QEMU's description."""
+    return BackendError.naming(
+        "QMP socket vm.sock: device_add failed", "GenericError", "no free slots"
+    )
+
+
 def test_a_failed_plug_is_forgotten(
     cfgs: dict[str, SizingConfig], run: Callable[..., Any], tmp_path: Path
 ) -> None:
-    class Refusing(FakeBackend):
-        def begin(self, step: Step) -> None:
-            raise BackendError.naming(
-                "QMP socket vm.sock: device_add failed", "GenericError", "no free slots"
-            )
-
-    r = run(cfgs["dimm"], Refusing(vm_dimms()), request(256))
+    r = run(cfgs["dimm"], _RefusingPlug(_named()), request(256))
     assert (r.outcome.status, r.outcome.reason) == ("InProgress", "BackendError"), r.outcome
     assert json.loads((tmp_path / "state" / "sb" / "journal.json").read_text())["owned"] == []
 
@@ -369,12 +381,8 @@ def test_a_backend_error_names_its_class_once_whatever_its_words(
     """The outcome says the hypervisor's error class once. Whether the message already
     names it is the raiser's to say: a description that merely quotes the class's name
     (here a QEMU property named like it) does not name it."""
-
-    class Refusing(FakeBackend):
-        def begin(self, step: Step) -> None:
-            raise BackendError("Property 'pc-dimm.GenericError' not found", "GenericError")
-
-    r = run(cfgs["dimm"], Refusing(vm_dimms()), request(256))
+    quoting = BackendError("Property 'pc-dimm.GenericError' not found", "GenericError")
+    r = run(cfgs["dimm"], _RefusingPlug(quoting), request(256))
     assert (r.outcome.status, r.outcome.reason) == ("InProgress", "BackendError"), r.outcome
     assert "plug_dimm kmdimm0: GenericError: Property 'pc-dimm.GenericError' not found" in (
         r.outcome.message
@@ -384,13 +392,7 @@ def test_a_backend_error_names_its_class_once_whatever_its_words(
 def test_a_backend_error_that_names_its_class_is_said_as_it_is(
     cfgs: dict[str, SizingConfig], run: Callable[..., Any]
 ) -> None:
-    class Refusing(FakeBackend):
-        def begin(self, step: Step) -> None:
-            raise BackendError.naming(
-                "QMP socket vm.sock: device_add failed", "GenericError", "no free slots"
-            )
-
-    r = run(cfgs["dimm"], Refusing(vm_dimms()), request(256))
+    r = run(cfgs["dimm"], _RefusingPlug(_named()), request(256))
     assert (
         "plug_dimm kmdimm0: QMP socket vm.sock: device_add failed: GenericError: no free slots"
         in r.outcome.message
