@@ -142,6 +142,21 @@ class KeyOnce:
                 seen.add(key)
         return obj
 
+    def __bool__(self) -> bool:
+        """Whether some object had a key given twice."""
+        return bool(self._twice)
+
+    def refusal(self, obj: dict[str, Any], at: str, where: str) -> Optional[InputError]:
+        """The error for ``obj`` (at path ``at`` of the document ``where`` names) when
+        it had a key given twice."""
+        key = self._twice.get(id(obj))
+        if key is None:
+            return None
+        return InputError(
+            f"{where} {path(at, key)}: the key {json.dumps(key)} is given more than once "
+            "in one object; expected each key once"
+        )
+
     def check(self, doc: Any, where: str) -> None:
         """:raises InputError: for the first object of ``doc``, in document order, with a
         key given twice; ``where`` names the document."""
@@ -153,12 +168,9 @@ class KeyOnce:
         while todo:
             at, value = todo.pop()
             if isinstance(value, dict):
-                if id(value) in self._twice:
-                    key = self._twice[id(value)]
-                    raise InputError(
-                        f"{where} {path(at, key)}: the key {json.dumps(key)} is given more "
-                        "than once in one object; expected each key once"
-                    )
+                refused = self.refusal(value, at, where)
+                if refused is not None:
+                    raise refused
                 todo.extend(reversed([(path(at, k), v) for k, v in value.items()]))
             elif isinstance(value, list):
                 todo.extend(reversed([(path(at, i), v) for i, v in enumerate(value)]))

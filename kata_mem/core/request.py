@@ -36,7 +36,7 @@ from kata_mem.core.cri_annotations import (
 )
 from kata_mem.core.endpoint import Endpoint
 from kata_mem.core.errors import InputError
-from kata_mem.core.fields import REQUEST, json_value, path, spelled_float
+from kata_mem.core.fields import REQUEST, KeyOnce, json_value, path, spelled_float
 from kata_mem.core.frozen import field, frozen
 from kata_mem.core.model import (
     Arch,
@@ -310,9 +310,9 @@ _MAYBE_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
 
 def _decode(raw: bytes) -> Any:
     """``json.loads``, refusing what JSON can carry but a request must not: a key given
-    twice in one object (decoders disagree on which one counts, so an ``event`` given
-    twice could mean ``update`` to the shim and ``delete`` to kata-mem), and text that
-    is not UTF-8 (lone surrogates such as ``"\\udcff"``), which no path or id can be.
+    twice in one object (:class:`~kata_mem.core.fields.KeyOnce`: an ``event`` given twice
+    could mean ``update`` to the shim and ``delete`` to kata-mem), and text that is not
+    UTF-8 (lone surrogates such as ``"\\udcff"``), which no path or id can be.
 
     The bytes are decoded as strict UTF-8 first: ``json.loads`` given bytes would
     guess UTF-16 or UTF-32 and skip a byte-order mark, and a JSON text exchanged between
@@ -336,21 +336,9 @@ def _decode(raw: bytes) -> Any:
             f"request: a NUL byte at offset {raw.index(0)} (UTF-16 or UTF-32 text?); "
             "expected UTF-8 JSON"
         )
-    duplicates: dict[int, str] = {}
-
-    def pairs_hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        obj = dict(pairs)
-        if len(obj) < len(pairs):
-            seen: set[str] = set()
-            for key, _ in pairs:
-                if key in seen:
-                    duplicates[id(obj)] = key
-                    break
-                seen.add(key)
-        return obj
-
+    once = KeyOnce()
     try:
-        doc = json.loads(text, object_pairs_hook=pairs_hook, parse_float=spelled_float)
+        doc = json.loads(text, object_pairs_hook=once, parse_float=spelled_float)
     except RecursionError as exc:
         # Python's own words ("maximum recursion depth exceeded while decoding...") name
         # its interpreter, not the request.
@@ -360,7 +348,7 @@ def _decode(raw: bytes) -> Any:
         ) from exc
     except ValueError as exc:
         raise InputError(f"request is not JSON: {exc}") from exc
-    if not duplicates and not _MAYBE_SURROGATE.search(text):
+    if not once and not _MAYBE_SURROGATE.search(text):
         return doc  # the usual case: nothing to find, no walk
     # Depth-first in document order, without recursion (json.loads has already
     # bounded the depth, but the walk may start deeper in the stack than it did).
@@ -376,12 +364,9 @@ def _decode(raw: bytes) -> Any:
                     "Unicode (a lone surrogate); expected UTF-8 text"
                 ) from exc
         elif isinstance(value, dict):
-            if id(value) in duplicates:
-                key = duplicates[id(value)]
-                raise InputError(
-                    f"request {path(where, key)}: the key {json.dumps(key)} is given more than "
-                    "once in one object; expected each key once"
-                )
+            refused = once.refusal(value, where, "request")
+            if refused is not None:
+                raise refused
             children: list[tuple[str, Any]] = []
             for key, item in value.items():
                 children += [(f"{where or 'document'} key", key), (path(where, key), item)]

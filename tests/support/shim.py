@@ -114,4 +114,21 @@ BAD_REQUESTS: list[tuple[bytes, int, str]] = [
         "/nonexistent/kata.toml: no such configuration file",
     ),
     (b" " * (1 << 20) + b"{}", 4, "larger than 1048576 bytes"),
+    (
+        json.dumps(request()).encode()[:-1] + b', "event": "delete"}',
+        4,
+        'request event: the key "event" is given more than once in one object',
+    ),
+    (
+        json.dumps(request(containers=[{"id": "c", "memory_limit_bytes": 1}]))
+        .encode()
+        .replace(b'"id": "c"', b'"id": "c", "id": "d"'),
+        4,
+        'request containers[0].id: the key "id" is given more than once in one object',
+    ),
+    (
+        json.dumps(request(sandbox_id="sb")).encode().replace(b'"sb"', b'"s\\udcffb"'),
+        4,
+        'request sandbox_id: "s\\udcffb" is not valid Unicode (a lone surrogate)',
+    ),
 ]
