@@ -47,6 +47,7 @@ from kata_mem.edges.statedir import (
     SANDBOX_MARKER,
     TEMP,
     SandboxDir,
+    StateDirError,
     atomic_write,
     cannot_write,
     ensure_state_dir,
@@ -99,17 +100,26 @@ class SandboxState:
         """Make the sandbox directory (or adopt an empty one, left by a crash), marked as
         kata-mem's. Call it with the root lock held.
 
-        :raises ConfigError: it is someone else's or cannot be written; nothing was changed.
+        :raises StateDirError: it is someone else's, changed while it was read, or cannot
+            be written; nothing was changed.
         """
         # An empty directory others can write is refused too: adopted, it would be theirs.
         found = self._dir_state(refuse=("refused", "foreign"))
         if found == "ours":
             return
+        if found == "changed":
+            raise StateDirError(
+                f"state_dir {self.root}: {self.dir} was removed or replaced while kata-mem "
+                "read it (another process than kata-mem: kata-mem's own calls wait for its "
+                "lock); nothing was changed. Try again",
+                "changed",
+            )
         if found not in {"absent", "empty"}:
-            raise ConfigError(
+            raise StateDirError(
                 f"state_dir {self.root}: {self.dir} exists but kata-mem did not create it "
                 f"(no valid {SANDBOX_MARKER} marker); nothing in it was read or changed. "
-                "Move it away, or use another sandbox id or state_dir"
+                "Move it away, or use another sandbox id or state_dir",
+                "not_ours",
             )
         if found == "absent":
             try:

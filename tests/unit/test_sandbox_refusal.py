@@ -78,3 +78,32 @@ def test_an_empty_sandbox_dir_others_can_write_is_not_adopted(state: Path) -> No
     assert info.value.message == refused.message
     assert info.value.message.startswith(_mode_message(state, state / "sb", 0o777))
     assert os.listdir(state / "sb") == []
+
+
+def test_a_sandbox_dir_replaced_while_read_is_said_so(
+    state: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Another process than kata-mem moves the directory away while it is read (kata-mem's
+    # own calls wait for the node lock): it was made by neither, so not "not created by
+    # kata-mem", and nothing is changed.
+    import kata_mem.edges.statedir as statedir
+
+    directory = _ours(state)
+    look = statedir._look
+
+    def moved_while_read(root: Path, sandbox: str, fd: int) -> object:
+        found = look(root, sandbox, fd)
+        os.rename(directory, state / "elsewhere")
+        return found
+
+    monkeypatch.setattr(statedir, "_look", moved_while_read)
+    with pytest.raises(StateDirError) as info, SandboxState(state, "sb").locked(1.0):
+        pass
+    assert info.value.message == (
+        f"state_dir {state}: {directory} was removed or replaced while kata-mem read it "
+        "(another process than kata-mem: kata-mem's own calls wait for its lock); nothing "
+        "was changed. Try again"
+    )
+    assert not directory.exists() and sorted(os.listdir(state / "elsewhere")) == sorted(
+        [SANDBOX_MARKER, "lock"]
+    )
