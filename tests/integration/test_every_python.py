@@ -1,8 +1,9 @@
 """Grow, deferred shrink and repair on the real guest, over QMP with virtio-mem and with
-pc-dimm, a grow and shrink through ``kata-mem serve``, and a deeply nested manifest: the
-module that ``scripts/test`` runs again on further Pythons that ``requires-python``
-admits (the whole suite runs on one), so it is kept short: one guest serves the module,
-and each guest test starts from the boot size, which the one before leaves.
+pc-dimm, a grow and shrink through ``kata-mem serve`` and through both shim commands, and a
+deeply nested manifest: the module that ``scripts/test`` runs again on every other Python
+that ``requires-python`` admits (the whole suite runs on one), so it is kept short: one
+guest serves the module, and each guest test starts from the boot size, which the one
+before leaves.
 
 What differs between Pythons is asyncio, and the releases of the C extensions pip
 installs for each. The QMP backend runs qemu.qmp on a private event loop (in
@@ -15,6 +16,8 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -156,25 +159,62 @@ def test_dimm_grow_deferred_shrink_and_repair(vm: GuestVM, run_cli: Run, tmp_pat
     assert "kmmem0" not in objects
 
 
-def _shim(svc: Service, cfg: Path, vm: GuestVM, limit_mib: int) -> dict[str, Any]:
+def _request(cfg: Path, vm: GuestVM, limit_mib: int) -> dict[str, Any]:
+    """An update applying one container of ``limit_mib`` (none at 0) to the guest."""
     containers = [{"id": "c1", "memory_limit_bytes": limit_mib * MiB}] if limit_mib else []
-    got = svc.post(
-        {
-            "schema": "kata-mem/shim-request/v1",
-            "sandbox_id": "sb",
-            "event": "update",
-            "config": str(cfg),
-            "containers": containers,
-            "backend": {"type": "qmp", "socket": str(vm.qmp_socket)},
-            "apply": True,
-            "allow_shrink": True,
-            "host": {"memory_bytes": 16 << 30, "cpus": 4},
-        },
-        timeout=120,
-    )
+    return {
+        "schema": "kata-mem/shim-request/v1",
+        "sandbox_id": "sb",
+        "event": "update",
+        "config": str(cfg),
+        "containers": containers,
+        "backend": {"type": "qmp", "socket": str(vm.qmp_socket)},
+        "apply": True,
+        "allow_shrink": True,
+        "host": {"memory_bytes": 16 << 30, "cpus": 4},
+    }
+
+
+def _shim(svc: Service, cfg: Path, vm: GuestVM, limit_mib: int) -> dict[str, Any]:
+    got = svc.post(_request(cfg, vm, limit_mib), timeout=120)
     assert got.status == 200, got.body
     doc: dict[str, Any] = got.json()["outcome"]
     return doc
+
+
+@pytest.mark.guest
+def test_the_shim_commands_grow_and_shrink_a_guest(vm: GuestVM, tmp_path: Path) -> None:
+    # The shim's own interface on this Python: `kata-mem shim` answers in-process (the
+    # path that imports no click), `kata-mem-shim` hands the request to the service.
+    cfg = guest_config(tmp_path, virtio=True)
+    base_kb = vm.status().total_kb
+    raw = json.dumps(_request(cfg, vm, 512))
+    r = kata_mem_process("shim", input=raw, timeout=120, env=_env())
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)["outcome"]
+    assert (out["status"], out["observed_mib"]) == ("Resized", 1024), out
+    grown_kb = base_kb + 512 * KiB_PER_MiB
+    assert vm.wait_mem(lambda m: m.total_kb >= grown_kb, timeout=15).total_kb == grown_kb
+    svc = start(tmp_path, env=_env())
+    try:
+        client = subprocess.run(
+            [sys.executable, "-m", "kata_mem.interfaces.shim_client"],
+            input=json.dumps(_request(cfg, vm, 0)),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=REPO,
+            env=_env(KATA_MEM_SOCKET=str(svc.socket)),
+            check=False,
+        )
+        assert client.returncode == 0, client.stderr
+        out = json.loads(client.stdout)["outcome"]
+        assert (out["status"], out["observed_mib"]) == ("Resized", 512), out
+        assert _virtio_mem(vm) == (0, 0)
+        # Answered by the service, not in-process: the service logs each answer.
+        assert "sandbox sb: update (apply) from uid 0" in svc.stderr()
+    finally:
+        assert svc.stop() == 0, svc.stderr()
 
 
 @pytest.mark.guest

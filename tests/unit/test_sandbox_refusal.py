@@ -86,7 +86,7 @@ def test_a_sandbox_dir_replaced_while_read_is_said_so(
     # Another process than kata-mem moves the directory away while it is read (kata-mem's
     # own calls wait for the node lock): it was made by neither, so not "not created by
     # kata-mem", and nothing is changed.
-    import kata_mem.edges.statedir as statedir
+    from kata_mem.edges import statedir
 
     directory = _ours(state)
     look = statedir._look
