@@ -69,6 +69,9 @@ from kata_mem.core.units import (
 #: Largest ACPI hot-add relative to the current guest memory (Kata's
 #: ``acpiMemoryHotplugFactor``): the guest needs ~64 B of memmap per 4 KiB page added.
 ACPI_HOTPLUG_FACTOR = 48
+#: The size of the virtio-mem device Kata creates is whole multiples of this
+#: (qemu.go ``setupVirtioMem``: ``(default_maxmemory - default_memory) >> 2 << 2`` MiB).
+VIRTIO_MEM_ALIGN = 4 * MiB
 #: Kata's fixed reserve added to QEMU ``maxmem`` on amd64/arm64 (``genericMemoryTopology``).
 QEMU_MAXMEM_RESERVE = 1024 * MiB
 #: Per-architecture vCPU caps (Kata ``govmm`` ``vmm_*.go``); arm64 assumes GICv3.
@@ -278,13 +281,16 @@ def assumed_vm(cfg: SizingConfig, host: HostFacts, current: Optional[int] = None
     mech = mechanism(cfg)
     if mech == "virtio-mem":
         block = block_size(cfg, host)
+        # Kata sizes the device in whole 4 MiB (qemu.go setupVirtioMem: "backend memory
+        # size must be multiple of 4Mib"), then QEMU takes whole blocks of it.
+        room = align_down(ceiling - base, VIRTIO_MEM_ALIGN) if ceiling > base else 0
         devices = (
             MemoryDevice(
                 id=KATA_VIRTIO_MEM_ID,
                 kind="virtio-mem",
                 size=plugged,
                 requested=plugged,
-                max_size=align_down(ceiling - base, block) if ceiling > base else 0,
+                max_size=align_down(room, block),
                 block=block,
             ),
         )
