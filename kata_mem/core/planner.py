@@ -267,6 +267,14 @@ def crooked_regions(vm: VmState, block: int) -> list[str]:
     ]
 
 
+def dimm_slots(cfg: SizingConfig) -> int:
+    """The DIMM slots a VM booted from ``cfg`` has. Kata hands ``memory_slots`` to QEMU
+    as a uint8 (qemu.go ``memoryTopology``, govmm ``Memory.Slots``), so 300 is 44, and
+    256 is 0, for which govmm writes no ``slots=`` (``appendMemory``) and QEMU refuses
+    every DIMM. Other hypervisors take it as it is."""
+    return cfg.memory_slots & 0xFF if cfg.hypervisor == "qemu" else cfg.memory_slots
+
+
 def assumed_vm(cfg: SizingConfig, host: HostFacts, current: Optional[int] = None) -> VmState:
     """The VM a preview assumes: booted as Kata boots it (``-m default,slots,maxmem``,
     the boot memory never above the host: :func:`boot_memory`), with ``current -
@@ -305,7 +313,7 @@ def assumed_vm(cfg: SizingConfig, host: HostFacts, current: Optional[int] = None
             ours=True,
         )
         devices = (dimm,)
-    return VmState(base=base, devices=devices, slots=cfg.memory_slots, device_space=space)
+    return VmState(base=base, devices=devices, slots=dimm_slots(cfg), device_space=space)
 
 
 def boot_guest_ceiling(cfg: SizingConfig, host: HostFacts) -> Optional[GuestCeiling]:
@@ -724,6 +732,14 @@ def _plan_memory(
             f"default_memory {fmt_bytes(cfg.default_memory)} is above the host's memory "
             f"{fmt_bytes(host_mem)}: a VM boots with at most {fmt_bytes(host_mem)}, as "
             "runtime-rs lowers it (the Go runtime would ask QEMU for the full size)",
+        )
+    slots = dimm_slots(cfg)
+    if mech == "pc-dimm" and slots != cfg.memory_slots:
+        note(
+            "memory_slots",
+            f"memory_slots {cfg.memory_slots} gives QEMU {slots} DIMM slots: Kata hands it "
+            "to QEMU as a uint8 (qemu.go memoryTopology)"
+            + (", and with none QEMU refuses every DIMM" if slots == 0 else ""),
         )
     top, top_cause = host_ceiling(cfg, host)
     if mech == "static" and requested > ceiling and ceiling < top:
