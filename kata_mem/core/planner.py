@@ -606,6 +606,11 @@ def sized(
     static = runtime_rs_static(cfg, need)
     if static is not None:
         return _runtime_rs_memory(cfg, *static), notes
+    if cfg.static_sandbox_resource_mgmt:
+        # The Go runtime boots the VM, from the workload in whole MiB, floored
+        # (pkg/oci/utils.go calculateVMResources: memory / 1024 / 1024): kata-mem only
+        # says what it boots, so it does not round up here as it does for what it plugs.
+        work_mem = to_mib_floor(work_mem) * MiB
     model = cfg.settings.sizing
     overhead, _ = pod_overhead(cfg, workload)
     if model == "pod-overhead" and overhead is None:
