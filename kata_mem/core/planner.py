@@ -267,11 +267,15 @@ def crooked_regions(vm: VmState, block: int) -> list[str]:
     ]
 
 
-def dimm_slots(cfg: SizingConfig) -> int:
-    """The DIMM slots a VM booted from ``cfg`` has. Kata hands ``memory_slots`` to QEMU
-    as a uint8 (qemu.go ``memoryTopology``, govmm ``Memory.Slots``), so 300 is 44, and
-    256 is 0, for which govmm writes no ``slots=`` (``appendMemory``) and QEMU refuses
-    every DIMM. Other hypervisors take it as it is."""
+def dimm_slots(cfg: SizingConfig, host: HostFacts) -> int:
+    """The DIMM slots a VM booted from ``cfg`` on ``host`` has. Kata hands
+    ``memory_slots`` to QEMU as a uint8 (qemu.go ``memoryTopology``, govmm
+    ``Memory.Slots``), so 300 is 44, and 256 is 0, for which govmm writes no ``slots=``
+    (``appendMemory``) and QEMU refuses every DIMM. Other hypervisors take it as it is.
+    s390x has no DIMMs at all: Kata refuses memory hotplug there without virtio-mem
+    (qemu.go ``hotplugMemory``, ``s390xVirtioMemRequiredErr``)."""
+    if host.arch == "s390x" and not cfg.enable_virtio_mem:
+        return 0
     return cfg.memory_slots & 0xFF if cfg.hypervisor == "qemu" else cfg.memory_slots
 
 
@@ -313,7 +317,7 @@ def assumed_vm(cfg: SizingConfig, host: HostFacts, current: Optional[int] = None
             ours=True,
         )
         devices = (dimm,)
-    return VmState(base=base, devices=devices, slots=dimm_slots(cfg), device_space=space)
+    return VmState(base=base, devices=devices, slots=dimm_slots(cfg, host), device_space=space)
 
 
 def boot_guest_ceiling(cfg: SizingConfig, host: HostFacts) -> Optional[GuestCeiling]:
@@ -738,8 +742,15 @@ def _plan_memory(
             f"{fmt_bytes(host_mem)}: a VM boots with at most {fmt_bytes(host_mem)}, as "
             "runtime-rs lowers it (the Go runtime would ask QEMU for the full size)",
         )
-    slots = dimm_slots(cfg)
-    if mech == "pc-dimm" and slots != cfg.memory_slots:
+    slots = dimm_slots(cfg, host)
+    if mech == "pc-dimm" and host.arch == "s390x":
+        note(
+            "memory_slots",
+            "s390x has no DIMMs: Kata hotplugs memory there only with enable_virtio_mem "
+            "(qemu.go hotplugMemory: s390xVirtioMemRequiredErr), so the VM keeps its boot "
+            "memory",
+        )
+    elif mech == "pc-dimm" and slots != cfg.memory_slots:
         note(
             "memory_slots",
             f"memory_slots {cfg.memory_slots} gives QEMU {slots} DIMM slots: Kata hands it "
