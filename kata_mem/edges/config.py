@@ -190,6 +190,22 @@ def dropin_dir(path: str | Path) -> str:
     return os.path.join(os.path.dirname(os.path.realpath(path)), "config.d")
 
 
+def unread_dropins(path: str | Path) -> Optional[str]:
+    """Why a ``config.d`` beside ``path`` is not read when ``path`` is a link to a file
+    in another directory (:func:`dropin_dir`); None when there is none, or it is read.
+    An operator who installs a drop-in beside kata-deploy's link would otherwise see
+    it ignored by Kata and kata-mem alike, with nothing said."""
+    given = os.path.join(os.path.dirname(os.path.abspath(path)), "config.d")
+    read = dropin_dir(path)
+    if given == read or not os.path.isdir(given):
+        return None
+    return (
+        f"{given} is not read: {path} is a link to {os.path.realpath(path)}, and Kata "
+        "(and kata-mem) read the drop-ins beside the file a link leads to, in "
+        f"{read}; move them there"
+    )
+
+
 def load_raw(path: Path) -> tuple[dict[str, Any], Origins, tuple[str, ...]]:
     """The merged TOML of ``path`` and its drop-ins (every entry of :func:`dropin_dir`,
     by name, later wins), the file each key came from, and the files read in order."""

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from fractions import Fraction
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
 from kata_mem.core.errors import ConfigError
 from kata_mem.core.units import MiB
-from kata_mem.edges.config import find_config, load_config
+from kata_mem.edges.config import find_config, load_config, unread_dropins
+from tests.support.cli import CliResult
 from tests.support.configs import write_config
 from tests.support.paths import KATA_CONFIGS, REPO
 
@@ -117,6 +119,24 @@ def test_drop_ins_are_beside_the_file_a_link_leads_to(
         "[hypervisor.qemu]\ndefault_maxmemory = 2048\n"
     )
     assert load_config(link).default_maxmemory == 2048 * MiB
+
+
+def test_drop_ins_beside_a_link_are_said_unread(tmp_path: Path) -> None:
+    # Neither Kata nor kata-mem reads them (dropin_dir): config check says so, naming
+    # where they would have to be, rather than leave an operator's drop-in ignored.
+    (tmp_path / "real").mkdir()
+    real = write_config(tmp_path / "real" / "configuration.toml")
+    link = tmp_path / "configuration.toml"
+    link.symlink_to(real)
+    assert unread_dropins(link) is None  # no config.d beside the link
+    (tmp_path / "config.d").mkdir()
+    (tmp_path / "config.d" / "50-kata-mem.toml").write_text("[kata_mem]\nallow_shrink = true\n")
+    assert unread_dropins(link) == (
+        f"{tmp_path}/config.d is not read: {link} is a link to {real}, and Kata (and "
+        f"kata-mem) read the drop-ins beside the file a link leads to, in "
+        f"{tmp_path}/real/config.d; move them there"
+    )
+    assert unread_dropins(real) is None  # not a link
 
 
 def test_bundled_box_dropins(tmp_path: Path) -> None:
@@ -263,3 +283,17 @@ def test_load_config_takes_a_path_as_a_string(tmp_path: Path) -> None:
     # The public API (kata_mem.load_config) is typed str | Path.
     path = write_config(tmp_path / "c.toml", {"default_memory": 512})
     assert load_config(str(path)).default_memory == 512 * MiB
+
+
+def test_config_check_says_when_drop_ins_beside_a_link_are_not_read(
+    run_cli: Callable[..., CliResult], tmp_path: Path
+) -> None:
+    (tmp_path / "real").mkdir()
+    real = write_config(tmp_path / "real" / "configuration.toml")
+    link = tmp_path / "configuration.toml"
+    link.symlink_to(real)
+    (tmp_path / "config.d").mkdir()
+    (tmp_path / "config.d" / "50-kata-mem.toml").write_text("[kata_mem]\n")
+    r = run_cli("config", "check", str(link))
+    assert r.code == 0, r.err
+    assert f"WARNING: {tmp_path}/config.d is not read: {link} is a link to {real}" in r.err
