@@ -51,10 +51,14 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on Python < 3.11 only
     import tomli as tomllib
 
-#: Where Kata looks when no file is given, in order (after ``KATA_CONF_FILE``).
+#: Where Kata looks when no file is given, in order (after ``KATA_CONF_FILE``): the Go
+#: runtime's ``GetDefaultConfigFilePaths`` (katautils/config.go), the system file, then
+#: its build's default, which is kata-deploy's under /opt/kata and, with the Makefile's
+#: own PREFIX /usr (src/runtime/Makefile ``DEFAULTSDIR``), a distribution package's.
 DEFAULT_PATHS = (
     "/etc/kata-containers/configuration.toml",
     "/opt/kata/share/defaults/kata-containers/configuration.toml",
+    "/usr/share/defaults/kata-containers/configuration.toml",
 )
 
 #: Kata's Go-runtime build defaults (src/runtime/Makefile).

@@ -297,3 +297,13 @@ def test_config_check_says_when_drop_ins_beside_a_link_are_not_read(
     r = run_cli("config", "check", str(link))
     assert r.code == 0, r.err
     assert f"WARNING: {tmp_path}/config.d is not read: {link} is a link to {real}" in r.err
+
+
+def test_a_distribution_s_kata_configuration_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The Go runtime's build default is PREFIX /usr (src/runtime/Makefile: DEFAULTSDIR
+    # $(PREFIX)/share/defaults, CONFIG_PATH), as distributions package it; kata-deploy
+    # builds with /opt/kata. Before: only /etc and /opt/kata, so a packaged Kata's
+    # node had "no Kata configuration found".
+    packaged = "/usr/share/defaults/kata-containers/configuration.toml"
+    monkeypatch.setattr(Path, "exists", lambda self: str(self) == packaged)
+    assert find_config(None, {}) == (Path(packaged), "Kata default location")
