@@ -117,6 +117,7 @@ NoteCode = Literal[
     "cri_annotations",  # CRI sandbox-sizing annotations used, ignored, or unparsable
     "sizing",  # how the sizing model came to its size (a pod overhead unknown...)
     "boot_memory",  # the boot memory above the host or the maximum
+    "memory_slots",  # the DIMM slots QEMU gets differ from memory_slots (Kata's uint8)
     "static_sizing",  # static_sandbox_resource_mgmt
     "host_cgroup",  # the VMM's host cgroup: usage unknown, or the VM already above it
     "host_cgroup_unseen",  # the VMM's host cgroup could not be found or read (an Unseen)

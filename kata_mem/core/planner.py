@@ -69,6 +69,9 @@ from kata_mem.core.units import (
 #: Largest ACPI hot-add relative to the current guest memory (Kata's
 #: ``acpiMemoryHotplugFactor``): the guest needs ~64 B of memmap per 4 KiB page added.
 ACPI_HOTPLUG_FACTOR = 48
+#: The size of the virtio-mem device Kata creates is whole multiples of this
+#: (qemu.go ``setupVirtioMem``: ``(default_maxmemory - default_memory) >> 2 << 2`` MiB).
+VIRTIO_MEM_ALIGN = 4 * MiB
 #: Kata's fixed reserve added to QEMU ``maxmem`` on amd64/arm64 (``genericMemoryTopology``).
 QEMU_MAXMEM_RESERVE = 1024 * MiB
 #: Per-architecture vCPU caps (Kata ``govmm`` ``vmm_*.go``); arm64 assumes GICv3.
@@ -264,6 +267,18 @@ def crooked_regions(vm: VmState, block: int) -> list[str]:
     ]
 
 
+def dimm_slots(cfg: SizingConfig, host: HostFacts) -> int:
+    """The DIMM slots a VM booted from ``cfg`` on ``host`` has. Kata hands
+    ``memory_slots`` to QEMU as a uint8 (qemu.go ``memoryTopology``, govmm
+    ``Memory.Slots``), so 300 is 44, and 256 is 0, for which govmm writes no ``slots=``
+    (``appendMemory``) and QEMU refuses every DIMM. Other hypervisors take it as it is.
+    s390x has no DIMMs at all: Kata refuses memory hotplug there without virtio-mem
+    (qemu.go ``hotplugMemory``, ``s390xVirtioMemRequiredErr``)."""
+    if host.arch == "s390x" and not cfg.enable_virtio_mem:
+        return 0
+    return cfg.memory_slots & 0xFF if cfg.hypervisor == "qemu" else cfg.memory_slots
+
+
 def assumed_vm(cfg: SizingConfig, host: HostFacts, current: Optional[int] = None) -> VmState:
     """The VM a preview assumes: booted as Kata boots it (``-m default,slots,maxmem``,
     the boot memory never above the host: :func:`boot_memory`), with ``current -
@@ -278,13 +293,16 @@ def assumed_vm(cfg: SizingConfig, host: HostFacts, current: Optional[int] = None
     mech = mechanism(cfg)
     if mech == "virtio-mem":
         block = block_size(cfg, host)
+        # Kata sizes the device in whole 4 MiB (qemu.go setupVirtioMem: "backend memory
+        # size must be multiple of 4Mib"), then QEMU takes whole blocks of it.
+        room = align_down(ceiling - base, VIRTIO_MEM_ALIGN) if ceiling > base else 0
         devices = (
             MemoryDevice(
                 id=KATA_VIRTIO_MEM_ID,
                 kind="virtio-mem",
                 size=plugged,
                 requested=plugged,
-                max_size=align_down(ceiling - base, block) if ceiling > base else 0,
+                max_size=align_down(room, block),
                 block=block,
             ),
         )
@@ -299,7 +317,7 @@ def assumed_vm(cfg: SizingConfig, host: HostFacts, current: Optional[int] = None
             ours=True,
         )
         devices = (dimm,)
-    return VmState(base=base, devices=devices, slots=cfg.memory_slots, device_space=space)
+    return VmState(base=base, devices=devices, slots=dimm_slots(cfg, host), device_space=space)
 
 
 def boot_guest_ceiling(cfg: SizingConfig, host: HostFacts) -> Optional[GuestCeiling]:
@@ -592,6 +610,11 @@ def sized(
     static = runtime_rs_static(cfg, need)
     if static is not None:
         return _runtime_rs_memory(cfg, *static), notes
+    if cfg.static_sandbox_resource_mgmt:
+        # The Go runtime boots the VM, from the workload in whole MiB, floored
+        # (pkg/oci/utils.go calculateVMResources: memory / 1024 / 1024): kata-mem only
+        # says what it boots, so it does not round up here as it does for what it plugs.
+        work_mem = to_mib_floor(work_mem) * MiB
     model = cfg.settings.sizing
     overhead, _ = pod_overhead(cfg, workload)
     if model == "pod-overhead" and overhead is None:
@@ -718,6 +741,21 @@ def _plan_memory(
             f"default_memory {fmt_bytes(cfg.default_memory)} is above the host's memory "
             f"{fmt_bytes(host_mem)}: a VM boots with at most {fmt_bytes(host_mem)}, as "
             "runtime-rs lowers it (the Go runtime would ask QEMU for the full size)",
+        )
+    slots = dimm_slots(cfg, host)
+    if mech == "pc-dimm" and host.arch == "s390x":
+        note(
+            "memory_slots",
+            "s390x has no DIMMs: Kata hotplugs memory there only with enable_virtio_mem "
+            "(qemu.go hotplugMemory: s390xVirtioMemRequiredErr), so the VM keeps its boot "
+            "memory",
+        )
+    elif mech == "pc-dimm" and slots != cfg.memory_slots:
+        note(
+            "memory_slots",
+            f"memory_slots {cfg.memory_slots} gives QEMU {slots} DIMM slots: Kata hands it "
+            "to QEMU as a uint8 (qemu.go memoryTopology)"
+            + (", and with none QEMU refuses every DIMM" if slots == 0 else ""),
         )
     top, top_cause = host_ceiling(cfg, host)
     if mech == "static" and requested > ceiling and ceiling < top:

@@ -51,10 +51,14 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on Python < 3.11 only
     import tomli as tomllib
 
-#: Where Kata looks when no file is given, in order (after ``KATA_CONF_FILE``).
+#: Where Kata looks when no file is given, in order (after ``KATA_CONF_FILE``): the Go
+#: runtime's ``GetDefaultConfigFilePaths`` (katautils/config.go), the system file, then
+#: its build's default, which is kata-deploy's under /opt/kata and, with the Makefile's
+#: own PREFIX /usr (src/runtime/Makefile ``DEFAULTSDIR``), a distribution package's.
 DEFAULT_PATHS = (
     "/etc/kata-containers/configuration.toml",
     "/opt/kata/share/defaults/kata-containers/configuration.toml",
+    "/usr/share/defaults/kata-containers/configuration.toml",
 )
 
 #: Kata's Go-runtime build defaults (src/runtime/Makefile).
@@ -180,19 +184,49 @@ def _record(origins: Origins, path: tuple[str, ...], value: Any, file: str) -> N
             _record(origins, (*path, k), v, file)
 
 
+def dropin_dir(path: str | Path) -> str:
+    """The ``config.d`` directory of the configuration file ``path``: beside the file a
+    symlink leads to, not beside the link. Both runtimes resolve the path first (Go
+    katautils ``decodeConfig``: ``ResolvePath``, ``filepath.EvalSymlinks``; kata-types
+    ``TomlConfig::load_raw_from_file``: ``fs::canonicalize``), and kata-deploy relies on
+    it: each shim's configuration is a link to a per-shim copy with its ``config.d``
+    beside it (tools/packaging/kata-deploy install.rs ``setup_runtime_directory``)."""
+    return os.path.join(os.path.dirname(os.path.realpath(path)), "config.d")
+
+
+def unread_dropins(path: str | Path) -> Optional[str]:
+    """Why a ``config.d`` beside ``path`` is not read when ``path`` is a link to a file
+    in another directory (:func:`dropin_dir`); None when there is none, or it is read.
+    An operator who installs a drop-in beside kata-deploy's link would otherwise see
+    it ignored by Kata and kata-mem alike, with nothing said."""
+    given = os.path.join(os.path.dirname(os.path.abspath(path)), "config.d")
+    read = dropin_dir(path)
+    if given == read or not os.path.isdir(given):
+        return None
+    return (
+        f"{given} is not read: {path} is a link to {os.path.realpath(path)}, and Kata "
+        "(and kata-mem) read the drop-ins beside the file a link leads to, in "
+        f"{read}; move them there"
+    )
+
+
 def load_raw(path: Path) -> tuple[dict[str, Any], Origins, tuple[str, ...]]:
-    """The merged TOML of ``path`` and its ``config.d/*.toml`` drop-ins (alphabetical,
-    later wins), the file each key came from, and the files read in order."""
+    """The merged TOML of ``path`` and its drop-ins (every entry of :func:`dropin_dir`,
+    by name, later wins), the file each key came from, and the files read in order."""
     data: dict[str, Any] = {}
     origins: Origins = {}
     files = [path]
-    dropin_dir = path.parent / "config.d"
-    if dropin_dir.is_dir():
+    dropins = Path(dropin_dir(path))
+    if dropins.is_dir():
         if os.geteuid() == 0:  # whoever may write it may add a drop-in
-            check_way(dropin_dir, str(path), "its drop-ins", itself=True)
-        # Not only regular files: a FIFO or device named *.toml is refused when read,
-        # rather than skipped so that the configuration silently differs from the files.
-        found = sorted(dropin_dir.glob("*.toml"))
+            check_way(dropins, str(path), "its drop-ins", itself=True)
+        # Every entry, whatever its name, sorted by name as both runtimes read them (Go
+        # decodeDropIns: os.ReadDir; kata-types drop_in.rs update_from_dropins: read_dir,
+        # sort_by_key(file_name)): a file that is not TOML makes Kata refuse to start,
+        # and one that is changes its VM. Not only regular files: a FIFO or device there
+        # is refused when read, rather than skipped so that the configuration silently
+        # differs from the files.
+        found = sorted(dropins.iterdir(), key=lambda entry: os.fsencode(entry.name))
         for entry in found:
             if entry.is_dir():
                 # Both runtimes read every entry of config.d and fail on a directory (Go
@@ -276,7 +310,7 @@ def _in_range(
 #: (file identity, the drop-in directory's, each file read's) -> what they gave; for
 #: ``kata-mem serve``, which would otherwise parse the TOML on every request.
 _Signature = tuple[tuple[int, ...], ...]
-_LOADED: dict[str, tuple[_Signature, SizingConfig]] = {}
+_LOADED: dict[str, tuple[_Signature, SizingConfig, str]] = {}
 _LOADED_MAX = 64
 _SETTLED_NS = 1_000_000_000
 
@@ -289,14 +323,13 @@ def _identity(path: str | Path) -> tuple[int, ...]:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
-def _signature(path: str, files: tuple[str, ...]) -> _Signature:
+def _signature(dropins: str, files: tuple[str, ...]) -> _Signature:
     # The directory changes when a drop-in is added, removed or renamed; a file, when
     # it is written (ctime too, so an edit that keeps size and mtime still counts).
-    # Strings, not pathlib: this runs on every request kata-mem serve answers.
-    return (
-        _identity(os.path.join(os.path.dirname(path), "config.d")),
-        *[_identity(f) for f in files],
-    )
+    # Strings, not pathlib: this runs on every request kata-mem serve answers. The
+    # drop-in directory is the one :func:`dropin_dir` found when the files were read: a
+    # link that now leads elsewhere leads to another file, whose identity differs.
+    return (_identity(dropins), *[_identity(f) for f in files])
 
 
 def load_config(path: str | Path) -> SizingConfig:
@@ -311,17 +344,18 @@ def load_config(path: str | Path) -> SizingConfig:
     """
     key = os.fspath(path)
     cached = _LOADED.get(key)
-    if cached is not None and cached[0] == _signature(key, cached[1].files):
+    if cached is not None and cached[0] == _signature(cached[2], cached[1].files):
         return cached[1]
     started = time.time_ns()
+    dropins = dropin_dir(key)
     cfg = _load_config(Path(path))
-    signature = _signature(key, cfg.files)
+    signature = _signature(dropins, cfg.files)
     # A file changed while (or just before) it was read may not be what was read: not
     # kept until it has been still for a while (file times lag the clock by a tick).
     if all(ident and ident[-1] < started - _SETTLED_NS for ident in signature[1:]):
         if len(_LOADED) >= _LOADED_MAX:
             _LOADED.clear()
-        _LOADED[key] = (signature, cfg)
+        _LOADED[key] = (signature, cfg, dropins)
     return cfg
 
 

@@ -244,6 +244,11 @@ def config_check(file: Optional[str], as_json: bool) -> None:
     beyond = guest_ceiling_problem(cfg, probe(HostOverrides()))
     if beyond is not None:
         log.warning("%s: %s", cfg.path, beyond)
+    from kata_mem.edges.config import unread_dropins
+
+    unread = unread_dropins(cfg.path)
+    if unread is not None:
+        log.warning("%s", unread)
     if as_json:
         emit(render_config.config_json(cfg, why))
     else:

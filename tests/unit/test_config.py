@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from fractions import Fraction
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
 from kata_mem.core.errors import ConfigError
 from kata_mem.core.units import MiB
-from kata_mem.edges.config import find_config, load_config
+from kata_mem.edges.config import find_config, load_config, unread_dropins
+from tests.support.cli import CliResult
 from tests.support.configs import write_config
 from tests.support.paths import KATA_CONFIGS, REPO
 
@@ -57,7 +59,6 @@ def test_dropins_apply_alphabetically_later_wins(tmp_path: Path) -> None:
     (tmp_path / "config.d" / "10-first.toml").write_text(
         "[hypervisor.qemu]\ndefault_maxmemory = 4096\nmemory_slots = 4\n"
     )
-    (tmp_path / "config.d" / "ignored.txt").write_text("not toml")
     cfg = load_config(main)
     assert cfg.default_maxmemory == 8192 * MiB
     assert cfg.memory_slots == 4
@@ -71,10 +72,87 @@ def test_dropins_apply_alphabetically_later_wins(tmp_path: Path) -> None:
     ]
 
 
+def test_every_entry_of_config_d_is_a_drop_in(tmp_path: Path) -> None:
+    # Both runtimes read every entry, whatever its name (Go katautils decodeDropIns:
+    # os.ReadDir; kata-types drop_in.rs update_from_dropins: fs::read_dir), sorted by
+    # name. Before: only *.toml, so a drop-in named otherwise changed Kata's VM only.
+    main = write_config(tmp_path / "configuration.toml")
+    (tmp_path / "config.d").mkdir()
+    (tmp_path / "config.d" / "50-max.conf").write_text(
+        "[hypervisor.qemu]\ndefault_maxmemory = 4096\n"
+    )
+    (tmp_path / "config.d" / ".60-slots").write_text("[hypervisor.qemu]\nmemory_slots = 3\n")
+    cfg = load_config(main)
+    assert (cfg.default_maxmemory, cfg.memory_slots) == (4096 * MiB, 3)
+    assert [Path(f).name for f in cfg.files] == ["configuration.toml", ".60-slots", "50-max.conf"]
+    (tmp_path / "config.d" / "notes.txt").write_text("not toml")
+    with pytest.raises(ConfigError, match=r"config.d/notes.txt: invalid TOML"):
+        load_config(main)
+
+
+def test_drop_ins_are_beside_the_file_a_link_leads_to(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Both runtimes resolve the path before looking for config.d (Go katautils
+    # decodeConfig: ResolvePath, filepath.EvalSymlinks; kata-types TomlConfig::
+    # load_raw_from_file: fs::canonicalize), and kata-deploy installs its drop-ins there
+    # (tools/packaging/kata-deploy install.rs setup_runtime_directory). Before: beside the
+    # link, so kata-mem sized with drop-ins Kata does not read and without Kata's own.
+    (tmp_path / "runtimes" / "qemu").mkdir(parents=True)
+    real = write_config(tmp_path / "runtimes" / "qemu" / "configuration-qemu.toml")
+    (real.parent / "config.d").mkdir()
+    (real.parent / "config.d" / "50-kata-deploy.toml").write_text(
+        "[hypervisor.qemu]\ndefault_maxmemory = 4096\n"
+    )
+    link = tmp_path / "configuration-qemu.toml"
+    link.symlink_to(real)
+    (tmp_path / "config.d").mkdir()
+    (tmp_path / "config.d" / "50-beside-the-link.toml").write_text(
+        "[hypervisor.qemu]\ndefault_maxmemory = 8192\n"
+    )
+    monkeypatch.setattr("kata_mem.edges.config._SETTLED_NS", -(10**12))  # kept at once
+    cfg = load_config(link)
+    assert cfg.default_maxmemory == 4096 * MiB
+    assert cfg.files == (str(link), str(real.parent / "config.d" / "50-kata-deploy.toml"))
+    # A drop-in added where the link leads is seen by the next load, not a reused one.
+    (real.parent / "config.d" / "60-later.toml").write_text(
+        "[hypervisor.qemu]\ndefault_maxmemory = 2048\n"
+    )
+    assert load_config(link).default_maxmemory == 2048 * MiB
+
+
+def test_drop_ins_beside_a_link_are_said_unread(tmp_path: Path) -> None:
+    # Neither Kata nor kata-mem reads them (dropin_dir): config check says so, naming
+    # where they would have to be, rather than leave an operator's drop-in ignored.
+    (tmp_path / "real").mkdir()
+    real = write_config(tmp_path / "real" / "configuration.toml")
+    link = tmp_path / "configuration.toml"
+    link.symlink_to(real)
+    assert unread_dropins(link) is None  # no config.d beside the link
+    (tmp_path / "config.d").mkdir()
+    (tmp_path / "config.d" / "50-kata-mem.toml").write_text("[kata_mem]\nallow_shrink = true\n")
+    assert unread_dropins(link) == (
+        f"{tmp_path}/config.d is not read: {link} is a link to {real}, and Kata (and "
+        f"kata-mem) read the drop-ins beside the file a link leads to, in "
+        f"{tmp_path}/real/config.d; move them there"
+    )
+    assert unread_dropins(real) is None  # not a link
+
+
 def test_bundled_box_dropins(tmp_path: Path) -> None:
     cfg = load_config(REPO / "configs" / "boxes" / "4x16" / "configuration.toml")
     assert (cfg.default_memory, cfg.default_maxmemory) == (16384 * MiB, 16384 * MiB)
     assert (cfg.default_vcpus, cfg.default_maxvcpus) == (Fraction(4), 4)
+
+
+@pytest.mark.parametrize("box", ["1x4", "2x8", "4x16"])
+def test_a_box_is_the_qemu_sample_as_a_file_kata_reads_its_drop_in_beside(box: str) -> None:
+    # A copy, not a link: Kata looks for config.d beside the file a link leads to
+    # (edges/config.py dropin_dir), where a box's drop-in would not be.
+    main = REPO / "configs" / "boxes" / box / "configuration.toml"
+    assert not main.is_symlink()
+    assert main.read_bytes() == (REPO / "configs" / "configuration-qemu.toml").read_bytes()
+    assert load_config(main).files[1:] == (str(main.parent / "config.d" / "50-box.toml"),)
 
 
 def test_bundled_samples_load() -> None:
@@ -205,3 +283,27 @@ def test_load_config_takes_a_path_as_a_string(tmp_path: Path) -> None:
     # The public API (kata_mem.load_config) is typed str | Path.
     path = write_config(tmp_path / "c.toml", {"default_memory": 512})
     assert load_config(str(path)).default_memory == 512 * MiB
+
+
+def test_config_check_says_when_drop_ins_beside_a_link_are_not_read(
+    run_cli: Callable[..., CliResult], tmp_path: Path
+) -> None:
+    (tmp_path / "real").mkdir()
+    real = write_config(tmp_path / "real" / "configuration.toml")
+    link = tmp_path / "configuration.toml"
+    link.symlink_to(real)
+    (tmp_path / "config.d").mkdir()
+    (tmp_path / "config.d" / "50-kata-mem.toml").write_text("[kata_mem]\n")
+    r = run_cli("config", "check", str(link))
+    assert r.code == 0, r.err
+    assert f"WARNING: {tmp_path}/config.d is not read: {link} is a link to {real}" in r.err
+
+
+def test_a_distribution_s_kata_configuration_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The Go runtime's build default is PREFIX /usr (src/runtime/Makefile: DEFAULTSDIR
+    # $(PREFIX)/share/defaults, CONFIG_PATH), as distributions package it; kata-deploy
+    # builds with /opt/kata. Before: only /etc and /opt/kata, so a packaged Kata's
+    # node had "no Kata configuration found".
+    packaged = "/usr/share/defaults/kata-containers/configuration.toml"
+    monkeypatch.setattr(Path, "exists", lambda self: str(self) == packaged)
+    assert find_config(None, {}) == (Path(packaged), "Kata default location")
