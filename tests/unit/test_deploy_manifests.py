@@ -125,17 +125,86 @@ def test_the_probes_ask_the_socket_serve_listens_on() -> None:
         assert f'connect("{sock}")' in script
 
 
-def test_the_service_reads_the_configuration_the_init_container_completes() -> None:
-    spec = pod_spec()
-    config = option(serve_container(), "config")
-    assert config == NODE_CONFIG
-    (init,) = spec["initContainers"]
-    target = init["command"][-1]
-    assert target == str(Path(config).parent / "config.d" / "50-kata-mem.toml")
-    assert any(
-        m["mountPath"] == str(Path(config).parent) and m["readOnly"]
-        for m in serve_container()["volumeMounts"]
+#: The Kata directory the manifests mount (kata-deploy's).
+KATA_DIR = str(Path(NODE_CONFIG).parent)
+
+
+def install_script() -> str:
+    """The install init container's script."""
+    (init,) = pod_spec()["initContainers"]
+    assert init["command"][:2] == ["sh", "-c"]
+    script: str = init["command"][-1]
+    assert f"\nkata={KATA_DIR}\n" in script
+    return script
+
+
+def run_script(script: str, kata: Path, **paths: Path) -> subprocess.CompletedProcess[str]:
+    """``script`` on a node whose Kata directory is ``kata`` (and whose other paths, by
+    the variable that holds them, are ``paths``)."""
+    script = script.replace(f"kata={KATA_DIR}", f"kata={kata}")
+    for name, path in paths.items():
+        script = re.sub(rf"^(\s*){name}=\S+$", rf"\g<1>{name}={path}", script, flags=re.M)
+    return subprocess.run(
+        ["sh", "-c", script], capture_output=True, text=True, timeout=30, check=False
     )
+
+
+def kata_deploy_node(kata: Path) -> None:
+    """Kata's directory as kata-deploy 3.27 and later leave it: each shim's configuration
+    a link to its copy in runtimes/SHIM/, beside its own config.d (install.rs
+    setup_runtime_directory), for the Go runtime and for runtime-rs."""
+    for base, shim in ((kata, "qemu"), (kata, "clh"), (kata / "runtime-rs", "qemu-runtime-rs")):
+        own = base / "runtimes" / shim
+        (own / "config.d").mkdir(parents=True)
+        shutil.copy(
+            REPO / "configs" / "configuration-qemu.toml", own / f"configuration-{shim}.toml"
+        )
+        (base / f"configuration-{shim}.toml").symlink_to(
+            f"runtimes/{shim}/configuration-{shim}.toml"
+        )
+    (kata / "configuration.toml").symlink_to("configuration-qemu.toml")
+
+
+@pytest.mark.parametrize("layout", ["kata-deploy", "flat"])
+def test_every_configuration_reads_the_drop_in_the_init_container_installs(
+    tmp_path: Path, layout: str
+) -> None:
+    # kata-mem serve's --config, and the configuration each shim names (containerd's
+    # ConfigPath: kata-deploy's runtimes/SHIM/ file), are read with kata-mem's settings.
+    assert option(serve_container(), "config") == NODE_CONFIG
+    (init,) = pod_spec()["initContainers"]
+    assert any(m["mountPath"] == KATA_DIR and not m.get("readOnly") for m in init["volumeMounts"])
+    assert any(
+        m["mountPath"] == KATA_DIR and m["readOnly"] for m in serve_container()["volumeMounts"]
+    )
+    kata = tmp_path / "kata-containers"
+    kata.mkdir()
+    if layout == "kata-deploy":
+        kata_deploy_node(kata)
+    else:
+        shutil.copy(REPO / "configs" / "configuration-qemu.toml", kata / "configuration-qemu.toml")
+    src = tmp_path / "50-kata-mem.toml"
+    src.write_text(manifest("ConfigMap")["data"]["50-kata-mem.toml"])
+    done = run_script(install_script(), kata, src=src)
+    assert done.returncode == 0, done.stderr
+    configs = [*kata.glob("configuration*.toml"), *kata.glob("runtime-rs/configuration*.toml")]
+    assert len(configs) == (4 if layout == "kata-deploy" else 1)
+    for config in configs:
+        for named in (config, config.resolve()):
+            cfg = load_config(named)
+            drop_in = config.resolve().parent / "config.d" / "50-kata-mem.toml"
+            assert str(drop_in) in cfg.files, (named, cfg.files)
+            assert cfg.settings.state_dir == "/run/kata-mem"
+    # Nothing where nothing reads it: a config.d beside links is read by neither runtime.
+    assert (kata / "config.d").exists() == (layout == "flat")
+
+
+def test_the_install_refuses_a_node_without_kata(tmp_path: Path) -> None:
+    src = tmp_path / "50-kata-mem.toml"
+    src.write_text("[kata_mem]\n")
+    done = run_script(install_script(), tmp_path, src=src)
+    assert done.returncode != 0 and "no Kata configuration" in done.stderr
+    assert list(tmp_path.iterdir()) == [src]
 
 
 def node_config(tmp_path: Path) -> Path:
@@ -390,19 +459,28 @@ def test_the_uninstall_manifests_apply_in_kubectl_s_order() -> None:
     assert apply_in_order(docs) == []
 
 
-def removal_script() -> tuple[str, str]:
-    """The uninstall init container's script, and the file it removes."""
+def removal_script() -> str:
+    """The uninstall init container's script."""
     (ds,) = [d for d in uninstall_docs() if d["kind"] == "DaemonSet"]
     (init,) = ds["spec"]["template"]["spec"]["initContainers"]
     script: str = init["command"][-1]
-    found = re.search(r"^f=(\S+)$", script, re.M)
-    assert found is not None
-    return script, found.group(1)
+    assert f"\nkata={KATA_DIR}\n" in script
+    return script
 
 
-def test_the_uninstall_removes_the_file_the_install_wrote() -> None:
-    (init,) = pod_spec()["initContainers"]
-    assert removal_script()[1] == init["command"][-1]
+def test_the_uninstall_removes_every_drop_in_the_install_wrote(tmp_path: Path) -> None:
+    kata = tmp_path / "kata-containers"
+    kata.mkdir()
+    kata_deploy_node(kata)
+    src = tmp_path / "50-kata-mem.toml"
+    src.write_text(manifest("ConfigMap")["data"]["50-kata-mem.toml"])
+    assert run_script(install_script(), kata, src=src).returncode == 0
+    installed = sorted(kata.rglob("50-kata-mem.toml"))
+    assert len(installed) == 3  # runtimes/qemu, runtimes/clh, runtime-rs/runtimes/qemu-runtime-rs
+    done = run_script(removal_script(), kata)
+    assert done.returncode == 0, done.stderr
+    assert list(kata.rglob("50-kata-mem.toml")) == []
+    assert done.stdout.count("removed ") == 3
 
 
 @pytest.mark.parametrize(
@@ -417,18 +495,12 @@ def test_the_uninstall_removes_the_file_the_install_wrote() -> None:
 def test_the_uninstall_removes_only_a_kata_mem_drop_in(
     tmp_path: Path, content: str | None, removed: bool
 ) -> None:
-    script, target = removal_script()
-    drop_in = tmp_path / "config.d" / "50-kata-mem.toml"
-    drop_in.parent.mkdir()
+    drop_in = tmp_path / "runtimes" / "qemu" / "config.d" / "50-kata-mem.toml"
+    drop_in.parent.mkdir(parents=True)
     if content is not None:
         drop_in.write_text(content)
-    done = subprocess.run(
-        ["sh", "-c", script.replace(target, str(drop_in))],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
+    done = run_script(removal_script(), tmp_path)
     assert done.returncode == 0, done.stderr
     assert drop_in.exists() == (content is not None and not removed), done.stdout
     assert ("removed" in done.stdout) == removed
+    assert ("nothing to remove" in done.stdout) == (content is None)
