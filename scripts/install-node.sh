@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Install kata-mem on a node, in the layout docs/guide/install.md describes: a virtualenv
-# under /opt/kata-mem, the command on PATH as /usr/local/bin/kata-mem (a link into it), and
-# configs/systemd's units in /etc/systemd/system, their ExecStart that link. Debian 12
-# refuses `pip install` into the system Python (PEP 668, "externally managed"); a
-# virtualenv of its own is what it asks for.
+# under /opt/kata-mem, its two commands on PATH as /usr/local/bin/kata-mem and kata-mem-shim
+# (links into it), and configs/systemd's units in /etc/systemd/system, their ExecStart the
+# first link. Debian 12 refuses `pip install` into the system Python (PEP 668, "externally
+# managed"); a virtualenv of its own is what it asks for.
 #
 #   scripts/install-node.sh [SOURCE]
 #
@@ -33,8 +33,12 @@ if [ -n "${EXTRAS:-}" ]; then
 fi
 "$prefix/bin/python" -m pip install -q --disable-pip-version-check --upgrade "$spec" >&2
 mkdir -p "$bin_dir"
-ln -sfn "$prefix/bin/kata-mem" "$bin_dir/kata-mem"
-log "installed $("$bin_dir/kata-mem" --version) in $prefix; $bin_dir/kata-mem links to it"
+# kata-mem-shim is what a runtime's shim runs (docs/guide/shim.md): on PATH beside kata-mem.
+for command in kata-mem kata-mem-shim; do
+    ln -sfn "$prefix/bin/$command" "$bin_dir/$command"
+done
+log "installed $("$bin_dir/kata-mem" --version) in $prefix; $bin_dir/kata-mem and" \
+    "$bin_dir/kata-mem-shim link to it"
 if [ "$unit_dir" != - ]; then
     mkdir -p "$unit_dir"
     for unit in kata-mem.socket kata-mem.service; do

@@ -91,6 +91,11 @@ def test_the_node_install_runs_and_its_units_verify(tmp_path: Path) -> None:
         assert done.returncode == 0, done.stderr
     link = root / "usr/local/bin/kata-mem"
     assert link.is_symlink() and os.readlink(link) == str(root / "opt/kata-mem/bin/kata-mem")
+    # kata-mem-shim, the shim's client of the node service, is "installed beside kata-mem"
+    # (docs/guide/shim.md): on PATH as well, or a shim would have to know the virtualenv.
+    shim_link = root / "usr/local/bin/kata-mem-shim"
+    assert shim_link.is_symlink()
+    assert os.readlink(shim_link) == str(root / "opt/kata-mem/bin/kata-mem-shim")
     version = subprocess.run(
         [str(link), "--version"],
         env=env,
@@ -136,6 +141,7 @@ def test_the_node_install_runs_and_its_units_verify(tmp_path: Path) -> None:
     )
     assert gone.returncode == 0, gone.stderr
     assert not link.exists() and not link.is_symlink()
+    assert not shim_link.exists() and not shim_link.is_symlink()
     assert not (root / "opt/kata-mem").exists()
     assert sorted(p.name for p in units.iterdir()) == ["other.service"]
 
@@ -145,6 +151,7 @@ def test_uninstall_leaves_what_the_install_did_not_make(tmp_path: Path) -> None:
     bin_dir.mkdir()
     prefix.mkdir()
     (bin_dir / "kata-mem").write_text("#!/bin/sh\n")  # someone's own program
+    (bin_dir / "kata-mem-shim").symlink_to("/usr/bin/true")  # and a link of theirs
     (prefix / "data").write_text("not a virtualenv")
     done = subprocess.run(
         [str(REPO / "scripts" / "uninstall-node.sh")],
@@ -162,6 +169,7 @@ def test_uninstall_leaves_what_the_install_did_not_make(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert (bin_dir / "kata-mem").read_text() == "#!/bin/sh\n"
+    assert os.readlink(bin_dir / "kata-mem-shim") == "/usr/bin/true"
     assert (prefix / "data").exists()
     assert "left" in done.stderr
 
@@ -169,6 +177,11 @@ def test_uninstall_leaves_what_the_install_did_not_make(tmp_path: Path) -> None:
 def test_the_install_guide_gives_this_layout() -> None:
     page = doc("guide/install.md")
     assert "scripts/install-node.sh" in page and "/opt/kata-mem" in page
+    # Both commands the install puts on PATH are in its layout table and its removal by hand.
+    (by_hand,) = [line for line in page.splitlines() if line.startswith("rm /etc/systemd/")]
+    for command in ("kata-mem", "kata-mem-shim"):
+        assert f"| `/usr/local/bin/{command}` |" in page, command
+        assert f"/usr/local/bin/{command}" in by_hand.split(), command
     readme = (REPO / "README.md").read_text()
     # No distribution is published: the first install line must be one that works.
     assert "pip install kata-mem " not in readme and "pip install kata-mem\n" not in readme
