@@ -89,3 +89,19 @@ def test_the_readme_is_a_front_page_whose_links_resolve() -> None:
     for heading in ("## Quick start", "## Install", "## A five-minute tour", "## Documentation"):
         assert heading in readme
     assert (REPO / "LICENSE").read_text().lstrip().startswith("Apache License")
+
+
+def test_no_command_runs_the_system_pythons_pip() -> None:
+    """Debian 12's python3 has no pip unless python3-pip is installed, and refuses installs
+    into itself (PEP 668): a wheel is built with the pip of a virtualenv (python3-venv, which
+    the install guide asks for), as docs/guide/install.md builds it."""
+    texts = [REPO / "README.md", *sorted(DOCS.rglob("*.md"))]
+    texts += sorted((REPO / "deploy").rglob("Containerfile"))
+    system_pip = re.compile(r"\bpython3? -m pip\b")
+    found = [
+        f"{path.relative_to(REPO)}:{number}"
+        for path in texts
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if system_pip.search(line)
+    ]
+    assert found == []
