@@ -228,6 +228,27 @@ def _requested(m: MemoryPlan, cfg: SizingConfig) -> str:
     return _REQUESTED[m.sizing]
 
 
+def _target_note(m: MemoryPlan) -> str:
+    """Why the target differs from what was requested, on its row: the clamps, each said
+    in full on a ``why:`` line below; or, above what was requested with no clamp, the
+    whole blocks it is planned in (not a clamp, and no step adds a part of a block)."""
+    if m.clamps:
+        return "clamped: " + ", ".join(c.cause for c in m.clamps)
+    if m.target > m.requested:
+        return f"rounded up to whole {to_mib_ceil(m.block)} MiB blocks"
+    return ""
+
+
+def _vcpu_clamp_text(clamp: Clamp, host: int) -> str:
+    """A vCPU clamp in words (its cause names which ceiling, its limit the number)."""
+    if clamp.cause == "host_cpus":
+        return f"clamped to the host's {host} CPUs"
+    if clamp.cause == "default_maxvcpus":
+        return f"clamped to default_maxvcpus {clamp.limit}"
+    # Kata's own cap per architecture (planner.ARCH_MAX_VCPUS).
+    return f"clamped to {clamp.limit}, the most vCPUs Kata gives a VM on this architecture"
+
+
 def _row(label: str, value: str, note: str = "") -> str:
     return f"  {label:<22}{value:>12}  {note}".rstrip()
 
@@ -251,11 +272,7 @@ def plan_text(plan: Plan, cfg: SizingConfig, title: str = "") -> str:
         _row("base (default_memory)", str(to_mib_ceil(m.base))),
         _row("requested", str(to_mib_ceil(m.requested)), _requested(m, cfg)),
         _row("max", str(to_mib_floor(m.max)), max_note),
-        _row(
-            "target",
-            str(to_mib_ceil(m.target)),
-            "clamped: " + ", ".join(c.cause for c in m.clamps) if m.clamps else "",
-        ),
+        _row("target", str(to_mib_ceil(m.target)), _target_note(m)),
         _row("current", str(to_mib_ceil(m.current))),
         _row("delta", f"{to_mib_ceil(m.target) - to_mib_ceil(m.current):+d}"),
     ]
@@ -309,10 +326,11 @@ def plan_text(plan: Plan, cfg: SizingConfig, title: str = "") -> str:
             f"node: budget {to_mib_floor(m.node.budget)} MiB, other sandboxes "
             f"{to_mib_ceil(m.node.committed_others or 0)} MiB"
         )
-    vc = f", clamped by {', '.join(c.cause for c in v.clamps)}" if v.clamps else ""
+    vc = "".join(f", {_vcpu_clamp_text(c, v.host)}" for c in v.clamps)
     lines.append(
-        f"vCPUs: target {v.target} (default {float(v.default):g} + containers = "
-        f"{float(v.requested):g}), max {v.max}, host {v.host}{vc}"
+        f"vCPUs: target {v.target} (default {float(v.default):g} + containers "
+        f"{float(v.requested - v.default):g} = {float(v.requested):g}), max {v.max}, "
+        f"host {v.host}{vc}"
     )
     # The clamps are shown above ("why:", and the vCPU line).
     lines += [

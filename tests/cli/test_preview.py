@@ -191,3 +191,70 @@ def test_python_dash_m_and_no_backend_imports() -> None:
     r = _run("-c", probe)
     assert "target" in r.stdout
     assert r.stdout.strip().endswith("LOADED []"), r.stdout[-300:]
+
+
+QEMU = str(REPO / "configs" / "configuration-qemu.toml")
+QEMU_VIRTIO_MEM = str(REPO / "configs" / "configuration-qemu-virtio-mem.toml")
+
+
+def _line(out: str, start: str) -> str:
+    (found,) = [line for line in out.splitlines() if line.lstrip().startswith(start)]
+    return found
+
+
+def test_a_target_rounded_up_to_whole_blocks_says_so(run_cli: Run) -> None:
+    """A target above what was asked is not a clamp, and was shown with no word of why
+    (requested 2172, target 2176): the text says it is rounded up to whole blocks."""
+    r = run_cli("preview", "--config", QEMU, "--limit", "129M", "--host-memory", "31753Mi")
+    assert r.code == 0, r.err
+    assert _line(r.out, "requested").split()[1] == "2172"
+    assert _line(r.out, "target").split() == [
+        "target",
+        "2176",
+        "rounded",
+        "up",
+        "to",
+        "whole",
+        "128",
+        "MiB",
+        "blocks",
+    ]
+    r = run_cli(
+        "preview", "--config", QEMU_VIRTIO_MEM, "--limit", "100.5Mi", "--host-memory", "31753Mi"
+    )
+    assert (
+        " ".join(_line(r.out, "target").split()) == "target 2150 rounded up to whole 2 MiB blocks"
+    )
+    # Exactly what was asked, or clamped (the clamp says why): nothing more on the row.
+    r = run_cli("preview", "--config", QEMU, "--limit", "1Gi", "--host-memory", "31753Mi")
+    assert _line(r.out, "target").split() == ["target", "3072"]
+    r = run_cli("preview", "--config", QEMU, "--limit", "1000Gi", "--host-memory", "31753Mi")
+    assert _line(r.out, "target").split()[2:] == ["clamped:", "host_memtotal,", "alignment"]
+
+
+def test_the_vcpu_line_adds_up_and_says_why_it_is_clamped(run_cli: Run, tmp_path: Path) -> None:
+    """It read "default 1 + containers = 501 ... clamped by host_cpus": the containers'
+    CPUs were not shown, and the clamp was a code, not why."""
+    host = ("--host-memory", "31753Mi", "--host-arch", "amd64")
+    boom = ("preview", "--config", QEMU, "--pod", BOOM, *host)
+    r = run_cli(*boom, "--host-cpus", "8")
+    assert r.code == 0, r.err
+    assert _line(r.out, "vCPUs:") == (
+        "vCPUs: target 8 (default 1 + containers 500 = 501), max 8, host 8, "
+        "clamped to the host's 8 CPUs"
+    )
+    capped = tmp_path / "configuration.toml"
+    text = Path(QEMU).read_text()
+    assert "\ndefault_maxvcpus = 0\n" in text
+    capped.write_text(text.replace("\ndefault_maxvcpus = 0\n", "\ndefault_maxvcpus = 4\n"))
+    r = run_cli("preview", "--config", str(capped), "--pod", BOOM, *host, "--host-cpus", "8")
+    assert r.code == 0, r.err
+    assert _line(r.out, "vCPUs:").endswith(", clamped to default_maxvcpus 4")
+    r = run_cli(*boom, "--host-cpus", "1000")
+    assert _line(r.out, "vCPUs:").endswith(
+        ", clamped to 240, the most vCPUs Kata gives a VM on this architecture"
+    )
+    r = run_cli("preview", "--config", QEMU, "--cpu", "1.5", *host, "--host-cpus", "8")
+    assert _line(r.out, "vCPUs:") == (
+        "vCPUs: target 3 (default 1 + containers 1.5 = 2.5), max 8, host 8"
+    )
