@@ -267,6 +267,16 @@ def plan_text(plan: Plan, cfg: SizingConfig, title: str = "") -> str:
         if m.configured_max
         else f"default_maxmemory 0 = host {to_mib_floor(m.host)} MiB"
     )
+    # The smaller of the two, unless the planner set the maximum otherwise (planner._ceiling,
+    # plan): below it only the hugepage pool; above it only a VM's boot size (a static VM's,
+    # or boot memory above the maximum), each with its note.
+    named = m.configured_max if m.configured_max and m.configured_max <= m.host else m.host
+    if m.max != named and m.max == m.base:
+        max_note += f"; raised to the boot memory {to_mib_floor(m.max)} MiB, which is above it"
+    elif m.max < named:
+        max_note += f"; the hugepage pool holds {to_mib_floor(m.max)} MiB"
+    elif m.max > named:
+        max_note += f"; raised to the boot size {to_mib_floor(m.max)} MiB"
     lines += [
         "memory (MiB)",
         _row("base (default_memory)", str(to_mib_ceil(m.base))),

@@ -258,3 +258,54 @@ def test_the_vcpu_line_adds_up_and_says_why_it_is_clamped(run_cli: Run, tmp_path
     assert _line(r.out, "vCPUs:") == (
         "vCPUs: target 3 (default 1 + containers 1.5 = 2.5), max 8, host 8"
     )
+
+
+def test_the_max_row_names_what_set_the_maximum(run_cli: Run, tmp_path: Path) -> None:
+    """The row said "default_maxmemory 0 = host 24105 MiB" beside a max of 8192 set by the
+    hugepage pool, or of 10240 raised to a static VM's boot size."""
+    text = Path(QEMU_VIRTIO_MEM).read_text()
+    assert "\nenable_hugepages = false\n" in text
+    pooled = tmp_path / "hugepages.toml"
+    pooled.write_text(text.replace("\nenable_hugepages = false\n", "\nenable_hugepages = true\n"))
+    host = ("--host-memory", "24105Mi", "--host-cpus", "2", "--host-arch", "amd64")
+    r = run_cli(
+        "preview",
+        "--config",
+        str(pooled),
+        "--limit",
+        "100Gi",
+        *host,
+        "--host-hugepages",
+        "4096x2Mi",
+    )
+    assert r.code == 0, r.err
+    assert " ".join(_line(r.out, "max").split()) == (
+        "max 8192 default_maxmemory 0 = host 24105 MiB; the hugepage pool holds 8192 MiB"
+    )
+    text = Path(QEMU).read_text()
+    assert (
+        "\ndefault_maxmemory = 0\n" in text and "\nstatic_sandbox_resource_mgmt = false\n" in text
+    )
+    static = tmp_path / "static.toml"
+    static.write_text(
+        text.replace("\ndefault_maxmemory = 0\n", "\ndefault_maxmemory = 4096\n").replace(
+            "\nstatic_sandbox_resource_mgmt = false\n", "\nstatic_sandbox_resource_mgmt = true\n"
+        )
+    )
+    r = run_cli("preview", "--config", str(static), "--limit", "8Gi", *host)
+    assert r.code == 0, r.err
+    assert " ".join(_line(r.out, "max").split()) == (
+        "max 10240 default_maxmemory 4096 MiB, host 24105 MiB; raised to the boot size 10240 MiB"
+    )
+    # Set by what it names: nothing more.
+    r = run_cli("preview", "--config", QEMU, "--limit", "8Gi", *host)
+    assert " ".join(_line(r.out, "max").split()) == "max 24105 default_maxmemory 0 = host 24105 MiB"
+    # Boot memory above the maximum is the maximum (its note says so).
+    text = Path(QEMU).read_text()
+    low = tmp_path / "low.toml"
+    low.write_text(text.replace("\ndefault_maxmemory = 0\n", "\ndefault_maxmemory = 1024\n"))
+    r = run_cli("preview", "--config", str(low), "--limit", "1Gi", *host)
+    assert " ".join(_line(r.out, "max").split()) == (
+        "max 2048 default_maxmemory 1024 MiB, host 24105 MiB; raised to the boot memory "
+        "2048 MiB, which is above it"
+    )
