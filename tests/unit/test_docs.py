@@ -105,3 +105,20 @@ def test_no_command_runs_the_system_pythons_pip() -> None:
         if system_pip.search(line)
     ]
     assert found == []
+
+
+def test_a_cron_line_runs_kata_mem_by_its_installed_path() -> None:
+    """cron runs a line of /etc/cron.d with PATH=/usr/bin:/bin (cron's default), where the
+    node install's kata-mem (/usr/local/bin) is not: such a line names it in full, as the
+    units do."""
+    cron = re.compile(r"(?:^|[`\s])((?:[0-9*/,-]+ ){5}root (\S+))")
+    lines = [
+        (str(page.relative_to(REPO)), found.group(1), found.group(2))
+        for page in [REPO / "README.md", *sorted(DOCS.rglob("*.md"))]
+        # An inline example may be broken over lines, as Markdown joins them.
+        for found in cron.finditer(" ".join(page.read_text().split()))
+    ]
+    assert lines != []
+    assert [
+        (page, line) for page, line, command in lines if command != "/usr/local/bin/kata-mem"
+    ] == []
