@@ -122,3 +122,28 @@ def test_a_cron_line_runs_kata_mem_by_its_installed_path() -> None:
     assert [
         (page, line) for page, line, command in lines if command != "/usr/local/bin/kata-mem"
     ] == []
+
+
+#: A path of this repository named in a page (a placeholder such as TABLE stands for any name).
+REPO_PATH = re.compile(
+    r"(?<![\w/.-])((?:configs|examples|scripts|deploy|tests|kata_mem|clients|docs)/[\w./*-]+)"
+)
+
+
+def test_every_path_of_the_repository_a_page_names_exists() -> None:
+    """CONTRIBUTING.md's "one module" ran tests/unit/test_planner.py, which is not there."""
+    pages = [REPO / "README.md", REPO / "CONTRIBUTING.md", *sorted(DOCS.rglob("*.md"))]
+    pages += sorted((REPO / "deploy").rglob("*.yaml")) + sorted(
+        (REPO / "deploy").rglob("Containerfile")
+    )
+    pages += sorted((REPO / "configs" / "systemd").iterdir())
+    missing = []
+    for page in pages:
+        for found in REPO_PATH.finditer(page.read_text()):
+            path = found.group(1).rstrip(".,:;)")
+            if re.search(r"/[A-Z]+(?:[./]|$)", path):  # a placeholder
+                continue
+            exists = any(REPO.glob(path)) if "*" in path else (REPO / path).exists()
+            if not exists:
+                missing.append(f"{page.relative_to(REPO)}: {path}")
+    assert missing == []
