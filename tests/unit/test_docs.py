@@ -147,3 +147,19 @@ def test_every_path_of_the_repository_a_page_names_exists() -> None:
             if not exists:
                 missing.append(f"{page.relative_to(REPO)}: {path}")
     assert missing == []
+
+
+def test_a_venv_tool_the_pages_run_is_one_the_quick_start_installs_or_they_say_how() -> None:
+    """`.venv/bin/mkdocs serve` after `scripts/demo` (which installs kata-mem alone) was
+    "No such file or directory": a page that runs a tool of .venv that only an extra brings
+    says how to install that extra there (scripts/bootstrap.sh .venv EXTRA)."""
+    extras = {"mkdocs": "docs"}
+    missing = []
+    for page in [REPO / "README.md", *sorted(DOCS.rglob("*.md"))]:
+        for paragraph in page.read_text().split("\n\n"):
+            for tool, extra in extras.items():
+                if f".venv/bin/{tool} " in paragraph and (
+                    f"scripts/bootstrap.sh .venv {extra}" not in paragraph
+                ):
+                    missing.append(f"{page.relative_to(REPO)}: .venv/bin/{tool}")
+    assert missing == []
