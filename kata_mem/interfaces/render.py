@@ -311,6 +311,9 @@ def plan_text(plan: Plan, cfg: SizingConfig, title: str = "") -> str:
             if m.pod_overhead is not None
             else "pod overhead unknown"
         )
+        if m.pod_overhead is not None and m.sizing != "pod-overhead":
+            # Only pod-overhead sizing puts it in the VM (docs, "Sizing models").
+            shown += f"; not in the VM: requested is {_requested(m, cfg)}"
         lines.append(f"sizing: {m.sizing} ({shown})")
     cg = m.host_cgroup
     if cg is not None:

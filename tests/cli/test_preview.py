@@ -309,3 +309,15 @@ def test_the_max_row_names_what_set_the_maximum(run_cli: Run, tmp_path: Path) ->
         "max 2048 default_maxmemory 1024 MiB, host 24105 MiB; raised to the boot memory "
         "2048 MiB, which is above it"
     )
+
+
+def test_a_pod_overhead_the_kata_model_does_not_add_says_so(run_cli: Run) -> None:
+    """`sizing: kata (pod overhead 160 MiB from ...)` beside a VM of default_memory + limits
+    read as if the 160 MiB were in it."""
+    pod = str(PODS / "kata-overhead.yaml")
+    r = run_cli("preview", "--config", QEMU, "--pod", pod, "--host-memory", "31753Mi")
+    assert r.code == 0, r.err
+    assert _line(r.out, "sizing:") == (
+        f"sizing: kata (pod overhead 160 MiB from {pod}: spec.overhead.memory; not in the VM: "
+        "requested is base + container limits)"
+    )
