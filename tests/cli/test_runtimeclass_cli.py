@@ -242,3 +242,25 @@ def test_the_kubernetes_guide_gives_the_size_classes_the_command_prints() -> Non
         )
         printed.append(manifest["overhead"]["podFixed"]["memory"].removesuffix("Mi"))
     assert [fixed for fixed, _ in shown] == printed
+
+
+def test_each_pod_line_adds_up() -> None:
+    """For pods past the guest's memmap ceiling the line read "VM 87168 MiB, VMM overhead
+    2128 MiB: cgroup >= 266352 MiB": the guard is asked for more than that VM (it checks the
+    target before the guest's ceiling clamps it), and the line now names what it adds."""
+    cfg = str(REPO / "configs" / "configuration-qemu.toml")
+    text, doc = runtimeclass("--config", cfg, "--max-pod-memory", "256Gi")
+    lines = [line for line in text.splitlines() if " -> VM " in line]
+    assert lines
+    for line in lines:
+        found = re.search(
+            r"-> VM (\d+) MiB(?: \(the guard is asked for (\d+) MiB\))?, VMM overhead (\d+) MiB: "
+            r"cgroup >= (\d+) MiB",
+            line,
+        )
+        assert found is not None, line
+        vm, asked, overhead, cgroup = found.groups()
+        assert int(asked or vm) + int(overhead) + 32 == int(cgroup), line
+    assert any("(the guard is asked for 264192 MiB)" in line for line in lines)
+    binding = doc["pods"]["binding"]
+    assert (binding["vm_bytes"], binding["asked_bytes"]) == (87168 * MiB, 264192 * MiB)
