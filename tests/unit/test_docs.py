@@ -163,3 +163,21 @@ def test_a_venv_tool_the_pages_run_is_one_the_quick_start_installs_or_they_say_h
                 ):
                     missing.append(f"{page.relative_to(REPO)}: .venv/bin/{tool}")
     assert missing == []
+
+
+def test_the_libvirt_extra_s_build_packages_are_named_in_full() -> None:
+    """`EXTRAS=libvirt scripts/install-node.sh` compiles libvirt-python: with only the
+    libvirt-dev and pkg-config the pages named, a fresh Debian 12 has no gcc and no Python.h.
+    Each page that names what it needs names what scripts/install-system-deps.sh installs."""
+    script = (REPO / "scripts" / "install-system-deps.sh").read_text()
+    (listed,) = re.findall(r"packages\+=\((libvirt-dev [^)]*)\)", script)
+    needed = [*listed.split(), "python3-dev"]
+    assert "python3-dev" in script
+    short = []
+    for page in [REPO / "README.md", *sorted(DOCS.rglob("*.md"))]:
+        for paragraph in page.read_text().split("\n\n"):
+            if "libvirt-dev" in paragraph and "pkg-config" in paragraph:
+                missing = [p for p in needed if p not in paragraph]
+                if missing:
+                    short.append(f"{page.relative_to(REPO)}: {missing}")
+    assert short == []
