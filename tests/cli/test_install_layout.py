@@ -185,3 +185,36 @@ def test_the_install_guide_gives_this_layout() -> None:
     readme = (REPO / "README.md").read_text()
     # No distribution is published: the first install line must be one that works.
     assert "pip install kata-mem " not in readme and "pip install kata-mem\n" not in readme
+
+
+def test_the_install_script_without_its_units_stops_before_it_installs(tmp_path: Path) -> None:
+    """On a node without a checkout (a wheel copied there, as the guide offers) the script
+    installed the virtualenv and the links, then stopped at its missing units with a sed
+    error, leaving an empty kata-mem.socket.tmp among the node's units. It now says what to
+    copy, before it makes anything."""
+    (tmp_path / "scripts").mkdir()
+    script = tmp_path / "scripts" / "install-node.sh"
+    script.write_bytes(SCRIPT.read_bytes())
+    script.chmod(0o755)
+    root = tmp_path / "root"
+    env = {
+        **{k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")},
+        "PREFIX": str(root / "opt/kata-mem"),
+        "BIN_DIR": str(root / "usr/local/bin"),
+        "UNIT_DIR": str(root / "etc/systemd/system"),
+    }
+    done = subprocess.run(
+        [str(script), str(REPO)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert str(tmp_path / "configs" / "systemd") in done.stderr and "UNIT_DIR=-" in done.stderr
+    assert not root.exists()
+    # What the guide has copied to such a node holds what the script needs.
+    (pack,) = [line for line in doc("guide/install.md").splitlines() if line.startswith("tar -cf ")]
+    assert {"scripts/install-node.sh", "configs/systemd"} <= set(pack.split())
