@@ -10,7 +10,8 @@ demo:
 test:
 	scripts/test
 
-## unit: the fast tests only (no guest, no system packages)
+## unit: the fast tests only (no guest; the test extra compiles libvirt-python, so it needs the
+## build packages of scripts/install-system-deps.sh libvirt, as lint does)
 unit:
 	scripts/bootstrap.sh $(VENV) test
 	$(VENV)/bin/python -m pytest -p no:cacheprovider -m "not guest and not libvirt and not go and not prometheus" -n auto --dist loadfile

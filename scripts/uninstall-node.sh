@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Remove the node install of scripts/install-node.sh (docs/guide/install.md, "Upgrade and
-# uninstall"): the units, the link on PATH and the virtualenv, each only when it is what the
-# install made (a unit naming BIN_DIR/kata-mem, a link into PREFIX, a virtualenv holding
-# kata-mem). Kata's VMs keep their current memory; the state directory (/run/kata-mem,
-# a tmpfs) is left for `rm -rf` by hand once no sandbox needs it.
+# uninstall"): the units, the links on PATH (kata-mem, kata-mem-shim) and the virtualenv, each
+# only when it is what the install made (a unit naming BIN_DIR/kata-mem, a link into PREFIX, a
+# virtualenv holding kata-mem). Kata's VMs keep their current memory; the state directory
+# (/run/kata-mem, a tmpfs) is left for `rm -rf` by hand once no sandbox needs it.
 #
 #   scripts/uninstall-node.sh
 #
@@ -29,13 +29,15 @@ done
 if [ "$systemctl" != - ] && [ -d /run/systemd/system ]; then
     "$systemctl" daemon-reload >&2 || true
 fi
-link=$bin_dir/kata-mem
-if [ -L "$link" ] && [ "$(readlink "$link")" = "$prefix/bin/kata-mem" ]; then
-    rm -f "$link"
-    log "removed $link"
-elif [ -e "$link" ]; then
-    log "left $link: not a link to $prefix/bin/kata-mem"
-fi
+for command in kata-mem kata-mem-shim; do
+    link=$bin_dir/$command
+    if [ -L "$link" ] && [ "$(readlink "$link")" = "$prefix/bin/$command" ]; then
+        rm -f "$link"
+        log "removed $link"
+    elif [ -e "$link" ] || [ -L "$link" ]; then
+        log "left $link: not a link to $prefix/bin/$command"
+    fi
+done
 if [ -f "$prefix/pyvenv.cfg" ] && [ -x "$prefix/bin/kata-mem" ]; then
     rm -rf "$prefix"
     log "removed $prefix"

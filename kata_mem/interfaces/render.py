@@ -228,6 +228,27 @@ def _requested(m: MemoryPlan, cfg: SizingConfig) -> str:
     return _REQUESTED[m.sizing]
 
 
+def _target_note(m: MemoryPlan) -> str:
+    """Why the target differs from what was requested, on its row: the clamps, each said
+    in full on a ``why:`` line below; or, above what was requested with no clamp, the
+    whole blocks it is planned in (not a clamp, and no step adds a part of a block)."""
+    if m.clamps:
+        return "clamped: " + ", ".join(c.cause for c in m.clamps)
+    if m.target > m.requested:
+        return f"rounded up to whole {to_mib_ceil(m.block)} MiB blocks"
+    return ""
+
+
+def _vcpu_clamp_text(clamp: Clamp, host: int) -> str:
+    """A vCPU clamp in words (its cause names which ceiling, its limit the number)."""
+    if clamp.cause == "host_cpus":
+        return f"clamped to the host's {host} CPUs"
+    if clamp.cause == "default_maxvcpus":
+        return f"clamped to default_maxvcpus {clamp.limit}"
+    # Kata's own cap per architecture (planner.ARCH_MAX_VCPUS).
+    return f"clamped to {clamp.limit}, the most vCPUs Kata gives a VM on this architecture"
+
+
 def _row(label: str, value: str, note: str = "") -> str:
     return f"  {label:<22}{value:>12}  {note}".rstrip()
 
@@ -246,16 +267,22 @@ def plan_text(plan: Plan, cfg: SizingConfig, title: str = "") -> str:
         if m.configured_max
         else f"default_maxmemory 0 = host {to_mib_floor(m.host)} MiB"
     )
+    # The smaller of the two, unless the planner set the maximum otherwise (planner._ceiling,
+    # plan): below it only the hugepage pool; above it only a VM's boot size (a static VM's,
+    # or boot memory above the maximum), each with its note.
+    named = m.configured_max if m.configured_max and m.configured_max <= m.host else m.host
+    if m.max != named and m.max == m.base:
+        max_note += f"; raised to the boot memory {to_mib_floor(m.max)} MiB, which is above it"
+    elif m.max < named:
+        max_note += f"; the hugepage pool holds {to_mib_floor(m.max)} MiB"
+    elif m.max > named:
+        max_note += f"; raised to the boot size {to_mib_floor(m.max)} MiB"
     lines += [
         "memory (MiB)",
         _row("base (default_memory)", str(to_mib_ceil(m.base))),
         _row("requested", str(to_mib_ceil(m.requested)), _requested(m, cfg)),
         _row("max", str(to_mib_floor(m.max)), max_note),
-        _row(
-            "target",
-            str(to_mib_ceil(m.target)),
-            "clamped: " + ", ".join(c.cause for c in m.clamps) if m.clamps else "",
-        ),
+        _row("target", str(to_mib_ceil(m.target)), _target_note(m)),
         _row("current", str(to_mib_ceil(m.current))),
         _row("delta", f"{to_mib_ceil(m.target) - to_mib_ceil(m.current):+d}"),
     ]
@@ -284,6 +311,9 @@ def plan_text(plan: Plan, cfg: SizingConfig, title: str = "") -> str:
             if m.pod_overhead is not None
             else "pod overhead unknown"
         )
+        if m.pod_overhead is not None and m.sizing != "pod-overhead":
+            # Only pod-overhead sizing puts it in the VM (docs, "Sizing models").
+            shown += f"; not in the VM: requested is {_requested(m, cfg)}"
         lines.append(f"sizing: {m.sizing} ({shown})")
     cg = m.host_cgroup
     if cg is not None:
@@ -309,10 +339,11 @@ def plan_text(plan: Plan, cfg: SizingConfig, title: str = "") -> str:
             f"node: budget {to_mib_floor(m.node.budget)} MiB, other sandboxes "
             f"{to_mib_ceil(m.node.committed_others or 0)} MiB"
         )
-    vc = f", clamped by {', '.join(c.cause for c in v.clamps)}" if v.clamps else ""
+    vc = "".join(f", {_vcpu_clamp_text(c, v.host)}" for c in v.clamps)
     lines.append(
-        f"vCPUs: target {v.target} (default {float(v.default):g} + containers = "
-        f"{float(v.requested):g}), max {v.max}, host {v.host}{vc}"
+        f"vCPUs: target {v.target} (default {float(v.default):g} + containers "
+        f"{float(v.requested - v.default):g} = {float(v.requested):g}), max {v.max}, "
+        f"host {v.host}{vc}"
     )
     # The clamps are shown above ("why:", and the vCPU line).
     lines += [

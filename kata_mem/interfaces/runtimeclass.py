@@ -74,8 +74,10 @@ def _vm_rule(o: RuntimeClassOverhead) -> str:
 
 
 def _pod(f: PodFit) -> str:
+    # What the guard is asked to admit, when it is not the VM, is what the cgroup must hold.
+    asked = "" if f.asked == f.vm else f" (the guard is asked for {fmt_bytes(f.asked)})"
     return (
-        f"limits {fmt_limits(f.limits)} -> VM {fmt_bytes(f.vm)}, VMM overhead "
+        f"limits {fmt_limits(f.limits)} -> VM {fmt_bytes(f.vm)}{asked}, VMM overhead "
         f"{fmt_bytes(f.vmm_overhead)}: cgroup >= {fmt_bytes(f.needed)}, podFixed >= "
         f"{fmt_limits(max(f.pod_fixed, 0))}"
     )

@@ -91,6 +91,11 @@ def test_the_node_install_runs_and_its_units_verify(tmp_path: Path) -> None:
         assert done.returncode == 0, done.stderr
     link = root / "usr/local/bin/kata-mem"
     assert link.is_symlink() and os.readlink(link) == str(root / "opt/kata-mem/bin/kata-mem")
+    # kata-mem-shim, the shim's client of the node service, is "installed beside kata-mem"
+    # (docs/guide/shim.md): on PATH as well, or a shim would have to know the virtualenv.
+    shim_link = root / "usr/local/bin/kata-mem-shim"
+    assert shim_link.is_symlink()
+    assert os.readlink(shim_link) == str(root / "opt/kata-mem/bin/kata-mem-shim")
     version = subprocess.run(
         [str(link), "--version"],
         env=env,
@@ -136,6 +141,7 @@ def test_the_node_install_runs_and_its_units_verify(tmp_path: Path) -> None:
     )
     assert gone.returncode == 0, gone.stderr
     assert not link.exists() and not link.is_symlink()
+    assert not shim_link.exists() and not shim_link.is_symlink()
     assert not (root / "opt/kata-mem").exists()
     assert sorted(p.name for p in units.iterdir()) == ["other.service"]
 
@@ -145,6 +151,7 @@ def test_uninstall_leaves_what_the_install_did_not_make(tmp_path: Path) -> None:
     bin_dir.mkdir()
     prefix.mkdir()
     (bin_dir / "kata-mem").write_text("#!/bin/sh\n")  # someone's own program
+    (bin_dir / "kata-mem-shim").symlink_to("/usr/bin/true")  # and a link of theirs
     (prefix / "data").write_text("not a virtualenv")
     done = subprocess.run(
         [str(REPO / "scripts" / "uninstall-node.sh")],
@@ -162,6 +169,7 @@ def test_uninstall_leaves_what_the_install_did_not_make(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert (bin_dir / "kata-mem").read_text() == "#!/bin/sh\n"
+    assert os.readlink(bin_dir / "kata-mem-shim") == "/usr/bin/true"
     assert (prefix / "data").exists()
     assert "left" in done.stderr
 
@@ -169,6 +177,44 @@ def test_uninstall_leaves_what_the_install_did_not_make(tmp_path: Path) -> None:
 def test_the_install_guide_gives_this_layout() -> None:
     page = doc("guide/install.md")
     assert "scripts/install-node.sh" in page and "/opt/kata-mem" in page
+    # Both commands the install puts on PATH are in its layout table and its removal by hand.
+    (by_hand,) = [line for line in page.splitlines() if line.startswith("rm /etc/systemd/")]
+    for command in ("kata-mem", "kata-mem-shim"):
+        assert f"| `/usr/local/bin/{command}` |" in page, command
+        assert f"/usr/local/bin/{command}" in by_hand.split(), command
     readme = (REPO / "README.md").read_text()
     # No distribution is published: the first install line must be one that works.
     assert "pip install kata-mem " not in readme and "pip install kata-mem\n" not in readme
+
+
+def test_the_install_script_without_its_units_stops_before_it_installs(tmp_path: Path) -> None:
+    """On a node without a checkout (a wheel copied there, as the guide offers) the script
+    installed the virtualenv and the links, then stopped at its missing units with a sed
+    error, leaving an empty kata-mem.socket.tmp among the node's units. It now says what to
+    copy, before it makes anything."""
+    (tmp_path / "scripts").mkdir()
+    script = tmp_path / "scripts" / "install-node.sh"
+    script.write_bytes(SCRIPT.read_bytes())
+    script.chmod(0o755)
+    root = tmp_path / "root"
+    env = {
+        **{k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")},
+        "PREFIX": str(root / "opt/kata-mem"),
+        "BIN_DIR": str(root / "usr/local/bin"),
+        "UNIT_DIR": str(root / "etc/systemd/system"),
+    }
+    done = subprocess.run(
+        [str(script), str(REPO)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert str(tmp_path / "configs" / "systemd") in done.stderr and "UNIT_DIR=-" in done.stderr
+    assert not root.exists()
+    # What the guide has copied to such a node holds what the script needs.
+    (pack,) = [line for line in doc("guide/install.md").splitlines() if line.startswith("tar -cf ")]
+    assert {"scripts/install-node.sh", "configs/systemd"} <= set(pack.split())

@@ -92,3 +92,41 @@ def test_config_check_says_who_resizes_the_vm_after_boot(tmp_path: Path) -> None
     assert "Kata's runtime hotplugs it by itself" in line and "in place of" in line
     doc = json.loads(kata_mem_process("config", "check", str(static), "--json").stdout)
     assert doc["memory_owner"].startswith("sized once at boot: Kata's runtime never resizes it")
+
+
+def test_scripts_test_asks_for_the_pythons_it_tests_before_anything_else(tmp_path: Path) -> None:
+    """Without pyenv's 3.9 and 3.13 (a fresh Debian machine has no pyenv), scripts/test
+    failed only after the whole pytest run, ~14 min in: it checks for them first."""
+    code = re.sub(r"(?m)^\s*#.*$", "", (REPO / "scripts" / "test").read_text())
+    check = code.index("scripts/test-pythons --check")
+    assert check < code.index("scripts/install-system-deps.sh")
+    # The check in a copy of the scripts (a bootstrap would make its virtualenvs there).
+    (tmp_path / "scripts").mkdir()
+    for name in ("test-pythons", "bootstrap.sh"):
+        (tmp_path / "scripts" / name).write_bytes((REPO / "scripts" / name).read_bytes())
+        (tmp_path / "scripts" / name).chmod(0o755)
+    home = tmp_path / "home"
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(home)}  # no pyenv on PATH: $HOME/.pyenv
+
+    def run_check() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(tmp_path / "scripts" / "test-pythons"), "--check", "3.9", "3.13"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
+    missing = run_check()
+    assert missing.returncode == 1
+    assert "no pyenv build of Python 3.9" in missing.stderr
+    assert "pyenv install 3.9" in missing.stderr
+    for version in ("3.9.1", "3.13.2"):
+        python = home / ".pyenv" / "versions" / version / "bin" / f"python{version[:-2]}"
+        python.parent.mkdir(parents=True)
+        python.write_text("#!/bin/sh\nexit 1\n")  # never run by the check
+        python.chmod(0o755)
+    found = run_check()
+    assert found.returncode == 0, found.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["home", "scripts"]

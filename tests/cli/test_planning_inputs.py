@@ -288,4 +288,4 @@ def test_reported_default_vcpus_is_the_one_used(run_cli: Run, tmp_path: Path) ->
     args = ("--config", str(cfg), "--host-memory", "16Gi", "--host-cpus", "8")
     v = _preview(run_cli, *args)["vcpus"]
     assert (v["default"], v["requested"], v["target"], v["max"]) == (1.0, 1.0, 1, 1)
-    assert "vCPUs: target 1 (default 1 + containers = 1), max 1" in run_cli("preview", *args).out
+    assert "vCPUs: target 1 (default 1 + containers 0 = 1), max 1" in run_cli("preview", *args).out

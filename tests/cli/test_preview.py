@@ -191,3 +191,133 @@ def test_python_dash_m_and_no_backend_imports() -> None:
     r = _run("-c", probe)
     assert "target" in r.stdout
     assert r.stdout.strip().endswith("LOADED []"), r.stdout[-300:]
+
+
+QEMU = str(REPO / "configs" / "configuration-qemu.toml")
+QEMU_VIRTIO_MEM = str(REPO / "configs" / "configuration-qemu-virtio-mem.toml")
+
+
+def _line(out: str, start: str) -> str:
+    (found,) = [line for line in out.splitlines() if line.lstrip().startswith(start)]
+    return found
+
+
+def test_a_target_rounded_up_to_whole_blocks_says_so(run_cli: Run) -> None:
+    """A target above what was asked is not a clamp, and was shown with no word of why
+    (requested 2172, target 2176): the text says it is rounded up to whole blocks."""
+    r = run_cli("preview", "--config", QEMU, "--limit", "129M", "--host-memory", "31753Mi")
+    assert r.code == 0, r.err
+    assert _line(r.out, "requested").split()[1] == "2172"
+    assert _line(r.out, "target").split() == [
+        "target",
+        "2176",
+        "rounded",
+        "up",
+        "to",
+        "whole",
+        "128",
+        "MiB",
+        "blocks",
+    ]
+    r = run_cli(
+        "preview", "--config", QEMU_VIRTIO_MEM, "--limit", "100.5Mi", "--host-memory", "31753Mi"
+    )
+    assert (
+        " ".join(_line(r.out, "target").split()) == "target 2150 rounded up to whole 2 MiB blocks"
+    )
+    # Exactly what was asked, or clamped (the clamp says why): nothing more on the row.
+    r = run_cli("preview", "--config", QEMU, "--limit", "1Gi", "--host-memory", "31753Mi")
+    assert _line(r.out, "target").split() == ["target", "3072"]
+    r = run_cli("preview", "--config", QEMU, "--limit", "1000Gi", "--host-memory", "31753Mi")
+    assert _line(r.out, "target").split()[2:] == ["clamped:", "host_memtotal,", "alignment"]
+
+
+def test_the_vcpu_line_adds_up_and_says_why_it_is_clamped(run_cli: Run, tmp_path: Path) -> None:
+    """It read "default 1 + containers = 501 ... clamped by host_cpus": the containers'
+    CPUs were not shown, and the clamp was a code, not why."""
+    host = ("--host-memory", "31753Mi", "--host-arch", "amd64")
+    boom = ("preview", "--config", QEMU, "--pod", BOOM, *host)
+    r = run_cli(*boom, "--host-cpus", "8")
+    assert r.code == 0, r.err
+    assert _line(r.out, "vCPUs:") == (
+        "vCPUs: target 8 (default 1 + containers 500 = 501), max 8, host 8, "
+        "clamped to the host's 8 CPUs"
+    )
+    capped = tmp_path / "configuration.toml"
+    text = Path(QEMU).read_text()
+    assert "\ndefault_maxvcpus = 0\n" in text
+    capped.write_text(text.replace("\ndefault_maxvcpus = 0\n", "\ndefault_maxvcpus = 4\n"))
+    r = run_cli("preview", "--config", str(capped), "--pod", BOOM, *host, "--host-cpus", "8")
+    assert r.code == 0, r.err
+    assert _line(r.out, "vCPUs:").endswith(", clamped to default_maxvcpus 4")
+    r = run_cli(*boom, "--host-cpus", "1000")
+    assert _line(r.out, "vCPUs:").endswith(
+        ", clamped to 240, the most vCPUs Kata gives a VM on this architecture"
+    )
+    r = run_cli("preview", "--config", QEMU, "--cpu", "1.5", *host, "--host-cpus", "8")
+    assert _line(r.out, "vCPUs:") == (
+        "vCPUs: target 3 (default 1 + containers 1.5 = 2.5), max 8, host 8"
+    )
+
+
+def test_the_max_row_names_what_set_the_maximum(run_cli: Run, tmp_path: Path) -> None:
+    """The row said "default_maxmemory 0 = host 24105 MiB" beside a max of 8192 set by the
+    hugepage pool, or of 10240 raised to a static VM's boot size."""
+    text = Path(QEMU_VIRTIO_MEM).read_text()
+    assert "\nenable_hugepages = false\n" in text
+    pooled = tmp_path / "hugepages.toml"
+    pooled.write_text(text.replace("\nenable_hugepages = false\n", "\nenable_hugepages = true\n"))
+    host = ("--host-memory", "24105Mi", "--host-cpus", "2", "--host-arch", "amd64")
+    r = run_cli(
+        "preview",
+        "--config",
+        str(pooled),
+        "--limit",
+        "100Gi",
+        *host,
+        "--host-hugepages",
+        "4096x2Mi",
+    )
+    assert r.code == 0, r.err
+    assert " ".join(_line(r.out, "max").split()) == (
+        "max 8192 default_maxmemory 0 = host 24105 MiB; the hugepage pool holds 8192 MiB"
+    )
+    text = Path(QEMU).read_text()
+    assert (
+        "\ndefault_maxmemory = 0\n" in text and "\nstatic_sandbox_resource_mgmt = false\n" in text
+    )
+    static = tmp_path / "static.toml"
+    static.write_text(
+        text.replace("\ndefault_maxmemory = 0\n", "\ndefault_maxmemory = 4096\n").replace(
+            "\nstatic_sandbox_resource_mgmt = false\n", "\nstatic_sandbox_resource_mgmt = true\n"
+        )
+    )
+    r = run_cli("preview", "--config", str(static), "--limit", "8Gi", *host)
+    assert r.code == 0, r.err
+    assert " ".join(_line(r.out, "max").split()) == (
+        "max 10240 default_maxmemory 4096 MiB, host 24105 MiB; raised to the boot size 10240 MiB"
+    )
+    # Set by what it names: nothing more.
+    r = run_cli("preview", "--config", QEMU, "--limit", "8Gi", *host)
+    assert " ".join(_line(r.out, "max").split()) == "max 24105 default_maxmemory 0 = host 24105 MiB"
+    # Boot memory above the maximum is the maximum (its note says so).
+    text = Path(QEMU).read_text()
+    low = tmp_path / "low.toml"
+    low.write_text(text.replace("\ndefault_maxmemory = 0\n", "\ndefault_maxmemory = 1024\n"))
+    r = run_cli("preview", "--config", str(low), "--limit", "1Gi", *host)
+    assert " ".join(_line(r.out, "max").split()) == (
+        "max 2048 default_maxmemory 1024 MiB, host 24105 MiB; raised to the boot memory "
+        "2048 MiB, which is above it"
+    )
+
+
+def test_a_pod_overhead_the_kata_model_does_not_add_says_so(run_cli: Run) -> None:
+    """`sizing: kata (pod overhead 160 MiB from ...)` beside a VM of default_memory + limits
+    read as if the 160 MiB were in it."""
+    pod = str(PODS / "kata-overhead.yaml")
+    r = run_cli("preview", "--config", QEMU, "--pod", pod, "--host-memory", "31753Mi")
+    assert r.code == 0, r.err
+    assert _line(r.out, "sizing:") == (
+        f"sizing: kata (pod overhead 160 MiB from {pod}: spec.overhead.memory; not in the VM: "
+        "requested is base + container limits)"
+    )

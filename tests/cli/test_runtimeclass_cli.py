@@ -5,6 +5,7 @@ numbers), the options, and its refusals (one line, exit code, nothing on stdout)
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -222,3 +223,44 @@ def test_a_max_pod_memory_below_one_byte_is_refused_alike(tmp_path: Path) -> Non
         assert r.stderr == (
             f"kata-mem: error: --max-pod-memory {given!r}: expected at least 1 byte\n"
         ), given
+
+
+def test_the_kubernetes_guide_gives_the_size_classes_the_command_prints() -> None:
+    """docs/guide/kubernetes.md, "Size classes": each podFixed it names for Kata's QEMU
+    defaults is what ``--max-pod-memory BOUND`` prints (it said 4336Mi up to 256Gi where the
+    command prints 4209Mi: a figure no test read)."""
+    page = " ".join((REPO / "docs" / "guide" / "kubernetes.md").read_text().split())
+    sentence = page[page.index("for Kata's QEMU defaults, ") :]
+    sentence = sentence[: sentence.index(". ")]
+    shown = re.findall(r"(\d+)Mi (?:for pods )?up to (\d+Gi)", sentence)
+    assert [bound for _, bound in shown] == ["2Gi", "8Gi", "32Gi", "256Gi"], sentence
+    cfg = str(REPO / "configs" / "configuration-qemu.toml")
+    printed = []
+    for _, bound in shown:
+        manifest = yaml.safe_load(
+            kata_mem_process("runtimeclass", "--config", cfg, "--max-pod-memory", bound).stdout
+        )
+        printed.append(manifest["overhead"]["podFixed"]["memory"].removesuffix("Mi"))
+    assert [fixed for fixed, _ in shown] == printed
+
+
+def test_each_pod_line_adds_up() -> None:
+    """For pods past the guest's memmap ceiling the line read "VM 87168 MiB, VMM overhead
+    2128 MiB: cgroup >= 266352 MiB": the guard is asked for more than that VM (it checks the
+    target before the guest's ceiling clamps it), and the line now names what it adds."""
+    cfg = str(REPO / "configs" / "configuration-qemu.toml")
+    text, doc = runtimeclass("--config", cfg, "--max-pod-memory", "256Gi")
+    lines = [line for line in text.splitlines() if " -> VM " in line]
+    assert lines
+    for line in lines:
+        found = re.search(
+            r"-> VM (\d+) MiB(?: \(the guard is asked for (\d+) MiB\))?, VMM overhead (\d+) MiB: "
+            r"cgroup >= (\d+) MiB",
+            line,
+        )
+        assert found is not None, line
+        vm, asked, overhead, cgroup = found.groups()
+        assert int(asked or vm) + int(overhead) + 32 == int(cgroup), line
+    assert any("(the guard is asked for 264192 MiB)" in line for line in lines)
+    binding = doc["pods"]["binding"]
+    assert (binding["vm_bytes"], binding["asked_bytes"]) == (87168 * MiB, 264192 * MiB)

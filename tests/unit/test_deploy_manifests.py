@@ -43,6 +43,14 @@ def kustomization() -> dict[str, Any]:
     return found
 
 
+def image_setting() -> dict[str, Any]:
+    """The one ``images`` entry: the Component both kustomizations take in."""
+    (found,) = documents("image/kustomization.yaml")
+    assert found["kind"] == "Component"
+    (image,) = found["images"]
+    return dict(image)
+
+
 #: The manifests, as the kustomization lists them (``kubectl apply -k``).
 MANIFESTS = [DEPLOY / name for name in kustomization()["resources"]]
 
@@ -267,7 +275,7 @@ def test_the_image_is_named_once_in_the_kustomization() -> None:
     """Every container of the DaemonSet names the image the kustomization rewrites, and the
     kustomization sets this version's tag: an operator edits one place."""
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    (image,) = kustomization()["images"]
+    image = image_setting()
     used = {c["image"] for c in pod_spec()["containers"] + pod_spec()["initContainers"]}
     assert used == {f"{image['name']}:{project['version']}"}
     assert image["newTag"] == project["version"]
@@ -357,7 +365,7 @@ def test_kubectl_kustomize_gives_that_order_and_image() -> None:
     assert [(d["kind"], d["metadata"]["name"]) for d in built] == [
         (d["kind"], d["metadata"]["name"]) for d in ours
     ]
-    (image,) = kustomization()["images"]
+    image = image_setting()
     (ds,) = [d for d in built if d["kind"] == "DaemonSet"]
     spec = ds["spec"]["template"]["spec"]
     assert {c["image"] for c in spec["containers"] + spec["initContainers"]} == {
@@ -504,3 +512,61 @@ def test_the_uninstall_removes_only_a_kata_mem_drop_in(
     assert drop_in.exists() == (content is not None and not removed), done.stdout
     assert ("removed" in done.stdout) == removed
     assert ("nothing to remove" in done.stdout) == (content is None)
+
+
+def test_the_image_is_set_in_one_file_for_the_install_and_the_uninstall() -> None:
+    """The guide has the operator set the image in one file; the uninstall DaemonSet ran
+    registry.example's until its own kustomization was edited too (an image that does not
+    exist: `rollout status` waited on ImagePullBackOff). One file under deploy/ sets
+    `images`, and both kustomizations take it in."""
+    setting = sorted(
+        str(p.relative_to(REPO))
+        for p in DEPLOY.rglob("kustomization.yaml")
+        for d in yaml.safe_load_all(p.read_text())
+        if d and "images" in d
+    )
+    assert len(setting) == 1, setting
+    page = " ".join((REPO / "docs" / "guide" / "kubernetes.md").read_text().split())
+    assert f"under `images:` in `{setting[0]}`" in page
+    for kust in (DEPLOY / "kustomization.yaml", UNINSTALL / "kustomization.yaml"):
+        (doc,) = [d for d in yaml.safe_load_all(kust.read_text()) if d]
+        assert [
+            str((kust.parent / c / "kustomization.yaml").resolve().relative_to(REPO))
+            for c in doc.get("components", [])
+        ] == setting, kust
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="no kubectl on PATH")
+def test_kubectl_kustomize_gives_both_daemonsets_the_image_set_once(tmp_path: Path) -> None:
+    """A copy of deploy/kubernetes with another image set in that one file: kubectl's own
+    kustomize gives it to every container of the install and of the uninstall."""
+    copy = tmp_path / "kubernetes"
+    shutil.copytree(DEPLOY, copy)
+    (setting,) = [
+        p
+        for p in copy.rglob("kustomization.yaml")
+        for d in yaml.safe_load_all(p.read_text())
+        if d and "images" in d
+    ]
+    text = setting.read_text()
+    assert "newName: registry.example/kata-mem\n" in text
+    setting.write_text(
+        text.replace("newName: registry.example/kata-mem\n", "newName: my.registry/kata-mem\n")
+    )
+    for built in (copy, copy / "uninstall"):
+        done = subprocess.run(
+            ["kubectl", "kustomize", str(built)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        images = {
+            c["image"]
+            for d in yaml.safe_load_all(done.stdout)
+            if d and d["kind"] == "DaemonSet"
+            for c in d["spec"]["template"]["spec"]["containers"]
+            + d["spec"]["template"]["spec"]["initContainers"]
+        }
+        assert images == {"my.registry/kata-mem:0.1.0"}, built

@@ -89,3 +89,113 @@ def test_the_readme_is_a_front_page_whose_links_resolve() -> None:
     for heading in ("## Quick start", "## Install", "## A five-minute tour", "## Documentation"):
         assert heading in readme
     assert (REPO / "LICENSE").read_text().lstrip().startswith("Apache License")
+
+
+def test_no_command_runs_the_system_pythons_pip() -> None:
+    """Debian 12's python3 has no pip unless python3-pip is installed, and refuses installs
+    into itself (PEP 668): a wheel is built with the pip of a virtualenv (python3-venv, which
+    the install guide asks for), as docs/guide/install.md builds it."""
+    texts = [REPO / "README.md", *sorted(DOCS.rglob("*.md"))]
+    texts += sorted((REPO / "deploy").rglob("Containerfile"))
+    system_pip = re.compile(r"\bpython3? -m pip\b")
+    found = [
+        f"{path.relative_to(REPO)}:{number}"
+        for path in texts
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if system_pip.search(line)
+    ]
+    assert found == []
+
+
+def test_a_cron_line_runs_kata_mem_by_its_installed_path() -> None:
+    """cron runs a line of /etc/cron.d with PATH=/usr/bin:/bin (cron's default), where the
+    node install's kata-mem (/usr/local/bin) is not: such a line names it in full, as the
+    units do."""
+    cron = re.compile(r"(?:^|[`\s])((?:[0-9*/,-]+ ){5}root (\S+))")
+    lines = [
+        (str(page.relative_to(REPO)), found.group(1), found.group(2))
+        for page in [REPO / "README.md", *sorted(DOCS.rglob("*.md"))]
+        # An inline example may be broken over lines, as Markdown joins them.
+        for found in cron.finditer(" ".join(page.read_text().split()))
+    ]
+    assert lines != []
+    assert [
+        (page, line) for page, line, command in lines if command != "/usr/local/bin/kata-mem"
+    ] == []
+
+
+#: A path of this repository named in a page (a placeholder such as TABLE stands for any name).
+REPO_PATH = re.compile(
+    r"(?<![\w/.-])((?:configs|examples|scripts|deploy|tests|kata_mem|clients|docs)/[\w./*-]+)"
+)
+
+
+def test_every_path_of_the_repository_a_page_names_exists() -> None:
+    """CONTRIBUTING.md's "one module" ran tests/unit/test_planner.py, which is not there."""
+    pages = [REPO / "README.md", REPO / "CONTRIBUTING.md", *sorted(DOCS.rglob("*.md"))]
+    pages += sorted((REPO / "deploy").rglob("*.yaml")) + sorted(
+        (REPO / "deploy").rglob("Containerfile")
+    )
+    pages += sorted((REPO / "configs" / "systemd").iterdir())
+    missing = []
+    for page in pages:
+        for found in REPO_PATH.finditer(page.read_text()):
+            path = found.group(1).rstrip(".,:;)")
+            if re.search(r"/[A-Z]+(?:[./]|$)", path):  # a placeholder
+                continue
+            exists = any(REPO.glob(path)) if "*" in path else (REPO / path).exists()
+            if not exists:
+                missing.append(f"{page.relative_to(REPO)}: {path}")
+    assert missing == []
+
+
+def test_a_venv_tool_the_pages_run_is_one_the_quick_start_installs_or_they_say_how() -> None:
+    """`.venv/bin/mkdocs serve` after `scripts/demo` (which installs kata-mem alone) was
+    "No such file or directory": a page that runs a tool of .venv that only an extra brings
+    says how to install that extra there (scripts/bootstrap.sh .venv EXTRA)."""
+    extras = {"mkdocs": "docs"}
+    missing = []
+    for page in [REPO / "README.md", *sorted(DOCS.rglob("*.md"))]:
+        for paragraph in page.read_text().split("\n\n"):
+            for tool, extra in extras.items():
+                if f".venv/bin/{tool} " in paragraph and (
+                    f"scripts/bootstrap.sh .venv {extra}" not in paragraph
+                ):
+                    missing.append(f"{page.relative_to(REPO)}: .venv/bin/{tool}")
+    assert missing == []
+
+
+def test_the_libvirt_extra_s_build_packages_are_named_in_full() -> None:
+    """`EXTRAS=libvirt scripts/install-node.sh` compiles libvirt-python: with only the
+    libvirt-dev and pkg-config the pages named, a fresh Debian 12 has no gcc and no Python.h.
+    Each page that names what it needs names what scripts/install-system-deps.sh installs."""
+    script = (REPO / "scripts" / "install-system-deps.sh").read_text()
+    (listed,) = re.findall(r"packages\+=\((libvirt-dev [^)]*)\)", script)
+    needed = [*listed.split(), "python3-dev"]
+    assert "python3-dev" in script
+    short = []
+    for page in [REPO / "README.md", *sorted(DOCS.rglob("*.md"))]:
+        for paragraph in page.read_text().split("\n\n"):
+            if "libvirt-dev" in paragraph and "pkg-config" in paragraph:
+                missing = [p for p in needed if p not in paragraph]
+                if missing:
+                    short.append(f"{page.relative_to(REPO)}: {missing}")
+    assert short == []
+
+
+def test_make_unit_is_not_said_to_need_no_system_packages() -> None:
+    """`make unit` and `make lint` install the test extra, which compiles libvirt-python
+    (gcc, libvirt-dev, Python.h): on a fresh Debian 12 they stop there. The pages say what
+    they need instead of "no system packages"."""
+    extras = (REPO / "pyproject.toml").read_text()
+    assert re.search(r'(?s)\ntest = \[[^]]*"libvirt-python', extras)
+    texts = [REPO / "Makefile", REPO / "CONTRIBUTING.md", *sorted(DOCS.rglob("*.md"))]
+    claims = [
+        str(path.relative_to(REPO))
+        for path in texts
+        if "no system packages" in " ".join(path.read_text().split())
+    ]
+    assert claims == []
+    for path in (REPO / "CONTRIBUTING.md", DOCS / "guide" / "quick-start.md"):
+        text = " ".join(path.read_text().split())
+        assert "scripts/install-system-deps.sh libvirt" in text, path
