@@ -63,9 +63,24 @@ TEMP = re.compile(
     r"|removing\.[A-Za-z0-9][A-Za-z0-9_.-]*)\.\d+\.tmp"
 )
 WHAT_TO_DO = (
-    "Set [kata_mem] state_dir or --state-dir to a directory kata-mem created, "
-    "an empty directory, or a path that does not exist yet"
+    "Set [kata_mem] state_dir (or the command's --state-dir) to a directory kata-mem "
+    "created, an empty directory, or a path that does not exist yet"
 )
+
+
+def what_to_do(exc: OSError) -> str:
+    """The advice for a state directory the caller cannot open or write: a refusal of
+    permission to a user other than root is most often kata-mem run without root (the
+    node's state directory is root's, as Kata's shim and QEMU are)."""
+    if exc.errno in (errno.EACCES, errno.EPERM) and os.geteuid() != 0:
+        return (
+            f"kata-mem runs as root on a node, and this is uid {os.geteuid()}: run it as "
+            "root (preview, host, config check and runtimeclass need no root), or "
+            + WHAT_TO_DO[0].lower()
+            + WHAT_TO_DO[1:]
+        )
+    return WHAT_TO_DO
+
 
 DirState = Literal["absent", "empty", "ours"]
 
@@ -131,7 +146,8 @@ def cannot_write(root: Path, what: str, exc: OSError, done: str) -> StateDirErro
             "full",
         )
     return StateDirError(
-        f"state_dir {root}: cannot write {what} ({exc.strerror or exc}); {done}. {WHAT_TO_DO}",
+        f"state_dir {root}: cannot write {what} ({exc.strerror or exc}); {done}. "
+        + what_to_do(exc),
         "unwritable",
     )
 
@@ -260,7 +276,7 @@ def state_dir_state(state_dir: str | Path) -> DirState:
                 ) from exc
             raise StateDirError(
                 f"state_dir {root}: cannot use it ({exc.strerror or exc}); nothing was changed. "
-                f"{WHAT_TO_DO}",
+                + what_to_do(exc),
                 "unopenable",
             ) from exc
         try:

@@ -37,6 +37,7 @@ from kata_mem.edges.statedir import STATE_MARKER, ensure_state_dir, state_dir_st
 from tests.support.cli import CliResult, Run, kata_mem_process
 from tests.support.configs import write_config
 from tests.support.fake_qmp import FakeQemu, FakeQmpServer
+from tests.support.paths import REPO
 from tests.support.state_dir import apply, config_for, snapshot
 
 NOBODY = pwd.getpwnam("nobody").pw_uid
@@ -715,3 +716,38 @@ def test_another_user_reads_root_configuration_as_it_is(shared: Path) -> None:
         check=False,
     )
     assert r.returncode == 0, r.stderr
+
+
+def test_a_state_dir_refused_to_another_user_says_run_as_root(tmp_path: Path) -> None:
+    # The usual cause of "Permission denied" on the node's root-owned state directory is a
+    # command run without root: said so, rather than only "set another state_dir".
+    tmp_path.chmod(0o755)
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    before = sorted(os.listdir(state))
+    done = subprocess.run(
+        [
+            *AS_NOBODY,
+            sys.executable,
+            "-m",
+            "kata_mem",
+            "status",
+            "--all",
+            "--state-dir",
+            str(state),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+        check=False,
+    )
+    assert done.returncode == 3, done.stderr
+    assert done.stderr == (
+        f"kata-mem: error: state_dir {state}: cannot use it (Permission denied); nothing was "
+        f"changed. kata-mem runs as root on a node, and this is uid {NOBODY}: run it as root "
+        "(preview, host, config check and runtimeclass need no root), or set [kata_mem] "
+        "state_dir (or the command's --state-dir) to a directory kata-mem created, an empty "
+        "directory, or a path that does not exist yet\n"
+    )
+    assert sorted(os.listdir(state)) == before
