@@ -771,20 +771,31 @@ def _plan_memory(
             f"({ceiling_cause}) to the boot size {fmt_bytes(raised)}, as runtime-rs does",
         )
         ceiling, ceiling_cause = raised, top_cause
+    # The maximum the boot memory is above, when the VM keeps its boot memory instead.
+    below: Optional[int] = None
     if base > ceiling:
         note(
             "boot_memory",
             f"boot memory {fmt_bytes(base)} is above the memory maximum {fmt_bytes(ceiling)}: "
             "the sandbox keeps its boot memory and nothing is hotplugged",
         )
-        ceiling = base
+        below, ceiling = ceiling, base
         if cfg.default_memory > host_mem and base >= host_mem:
             # The boot memory was lowered to the host's, which then bounds the target:
             # default_maxmemory, below it, is not what the target was clamped to.
-            ceiling_cause = host_cause
+            below, ceiling_cause = None, host_cause
     target = requested
     if target > ceiling:
-        clamp(ceiling_cause, ceiling, _cause_text(ceiling_cause, requested, ceiling, cfg))
+        detail = _cause_text(ceiling_cause, requested, ceiling, cfg)
+        if below is not None:
+            # Clamped by the cause, but to the boot memory: "clamped to 2048 MiB by the
+            # hugepage pool" of a pool of 1024 MiB would not add up.
+            detail = (
+                f"requested {fmt_requested(requested)} clamped to the boot memory "
+                f"{fmt_bytes(ceiling)}, which is above {_CAUSE_WHY[ceiling_cause]} "
+                f"{fmt_bytes(below)}"
+            )
+        clamp(ceiling_cause, ceiling, detail)
         target = ceiling
     # The host-side guards bound growth only: a VM is never shrunk for them here
     # (a shrink has its own safety rules), and what it has stays.
@@ -1044,13 +1055,17 @@ def _stage_cap(
     return cap
 
 
+#: A maximum's cause, in words.
+_CAUSE_WHY: dict[MemoryCause, str] = {
+    "default_maxmemory": "default_maxmemory",
+    "host_memtotal": "the host's MemTotal",
+    "host_cgroup": "the host memory cgroup limit",
+    "hugepages": "the hugepage pool",
+}
+
+
 def _cause_text(cause: MemoryCause, requested: int, limit: int, cfg: SizingConfig) -> str:
-    why = {
-        "default_maxmemory": "default_maxmemory",
-        "host_memtotal": "the host's MemTotal",
-        "host_cgroup": "the host memory cgroup limit",
-        "hugepages": "the hugepage pool",
-    }[cause]
+    why = _CAUSE_WHY[cause]
     return f"requested {fmt_requested(requested)} clamped to {fmt_bytes(limit)} by {why}"
 
 
