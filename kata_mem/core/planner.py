@@ -786,16 +786,16 @@ def _plan_memory(
             below, ceiling_cause = None, host_cause
     target = requested
     if target > ceiling:
-        detail = _cause_text(ceiling_cause, requested, ceiling, cfg)
+        said = _cause_text(ceiling_cause, requested, ceiling, cfg)
         if below is not None:
             # Clamped by the cause, but to the boot memory: "clamped to 2048 MiB by the
             # hugepage pool" of a pool of 1024 MiB would not add up.
-            detail = (
+            said = (
                 f"requested {fmt_requested(requested)} clamped to the boot memory "
                 f"{fmt_bytes(ceiling)}, which is above {_CAUSE_WHY[ceiling_cause]} "
                 f"{fmt_bytes(below)}"
             )
-        clamp(ceiling_cause, ceiling, detail)
+        clamp(ceiling_cause, ceiling, said)
         target = ceiling
     # The host-side guards bound growth only: a VM is never shrunk for them here
     # (a shrink has its own safety rules), and what it has stays.
