@@ -146,7 +146,8 @@ def run_locked(
     (it never reached the VM) removes the sandbox's state again; any other saves
     ``saved_request``, what ``kata-mem reconcile`` re-runs later (a deferred
     shrink, a pending unplug, or finding that the VM is gone), also after a call
-    that failed midway; with the endpoint as ``connect`` reached it (an
+    that failed midway (a sandbox's first call saves it before its steps too, so that
+    one killed midway leaves it); with the endpoint as ``connect`` reached it (an
     :class:`~kata_mem.orchestration.connect.Opened`: for QMP, the VMM it led to), so
     that a later call through it talks to that VMM only (a socket path may be bound again
     by another process once its VM is gone: :class:`~kata_mem.core.endpoint.VmmIdentity`).
@@ -165,8 +166,16 @@ def run_locked(
             backend = opened.backend if isinstance(opened, Opened) else opened
             reached = opened.endpoint if isinstance(opened, Opened) else None
             try:
-                if reached is not None and not state.request_path.is_file():
-                    _check_vm_owner(state, reached)
+                if not state.request_path.is_file():
+                    if reached is not None:
+                        _check_vm_owner(state, reached)
+                    if saved_request is not None:
+                        # A sandbox's first call saves its request before its first journal
+                        # write, not only after it: killed in between (kill -9, no finally),
+                        # it left a journal of a step in flight that ``reconcile`` could
+                        # neither repair nor find the VM of. Later calls keep the last request
+                        # that completed until they complete (their shim asks again).
+                        state.save_request(_reached(saved_request, reached).to_json())
                 return Executor(backend, state, clock, sleep, options.crash_at).apply(
                     cfg, host, workload, options, host_side
                 )
@@ -176,9 +185,12 @@ def run_locked(
             if not state.path.is_file():
                 state.clear()
             elif saved_request is not None:
-                if reached is not None:
-                    saved_request = replace(saved_request, endpoint=reached)
-                state.save_request(saved_request.to_json())
+                state.save_request(_reached(saved_request, reached).to_json())
+
+
+def _reached(request: SandboxRequest, reached: Optional[Endpoint]) -> SandboxRequest:
+    """``request`` as saved: through the endpoint the call reached (for QMP, pinned to its VMM)."""
+    return request if reached is None else replace(request, endpoint=reached)
 
 
 def _check_vm_owner(state: SandboxState, reached: Endpoint) -> None:
