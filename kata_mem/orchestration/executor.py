@@ -323,9 +323,15 @@ class Executor:
         """Nothing to change, after a call whose grow the guest did not confirm
         (``PlugTimeout``): the VM has the memory, so the guest must still answer, or it may
         have died adding it, and that is never exit 0. A guest without statistics cannot
-        say either way and is taken at the hypervisor's word."""
+        say either way and is taken at the hypervisor's word.
+
+        A call killed between a grow step's command and the guest's confirmation left
+        that step running in the journal: its grow was not confirmed either."""
         last = loaded.last_outcome
-        if last is None or (last.status, last.reason) != ("InProgress", "PlugTimeout"):
+        timed_out = last is not None and (last.status, last.reason) == ("InProgress", "PlugTimeout")
+        step = loaded.step
+        killed = loaded.state == "running" and step is not None and step.delta > 0
+        if not (timed_out or killed):
             return outcome
         if reader.latest() is None or reader.answers():
             return outcome

@@ -151,6 +151,44 @@ def test_a_first_call_killed_midway_is_repaired_by_reconcile(
 
 
 @pytest.mark.guest
+def test_a_grow_killed_before_the_guest_showed_it_is_no_change_only_for_a_guest_that_answers(
+    boot_guest: BootGuest, run_cli: Run, tmp_path: Path
+) -> None:
+    """kill -9 between ``device_add`` and the guest's confirmation, with a guest that no
+    longer runs (paused here; one that died taking the DIMM is as silent): QEMU has the
+    DIMM, so the next call has nothing to change, but it must not say so with exit 0,
+    as it does not after a grow that timed out (``PlugTimeout``). Before, it said
+    ``NoChange`` (exit 0) without asking the guest."""
+    vm = boot_guest(GuestSpec(virtio_mem_mib=0))
+    cfg = guest_config(tmp_path, virtio=False, timeout=3)
+    base_kb = vm.status().total_kb
+    code, doc = apply_qmp(run_cli, cfg, vm.qmp_socket)  # turns on the guest's statistics
+    assert (code, doc["status"]) == (0, "NoChange"), doc
+    with QMPClient(vm.qmp_socket) as q:
+        q.execute("stop")
+    r = kata_mem_process(
+        "apply", "--config", str(cfg), "--qmp", str(vm.qmp_socket), "--sandbox", "sb",
+        "--limit", "256Mi", *HOST_ARGS, "--json", env={"KATA_MEM_CRASH_AT": "after-command"},
+    )  # fmt: skip
+    assert r.returncode == 99, r.stderr
+    assert _qemu_memory(vm)[0] == {"kmdimm0": "kmmem0"}
+    code, doc = apply_qmp(run_cli, cfg, vm.qmp_socket, "--limit", "256Mi")
+    assert (code, doc["status"], doc["reason"], doc["observed_mib"]) == (
+        8,
+        "InProgress",
+        "PlugTimeout",
+        768,
+    ), doc
+    assert "the guest has sent no memory statistics since" in doc["message"], doc
+    with QMPClient(vm.qmp_socket) as q:
+        q.execute("cont")
+    want = base_kb + 256 * 1024
+    assert vm.wait_mem(lambda m: m.total_kb >= want, timeout=30).total_kb == want
+    code, doc = apply_qmp(run_cli, cfg, vm.qmp_socket, "--limit", "256Mi")
+    assert (code, doc["status"], doc["observed_mib"]) == (0, "NoChange", 768), doc
+
+
+@pytest.mark.guest
 @pytest.mark.parametrize("damage", ["truncated", "corrupt", "empty"])
 def test_damaged_journal(boot_guest: BootGuest, run_cli: Run, tmp_path: Path, damage: str) -> None:
     vm = boot_guest(GuestSpec(virtio_mem_mib=2048))

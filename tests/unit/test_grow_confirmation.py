@@ -20,6 +20,7 @@ from kata_mem.core.model import (
     MemoryDevice,
     Settings,
     SizingConfig,
+    Step,
     VmState,
     Workload,
 )
@@ -137,6 +138,29 @@ def test_after_an_unconfirmed_grow_a_silent_guest_is_never_no_change(
     assert "the guest has sent no memory statistics since" in r.outcome.message
     # It answers again, with the memory online: nothing to change.
     guest.stats_age_s, guest.onlined = 0.0, None
+    assert run(cfg, b, limit(2048)).outcome.status == "NoChange"
+
+
+def test_after_a_grow_killed_midway_a_silent_guest_is_never_no_change(
+    make_config: Callable[..., SizingConfig], run: Callable[..., Any], tmp_path: Path
+) -> None:
+    """A call killed (kill -9) after a grow step's command and before the guest showed it
+    leaves the step running in the journal; the VM has the memory, so the next call has
+    nothing to change, and a guest that no longer reports is as unconfirmed as after a
+    ``PlugTimeout`` (the real-guest case: tests/integration/test_faults.py)."""
+    cfg = make_config(default_memory=512, enable_virtio_mem=True)
+    dev = MemoryDevice("vm0", "virtio-mem", 2048 * MiB, 2048 * MiB, 8192 * MiB, 2 * MiB)
+    vm = VmState(512 * MiB, (dev,), slots=8, device_space=64 * GiB)
+    guest = FakeGuest(used=128 * MiB, stats_age_s=1e6)
+    b = FakeBackend(vm, guest)
+    step = Step("resize_virtio_mem", "vm0", 2048 * MiB, 2048 * MiB, 2560 * MiB)
+    state = SandboxState(tmp_path / "state", "sb")
+    with state.locked(0):
+        state.save(Record("sb").begin(step, "intent"))
+    r = run(cfg, b, limit(2048))
+    assert (r.outcome.status, r.outcome.reason) == ("InProgress", "PlugTimeout")
+    assert "the guest has sent no memory statistics since" in r.outcome.message
+    guest.stats_age_s = 0.0
     assert run(cfg, b, limit(2048)).outcome.status == "NoChange"
 
 
