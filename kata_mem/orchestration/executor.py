@@ -268,7 +268,14 @@ class Executor:
             self._note(Note("journal", f"journal {self.state.path}: {dropped}"))
         self.record = loaded
         held = loaded.commitment
-        vm, self.record = repair(self.backend, self.state, loaded, self._settle, self._note)
+        vm, self.record = repair(
+            self.backend,
+            self.state,
+            loaded,
+            self._settle,
+            self._note,
+            lambda step: self._wait(step, SETTLE_S),
+        )
         allowed = options.allow_shrink or options.force or cfg.settings.allow_shrink
         sandbox = self.state.sandbox
         available = self._guest_available(cfg, host, workload, vm, reader)

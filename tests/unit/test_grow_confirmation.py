@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 import pytest
 
+from kata_mem.backends import StepProgress
 from kata_mem.backends.fake import FakeBackend, FakeGuest, VirtualTime
 from kata_mem.core.frozen import replace
 from kata_mem.core.guestmem import GROW_S_PER_GIB, grow_timeout_s
@@ -162,6 +163,42 @@ def test_after_a_grow_killed_midway_a_silent_guest_is_never_no_change(
     assert "the guest has sent no memory statistics since" in r.outcome.message
     guest.stats_age_s = 0.0
     assert run(cfg, b, limit(2048)).outcome.status == "NoChange"
+
+
+def test_a_grow_still_plugging_is_waited_for_before_it_is_planned(
+    make_config: Callable[..., SizingConfig], run: Callable[..., Any]
+) -> None:
+    """The guest has plugged all of a 2 GiB ``requested-size`` a killed call set, and the
+    hypervisor's report is behind it (libvirt's ``<current>`` follows QEMU's size events,
+    one a second at most): the call waits for the report, and has nothing to do. Planned
+    from the stale size, the rest was a grow measured from a reading that already showed
+    it: PlugTimeout for a healthy guest (the real-guest case: tests/integration/
+    test_scenarios.py)."""
+
+    class Behind(FakeBackend):
+        """Reports the virtio-mem device 128 MiB plugged until it has been polled."""
+
+        behind = True
+
+        def observe(self) -> VmState:
+            vm = super().observe()
+            dev = vm.device("vm0")
+            if not self.behind or dev is None:
+                return vm
+            return replace(vm, devices=(replace(dev, size=128 * MiB),))
+
+        def poll(self, step: Step, wait_s: float = 0.0) -> StepProgress:
+            self.behind = False
+            return super().poll(step, wait_s)
+
+    cfg = make_config(default_memory=512, enable_virtio_mem=True)
+    dev = MemoryDevice("vm0", "virtio-mem", 2048 * MiB, 2048 * MiB, 8192 * MiB, 2 * MiB)
+    b = Behind(
+        VmState(512 * MiB, (dev,), slots=8, device_space=64 * GiB), FakeGuest(used=128 * MiB)
+    )
+    r = run(cfg, b, limit(2048))
+    assert (r.outcome.status, r.outcome.observed) == ("NoChange", 2560 * MiB), r.outcome
+    assert any("vm0 was still plugging" in n.text for n in r.notes)
 
 
 def test_a_grow_is_measured_from_a_reading_taken_after_the_vm_was_observed(
