@@ -468,7 +468,9 @@ class Executor:
             except _Stopped as stopped:
                 stop = stopped.stop
                 if stop.status == "Deferred" and done and reader is not None:
-                    self._relieve(done[-1], vm, cfg, reader)
+                    if self._relieve(done[-1], vm, cfg, reader):
+                        # Given back: the outcome must not count it as done.
+                        done.pop()
                 vm = self._observe_safely(vm)
         outcome = outcomes.after_steps(p, vm, tuple(done), stop, self.record.attempts)
         if outcome.status == "Deferred":
@@ -704,16 +706,17 @@ class Executor:
         self._note(Note("reverted", f"reverting {step.device} requested-size to {fmt_bytes(size)}"))
         self._settle(Step("resize_virtio_mem", step.device, size, 0, vm.total))
 
-    def _relieve(self, last: Step, vm: VmState, cfg: SizingConfig, reader: UsageReader) -> None:
+    def _relieve(self, last: Step, vm: VmState, cfg: SizingConfig, reader: UsageReader) -> bool:
         """Stopping mid-shrink: if the guest is now short of memory, give back the last
-        step (a virtio-mem one: an unplugged DIMM cannot be given back)."""
+        step (a virtio-mem one: an unplugged DIMM cannot be given back); whether it did."""
         if not _resize_shrink(last):
-            return
+            return False
         block = vm.virtio_mem.block if vm.virtio_mem else 0
         pressure = self._pressure(reader.since_last_step(), cfg, block)
         if pressure:
             self._note(Note("reverted", f"{pressure}: the last step is given back"))
             self._revert(last, last.size - last.delta, vm)
+        return bool(pressure)
 
     @staticmethod
     def _pressure(usage: Optional[GuestUsage], cfg: SizingConfig, block: int) -> Optional[str]:
