@@ -511,7 +511,8 @@ class Executor:
         resize = step.action == "resize_virtio_mem"
         block = vm.virtio_mem.block if resize and vm.virtio_mem else cfg.settings.dimm_block
         if step.shrinks and reader is not None:
-            verdict, _ = reader.check(vm, step.total_after, block, baseline)
+            irreversible = step.action == "unplug_dimm"
+            verdict, _ = reader.check(vm, step.total_after, block, baseline, irreversible)
             if verdict.action == "defer":
                 raise _Stopped(Stop("Deferred", verdict.reason, verdict.message))
         self._issue(step)
