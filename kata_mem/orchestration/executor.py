@@ -467,10 +467,15 @@ class Executor:
                         self._confirm_grow(step, following, p, cfg, reader, self._watch)
             except _Stopped as stopped:
                 stop = stopped.stop
-                if stop.status == "Deferred" and done and reader is not None:
-                    if self._relieve(done[-1], vm, cfg, reader):
-                        # Given back: the outcome must not count it as done.
-                        done.pop()
+                relieved = (
+                    stop.status == "Deferred"
+                    and bool(done)
+                    and reader is not None
+                    and self._relieve(done[-1], vm, cfg, reader)
+                )
+                if relieved:
+                    # Given back: the outcome must not count it as done.
+                    done.pop()
                 vm = self._observe_safely(vm)
         outcome = outcomes.after_steps(p, vm, tuple(done), stop, self.record.attempts)
         if outcome.status == "Deferred":
