@@ -14,6 +14,16 @@ part of boot memory that never shows in MemTotal::
     reclaimable       = min(disk caches, MemAvailable - MemFree)   (conservative)
     headroom          = max(headroom_min, one block, headroom_percent of the step's target)
     run only if       guest_total_after >= (usage - reclaimable) + headroom
+
+A step that cannot be given back (a DIMM unplug: there is no way to cancel an ACPI eject)
+must also leave room for what ``usage - reclaimable`` rose by since the shrink began. The
+guest offlines the DIMM's memory by migrating what is in it; if the workload grows
+meanwhile, the migration finds no room and the guest's offlining retries forever
+(mm/memory_hotplug.c, ``offline_pages``: a failed migration is retried, "TODO: fatal
+migration failures should bail out"; only a pending signal stops it, and the kernel worker
+that handles the ACPI eject gets none) with the memory it isolated lost to the guest. A
+workload that grew by that much during the shrink may well grow by as much during the eject;
+a virtio-mem step is watched and given back instead (:func:`under_pressure`).
 """
 
 from __future__ import annotations
@@ -52,11 +62,14 @@ def check_step(
     settings: Settings,
     block: int,
     baseline: Optional[GuestUsage] = None,
+    irreversible: bool = False,
 ) -> Verdict:
     """Decide whether a shrink step from ``current_total`` to ``after_total`` may run.
 
     ``baseline`` is the reading taken before the shrink began; a rise in major
     page faults since then is pressure (the guest is refaulting what it lost).
+    ``irreversible``: the step cannot be given back (a DIMM unplug), so the rise in
+    unreclaimable usage since ``baseline`` must fit too.
     """
     if usage is None:
         return Verdict(
@@ -91,15 +104,30 @@ def check_step(
     reclaimable = usage.reclaimable
     room = headroom(settings, block, after_total)
     guest_after = usage.total - removed
-    need = used - reclaimable + room
+    rise = max(used - reclaimable - _unreclaimable(baseline), 0) if irreversible else 0
+    need = used - reclaimable + room + rise
+    rose = (
+        f", and the rise of {_about(rise)} in its usage since the shrink began, as the step "
+        "cannot be given back"
+        if rise
+        else ""
+    )
     detail = (
         f"guest usage {_about(used)}, reclaimable {_about(reclaimable)}, "
-        f"headroom {_about(room)}: needs {_about(need)}, "
+        f"headroom {_about(room)}{rose}: needs {_about(need)}, "
         f"the step would leave {_about(guest_after)} (target {fmt_bytes(after_total)})"
     )
     if guest_after < need:
         return Verdict("defer", "UsageAboveTarget", f"shrink deferred: {detail}")
     return Verdict("run", "", detail)
+
+
+def _unreclaimable(baseline: Optional[GuestUsage]) -> int:
+    """``usage - reclaimable`` of the reading before the shrink began; with no such reading,
+    as high as a usage can be (so that no rise is counted)."""
+    if baseline is None or baseline.total is None or baseline.free is None:
+        return 1 << 64
+    return baseline.total - baseline.free - baseline.reclaimable
 
 
 def under_pressure(usage: Optional[GuestUsage], settings: Settings, block: int) -> Optional[str]:

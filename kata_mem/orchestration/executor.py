@@ -146,7 +146,8 @@ def run_locked(
     (it never reached the VM) removes the sandbox's state again; any other saves
     ``saved_request``, what ``kata-mem reconcile`` re-runs later (a deferred
     shrink, a pending unplug, or finding that the VM is gone), also after a call
-    that failed midway; with the endpoint as ``connect`` reached it (an
+    that failed midway (a sandbox's first call saves it before its steps too, so that
+    one killed midway leaves it); with the endpoint as ``connect`` reached it (an
     :class:`~kata_mem.orchestration.connect.Opened`: for QMP, the VMM it led to), so
     that a later call through it talks to that VMM only (a socket path may be bound again
     by another process once its VM is gone: :class:`~kata_mem.core.endpoint.VmmIdentity`).
@@ -165,8 +166,16 @@ def run_locked(
             backend = opened.backend if isinstance(opened, Opened) else opened
             reached = opened.endpoint if isinstance(opened, Opened) else None
             try:
-                if reached is not None and not state.request_path.is_file():
-                    _check_vm_owner(state, reached)
+                if not state.request_path.is_file():
+                    if reached is not None:
+                        _check_vm_owner(state, reached)
+                    if saved_request is not None:
+                        # A sandbox's first call saves its request before its first journal
+                        # write, not only after it: killed in between (kill -9, no finally),
+                        # it left a journal of a step in flight that ``reconcile`` could
+                        # neither repair nor find the VM of. Later calls keep the last request
+                        # that completed until they complete (their shim asks again).
+                        state.save_request(_reached(saved_request, reached).to_json())
                 return Executor(backend, state, clock, sleep, options.crash_at).apply(
                     cfg, host, workload, options, host_side
                 )
@@ -176,9 +185,12 @@ def run_locked(
             if not state.path.is_file():
                 state.clear()
             elif saved_request is not None:
-                if reached is not None:
-                    saved_request = replace(saved_request, endpoint=reached)
-                state.save_request(saved_request.to_json())
+                state.save_request(_reached(saved_request, reached).to_json())
+
+
+def _reached(request: SandboxRequest, reached: Optional[Endpoint]) -> SandboxRequest:
+    """``request`` as saved: through the endpoint the call reached (for QMP, pinned to its VMM)."""
+    return request if reached is None else replace(request, endpoint=reached)
 
 
 def _check_vm_owner(state: SandboxState, reached: Endpoint) -> None:
@@ -256,7 +268,14 @@ class Executor:
             self._note(Note("journal", f"journal {self.state.path}: {dropped}"))
         self.record = loaded
         held = loaded.commitment
-        vm, self.record = repair(self.backend, self.state, loaded, self._settle, self._note)
+        vm, self.record = repair(
+            self.backend,
+            self.state,
+            loaded,
+            self._settle,
+            self._note,
+            lambda step: self._wait(step, SETTLE_S),
+        )
         allowed = options.allow_shrink or options.force or cfg.settings.allow_shrink
         sandbox = self.state.sandbox
         available = self._guest_available(cfg, host, workload, vm, reader)
@@ -311,9 +330,15 @@ class Executor:
         """Nothing to change, after a call whose grow the guest did not confirm
         (``PlugTimeout``): the VM has the memory, so the guest must still answer, or it may
         have died adding it, and that is never exit 0. A guest without statistics cannot
-        say either way and is taken at the hypervisor's word."""
+        say either way and is taken at the hypervisor's word.
+
+        A call killed between a grow step's command and the guest's confirmation left
+        that step running in the journal: its grow was not confirmed either."""
         last = loaded.last_outcome
-        if last is None or (last.status, last.reason) != ("InProgress", "PlugTimeout"):
+        timed_out = last is not None and (last.status, last.reason) == ("InProgress", "PlugTimeout")
+        step = loaded.step
+        killed = loaded.state == "running" and step is not None and step.delta > 0
+        if not (timed_out or killed):
             return outcome
         if reader.latest() is None or reader.answers():
             return outcome
@@ -442,8 +467,15 @@ class Executor:
                         self._confirm_grow(step, following, p, cfg, reader, self._watch)
             except _Stopped as stopped:
                 stop = stopped.stop
-                if stop.status == "Deferred" and done and reader is not None:
-                    self._relieve(done[-1], vm, cfg, reader)
+                relieved = (
+                    stop.status == "Deferred"
+                    and bool(done)
+                    and reader is not None
+                    and self._relieve(done[-1], vm, cfg, reader)
+                )
+                if relieved:
+                    # Given back: the outcome must not count it as done.
+                    done.pop()
                 vm = self._observe_safely(vm)
         outcome = outcomes.after_steps(p, vm, tuple(done), stop, self.record.attempts)
         if outcome.status == "Deferred":
@@ -484,7 +516,8 @@ class Executor:
         resize = step.action == "resize_virtio_mem"
         block = vm.virtio_mem.block if resize and vm.virtio_mem else cfg.settings.dimm_block
         if step.shrinks and reader is not None:
-            verdict, _ = reader.check(vm, step.total_after, block, baseline)
+            irreversible = step.action == "unplug_dimm"
+            verdict, _ = reader.check(vm, step.total_after, block, baseline, irreversible)
             if verdict.action == "defer":
                 raise _Stopped(Stop("Deferred", verdict.reason, verdict.message))
         self._issue(step)
@@ -679,16 +712,17 @@ class Executor:
         self._note(Note("reverted", f"reverting {step.device} requested-size to {fmt_bytes(size)}"))
         self._settle(Step("resize_virtio_mem", step.device, size, 0, vm.total))
 
-    def _relieve(self, last: Step, vm: VmState, cfg: SizingConfig, reader: UsageReader) -> None:
+    def _relieve(self, last: Step, vm: VmState, cfg: SizingConfig, reader: UsageReader) -> bool:
         """Stopping mid-shrink: if the guest is now short of memory, give back the last
-        step (a virtio-mem one: an unplugged DIMM cannot be given back)."""
+        step (a virtio-mem one: an unplugged DIMM cannot be given back); whether it did."""
         if not _resize_shrink(last):
-            return
+            return False
         block = vm.virtio_mem.block if vm.virtio_mem else 0
         pressure = self._pressure(reader.since_last_step(), cfg, block)
         if pressure:
             self._note(Note("reverted", f"{pressure}: the last step is given back"))
             self._revert(last, last.size - last.delta, vm)
+        return bool(pressure)
 
     @staticmethod
     def _pressure(usage: Optional[GuestUsage], cfg: SizingConfig, block: int) -> Optional[str]:

@@ -10,6 +10,8 @@ created (``owned``), which is the only proof that a device or object is its own:
   DIMM is gone) is deleted, by a ``delete_memdev`` step;
 - a virtio-mem ``requested-size`` left below the plugged size is raised to it,
   or the guest would go on unplugging by itself, unseen;
+- a virtio-mem ``requested-size`` above the plugged size (a grow still plugging) is
+  waited for, so that the call plans, and measures its own grow, from where it ends;
 - what is named like kata-mem's but not recorded as its own is reported, and left alone.
 
 Repair steps are journaled and waited for like any other (``run``).
@@ -50,12 +52,14 @@ def repair(
     record: Record,
     run: Callable[[Step], object],
     note: Callable[[Note], None],
+    wait: Callable[[Step], object] = lambda _step: None,
 ) -> tuple[VmState, Record]:
     """Repair what the previous call left, and return the VM observed after it, with
     DIMMs whose unplug is pending marked so, and the record as it was written.
 
-    ``run`` journals, issues and waits for one step; ``note`` reports what was
-    repaired (as ``reconciled: ...`` warnings).
+    ``run`` journals, issues and waits for one step; ``wait`` only waits for one (a
+    step the hypervisor is already carrying out); ``note`` reports what was repaired
+    (as ``reconciled: ...`` warnings).
     """
     vm = owned_view(backend.observe(), record.owned)
     pending = record.pending_unplug
@@ -93,7 +97,24 @@ def repair(
     for text, step in repairs:
         note(Note("reconciled", text))
         run(step)
-    if repairs:
+    plugging = dev is not None and dev.requested > dev.size
+    if dev is not None and plugging:
+        # A grow the previous call did not see done (it was killed, or timed out), or the
+        # hypervisor's report of it is behind the guest: libvirt's live <current> follows
+        # QEMU's MEMORY_DEVICE_SIZE_CHANGE events, which QEMU sends at most one a second
+        # (hw/virtio/virtio-mem-pci.c, ``virtio_mem_pci_size_change_notify``; the rate limit
+        # in monitor/monitor.c, ``monitor_qapi_event_conf``). Planned from the size
+        # seen now, the rest would be a grow of this call's, measured from a guest reading
+        # that already shows it: the guest would never seem to take it (PlugTimeout).
+        note(
+            Note(
+                "reconciled",
+                f"reconciled: {dev.id} was still plugging (plugged {fmt_bytes(dev.size)}, "
+                f"requested-size {fmt_bytes(dev.requested)}): waited for it",
+            )
+        )
+        wait(Step("resize_virtio_mem", dev.id, dev.requested, 0, vm.total))
+    if repairs or plugging:
         vm = owned_view(backend.observe(), record.owned)
     if vm.unproven:
         note(unproven_note(vm, record.legacy))

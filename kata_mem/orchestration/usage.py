@@ -150,6 +150,7 @@ class UsageReader:
         after_total: int,
         block: int,
         baseline: Optional[GuestUsage],
+        irreversible: bool = False,
     ) -> tuple[safety.Verdict, Optional[GuestUsage]]:
         """The safety check for shrinking to ``after_total``, waiting only when it must.
 
@@ -159,7 +160,8 @@ class UsageReader:
         if it did (the VM then had more memory, so more counts as removed: the
         conservative side). A shrink is deferred only on a reading taken during this
         call and after the previous step: if the quick judgement says defer on an
-        older one, a fresh reading is awaited first.
+        older one, a fresh reading is awaited first. ``irreversible``: the step cannot be
+        given back (:func:`~kata_mem.core.safety.check_step`).
         """
         since = self._last_end if self._last_end is not None else self._started
         counted = self._last_end is not None and self._mark is not None
@@ -177,6 +179,7 @@ class UsageReader:
                 settings=self._settings,
                 block=block,
                 baseline=baseline,
+                irreversible=irreversible,
             )
 
         verdict = judge(usage, current)

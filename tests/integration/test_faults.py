@@ -25,7 +25,8 @@ from kata_mem.orchestration.reconcile import reconcile_all
 from tests.support.cli import CliResult, apply_qmp, kata_mem_process
 from tests.support.configs import HOST, HOST_ARGS, guest_config
 from tests.support.fake_qmp import FakeQemu, FakeQmpServer
-from tests.support.guestvm import BootGuest, GuestSpec
+from tests.support.guestvm import BootGuest, GuestSpec, GuestVM
+from tests.support.qmp_min import QMPClient
 
 Run = Callable[..., CliResult]
 MiB = 1 << 20
@@ -79,6 +80,112 @@ def test_qemu_killed_mid_step(boot_guest: BootGuest, run_cli: Run, tmp_path: Pat
     (visit,) = reconcile_all(str(tmp_path / "state"), {})
     assert (visit.sandbox, visit.action) == ("sb", "cleaned"), visit
     assert not (tmp_path / "state" / "sb").exists()
+
+
+def _qemu_memory(vm: GuestVM) -> tuple[dict[str, str], set[str]]:
+    """QEMU's DIMMs (id -> backend object) and its memory backend objects."""
+    with QMPClient(vm.qmp_socket) as q:
+        dimms = {
+            d["data"]["id"]: d["data"]["memdev"].removeprefix("/objects/")
+            for d in q.execute("query-memory-devices")
+            if d["type"] == "dimm"
+        }
+        listed = q.execute("qom-list", {"path": "/objects"})
+        return dimms, {o["name"] for o in listed if o["type"].startswith("child<memory-backend")}
+
+
+@pytest.mark.guest
+def test_a_first_call_killed_midway_is_repaired_by_reconcile(
+    boot_guest: BootGuest, tmp_path: Path
+) -> None:
+    """kill -9 (no cleanup) in a sandbox's first apply, just after ``device_add``:
+    ``kata-mem reconcile`` finds the sandbox's request and its VM, settles the step, and
+    the journal, QEMU and the guest's MemTotal agree; another tool's DIMM and backend
+    object named like kata-mem's stay as they were. Before, the request was saved only
+    when a call ended: reconcile skipped the sandbox ("no saved request (applied with
+    --force only)") and left its journal running, with a VM it could not even find."""
+    vm = boot_guest(GuestSpec(virtio_mem_mib=0))
+    cfg = guest_config(tmp_path, virtio=False)
+    booted_kb = vm.status().total_kb
+    with QMPClient(vm.qmp_socket) as q:  # another tool's, named like kata-mem's
+        for oid, mib in (("kmmem5", 128), ("foreign0", 128)):
+            q.execute(
+                "object-add", {"qom-type": "memory-backend-ram", "id": oid, "size": mib * MiB}
+            )
+        q.execute("device_add", {"driver": "pc-dimm", "id": "kmdimm2", "memdev": "foreign0"})
+    with_foreign = vm.wait_mem(lambda m: m.total_kb >= booted_kb + 128 * 1024, timeout=15)
+    r = kata_mem_process(
+        "apply", "--config", str(cfg), "--qmp", str(vm.qmp_socket), "--sandbox", "sb",
+        "--limit", "256Mi", *HOST_ARGS, "--json", env={"KATA_MEM_CRASH_AT": "after-command"},
+    )  # fmt: skip
+    assert r.returncode == 99, r.stderr
+    sandbox = tmp_path / "state" / "sb"
+    journal = json.loads((sandbox / "journal.json").read_text())
+    step = journal["step"]
+    assert (journal["state"], journal["phase"], step["action"]) == (
+        "running",
+        "issued",
+        "plug_dimm",
+    )
+    assert (step["device"], step["memdev"]) == ("kmdimm6", "kmmem6"), step
+
+    (visit,) = reconcile_all(str(tmp_path / "state"), {})
+    assert visit.outcome is not None, visit
+    assert (visit.action, visit.outcome.status, visit.outcome.observed) == (
+        "retried",
+        "NoChange",
+        768 * MiB,
+    ), visit
+    assert any("reconciled: the previous call stopped" in n.text for n in visit.notes)
+    assert any(n.text.startswith("left alone: kmdimm2, kmmem5") for n in visit.notes)
+    journal = json.loads((sandbox / "journal.json").read_text())
+    assert (journal["state"], journal["step"], journal["observed_mib"]) == ("idle", None, 768)
+    assert [(o["id"], o["memdev"], o["confirmed"]) for o in journal["owned"]] == [
+        ("kmdimm6", "kmmem6", True)
+    ]
+    dimms, objects = _qemu_memory(vm)
+    assert dimms == {"kmdimm2": "foreign0", "kmdimm6": "kmmem6"}
+    assert {"kmmem5", "foreign0", "kmmem6"} <= objects
+    want = with_foreign.total_kb + 128 * 1024
+    assert vm.wait_mem(lambda m: m.total_kb >= want, timeout=15).total_kb == want
+
+
+@pytest.mark.guest
+def test_a_grow_killed_before_the_guest_showed_it_is_no_change_only_for_a_guest_that_answers(
+    boot_guest: BootGuest, run_cli: Run, tmp_path: Path
+) -> None:
+    """kill -9 between ``device_add`` and the guest's confirmation, with a guest that no
+    longer runs (paused here; one that died taking the DIMM is as silent): QEMU has the
+    DIMM, so the next call has nothing to change, but it must not say so with exit 0,
+    as it does not after a grow that timed out (``PlugTimeout``). Before, it said
+    ``NoChange`` (exit 0) without asking the guest."""
+    vm = boot_guest(GuestSpec(virtio_mem_mib=0))
+    cfg = guest_config(tmp_path, virtio=False, timeout=3)
+    base_kb = vm.status().total_kb
+    code, doc = apply_qmp(run_cli, cfg, vm.qmp_socket)  # turns on the guest's statistics
+    assert (code, doc["status"]) == (0, "NoChange"), doc
+    with QMPClient(vm.qmp_socket) as q:
+        q.execute("stop")
+    r = kata_mem_process(
+        "apply", "--config", str(cfg), "--qmp", str(vm.qmp_socket), "--sandbox", "sb",
+        "--limit", "256Mi", *HOST_ARGS, "--json", env={"KATA_MEM_CRASH_AT": "after-command"},
+    )  # fmt: skip
+    assert r.returncode == 99, r.stderr
+    assert _qemu_memory(vm)[0] == {"kmdimm0": "kmmem0"}
+    code, doc = apply_qmp(run_cli, cfg, vm.qmp_socket, "--limit", "256Mi")
+    assert (code, doc["status"], doc["reason"], doc["observed_mib"]) == (
+        8,
+        "InProgress",
+        "PlugTimeout",
+        768,
+    ), doc
+    assert "the guest has sent no memory statistics since" in doc["message"], doc
+    with QMPClient(vm.qmp_socket) as q:
+        q.execute("cont")
+    want = base_kb + 256 * 1024
+    assert vm.wait_mem(lambda m: m.total_kb >= want, timeout=30).total_kb == want
+    code, doc = apply_qmp(run_cli, cfg, vm.qmp_socket, "--limit", "256Mi")
+    assert (code, doc["status"], doc["observed_mib"]) == (0, "NoChange", 768), doc
 
 
 @pytest.mark.guest

@@ -11,7 +11,7 @@ from typing import Any, Callable, Union
 
 import pytest
 
-from tests.support.cli import CliResult
+from tests.support.cli import CliResult, kata_mem_process
 from tests.support.configs import HOST_ARGS, write_config
 from tests.support.guestvm import GuestSpec, GuestVM
 from tests.support.libvirt_guest import LibvirtGuest
@@ -206,3 +206,27 @@ def test_exhausted_slots_give_no_free_slots(sandbox: Callable[[GuestSpec], Sandb
         768,
     ), doc
     assert sb.guest.is_alive()
+
+
+def test_a_grow_still_plugging_after_a_crash_is_waited_for(
+    sandbox: Callable[[GuestSpec], Sandbox],
+) -> None:
+    """kill -9 right after a virtio-mem grow's ``requested-size`` was set, and the next call
+    at once: it may find the device still plugging. Under libvirt it does, whatever the
+    guest has done: the live XML's ``<current>`` follows QEMU's MEMORY_DEVICE_SIZE_CHANGE
+    events, which QEMU sends at most one a second. The call waits for the plug, then plans
+    from it: NoChange, as the guest has it all. Before, it planned the rest as a grow of its
+    own, measured from a guest reading that already showed it, and waited for the guest to
+    show that much more: PlugTimeout (exit 8, "it may be down") for a healthy guest."""
+    sb = sandbox(GuestSpec(virtio_mem_mib=2048))
+    sb.configure(virtio=True)
+    base_kb = sb.guest.status().total_kb
+    r = kata_mem_process(
+        "apply", "--config", str(sb.cfg), *sb.endpoint, "--sandbox", "sb", *HOST_ARGS,
+        "--json", "--limit", "1Gi", env={"KATA_MEM_CRASH_AT": "after-command"},
+    )  # fmt: skip
+    assert r.returncode == 99, r.stderr
+    code, doc = sb.apply("--limit", "1Gi")
+    assert (code, doc["status"], doc["observed_mib"]) == (0, "NoChange", 1536), doc
+    want = base_kb + 1024 * KiB_PER_MiB
+    assert sb.guest.wait_mem(lambda m: m.total_kb >= want, timeout=15).total_kb == want

@@ -113,6 +113,47 @@ def test_guest_allocating_during_a_shrink_stops_it(
         assert dev["requested-size"] == dev["size"] == 768 * MiB
 
 
+def test_a_dimm_is_not_unplugged_while_the_guests_usage_rises(
+    boot_guest: BootGuest, run_cli: Run, tmp_path: Path
+) -> None:
+    """Three 512 MiB DIMMs; the guest takes 600 MiB as soon as the first is out. A DIMM's
+    unplug cannot be given back: while the guest offlines it, a workload that keeps growing
+    runs it out of memory, its offlining never ends, and the guest is left with a few MiB
+    (seen: MemAvailable 4 MiB, the DIMM half offline, UnplugTimeout). So a DIMM step must
+    also leave room for what the usage rose by since the shrink began: the second DIMM
+    stays. Before, it was unplugged (904 MiB left for 630 MiB in use and 128 MiB headroom)."""
+    vm = boot_guest(GuestSpec(virtio_mem_mib=0))
+    cfg_path = guest_config(tmp_path, virtio=False)
+    for limit, total in (("512Mi", 1024), ("1Gi", 1536), ("1536Mi", 2048)):
+        code, doc = apply_qmp(run_cli, cfg_path, vm.qmp_socket, "--limit", limit)
+        assert (code, doc["status"], doc["observed_mib"]) == (0, "Resized", total), doc
+    grown = vm.status().total_kb
+    assert vm.wait_mem(lambda m: m.online_blocks == m.total_blocks).total_kb == grown
+
+    def connect() -> QmpBackend:
+        backend = AllocatesAfterFirstStep.connect(str(vm.qmp_socket))
+        assert isinstance(backend, AllocatesAfterFirstStep)
+        backend.vm, backend.mib = vm, 600
+        return backend
+
+    out = run_locked(
+        SandboxState(tmp_path / "state", "sb"),
+        connect,
+        load_config(cfg_path),
+        HOST,
+        Workload(),
+        Options(allow_shrink=True),
+    ).outcome
+    assert (out.status, out.reason, out.observed) == ("InProgress", "PartialShrink", 1536 * MiB)
+    assert [(s.action, s.device) for s in out.steps] == [("unplug_dimm", "kmdimm2")], out
+    assert "since the shrink began" in out.message, out.message
+    with QMPClient(vm.qmp_socket) as q:
+        dimms = {d["data"]["id"] for d in q.execute("query-memory-devices")}
+    assert dimms == {"kmdimm0", "kmdimm1"}
+    mem = vm.status()
+    assert vm.is_alive() and mem.held_mib == 600 and mem.avail_kb > HEADROOM_KB
+
+
 def test_force_shows_the_harm_the_checks_prevent(
     boot_guest: BootGuest, run_cli: Run, tmp_path: Path
 ) -> None:

@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 import pytest
 
+from kata_mem.backends import StepProgress
 from kata_mem.backends.fake import FakeBackend, FakeGuest, VirtualTime
 from kata_mem.core.frozen import replace
 from kata_mem.core.guestmem import GROW_S_PER_GIB, grow_timeout_s
@@ -20,6 +21,7 @@ from kata_mem.core.model import (
     MemoryDevice,
     Settings,
     SizingConfig,
+    Step,
     VmState,
     Workload,
 )
@@ -138,6 +140,65 @@ def test_after_an_unconfirmed_grow_a_silent_guest_is_never_no_change(
     # It answers again, with the memory online: nothing to change.
     guest.stats_age_s, guest.onlined = 0.0, None
     assert run(cfg, b, limit(2048)).outcome.status == "NoChange"
+
+
+def test_after_a_grow_killed_midway_a_silent_guest_is_never_no_change(
+    make_config: Callable[..., SizingConfig], run: Callable[..., Any], tmp_path: Path
+) -> None:
+    """A call killed (kill -9) after a grow step's command and before the guest showed it
+    leaves the step running in the journal; the VM has the memory, so the next call has
+    nothing to change, and a guest that no longer reports is as unconfirmed as after a
+    ``PlugTimeout`` (the real-guest case: tests/integration/test_faults.py)."""
+    cfg = make_config(default_memory=512, enable_virtio_mem=True)
+    dev = MemoryDevice("vm0", "virtio-mem", 2048 * MiB, 2048 * MiB, 8192 * MiB, 2 * MiB)
+    vm = VmState(512 * MiB, (dev,), slots=8, device_space=64 * GiB)
+    guest = FakeGuest(used=128 * MiB, stats_age_s=1e6)
+    b = FakeBackend(vm, guest)
+    step = Step("resize_virtio_mem", "vm0", 2048 * MiB, 2048 * MiB, 2560 * MiB)
+    state = SandboxState(tmp_path / "state", "sb")
+    with state.locked(0):
+        state.save(Record("sb").begin(step, "intent"))
+    r = run(cfg, b, limit(2048))
+    assert (r.outcome.status, r.outcome.reason) == ("InProgress", "PlugTimeout")
+    assert "the guest has sent no memory statistics since" in r.outcome.message
+    guest.stats_age_s = 0.0
+    assert run(cfg, b, limit(2048)).outcome.status == "NoChange"
+
+
+def test_a_grow_still_plugging_is_waited_for_before_it_is_planned(
+    make_config: Callable[..., SizingConfig], run: Callable[..., Any]
+) -> None:
+    """The guest has plugged all of a 2 GiB ``requested-size`` a killed call set, and the
+    hypervisor's report is behind it (libvirt's ``<current>`` follows QEMU's size events,
+    one a second at most): the call waits for the report, and has nothing to do. Planned
+    from the stale size, the rest was a grow measured from a reading that already showed
+    it: PlugTimeout for a healthy guest (the real-guest case: tests/integration/
+    test_scenarios.py)."""
+
+    class Behind(FakeBackend):
+        """Reports the virtio-mem device 128 MiB plugged until it has been polled."""
+
+        behind = True
+
+        def observe(self) -> VmState:
+            vm = super().observe()
+            dev = vm.device("vm0")
+            if not self.behind or dev is None:
+                return vm
+            return replace(vm, devices=(replace(dev, size=128 * MiB),))
+
+        def poll(self, step: Step, wait_s: float = 0.0) -> StepProgress:
+            self.behind = False
+            return super().poll(step, wait_s)
+
+    cfg = make_config(default_memory=512, enable_virtio_mem=True)
+    dev = MemoryDevice("vm0", "virtio-mem", 2048 * MiB, 2048 * MiB, 8192 * MiB, 2 * MiB)
+    b = Behind(
+        VmState(512 * MiB, (dev,), slots=8, device_space=64 * GiB), FakeGuest(used=128 * MiB)
+    )
+    r = run(cfg, b, limit(2048))
+    assert (r.outcome.status, r.outcome.observed) == ("NoChange", 2560 * MiB), r.outcome
+    assert any("vm0 was still plugging" in n.text for n in r.notes)
 
 
 def test_a_grow_is_measured_from_a_reading_taken_after_the_vm_was_observed(

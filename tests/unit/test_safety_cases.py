@@ -53,6 +53,7 @@ def test_check_step(case: dict[str, Any]) -> None:
         settings=settings(case.get("settings", {})),
         block=case.get("block_mib", 128) * MiB,
         baseline=usage(case.get("baseline")),
+        irreversible=case.get("irreversible", False),
     )
     expect = case["expect"]
     assert verdict.action == expect["action"], verdict.message

@@ -99,3 +99,26 @@ def test_guest_short_of_memory_during_a_step_is_given_it_back(
     assert (r.outcome.status, r.outcome.reason) == ("Deferred", "GuestPressure"), r.outcome
     assert "reverted" in r.outcome.message
     assert b.state.total == 1536 * MiB  # the step was given back
+
+
+def test_a_step_given_back_is_not_reported_as_done(shrink: Callable[[FakeBackend], Any]) -> None:
+    """The guest takes almost all it has while the second step runs: that step is reverted
+    and, the guest being short of memory after the first one too, the first is given back.
+    Nothing is shrunk in the end, and the outcome says so (Deferred, no steps): it said
+    InProgress/PartialShrink "stopped after 1 step(s)" and listed the step given back (as
+    seen on the real guest, with a workload that kept allocating during a shrink)."""
+    b = FakeBackend(virtio_vm(1024), FakeGuest(used=100 * MiB))
+
+    def allocate(backend: FakeBackend, step: Step) -> None:
+        if step.delta < 0 and step.size == 512 * MiB:  # the second step: 768 -> 512 MiB
+            backend.guest.used = (512 + 768 - 60) * MiB
+
+    b.on_poll = allocate
+    r = shrink(b)
+    assert any("the last step is given back" in n.text for n in r.notes), r.notes
+    assert (r.outcome.status, r.outcome.reason, r.outcome.steps) == (
+        "Deferred",
+        "GuestPressure",
+        (),
+    ), r.outcome
+    assert r.outcome.observed == b.state.total == 1536 * MiB
