@@ -31,6 +31,7 @@ from tests.support.guestvm import GuestSpec, GuestVM
 from tests.support.paths import REPO
 from tests.support.qmp_min import QMPClient
 from tests.support.service import Service, start
+from tests.support.shim import apply_request
 from tests.support.waits import wait_until
 
 Run = Callable[..., CliResult]
@@ -159,24 +160,8 @@ def test_dimm_grow_deferred_shrink_and_repair(vm: GuestVM, run_cli: Run, tmp_pat
     assert "kmmem0" not in objects
 
 
-def _request(cfg: Path, vm: GuestVM, limit_mib: int) -> dict[str, Any]:
-    """An update applying one container of ``limit_mib`` (none at 0) to the guest."""
-    containers = [{"id": "c1", "memory_limit_bytes": limit_mib * MiB}] if limit_mib else []
-    return {
-        "schema": "kata-mem/shim-request/v1",
-        "sandbox_id": "sb",
-        "event": "update",
-        "config": str(cfg),
-        "containers": containers,
-        "backend": {"type": "qmp", "socket": str(vm.qmp_socket)},
-        "apply": True,
-        "allow_shrink": True,
-        "host": {"memory_bytes": 16 << 30, "cpus": 4},
-    }
-
-
 def _shim(svc: Service, cfg: Path, vm: GuestVM, limit_mib: int) -> dict[str, Any]:
-    got = svc.post(_request(cfg, vm, limit_mib), timeout=120)
+    got = svc.post(apply_request(cfg, "sb", vm.qmp_socket, limit_mib), timeout=120)
     assert got.status == 200, got.body
     doc: dict[str, Any] = got.json()["outcome"]
     return doc
@@ -188,7 +173,7 @@ def test_the_shim_commands_grow_and_shrink_a_guest(vm: GuestVM, tmp_path: Path) 
     # path that imports no click), `kata-mem-shim` hands the request to the service.
     cfg = guest_config(tmp_path, virtio=True)
     base_kb = vm.status().total_kb
-    raw = json.dumps(_request(cfg, vm, 512))
+    raw = json.dumps(apply_request(cfg, "sb", vm.qmp_socket, 512))
     r = kata_mem_process("shim", input=raw, timeout=120, env=_env())
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)["outcome"]
@@ -199,7 +184,7 @@ def test_the_shim_commands_grow_and_shrink_a_guest(vm: GuestVM, tmp_path: Path) 
     try:
         client = subprocess.run(
             [sys.executable, "-m", "kata_mem.interfaces.shim_client"],
-            input=json.dumps(_request(cfg, vm, 0)),
+            input=json.dumps(apply_request(cfg, "sb", vm.qmp_socket, 0)),
             capture_output=True,
             text=True,
             timeout=120,

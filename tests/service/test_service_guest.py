@@ -21,11 +21,11 @@ from tests.support.configs import guest_config
 from tests.support.guestvm import GuestSpec, GuestVM
 from tests.support.qmp_min import QMPClient
 from tests.support.service import Answer, Service, start
+from tests.support.shim import apply_request
 from tests.support.waits import wait_until
 
 pytestmark = pytest.mark.guest
 MiB = 1 << 20
-HOST = {"memory_bytes": 16 << 30, "cpus": 4}
 
 
 @pytest.fixture(scope="module")
@@ -63,23 +63,7 @@ def _env() -> dict[str, str]:
 
 
 def _req(cfg: Path, sandbox: str, vm: GuestVM, limit_mib: int, **fields: Any) -> dict[str, Any]:
-    containers = (
-        [{"id": "c1", "state": "running", "memory_limit_bytes": limit_mib * MiB}]
-        if limit_mib
-        else []
-    )
-    return {
-        "schema": "kata-mem/shim-request/v1",
-        "sandbox_id": sandbox,
-        "event": "update",
-        "config": str(cfg),
-        "containers": containers,
-        "backend": {"type": "qmp", "socket": str(vm.qmp_socket)},
-        "apply": True,
-        "allow_shrink": True,
-        "host": HOST,
-        **fields,
-    }
+    return apply_request(cfg, sandbox, vm.qmp_socket, limit_mib, **fields)
 
 
 def _outcome(got: Answer) -> dict[str, Any]:

@@ -132,3 +132,31 @@ BAD_REQUESTS: list[tuple[bytes, int, str]] = [
         'request sandbox_id: "s\\udcffb" is not valid Unicode (a lone surrogate)',
     ),
 ]
+
+
+#: The host a guest test's requests describe.
+GUEST_HOST = {"memory_bytes": 16 << 30, "cpus": 4}
+
+
+def apply_request(
+    cfg: Path, sandbox: str, qmp_socket: Path, limit_mib: int, **fields: Any
+) -> dict[str, Any]:
+    """An update that applies one running container of ``limit_mib`` (none at 0) to the
+    guest behind ``qmp_socket``, shrinking allowed."""
+    containers = (
+        [{"id": "c1", "state": "running", "memory_limit_bytes": limit_mib << 20}]
+        if limit_mib
+        else []
+    )
+    return {
+        "schema": "kata-mem/shim-request/v1",
+        "sandbox_id": sandbox,
+        "event": "update",
+        "config": str(cfg),
+        "containers": containers,
+        "backend": {"type": "qmp", "socket": str(qmp_socket)},
+        "apply": True,
+        "allow_shrink": True,
+        "host": GUEST_HOST,
+        **fields,
+    }
