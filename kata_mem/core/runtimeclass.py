@@ -129,7 +129,10 @@ def _step_starts(cfg: SizingConfig, arch: Arch, top: int) -> list[int]:
     rises by the VMM overhead's growth when the VM steps up by as much as the limits
     did, so the largest need below a bound is where the VM last stepped up: one byte
     past a whole block above the boot memory, or past a whole MiB where the maximum has
-    the planner round down (the property tests check every MiB and a byte either side).
+    the planner round down; for a static VM of the Go runtime, at a whole MiB, since it
+    floors the workload to whole MiB (pkg/oci/utils.go ``calculateVMResources``). Both
+    are taken: a candidate more only costs a plan (the property tests check every MiB
+    and a byte either side).
     """
     host = _host(arch)
     base, block = boot_memory(cfg, host), block_size(cfg, host)
@@ -145,13 +148,13 @@ def _step_starts(cfg: SizingConfig, arch: Arch, top: int) -> list[int]:
         # The guest's own ceiling bounds the VM as the maximum does: memory past it
         # cannot be onlined (kata_mem.core.guestmem; docs, Sizing rules, "guest's own ceiling").
         bounds += [base + align_down(guest.limit - base, block), guest.limit]
-    found = set()
+    found: set[int] = set()
     for bound in bounds:
         for grid in (block, MiB):
             if bound > base:
-                start = base + (bound - 1 - base) // grid * grid + 1 - offset
-                if 1 <= start <= top:
-                    found.add(start)
+                past = base + (bound - 1 - base) // grid * grid + 1 - offset
+                at = base + (bound - base) // grid * grid - offset
+                found.update(start for start in (past, at) if 1 <= start <= top)
     return sorted(found)
 
 
