@@ -268,8 +268,8 @@ BREAKS = (
     Break(
         "clamp-at-max-off-by-one",
         PLANNER,
-        "    if target > ceiling:\n        clamp(ceiling_cause",
-        "    if target >= ceiling:\n        clamp(ceiling_cause",
+        "    if target > ceiling:\n        said = _cause_text(",
+        "    if target >= ceiling:\n        said = _cause_text(",
     ),
     Break("hugepage-pool-flipped", PLANNER, "if pool < ceiling:", "if pool > ceiling:"),
     Break(
