@@ -23,6 +23,13 @@ py=${PYTHON:-python3}
 log() { printf 'install-node: %s\n' "$*" >&2; }
 units=$root/configs/systemd
 
+# A SOURCE that is not there (a mistyped wheel path) stops everything before anything is made:
+# pip would fail only after the virtualenv was, and the uninstall leaves one without kata-mem.
+if [ ! -e "$source" ]; then
+    log "no $source: expected a kata_mem-*.whl file or a kata-mem checkout; nothing was installed"
+    exit 1
+fi
+
 # The units come from beside this script (a checkout's layout), not from the wheel: without
 # them, stop before anything is made.
 if [ "$unit_dir" != - ]; then

@@ -218,3 +218,35 @@ def test_the_install_script_without_its_units_stops_before_it_installs(tmp_path:
     # What the guide has copied to such a node holds what the script needs.
     (pack,) = [line for line in doc("guide/install.md").splitlines() if line.startswith("tar -cf ")]
     assert {"scripts/install-node.sh", "configs/systemd"} <= set(pack.split())
+    # ... and the command the guide runs there names the wheel where that archive holds it.
+    (wheel,) = [p for p in pack.split() if p.endswith(".whl")]
+    assert f"scripts/install-node.sh {wheel}" in " ".join(doc("guide/install.md").split())
+
+
+def test_the_install_script_stops_before_anything_for_a_source_that_is_not_there(
+    tmp_path: Path,
+) -> None:
+    """A mistyped wheel path made the virtualenv, then failed in pip, and the uninstall then
+    left that virtualenv ("not a virtualenv holding kata-mem")."""
+    root = tmp_path / "root"
+    env = {
+        **{k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")},
+        "PREFIX": str(root / "opt/kata-mem"),
+        "BIN_DIR": str(root / "usr/local/bin"),
+        "UNIT_DIR": str(root / "etc/systemd/system"),
+    }
+    missing = tmp_path / "kata_mem-0.1.0-py3-none-any.whl"
+    done = subprocess.run(
+        [str(SCRIPT), str(missing)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 1, done.stderr
+    assert done.stderr == (
+        f"install-node: no {missing}: expected a kata_mem-*.whl file or a kata-mem checkout; "
+        "nothing was installed\n"
+    )
+    assert not root.exists()

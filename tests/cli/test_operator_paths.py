@@ -130,3 +130,40 @@ def test_scripts_test_asks_for_the_pythons_it_tests_before_anything_else(tmp_pat
     found = run_check()
     assert found.returncode == 0, found.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["home", "scripts"]
+
+
+#: The Python the whole suite runs on (Debian 12's python3, which scripts/bootstrap.sh takes).
+MAIN_PYTHON = "3.11"
+
+
+def test_every_python_requires_python_claims_is_run() -> None:
+    """What requires-python admits is what CI runs: the whole suite on the main Python and
+    the real-guest module on scripts/test-pythons' default versions (a version CI does not
+    run is not claimed); and every page that lists them names those."""
+    claim = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["requires-python"]
+    bounds = re.fullmatch(r">=3\.(\d+),<3\.(\d+)", claim)
+    assert bounds is not None, claim
+    claimed = {f"3.{m}" for m in range(int(bounds.group(1)), int(bounds.group(2)))}
+    script = (REPO / "scripts" / "test-pythons").read_text()
+    default = re.search(r"versions=\(([0-9. ]+)\)", script)
+    assert default is not None
+    others = default.group(1).split()
+    assert sorted({*others, MAIN_PYTHON}) == sorted(claimed) and MAIN_PYTHON not in others
+    listed = " ".join(others[:-1]) + f" and {others[-1]}"  # "3.9 3.10 3.12 and 3.13"
+    for page in ("README.md", "docs/guide/quick-start.md", "docs/contributing/tests.md"):
+        text = " ".join((REPO / page).read_text().replace(",", "").split())
+        assert f"pyenv install {' '.join(others)}" in text, page
+    text = " ".join((REPO / "docs/guide/install.md").read_text().replace(",", "").split())
+    assert listed.replace("3.9 ", "3.9 (RHEL 9's) ") in text
+
+
+def test_test_pythons_refuses_a_flag_where_a_version_goes() -> None:
+    done = subprocess.run(
+        [str(REPO / "scripts" / "test-pythons"), "--check", "--prepare"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "--prepare: expected a version X.Y" in done.stderr

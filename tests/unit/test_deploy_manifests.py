@@ -7,6 +7,7 @@ configuration and drop-in they ship), and the Containerfile installs this versio
 from __future__ import annotations
 
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -149,36 +150,45 @@ def install_script() -> str:
 def run_script(script: str, kata: Path, **paths: Path) -> subprocess.CompletedProcess[str]:
     """``script`` on a node whose Kata directory is ``kata`` (and whose other paths, by
     the variable that holds them, are ``paths``)."""
-    script = script.replace(f"kata={KATA_DIR}", f"kata={kata}")
+    script = script.replace(f"kata={KATA_DIR}", f"kata={shlex.quote(str(kata))}")
     for name, path in paths.items():
-        script = re.sub(rf"^(\s*){name}=\S+$", rf"\g<1>{name}={path}", script, flags=re.M)
+        said = f"{name}={shlex.quote(str(path))}"
+        script = "\n".join(
+            line[: len(line) - len(line.lstrip())] + said
+            if line.lstrip().startswith(f"{name}=")
+            else line
+            for line in script.splitlines()
+        )
     return subprocess.run(
         ["sh", "-c", script], capture_output=True, text=True, timeout=30, check=False
     )
 
 
-def kata_deploy_node(kata: Path) -> None:
-    """Kata's directory as kata-deploy 3.27 and later leave it: each shim's configuration
-    a link to its copy in runtimes/SHIM/, beside its own config.d (install.rs
-    setup_runtime_directory), for the Go runtime and for runtime-rs."""
+def kata_deploy_node(kata: Path, links: bool = True) -> None:
+    """Kata's directory as kata-deploy leaves it (install.rs setup_runtime_directory), for
+    the Go runtime and for runtime-rs: from 3.27 a copy of each shim's configuration in
+    runtimes/SHIM/, beside its own config.d, which containerd's ConfigPath names; from 3.29
+    (``links``) the top-level configuration-SHIM.toml is a link to that copy, before a
+    file of its own."""
+    sample = REPO / "configs" / "configuration-qemu.toml"
     for base, shim in ((kata, "qemu"), (kata, "clh"), (kata / "runtime-rs", "qemu-runtime-rs")):
         own = base / "runtimes" / shim
         (own / "config.d").mkdir(parents=True)
-        shutil.copy(
-            REPO / "configs" / "configuration-qemu.toml", own / f"configuration-{shim}.toml"
-        )
-        (base / f"configuration-{shim}.toml").symlink_to(
-            f"runtimes/{shim}/configuration-{shim}.toml"
-        )
+        shutil.copy(sample, own / f"configuration-{shim}.toml")
+        top = base / f"configuration-{shim}.toml"
+        if links:
+            top.symlink_to(f"runtimes/{shim}/configuration-{shim}.toml")
+        else:
+            shutil.copy(sample, top)
     (kata / "configuration.toml").symlink_to("configuration-qemu.toml")
 
 
-@pytest.mark.parametrize("layout", ["kata-deploy", "flat"])
+@pytest.mark.parametrize("layout", ["kata-deploy-3.29", "kata-deploy-3.27", "flat"])
 def test_every_configuration_reads_the_drop_in_the_init_container_installs(
     tmp_path: Path, layout: str
 ) -> None:
     # kata-mem serve's --config, and the configuration each shim names (containerd's
-    # ConfigPath: kata-deploy's runtimes/SHIM/ file), are read with kata-mem's settings.
+    # ConfigPath: kata-deploy's runtimes/SHIM/ copy), are read with kata-mem's settings.
     assert option(serve_container(), "config") == NODE_CONFIG
     (init,) = pod_spec()["initContainers"]
     assert any(m["mountPath"] == KATA_DIR and not m.get("readOnly") for m in init["volumeMounts"])
@@ -187,16 +197,21 @@ def test_every_configuration_reads_the_drop_in_the_init_container_installs(
     )
     kata = tmp_path / "kata-containers"
     kata.mkdir()
-    if layout == "kata-deploy":
-        kata_deploy_node(kata)
-    else:
+    if layout == "flat":
         shutil.copy(REPO / "configs" / "configuration-qemu.toml", kata / "configuration-qemu.toml")
+    else:
+        kata_deploy_node(kata, links=layout == "kata-deploy-3.29")
     src = tmp_path / "50-kata-mem.toml"
     src.write_text(manifest("ConfigMap")["data"]["50-kata-mem.toml"])
     done = run_script(install_script(), kata, src=src)
     assert done.returncode == 0, done.stderr
-    configs = [*kata.glob("configuration*.toml"), *kata.glob("runtime-rs/configuration*.toml")]
-    assert len(configs) == (4 if layout == "kata-deploy" else 1)
+    configs = [
+        *kata.glob("configuration*.toml"),
+        *kata.glob("runtimes/*/configuration*.toml"),
+        *kata.glob("runtime-rs/configuration*.toml"),
+        *kata.glob("runtime-rs/runtimes/*/configuration*.toml"),
+    ]
+    assert len(configs) == (1 if layout == "flat" else 7)
     for config in configs:
         for named in (config, config.resolve()):
             cfg = load_config(named)
@@ -204,7 +219,7 @@ def test_every_configuration_reads_the_drop_in_the_init_container_installs(
             assert str(drop_in) in cfg.files, (named, cfg.files)
             assert cfg.settings.state_dir == "/run/kata-mem"
     # Nothing where nothing reads it: a config.d beside links is read by neither runtime.
-    assert (kata / "config.d").exists() == (layout == "flat")
+    assert (kata / "config.d").exists() == (layout != "kata-deploy-3.29")
 
 
 def test_the_install_refuses_a_node_without_kata(tmp_path: Path) -> None:
@@ -254,9 +269,10 @@ def test_the_containerfile_installs_the_wheel_it_is_given() -> None:
     assert "pip install --no-cache-dir /tmp/dist/kata_mem-*-py3-none-any.whl" in code
     python = re.search(r"^FROM \S+/python:(\d+)\.(\d+)-", text, re.M)
     assert python is not None
-    minimum = re.fullmatch(r">=(\d+)\.(\d+)", project["requires-python"])
-    assert minimum is not None
-    assert tuple(map(int, python.groups())) >= tuple(map(int, minimum.groups()))
+    bounds = re.fullmatch(r">=(\d+)\.(\d+),<(\d+)\.(\d+)", project["requires-python"])
+    assert bounds is not None
+    version = tuple(map(int, python.groups()))
+    assert tuple(map(int, bounds.groups()[:2])) <= version < tuple(map(int, bounds.groups()[2:]))
 
 
 def test_the_build_context_is_the_wheel_alone() -> None:
@@ -476,19 +492,31 @@ def removal_script() -> str:
     return script
 
 
-def test_the_uninstall_removes_every_drop_in_the_install_wrote(tmp_path: Path) -> None:
-    kata = tmp_path / "kata-containers"
+@pytest.mark.parametrize(("links", "written"), [(True, 3), (False, 5)], ids=["3.29", "3.27"])
+def test_the_uninstall_removes_every_drop_in_the_install_wrote(
+    tmp_path: Path, links: bool, written: int
+) -> None:
+    kata = tmp_path / "kata containers"  # a space: each path stays whole
     kata.mkdir()
-    kata_deploy_node(kata)
+    kata_deploy_node(kata, links)
     src = tmp_path / "50-kata-mem.toml"
     src.write_text(manifest("ConfigMap")["data"]["50-kata-mem.toml"])
     assert run_script(install_script(), kata, src=src).returncode == 0
-    installed = sorted(kata.rglob("50-kata-mem.toml"))
-    assert len(installed) == 3  # runtimes/qemu, runtimes/clh, runtime-rs/runtimes/qemu-runtime-rs
+    # 3.29: runtimes/qemu, runtimes/clh, runtime-rs/runtimes/qemu-runtime-rs; 3.27 also
+    # the config.d beside the top-level files, which are files of their own there.
+    assert len(list(kata.rglob("50-kata-mem.toml"))) == written
+    # A link named as the drop-in is not the install's: left, and so is what it leads to.
+    other = tmp_path / "other.toml"
+    other.write_text("[kata_mem]\n")
+    (kata / "extra" / "config.d").mkdir(parents=True)
+    (kata / "extra" / "config.d" / "50-kata-mem.toml").symlink_to(other)
     done = run_script(removal_script(), kata)
     assert done.returncode == 0, done.stderr
-    assert list(kata.rglob("50-kata-mem.toml")) == []
-    assert done.stdout.count("removed ") == 3
+    assert [p.relative_to(kata) for p in kata.rglob("50-kata-mem.toml")] == [
+        Path("extra/config.d/50-kata-mem.toml")
+    ]
+    assert other.read_text() == "[kata_mem]\n"
+    assert done.stdout.count("removed ") == written
 
 
 @pytest.mark.parametrize(
