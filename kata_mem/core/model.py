@@ -41,6 +41,9 @@ MemoryCause = Literal[
     "node_budget",
     "guest_memmap",
 ]
+#: What a memory maximum was raised to, above the limit that set it: a static VM's boot
+#: size, or a boot memory the VM keeps above it.
+MaxRaise = Literal["boot_size", "boot_memory"]
 #: Why the vCPU target ended below what was requested.
 VcpuCause = Literal["default_maxvcpus", "host_cpus", "arch"]
 Cause = Literal[MemoryCause, VcpuCause]
@@ -730,6 +733,12 @@ class MemoryPlan:
     workload: Demand = field(default_factory=Demand)
     #: The guest's own ceiling where it applies (a grow, no memmap_on_memory counted).
     guest: Optional[GuestCeiling] = None
+    #: What set the maximum (planner.max_memory): default_maxmemory, the host or the
+    #: hugepage pool; and when ``max`` is above that limit, what it was raised to and
+    #: the limit it was raised from (``max_limit``, else equal to ``max``).
+    max_cause: MemoryCause = "host_memtotal"
+    max_raised: Optional[MaxRaise] = None
+    max_limit: int = 0
 
     @property
     def delta(self) -> int:

@@ -5,7 +5,7 @@ No I/O, no clock, no environment. ``preview`` prints exactly the plan that
 ``apply`` carries out. Each rule names the Kata behaviour it mirrors; where
 kata-mem deliberately differs, the docstring says why (docs, "Compared with Kata").
 
-One module (about 1,200 lines) because the memory plan is one computation:
+One module (about 1,300 lines) because the memory plan is one computation:
 :func:`_plan_memory` applies every bound (maximum, host, slots, device space, host-side
 guards, the guest's own ceiling, the node's budget) to one target in turn and records
 each clamp with its cause, and the rules above it compute the block size, boot memory and
@@ -39,6 +39,7 @@ from kata_mem.core.model import (
     GuestPolicy,
     HostCgroup,
     HostFacts,
+    MaxRaise,
     Mechanism,
     MemoryCause,
     MemoryDevice,
@@ -712,6 +713,9 @@ def _plan_memory(
     mech = mechanism(cfg)
     host_mem, host_cause = effective_host_memory(host)
     ceiling, ceiling_cause = max_memory(cfg, host)
+    # What set the maximum, kept for the plan as it was before any raise below.
+    limit, limit_cause = ceiling, ceiling_cause
+    raised_to: Optional[MaxRaise] = None
     block = block_size(cfg, host, vm)
     base = vm.base
     now = vm.total  # the VM's guest memory, read once (a sum over its devices)
@@ -770,7 +774,7 @@ def _plan_memory(
             f"static_sandbox_resource_mgmt: the maximum is raised from {fmt_bytes(ceiling)} "
             f"({ceiling_cause}) to the boot size {fmt_bytes(raised)}, as runtime-rs does",
         )
-        ceiling, ceiling_cause = raised, top_cause
+        ceiling, ceiling_cause, raised_to = raised, top_cause, "boot_size"
     # The maximum the boot memory is above, when the VM keeps its boot memory instead.
     below: Optional[int] = None
     if base > ceiling:
@@ -779,7 +783,7 @@ def _plan_memory(
             f"boot memory {fmt_bytes(base)} is above the memory maximum {fmt_bytes(ceiling)}: "
             "the sandbox keeps its boot memory and nothing is hotplugged",
         )
-        below, ceiling = ceiling, base
+        below, ceiling, raised_to = ceiling, base, "boot_memory"
         if cfg.default_memory > host_mem and base >= host_mem:
             # The boot memory was lowered to the host's, which then bounds the target:
             # default_maxmemory, below it, is not what the target was clamped to.
@@ -933,6 +937,9 @@ def _plan_memory(
             node=guards.node,
             workload=need,
             guest=guest,
+            max_cause=limit_cause,
+            max_raised=raised_to,
+            max_limit=limit,
         ),
         warnings,
     )

@@ -267,15 +267,13 @@ def plan_text(plan: Plan, cfg: SizingConfig, title: str = "") -> str:
         if m.configured_max
         else f"default_maxmemory 0 = host {to_mib_floor(m.host)} MiB"
     )
-    # The smaller of the two, unless the planner set the maximum otherwise (planner._ceiling,
-    # plan): below it only the hugepage pool; above it only a VM's boot size (a static VM's,
-    # or boot memory above the maximum), each with its note.
-    named = m.configured_max if m.configured_max and m.configured_max <= m.host else m.host
-    if m.max != named and m.max == m.base:
+    # What set the maximum, as the planner recorded it (planner._plan_memory): the names
+    # above say default_maxmemory and the host; the pool and a raise are added.
+    if m.max_cause == "hugepages":
+        max_note += f"; the hugepage pool holds {to_mib_floor(m.max_limit)} MiB"
+    if m.max_raised == "boot_memory":
         max_note += f"; raised to the boot memory {to_mib_floor(m.max)} MiB, which is above it"
-    elif m.max < named:
-        max_note += f"; the hugepage pool holds {to_mib_floor(m.max)} MiB"
-    elif m.max > named:
+    elif m.max_raised == "boot_size":
         max_note += f"; raised to the boot size {to_mib_floor(m.max)} MiB"
     lines += [
         "memory (MiB)",

@@ -309,6 +309,16 @@ def test_the_max_row_names_what_set_the_maximum(run_cli: Run, tmp_path: Path) ->
         "max 2048 default_maxmemory 1024 MiB, host 24105 MiB; raised to the boot memory "
         "2048 MiB, which is above it"
     )
+    # Lowered to the hugepage pool, then raised to the boot memory above the pool: the row
+    # said the boot memory was above the host's 24105 MiB.
+    r = run_cli(
+        "preview", "--config", str(pooled), "--limit", "1Gi", *host, "--host-hugepages", "512x2Mi"
+    )
+    assert r.code == 0, r.err
+    assert " ".join(_line(r.out, "max").split()) == (
+        "max 2048 default_maxmemory 0 = host 24105 MiB; the hugepage pool holds 1024 MiB; "
+        "raised to the boot memory 2048 MiB, which is above it"
+    )
 
 
 def test_a_pod_overhead_the_kata_model_does_not_add_says_so(run_cli: Run) -> None:
