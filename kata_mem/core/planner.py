@@ -269,15 +269,18 @@ def crooked_regions(vm: VmState, block: int) -> list[str]:
 
 
 def dimm_slots(cfg: SizingConfig, host: HostFacts) -> int:
-    """The DIMM slots a VM booted from ``cfg`` on ``host`` has. Kata hands
+    """The DIMM slots a VM booted from ``cfg`` on ``host`` has. The Go runtime hands
     ``memory_slots`` to QEMU as a uint8 (qemu.go ``memoryTopology``, govmm
     ``Memory.Slots``), so 300 is 44, and 256 is 0, for which govmm writes no ``slots=``
-    (``appendMemory``) and QEMU refuses every DIMM. Other hypervisors take it as it is.
+    (``appendMemory``) and QEMU refuses every DIMM. runtime-rs passes a u32
+    (src/runtime-rs/crates/hypervisor/src/qemu/cmdline_generator.rs, ``Memory.num_slots``),
+    and other hypervisors take it as it is.
     s390x has no DIMMs at all: Kata refuses memory hotplug there without virtio-mem
     (qemu.go ``hotplugMemory``, ``s390xVirtioMemRequiredErr``)."""
     if host.arch == "s390x" and not cfg.enable_virtio_mem:
         return 0
-    return cfg.memory_slots & 0xFF if cfg.hypervisor == "qemu" else cfg.memory_slots
+    uint8 = cfg.hypervisor == "qemu" and cfg.runtime == "go"
+    return cfg.memory_slots & 0xFF if uint8 else cfg.memory_slots
 
 
 def assumed_vm(cfg: SizingConfig, host: HostFacts, current: Optional[int] = None) -> VmState:
@@ -757,8 +760,8 @@ def _plan_memory(
     elif mech == "pc-dimm" and slots != cfg.memory_slots:
         note(
             "memory_slots",
-            f"memory_slots {cfg.memory_slots} gives QEMU {slots} DIMM slots: Kata hands it "
-            "to QEMU as a uint8 (qemu.go memoryTopology)"
+            f"memory_slots {cfg.memory_slots} gives QEMU {slots} DIMM slots: the Go runtime "
+            "hands it to QEMU as a uint8 (qemu.go memoryTopology)"
             + (", and with none QEMU refuses every DIMM" if slots == 0 else ""),
         )
     top, top_cause = host_ceiling(cfg, host)
