@@ -201,7 +201,9 @@ def unread_dropins(path: str | Path) -> Optional[str]:
     it ignored by Kata and kata-mem alike, with nothing said."""
     given = os.path.join(os.path.dirname(os.path.abspath(path)), "config.d")
     read = dropin_dir(path)
-    if given == read or not os.path.isdir(given):
+    # Compared resolved: a directory on the path that is a link (or a config.d that is
+    # one) leads to the very directory read, which is not "another" one.
+    if not os.path.isdir(given) or os.path.realpath(given) == os.path.realpath(read):
         return None
     return (
         f"{given} is not read: {path} is a link to {os.path.realpath(path)}, and Kata "

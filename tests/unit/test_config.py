@@ -137,6 +137,16 @@ def test_drop_ins_beside_a_link_are_said_unread(tmp_path: Path) -> None:
         f"{tmp_path}/real/config.d; move them there"
     )
     assert unread_dropins(real) is None  # not a link
+    # A link to the directory leads to the config.d read: nothing unread (it said
+    # "linkdir/config.d is not read ... move them there", the same directory).
+    (tmp_path / "linkdir").symlink_to(tmp_path / "real")
+    (tmp_path / "real" / "config.d").mkdir()
+    assert unread_dropins(tmp_path / "linkdir" / "configuration.toml") is None
+    # Nor a config.d beside the link that is itself a link to the one read.
+    (tmp_path / "config.d" / "50-kata-mem.toml").unlink()
+    (tmp_path / "config.d").rmdir()
+    (tmp_path / "config.d").symlink_to(tmp_path / "real" / "config.d")
+    assert unread_dropins(link) is None
 
 
 def test_bundled_box_dropins(tmp_path: Path) -> None:
