@@ -274,7 +274,7 @@ class Executor:
             loaded,
             self._settle,
             self._note,
-            lambda step: self._wait(step, SETTLE_S),
+            lambda step: self._wait(step, SETTLE_S)[0],
         )
         allowed = options.allow_shrink or options.force or cfg.settings.allow_shrink
         sandbox = self.state.sandbox
