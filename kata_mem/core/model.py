@@ -44,6 +44,8 @@ MemoryCause = Literal[
 #: What a memory maximum was raised to, above the limit that set it: a static VM's boot
 #: size, or a boot memory the VM keeps above it.
 MaxRaise = Literal["boot_size", "boot_memory"]
+#: What the containers' CPUs are added to (:class:`VcpuPlan`).
+VcpuBase = Literal["default_vcpus", "overhead_vcpus"]
 #: Why the vCPU target ended below what was requested.
 VcpuCause = Literal["default_maxvcpus", "host_cpus", "arch"]
 Cause = Literal[MemoryCause, VcpuCause]
@@ -759,6 +761,12 @@ class VcpuPlan:
     requested: Fraction
     target: int
     clamps: tuple[Clamp, ...]
+    #: What the containers' CPUs (``containers``) were added to: ``default`` itself, or
+    #: under runtime-rs static sizing ``overhead_vcpus`` (planner.runtime_rs_static), the
+    #: sum then booted as ``default``; ``base`` is its value.
+    added_to: VcpuBase = "default_vcpus"
+    base: Fraction = Fraction(0)
+    containers: Fraction = Fraction(0)
 
 
 @frozen

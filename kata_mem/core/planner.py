@@ -50,6 +50,7 @@ from kata_mem.core.model import (
     PodResources,
     SizingConfig,
     Step,
+    VcpuBase,
     VcpuCause,
     VcpuPlan,
     VmState,
@@ -1282,6 +1283,8 @@ def _plan_vcpus(cfg: SizingConfig, host: HostFacts, need: Demand) -> tuple[VcpuP
     elif default.numerator == 0:
         default = _ONE
     notes: list[Note] = []
+    added_to: VcpuBase = "default_vcpus"
+    base, containers = default, work_cpu
     static = runtime_rs_static(cfg, need)
     if static is not None:
         # runtime-rs InitialSizeManager::setup_config: with any workload, the boot vCPUs
@@ -1289,7 +1292,8 @@ def _plan_vcpus(cfg: SizingConfig, host: HostFacts, need: Demand) -> tuple[VcpuP
         # maximum is always their ceiling, raised or lowered from default_maxvcpus.
         mem, cpu = static
         if cpu > 0 or mem > 0:
-            default = max((cfg.overhead_vcpus or _ZERO) + cpu, _ONE)
+            added_to, base = "overhead_vcpus", cfg.overhead_vcpus or _ZERO
+            default = max(base + cpu, _ONE)
         boot = math.ceil(default)
         if boot != ceiling and boot <= arch_cap:
             notes.append(
@@ -1314,7 +1318,7 @@ def _plan_vcpus(cfg: SizingConfig, host: HostFacts, need: Demand) -> tuple[VcpuP
             )
         ceiling, cause = min(boot, arch_cap), "arch"
     elif default.numerator > ceiling * default.denominator:
-        default = Fraction(ceiling)
+        default = base = Fraction(ceiling)
     requested = default + work_cpu
     target = math.ceil(requested)
     clamps: tuple[Clamp, ...] = ()
@@ -1333,6 +1337,9 @@ def _plan_vcpus(cfg: SizingConfig, host: HostFacts, need: Demand) -> tuple[VcpuP
             requested=requested,
             target=target,
             clamps=clamps,
+            added_to=added_to,
+            base=base,
+            containers=containers,
         ),
         notes,
     )

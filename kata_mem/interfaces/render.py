@@ -27,6 +27,7 @@ from kata_mem.core.model import (
     Plan,
     SizingConfig,
     Step,
+    VcpuBase,
 )
 from kata_mem.core.units import to_kib_floor, to_mib_ceil, to_mib_floor
 
@@ -239,6 +240,10 @@ def _target_note(m: MemoryPlan) -> str:
     return ""
 
 
+#: How the vCPU line names what the containers' CPUs were added to.
+_VCPU_BASE: dict[VcpuBase, str] = {"default_vcpus": "default", "overhead_vcpus": "overhead_vcpus"}
+
+
 def _vcpu_clamp_text(clamp: Clamp, host: int) -> str:
     """A vCPU clamp in words (its cause names which ceiling, its limit the number)."""
     if clamp.cause == "host_cpus":
@@ -338,10 +343,15 @@ def plan_text(plan: Plan, cfg: SizingConfig, title: str = "") -> str:
             f"{to_mib_ceil(m.node.committed_others or 0)} MiB"
         )
     vc = "".join(f", {_vcpu_clamp_text(c, v.host)}" for c in v.clamps)
+    # What the containers' CPUs were added to (planner._plan_vcpus): default_vcpus, or
+    # runtime-rs static sizing's overhead_vcpus, whose sum boots as at least 1 vCPU.
+    added = v.base + v.containers
+    summed = f"{float(added):g}" + (
+        "" if added == v.requested else f", at least {float(v.requested):g}"
+    )
     lines.append(
-        f"vCPUs: target {v.target} (default {float(v.default):g} + containers "
-        f"{float(v.requested - v.default):g} = {float(v.requested):g}), max {v.max}, "
-        f"host {v.host}{vc}"
+        f"vCPUs: target {v.target} ({_VCPU_BASE[v.added_to]} {float(v.base):g} + containers "
+        f"{float(v.containers):g} = {summed}), max {v.max}, host {v.host}{vc}"
     )
     # The clamps are shown above ("why:", and the vCPU line).
     lines += [
