@@ -185,7 +185,7 @@ def make_kata_mem_core_model_MemoryDevice(D, F):
 
 
 def make_kata_mem_core_model_MemoryPlan(D, F):
-    def __init__(self, host, configured_max, max, base, requested, aligned, target, current, mechanism, block, clamps, steps, sizing=D[0], pod_overhead=D[1], pod_overhead_origin=D[2], host_cgroup=D[3], host_cgroup_unseen=D[4], vmm_overhead=D[5], node=D[6], workload=__frozen_missing, guest=D[7]):
+    def __init__(self, host, configured_max, max, base, requested, aligned, target, current, mechanism, block, clamps, steps, sizing=D[0], pod_overhead=D[1], pod_overhead_origin=D[2], host_cgroup=D[3], host_cgroup_unseen=D[4], vmm_overhead=D[5], node=D[6], workload=__frozen_missing, guest=D[7], max_cause=D[8], max_raised=D[9], max_limit=D[10]):
         __frozen_set(self, 'host', host)
         __frozen_set(self, 'configured_max', configured_max)
         __frozen_set(self, 'max', max)
@@ -207,6 +207,9 @@ def make_kata_mem_core_model_MemoryPlan(D, F):
         __frozen_set(self, 'node', node)
         __frozen_set(self, 'workload', F[0]() if workload is __frozen_missing else workload)
         __frozen_set(self, 'guest', guest)
+        __frozen_set(self, 'max_cause', max_cause)
+        __frozen_set(self, 'max_raised', max_raised)
+        __frozen_set(self, 'max_limit', max_limit)
     return __init__
 
 
@@ -359,13 +362,16 @@ def make_kata_mem_core_model_Unseen(D, F):
 
 
 def make_kata_mem_core_model_VcpuPlan(D, F):
-    def __init__(self, host, max, default, requested, target, clamps):
+    def __init__(self, host, max, default, requested, target, clamps, added_to=D[0], base=D[1], containers=D[2]):
         __frozen_set(self, 'host', host)
         __frozen_set(self, 'max', max)
         __frozen_set(self, 'default', default)
         __frozen_set(self, 'requested', requested)
         __frozen_set(self, 'target', target)
         __frozen_set(self, 'clamps', clamps)
+        __frozen_set(self, 'added_to', added_to)
+        __frozen_set(self, 'base', base)
+        __frozen_set(self, 'containers', containers)
     return __init__
 
 
@@ -760,7 +766,7 @@ MAKERS: dict = {
     'kata_mem.core.model.HostCgroup': (((('path', 'required'), ('version', 'required'), ('usage', 'required'), ('levels', 'default'), ('origin', 'default'), ('usage_after', 'default'), ('unread_usage', 'default')), False), make_kata_mem_core_model_HostCgroup),
     'kata_mem.core.model.HostFacts': (((('memory', 'required'), ('cpus', 'required'), ('arch', 'required'), ('hugepage_size', 'default'), ('hugepages_total', 'default'), ('hugepages_free', 'default'), ('cgroup_memory_limit', 'default'), ('cgroup_path', 'default'), ('sources', 'default')), False), make_kata_mem_core_model_HostFacts),
     'kata_mem.core.model.MemoryDevice': (((('id', 'required'), ('kind', 'required'), ('size', 'required'), ('requested', 'default'), ('max_size', 'default'), ('block', 'default'), ('slot', 'default'), ('memdev', 'default'), ('hotplugged', 'default'), ('pending_unplug', 'default'), ('ours', 'default'), ('addr', 'default')), False), make_kata_mem_core_model_MemoryDevice),
-    'kata_mem.core.model.MemoryPlan': (((('host', 'required'), ('configured_max', 'required'), ('max', 'required'), ('base', 'required'), ('requested', 'required'), ('aligned', 'required'), ('target', 'required'), ('current', 'required'), ('mechanism', 'required'), ('block', 'required'), ('clamps', 'required'), ('steps', 'required'), ('sizing', 'default'), ('pod_overhead', 'default'), ('pod_overhead_origin', 'default'), ('host_cgroup', 'default'), ('host_cgroup_unseen', 'default'), ('vmm_overhead', 'default'), ('node', 'default'), ('workload', 'factory'), ('guest', 'default')), False), make_kata_mem_core_model_MemoryPlan),
+    'kata_mem.core.model.MemoryPlan': (((('host', 'required'), ('configured_max', 'required'), ('max', 'required'), ('base', 'required'), ('requested', 'required'), ('aligned', 'required'), ('target', 'required'), ('current', 'required'), ('mechanism', 'required'), ('block', 'required'), ('clamps', 'required'), ('steps', 'required'), ('sizing', 'default'), ('pod_overhead', 'default'), ('pod_overhead_origin', 'default'), ('host_cgroup', 'default'), ('host_cgroup_unseen', 'default'), ('vmm_overhead', 'default'), ('node', 'default'), ('workload', 'factory'), ('guest', 'default'), ('max_cause', 'default'), ('max_raised', 'default'), ('max_limit', 'default')), False), make_kata_mem_core_model_MemoryPlan),
     'kata_mem.core.model.NodeView': (((('host', 'required'), ('reserved', 'required'), ('budget', 'required'), ('committed_others', 'required'), ('available', 'default')), False), make_kata_mem_core_model_NodeView),
     'kata_mem.core.model.Note': (((('code', 'required'), ('text', 'required')), False), make_kata_mem_core_model_Note),
     'kata_mem.core.model.Origin': (((('kind', 'required'), ('where', 'default'), ('key', 'default'), ('value', 'default'), ('note', 'default')), False), make_kata_mem_core_model_Origin),
@@ -773,7 +779,7 @@ MAKERS: dict = {
     'kata_mem.core.model.SizingConfig': (((('path', 'required'), ('hypervisor', 'required'), ('default_memory', 'required'), ('default_maxmemory', 'required'), ('memory_slots', 'required'), ('memory_offset', 'required'), ('enable_virtio_mem', 'required'), ('enable_hugepages', 'required'), ('static_sandbox_resource_mgmt', 'required'), ('default_vcpus', 'required'), ('default_maxvcpus', 'required'), ('settings', 'factory'), ('enable_annotations', 'default'), ('overhead_vcpus', 'default'), ('overhead_memory', 'default'), ('runtime', 'default'), ('sources', 'default'), ('files', 'default'), ('kernel_params', 'default')), False), make_kata_mem_core_model_SizingConfig),
     'kata_mem.core.model.Step': (((('action', 'required'), ('device', 'required'), ('size', 'required'), ('delta', 'required'), ('total_after', 'required'), ('memdev', 'default')), False), make_kata_mem_core_model_Step),
     'kata_mem.core.model.Unseen': (((('reason', 'required'), ('detail', 'required')), False), make_kata_mem_core_model_Unseen),
-    'kata_mem.core.model.VcpuPlan': (((('host', 'required'), ('max', 'required'), ('default', 'required'), ('requested', 'required'), ('target', 'required'), ('clamps', 'required')), False), make_kata_mem_core_model_VcpuPlan),
+    'kata_mem.core.model.VcpuPlan': (((('host', 'required'), ('max', 'required'), ('default', 'required'), ('requested', 'required'), ('target', 'required'), ('clamps', 'required'), ('added_to', 'default'), ('base', 'default'), ('containers', 'default')), False), make_kata_mem_core_model_VcpuPlan),
     'kata_mem.core.model.VmState': (((('base', 'required'), ('devices', 'default'), ('slots', 'default'), ('device_space', 'default'), ('loose', 'default'), ('other_ids', 'default'), ('backend_objects', 'default'), ('orphans', 'default'), ('unproven', 'default'), ('vmm_pid', 'default'), ('vmm_pid_hidden', 'default'), ('vmm_hard_limit', 'default'), ('other_regions', 'default')), False), make_kata_mem_core_model_VmState),
     'kata_mem.core.model.Workload': (((('containers', 'default'), ('sizing', 'default'), ('overhead', 'default'), ('overhead_origin', 'default'), ('pod', 'default'), ('hypervisor', 'default'), ('hypervisor_origin', 'default')), False), make_kata_mem_core_model_Workload),
     'kata_mem.core.outcomes.Stop': (((('status', 'required'), ('reason', 'required'), ('message', 'required')), False), make_kata_mem_core_outcomes_Stop),

@@ -41,6 +41,11 @@ MemoryCause = Literal[
     "node_budget",
     "guest_memmap",
 ]
+#: What a memory maximum was raised to, above the limit that set it: a static VM's boot
+#: size, or a boot memory the VM keeps above it.
+MaxRaise = Literal["boot_size", "boot_memory"]
+#: What the containers' CPUs are added to (:class:`VcpuPlan`).
+VcpuBase = Literal["default_vcpus", "overhead_vcpus"]
 #: Why the vCPU target ended below what was requested.
 VcpuCause = Literal["default_maxvcpus", "host_cpus", "arch"]
 Cause = Literal[MemoryCause, VcpuCause]
@@ -730,6 +735,12 @@ class MemoryPlan:
     workload: Demand = field(default_factory=Demand)
     #: The guest's own ceiling where it applies (a grow, no memmap_on_memory counted).
     guest: Optional[GuestCeiling] = None
+    #: What set the maximum (planner.max_memory): default_maxmemory, the host or the
+    #: hugepage pool; and when ``max`` is above that limit, what it was raised to and
+    #: the limit it was raised from (``max_limit``, else equal to ``max``).
+    max_cause: MemoryCause = "host_memtotal"
+    max_raised: Optional[MaxRaise] = None
+    max_limit: int = 0
 
     @property
     def delta(self) -> int:
@@ -750,6 +761,12 @@ class VcpuPlan:
     requested: Fraction
     target: int
     clamps: tuple[Clamp, ...]
+    #: What the containers' CPUs (``containers``) were added to: ``default`` itself, or
+    #: under runtime-rs static sizing ``overhead_vcpus`` (planner.runtime_rs_static), the
+    #: sum then booted as ``default``; ``base`` is its value.
+    added_to: VcpuBase = "default_vcpus"
+    base: Fraction = Fraction(0)
+    containers: Fraction = Fraction(0)
 
 
 @frozen

@@ -5,7 +5,7 @@ No I/O, no clock, no environment. ``preview`` prints exactly the plan that
 ``apply`` carries out. Each rule names the Kata behaviour it mirrors; where
 kata-mem deliberately differs, the docstring says why (docs, "Compared with Kata").
 
-One module (about 1,200 lines) because the memory plan is one computation:
+One module (about 1,300 lines) because the memory plan is one computation:
 :func:`_plan_memory` applies every bound (maximum, host, slots, device space, host-side
 guards, the guest's own ceiling, the node's budget) to one target in turn and records
 each clamp with its cause, and the rules above it compute the block size, boot memory and
@@ -39,6 +39,7 @@ from kata_mem.core.model import (
     GuestPolicy,
     HostCgroup,
     HostFacts,
+    MaxRaise,
     Mechanism,
     MemoryCause,
     MemoryDevice,
@@ -49,6 +50,7 @@ from kata_mem.core.model import (
     PodResources,
     SizingConfig,
     Step,
+    VcpuBase,
     VcpuCause,
     VcpuPlan,
     VmState,
@@ -268,15 +270,18 @@ def crooked_regions(vm: VmState, block: int) -> list[str]:
 
 
 def dimm_slots(cfg: SizingConfig, host: HostFacts) -> int:
-    """The DIMM slots a VM booted from ``cfg`` on ``host`` has. Kata hands
+    """The DIMM slots a VM booted from ``cfg`` on ``host`` has. The Go runtime hands
     ``memory_slots`` to QEMU as a uint8 (qemu.go ``memoryTopology``, govmm
     ``Memory.Slots``), so 300 is 44, and 256 is 0, for which govmm writes no ``slots=``
-    (``appendMemory``) and QEMU refuses every DIMM. Other hypervisors take it as it is.
+    (``appendMemory``) and QEMU refuses every DIMM. runtime-rs passes a u32
+    (src/runtime-rs/crates/hypervisor/src/qemu/cmdline_generator.rs, ``Memory.num_slots``),
+    and other hypervisors take it as it is.
     s390x has no DIMMs at all: Kata refuses memory hotplug there without virtio-mem
     (qemu.go ``hotplugMemory``, ``s390xVirtioMemRequiredErr``)."""
     if host.arch == "s390x" and not cfg.enable_virtio_mem:
         return 0
-    return cfg.memory_slots & 0xFF if cfg.hypervisor == "qemu" else cfg.memory_slots
+    uint8 = cfg.hypervisor == "qemu" and cfg.runtime == "go"
+    return cfg.memory_slots & 0xFF if uint8 else cfg.memory_slots
 
 
 def assumed_vm(cfg: SizingConfig, host: HostFacts, current: Optional[int] = None) -> VmState:
@@ -712,6 +717,9 @@ def _plan_memory(
     mech = mechanism(cfg)
     host_mem, host_cause = effective_host_memory(host)
     ceiling, ceiling_cause = max_memory(cfg, host)
+    # What set the maximum, kept for the plan as it was before any raise below.
+    limit, limit_cause = ceiling, ceiling_cause
+    raised_to: Optional[MaxRaise] = None
     block = block_size(cfg, host, vm)
     base = vm.base
     now = vm.total  # the VM's guest memory, read once (a sum over its devices)
@@ -753,8 +761,8 @@ def _plan_memory(
     elif mech == "pc-dimm" and slots != cfg.memory_slots:
         note(
             "memory_slots",
-            f"memory_slots {cfg.memory_slots} gives QEMU {slots} DIMM slots: Kata hands it "
-            "to QEMU as a uint8 (qemu.go memoryTopology)"
+            f"memory_slots {cfg.memory_slots} gives QEMU {slots} DIMM slots: the Go runtime "
+            "hands it to QEMU as a uint8 (qemu.go memoryTopology)"
             + (", and with none QEMU refuses every DIMM" if slots == 0 else ""),
         )
     top, top_cause = host_ceiling(cfg, host)
@@ -770,7 +778,7 @@ def _plan_memory(
             f"static_sandbox_resource_mgmt: the maximum is raised from {fmt_bytes(ceiling)} "
             f"({ceiling_cause}) to the boot size {fmt_bytes(raised)}, as runtime-rs does",
         )
-        ceiling, ceiling_cause = raised, top_cause
+        ceiling, ceiling_cause, raised_to = raised, top_cause, "boot_size"
     # The maximum the boot memory is above, when the VM keeps its boot memory instead.
     below: Optional[int] = None
     if base > ceiling:
@@ -779,7 +787,7 @@ def _plan_memory(
             f"boot memory {fmt_bytes(base)} is above the memory maximum {fmt_bytes(ceiling)}: "
             "the sandbox keeps its boot memory and nothing is hotplugged",
         )
-        below, ceiling = ceiling, base
+        below, ceiling, raised_to = ceiling, base, "boot_memory"
         if cfg.default_memory > host_mem and base >= host_mem:
             # The boot memory was lowered to the host's, which then bounds the target:
             # default_maxmemory, below it, is not what the target was clamped to.
@@ -933,6 +941,9 @@ def _plan_memory(
             node=guards.node,
             workload=need,
             guest=guest,
+            max_cause=limit_cause,
+            max_raised=raised_to,
+            max_limit=limit,
         ),
         warnings,
     )
@@ -1272,6 +1283,8 @@ def _plan_vcpus(cfg: SizingConfig, host: HostFacts, need: Demand) -> tuple[VcpuP
     elif default.numerator == 0:
         default = _ONE
     notes: list[Note] = []
+    added_to: VcpuBase = "default_vcpus"
+    base, containers = default, work_cpu
     static = runtime_rs_static(cfg, need)
     if static is not None:
         # runtime-rs InitialSizeManager::setup_config: with any workload, the boot vCPUs
@@ -1279,7 +1292,8 @@ def _plan_vcpus(cfg: SizingConfig, host: HostFacts, need: Demand) -> tuple[VcpuP
         # maximum is always their ceiling, raised or lowered from default_maxvcpus.
         mem, cpu = static
         if cpu > 0 or mem > 0:
-            default = max((cfg.overhead_vcpus or _ZERO) + cpu, _ONE)
+            added_to, base = "overhead_vcpus", cfg.overhead_vcpus or _ZERO
+            default = max(base + cpu, _ONE)
         boot = math.ceil(default)
         if boot != ceiling and boot <= arch_cap:
             notes.append(
@@ -1304,7 +1318,7 @@ def _plan_vcpus(cfg: SizingConfig, host: HostFacts, need: Demand) -> tuple[VcpuP
             )
         ceiling, cause = min(boot, arch_cap), "arch"
     elif default.numerator > ceiling * default.denominator:
-        default = Fraction(ceiling)
+        default = base = Fraction(ceiling)
     requested = default + work_cpu
     target = math.ceil(requested)
     clamps: tuple[Clamp, ...] = ()
@@ -1323,6 +1337,9 @@ def _plan_vcpus(cfg: SizingConfig, host: HostFacts, need: Demand) -> tuple[VcpuP
             requested=requested,
             target=target,
             clamps=clamps,
+            added_to=added_to,
+            base=base,
+            containers=containers,
         ),
         notes,
     )

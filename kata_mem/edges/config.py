@@ -201,7 +201,9 @@ def unread_dropins(path: str | Path) -> Optional[str]:
     it ignored by Kata and kata-mem alike, with nothing said."""
     given = os.path.join(os.path.dirname(os.path.abspath(path)), "config.d")
     read = dropin_dir(path)
-    if given == read or not os.path.isdir(given):
+    # Compared resolved: a directory on the path that is a link (or a config.d that is
+    # one) leads to the very directory read, which is not "another" one.
+    if not os.path.isdir(given) or os.path.realpath(given) == os.path.realpath(read):
         return None
     return (
         f"{given} is not read: {path} is a link to {os.path.realpath(path)}, and Kata "
@@ -210,13 +212,16 @@ def unread_dropins(path: str | Path) -> Optional[str]:
     )
 
 
-def load_raw(path: Path) -> tuple[dict[str, Any], Origins, tuple[str, ...]]:
+def load_raw(path: Path) -> tuple[dict[str, Any], Origins, tuple[str, ...], str]:
     """The merged TOML of ``path`` and its drop-ins (every entry of :func:`dropin_dir`,
-    by name, later wins), the file each key came from, and the files read in order."""
+    by name, later wins), the file each key came from, the files read in order, and the
+    drop-in directory looked in (resolved once: a link retargeted meanwhile would make
+    another resolution name a directory that was not read)."""
     data: dict[str, Any] = {}
     origins: Origins = {}
     files = [path]
-    dropins = Path(dropin_dir(path))
+    where = dropin_dir(path)
+    dropins = Path(where)
     if dropins.is_dir():
         if os.geteuid() == 0:  # whoever may write it may add a drop-in
             check_way(dropins, str(path), "its drop-ins", itself=True)
@@ -240,7 +245,7 @@ def load_raw(path: Path) -> tuple[dict[str, Any], Origins, tuple[str, ...]]:
         files += found
     for f in files:
         _merge(data, _read_toml(f), origins, str(f))
-    return data, origins, tuple(str(f) for f in files)
+    return data, origins, tuple(str(f) for f in files), where
 
 
 class _Reader:
@@ -327,8 +332,8 @@ def _signature(dropins: str, files: tuple[str, ...]) -> _Signature:
     # The directory changes when a drop-in is added, removed or renamed; a file, when
     # it is written (ctime too, so an edit that keeps size and mtime still counts).
     # Strings, not pathlib: this runs on every request kata-mem serve answers. The
-    # drop-in directory is the one :func:`dropin_dir` found when the files were read: a
-    # link that now leads elsewhere leads to another file, whose identity differs.
+    # drop-in directory is the one :func:`load_raw` read: a link that now leads
+    # elsewhere leads to another file, whose identity differs.
     return (_identity(dropins), *[_identity(f) for f in files])
 
 
@@ -347,8 +352,7 @@ def load_config(path: str | Path) -> SizingConfig:
     if cached is not None and cached[0] == _signature(cached[2], cached[1].files):
         return cached[1]
     started = time.time_ns()
-    dropins = dropin_dir(key)
-    cfg = _load_config(Path(path))
+    cfg, dropins = _load_config(Path(path))
     signature = _signature(dropins, cfg.files)
     # A file changed while (or just before) it was read may not be what was read: not
     # kept until it has been still for a while (file times lag the clock by a tick).
@@ -387,8 +391,9 @@ def _misplaced_settings(data: Mapping[str, Any], origins: Origins, first: str) -
         todo += [((*at, k), v) for k, v in table.items() if isinstance(v, dict)]
 
 
-def _load_config(path: Path) -> SizingConfig:
-    data, origins, files = load_raw(path)
+def _load_config(path: Path) -> tuple[SizingConfig, str]:
+    """The configuration of ``path`` and the drop-in directory it was read with."""
+    data, origins, files, dropins = load_raw(path)
     first = str(path)
     _misplaced_settings(data, origins, first)
     hypervisors = data.get("hypervisor", {})
@@ -488,7 +493,7 @@ def _load_config(path: Path) -> SizingConfig:
     else:
         runtime, why = which_runtime(path, runtime_table, name, table)
         sources.append(("runtime", Origin("default", value=runtime, note=why)))
-    return SizingConfig(
+    cfg = SizingConfig(
         path=first,
         hypervisor=name,
         default_memory=mem * MiB,
@@ -510,6 +515,7 @@ def _load_config(path: Path) -> SizingConfig:
         files=files,
         kernel_params=kernel_params,
     )
+    return cfg, dropins
 
 
 #: Keys of ``[runtime]`` that only runtime-rs has (kata-types config/runtime.rs

@@ -27,6 +27,7 @@ from kata_mem.core.model import (
     Plan,
     SizingConfig,
     Step,
+    VcpuBase,
 )
 from kata_mem.core.units import to_kib_floor, to_mib_ceil, to_mib_floor
 
@@ -239,6 +240,10 @@ def _target_note(m: MemoryPlan) -> str:
     return ""
 
 
+#: How the vCPU line names what the containers' CPUs were added to.
+_VCPU_BASE: dict[VcpuBase, str] = {"default_vcpus": "default", "overhead_vcpus": "overhead_vcpus"}
+
+
 def _vcpu_clamp_text(clamp: Clamp, host: int) -> str:
     """A vCPU clamp in words (its cause names which ceiling, its limit the number)."""
     if clamp.cause == "host_cpus":
@@ -267,15 +272,13 @@ def plan_text(plan: Plan, cfg: SizingConfig, title: str = "") -> str:
         if m.configured_max
         else f"default_maxmemory 0 = host {to_mib_floor(m.host)} MiB"
     )
-    # The smaller of the two, unless the planner set the maximum otherwise (planner._ceiling,
-    # plan): below it only the hugepage pool; above it only a VM's boot size (a static VM's,
-    # or boot memory above the maximum), each with its note.
-    named = m.configured_max if m.configured_max and m.configured_max <= m.host else m.host
-    if m.max != named and m.max == m.base:
+    # What set the maximum, as the planner recorded it (planner._plan_memory): the names
+    # above say default_maxmemory and the host; the pool and a raise are added.
+    if m.max_cause == "hugepages":
+        max_note += f"; the hugepage pool holds {to_mib_floor(m.max_limit)} MiB"
+    if m.max_raised == "boot_memory":
         max_note += f"; raised to the boot memory {to_mib_floor(m.max)} MiB, which is above it"
-    elif m.max < named:
-        max_note += f"; the hugepage pool holds {to_mib_floor(m.max)} MiB"
-    elif m.max > named:
+    elif m.max_raised == "boot_size":
         max_note += f"; raised to the boot size {to_mib_floor(m.max)} MiB"
     lines += [
         "memory (MiB)",
@@ -340,10 +343,15 @@ def plan_text(plan: Plan, cfg: SizingConfig, title: str = "") -> str:
             f"{to_mib_ceil(m.node.committed_others or 0)} MiB"
         )
     vc = "".join(f", {_vcpu_clamp_text(c, v.host)}" for c in v.clamps)
+    # What the containers' CPUs were added to (planner._plan_vcpus): default_vcpus, or
+    # runtime-rs static sizing's overhead_vcpus, whose sum boots as at least 1 vCPU.
+    added = v.base + v.containers
+    summed = f"{float(added):g}" + (
+        "" if added == v.requested else f", at least {float(v.requested):g}"
+    )
     lines.append(
-        f"vCPUs: target {v.target} (default {float(v.default):g} + containers "
-        f"{float(v.requested - v.default):g} = {float(v.requested):g}), max {v.max}, "
-        f"host {v.host}{vc}"
+        f"vCPUs: target {v.target} ({_VCPU_BASE[v.added_to]} {float(v.base):g} + containers "
+        f"{float(v.containers):g} = {summed}), max {v.max}, host {v.host}{vc}"
     )
     # The clamps are shown above ("why:", and the vCPU line).
     lines += [

@@ -274,7 +274,7 @@ class Executor:
             loaded,
             self._settle,
             self._note,
-            lambda step: self._wait(step, SETTLE_S),
+            lambda step: self._wait(step, SETTLE_S)[0],
         )
         allowed = options.allow_shrink or options.force or cfg.settings.allow_shrink
         sandbox = self.state.sandbox
@@ -708,21 +708,37 @@ class Executor:
         progress, _ = self._wait(step, SETTLE_S)
         return progress
 
-    def _revert(self, step: Step, size: int, vm: VmState) -> None:
+    def _revert(self, step: Step, size: int, vm: VmState) -> StepProgress:
         self._note(Note("reverted", f"reverting {step.device} requested-size to {fmt_bytes(size)}"))
-        self._settle(Step("resize_virtio_mem", step.device, size, 0, vm.total))
+        return self._settle(Step("resize_virtio_mem", step.device, size, 0, vm.total))
 
     def _relieve(self, last: Step, vm: VmState, cfg: SizingConfig, reader: UsageReader) -> bool:
         """Stopping mid-shrink: if the guest is now short of memory, give back the last
-        step (a virtio-mem one: an unplugged DIMM cannot be given back); whether it did."""
+        step (a virtio-mem one: an unplugged DIMM cannot be given back); whether it was
+        given back: the revert done, not merely asked for (refused, or still under way
+        when the wait ended, the step may stand as it was done)."""
         if not _resize_shrink(last):
             return False
         block = vm.virtio_mem.block if vm.virtio_mem else 0
         pressure = self._pressure(reader.since_last_step(), cfg, block)
-        if pressure:
-            self._note(Note("reverted", f"{pressure}: the last step is given back"))
-            self._revert(last, last.size - last.delta, vm)
-        return bool(pressure)
+        if not pressure:
+            return False
+        self._note(Note("reverted", f"{pressure}: the last step is given back"))
+        try:
+            progress = self._revert(last, last.size - last.delta, vm)
+        except BackendError as exc:
+            progress = StepProgress("rejected", exc.with_class)
+        if progress.state == "done":
+            return True
+        said = "refused" if progress.state == "rejected" else "still under way"
+        self._note(
+            Note(
+                "reverted",
+                f"{last.device}: the last step was not given back (the revert was {said}"
+                + (f": {progress.detail})" if progress.detail else ")"),
+            )
+        )
+        return False
 
     @staticmethod
     def _pressure(usage: Optional[GuestUsage], cfg: SizingConfig, block: int) -> Optional[str]:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from kata_mem.backends import Backend
+from kata_mem.backends import Backend, StepProgress
 from kata_mem.core.frozen import replace
 from kata_mem.core.model import Note, Step, VmState
 from kata_mem.core.record import Record
@@ -52,13 +52,14 @@ def repair(
     record: Record,
     run: Callable[[Step], object],
     note: Callable[[Note], None],
-    wait: Callable[[Step], object] = lambda _step: None,
+    wait: Callable[[Step], StepProgress] = lambda _step: StepProgress("done"),
 ) -> tuple[VmState, Record]:
     """Repair what the previous call left, and return the VM observed after it, with
     DIMMs whose unplug is pending marked so, and the record as it was written.
 
     ``run`` journals, issues and waits for one step; ``wait`` only waits for one (a
-    step the hypervisor is already carrying out); ``note`` reports what was repaired
+    step the hypervisor is already carrying out), and says where it stood when the wait
+    ended; ``note`` reports what was repaired
     (as ``reconciled: ...`` warnings).
     """
     vm = owned_view(backend.observe(), record.owned)
@@ -106,14 +107,21 @@ def repair(
         # in monitor/monitor.c, ``monitor_qapi_event_conf``). Planned from the size
         # seen now, the rest would be a grow of this call's, measured from a guest reading
         # that already shows it: the guest would never seem to take it (PlugTimeout).
+        progress = wait(Step("resize_virtio_mem", dev.id, dev.requested, 0, vm.total))
+        found = ""
+        if progress.state == "pending":
+            found = ", and it was still plugging after the wait"
+        elif progress.state == "rejected":
+            found = ", and the wait ended in an error"
+        if found and progress.detail:
+            found += f" ({progress.detail})"
         note(
             Note(
                 "reconciled",
                 f"reconciled: {dev.id} was still plugging (plugged {fmt_bytes(dev.size)}, "
-                f"requested-size {fmt_bytes(dev.requested)}): waited for it",
+                f"requested-size {fmt_bytes(dev.requested)}): waited for it{found}",
             )
         )
-        wait(Step("resize_virtio_mem", dev.id, dev.requested, 0, vm.total))
     if repairs or plugging:
         vm = owned_view(backend.observe(), record.owned)
     if vm.unproven:

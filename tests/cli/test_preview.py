@@ -260,6 +260,28 @@ def test_the_vcpu_line_adds_up_and_says_why_it_is_clamped(run_cli: Run, tmp_path
     )
 
 
+def test_the_vcpu_line_of_runtime_rs_static_sizing_adds_up(run_cli: Run) -> None:
+    """runtime-rs static sizing boots overhead_vcpus + the containers' CPUs instead of
+    default_vcpus (planner.runtime_rs_static): the line read "default 2.7 + containers 0
+    = 2.7" for --cpu 2.5, the containers already folded into the default."""
+    static = KATA_CONFIGS / "configuration-qemu-runtime-rs.toml"
+    text = static.read_text()
+    assert "\noverhead_vcpus = 0.2\n" in text
+    assert "\nstatic_sandbox_resource_mgmt = true\n" in text
+    host = ("--host-memory", "16Gi", "--host-cpus", "4", "--host-arch", "amd64")
+    r = run_cli("preview", "--config", str(static), "--cpu", "2.5", *host)
+    assert r.code == 0, r.err
+    assert _line(r.out, "vCPUs:") == (
+        "vCPUs: target 3 (overhead_vcpus 0.2 + containers 2.5 = 2.7), max 3, host 4"
+    )
+    # Never fewer than 1 (runtime-rs InitialSizeManager::setup_config).
+    r = run_cli("preview", "--config", str(static), "--cpu", "0.5", *host)
+    assert r.code == 0, r.err
+    assert _line(r.out, "vCPUs:") == (
+        "vCPUs: target 1 (overhead_vcpus 0.2 + containers 0.5 = 0.7, at least 1), max 1, host 4"
+    )
+
+
 def test_the_max_row_names_what_set_the_maximum(run_cli: Run, tmp_path: Path) -> None:
     """The row said "default_maxmemory 0 = host 24105 MiB" beside a max of 8192 set by the
     hugepage pool, or of 10240 raised to a static VM's boot size."""
@@ -308,6 +330,16 @@ def test_the_max_row_names_what_set_the_maximum(run_cli: Run, tmp_path: Path) ->
     assert " ".join(_line(r.out, "max").split()) == (
         "max 2048 default_maxmemory 1024 MiB, host 24105 MiB; raised to the boot memory "
         "2048 MiB, which is above it"
+    )
+    # Lowered to the hugepage pool, then raised to the boot memory above the pool: the row
+    # said the boot memory was above the host's 24105 MiB.
+    r = run_cli(
+        "preview", "--config", str(pooled), "--limit", "1Gi", *host, "--host-hugepages", "512x2Mi"
+    )
+    assert r.code == 0, r.err
+    assert " ".join(_line(r.out, "max").split()) == (
+        "max 2048 default_maxmemory 0 = host 24105 MiB; the hugepage pool holds 1024 MiB; "
+        "raised to the boot memory 2048 MiB, which is above it"
     )
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from kata_mem.core.errors import ConfigError
 from kata_mem.core.units import MiB
-from kata_mem.edges.config import find_config, load_config, unread_dropins
+from kata_mem.edges.config import dropin_dir, find_config, load_config, unread_dropins
 from tests.support.cli import CliResult
 from tests.support.configs import write_config
 from tests.support.paths import KATA_CONFIGS, REPO
@@ -121,6 +121,44 @@ def test_drop_ins_are_beside_the_file_a_link_leads_to(
     assert load_config(link).default_maxmemory == 2048 * MiB
 
 
+def test_a_load_resolves_the_drop_in_directory_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The reuse key held a config.d resolved apart from the one read: a link retargeted
+    # between the two resolutions kept the identity of a directory not read, and a
+    # drop-in added later where the files came from went unseen.
+    for name, mib in (("a", 4096), ("b", 8192)):
+        (tmp_path / name).mkdir()
+        write_config(tmp_path / name / "configuration.toml")
+        (tmp_path / name / "config.d").mkdir()
+        (tmp_path / name / "config.d" / "50-max.toml").write_text(
+            f"[hypervisor.qemu]\ndefault_maxmemory = {mib}\n"
+        )
+    link = tmp_path / "configuration.toml"
+    link.symlink_to(tmp_path / "a" / "configuration.toml")
+    resolve = dropin_dir
+    calls: list[str] = []
+
+    def retargeted(path: str | Path) -> str:
+        if len(calls) == 1:  # the operator retargets the link after a first resolution
+            link.unlink()
+            link.symlink_to(tmp_path / "b" / "configuration.toml")
+        calls.append(str(path))
+        return resolve(path)
+
+    monkeypatch.setattr("kata_mem.edges.config.dropin_dir", retargeted)
+    monkeypatch.setattr("kata_mem.edges.config._SETTLED_NS", -(10**12))  # kept at once
+    load_config(link)
+    assert len(calls) == 1
+    monkeypatch.setattr("kata_mem.edges.config.dropin_dir", resolve)
+    (tmp_path / "b" / "config.d" / "60-later.toml").write_text(
+        "[hypervisor.qemu]\ndefault_maxmemory = 2048\n"
+    )
+    reused = load_config(link)
+    monkeypatch.setattr("kata_mem.edges.config._LOADED", {})
+    assert reused == load_config(link)  # what a fresh read gives
+
+
 def test_drop_ins_beside_a_link_are_said_unread(tmp_path: Path) -> None:
     # Neither Kata nor kata-mem reads them (dropin_dir): config check says so, naming
     # where they would have to be, rather than leave an operator's drop-in ignored.
@@ -137,6 +175,16 @@ def test_drop_ins_beside_a_link_are_said_unread(tmp_path: Path) -> None:
         f"{tmp_path}/real/config.d; move them there"
     )
     assert unread_dropins(real) is None  # not a link
+    # A link to the directory leads to the config.d read: nothing unread (it said
+    # "linkdir/config.d is not read ... move them there", the same directory).
+    (tmp_path / "linkdir").symlink_to(tmp_path / "real")
+    (tmp_path / "real" / "config.d").mkdir()
+    assert unread_dropins(tmp_path / "linkdir" / "configuration.toml") is None
+    # Nor a config.d beside the link that is itself a link to the one read.
+    (tmp_path / "config.d" / "50-kata-mem.toml").unlink()
+    (tmp_path / "config.d").rmdir()
+    (tmp_path / "config.d").symlink_to(tmp_path / "real" / "config.d")
+    assert unread_dropins(link) is None
 
 
 def test_bundled_box_dropins(tmp_path: Path) -> None:

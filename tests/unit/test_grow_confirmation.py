@@ -198,7 +198,10 @@ def test_a_grow_still_plugging_is_waited_for_before_it_is_planned(
     )
     r = run(cfg, b, limit(2048))
     assert (r.outcome.status, r.outcome.observed) == ("NoChange", 2560 * MiB), r.outcome
-    assert any("vm0 was still plugging" in n.text for n in r.notes)
+    assert [n.text for n in r.notes if "vm0 was still plugging" in n.text] == [
+        "reconciled: vm0 was still plugging (plugged 128 MiB, requested-size 2048 MiB): "
+        "waited for it"
+    ]
 
 
 def test_a_grow_is_measured_from_a_reading_taken_after_the_vm_was_observed(
@@ -233,3 +236,23 @@ def test_a_grow_is_measured_from_a_reading_taken_after_the_vm_was_observed(
     b = Lagging(vm_virtio(8192), FakeGuest(used=128 * MiB))
     r = run(cfg, b, limit(512))
     assert (r.outcome.status, r.outcome.observed) == ("Resized", 1024 * MiB), r.outcome
+
+
+def test_a_grow_still_plugging_after_the_wait_is_said_so(
+    make_config: Callable[..., SizingConfig], run: Callable[..., Any]
+) -> None:
+    """The repair waits for a grow a killed call left plugging; a guest that does not
+    answer leaves it plugging after the wait. The note said "waited for it" whatever the
+    wait found; it says the plug was still in progress after it."""
+    cfg = make_config(default_memory=512, enable_virtio_mem=True)
+    dev = MemoryDevice("vm0", "virtio-mem", 1024 * MiB, 2048 * MiB, 8192 * MiB, 2 * MiB)
+    b = FakeBackend(
+        VmState(512 * MiB, (dev,), slots=8, device_space=64 * GiB),
+        FakeGuest(used=128 * MiB, confirm=False),
+    )
+    r = run(cfg, b, limit(2048))
+    (said,) = [n.text for n in r.notes if "vm0 was still plugging" in n.text]
+    assert said == (
+        "reconciled: vm0 was still plugging (plugged 1024 MiB, requested-size 2048 MiB): "
+        "waited for it, and it was still plugging after the wait (the guest has not answered)"
+    )

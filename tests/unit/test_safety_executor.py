@@ -9,6 +9,7 @@ from typing import Any, Callable
 import pytest
 
 from kata_mem.backends.fake import FakeBackend, FakeGuest, VirtualTime
+from kata_mem.core.errors import BackendError
 from kata_mem.core.model import MemoryDevice, SizingConfig, Step, VmState, Workload
 from kata_mem.core.units import GiB, MiB
 from kata_mem.edges.journal import SandboxState
@@ -122,3 +123,37 @@ def test_a_step_given_back_is_not_reported_as_done(shrink: Callable[[FakeBackend
         (),
     ), r.outcome
     assert r.outcome.observed == b.state.total == 1536 * MiB
+
+
+@pytest.mark.parametrize("how", ["refused", "never settles"])
+def test_a_step_whose_give_back_failed_stays_in_the_outcome(
+    shrink: Callable[[FakeBackend], Any], how: str
+) -> None:
+    """As above, but giving back the first step (768 -> 1024 MiB) is refused by the
+    hypervisor, or never completes: the step stays in the outcome, which dropped it
+    whether or not the give-back happened (QEMU may still show it done)."""
+    b = FakeBackend(virtio_vm(1024), FakeGuest(used=100 * MiB))
+
+    def give_back(step: Step) -> bool:
+        return step.delta == 0 and step.size == 1024 * MiB
+
+    def allocate(backend: FakeBackend, step: Step) -> None:
+        if step.delta < 0 and step.size == 512 * MiB:
+            backend.guest.used = (512 + 768 - 60) * MiB
+        if how == "never settles" and give_back(step):
+            backend.guest.confirm = False
+
+    begin = b.begin
+
+    def refusing(step: Step) -> None:
+        if how == "refused" and give_back(step):
+            raise BackendError("Device 'vm0' is busy", "GenericError")
+        begin(step)
+
+    b.on_poll = allocate
+    b.begin = refusing  # type: ignore[method-assign]
+    r = shrink(b)
+    assert any("the last step is given back" in n.text for n in r.notes), r.notes
+    assert any("not given back" in n.text for n in r.notes), r.notes
+    assert (r.outcome.status, r.outcome.reason) == ("InProgress", "PartialShrink"), r.outcome
+    assert [(s.device, s.size) for s in r.outcome.steps] == [("vm0", 768 * MiB)], r.outcome
