@@ -39,6 +39,28 @@ def script_default(name: str) -> str:
     return found.group(1)
 
 
+def install_env(root: Path) -> dict[str, str]:
+    """This process's environment, installing under ``root`` instead of the node's paths."""
+    return {
+        **{k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")},
+        "PREFIX": str(root / "opt/kata-mem"),
+        "BIN_DIR": str(root / "usr/local/bin"),
+        "UNIT_DIR": str(root / "etc/systemd/system"),
+    }
+
+
+def install(script: Path, source: Path, root: Path) -> subprocess.CompletedProcess[str]:
+    """``script SOURCE``, installing under ``root``."""
+    return subprocess.run(
+        [str(script), str(source)],
+        env=install_env(root),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+
+
 def test_the_shipped_service_runs_the_link_the_install_makes() -> None:
     exec_start = re.search(
         r"^ExecStart=(\S+)", (REPO / "configs/systemd/kata-mem.service").read_text(), re.M
@@ -55,12 +77,7 @@ def test_the_node_install_runs_and_its_units_verify(tmp_path: Path) -> None:
     root = tmp_path / "root"
     (tmp_path / "src").mkdir()
     src = source_copy(tmp_path / "src")
-    env = {
-        **{k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")},
-        "PREFIX": str(root / "opt/kata-mem"),
-        "BIN_DIR": str(root / "usr/local/bin"),
-        "UNIT_DIR": str(root / "etc/systemd/system"),
-    }
+    env = install_env(root)
     # A release artifact, built as the install guide says (pip, in a virtualenv of its own).
     (build,) = [
         line
@@ -80,14 +97,7 @@ def test_the_node_install_runs_and_its_units_verify(tmp_path: Path) -> None:
     (wheel,) = (src / "dist").glob("kata_mem-*-py3-none-any.whl")
     # Installed from the wheel, then again from the checkout: an upgrade in place.
     for source in (wheel, src):
-        done = subprocess.run(
-            [str(SCRIPT), str(source)],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=600,
-            check=False,
-        )
+        done = install(SCRIPT, source, root)
         assert done.returncode == 0, done.stderr
     link = root / "usr/local/bin/kata-mem"
     assert link.is_symlink() and os.readlink(link) == str(root / "opt/kata-mem/bin/kata-mem")
@@ -197,20 +207,7 @@ def test_the_install_script_without_its_units_stops_before_it_installs(tmp_path:
     script.write_bytes(SCRIPT.read_bytes())
     script.chmod(0o755)
     root = tmp_path / "root"
-    env = {
-        **{k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")},
-        "PREFIX": str(root / "opt/kata-mem"),
-        "BIN_DIR": str(root / "usr/local/bin"),
-        "UNIT_DIR": str(root / "etc/systemd/system"),
-    }
-    done = subprocess.run(
-        [str(script), str(REPO)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    done = install(script, REPO, root)
     assert done.returncode == 1, done.stderr
     assert done.stderr.count("\n") == 1, done.stderr
     assert str(tmp_path / "configs" / "systemd") in done.stderr and "UNIT_DIR=-" in done.stderr
@@ -229,21 +226,8 @@ def test_the_install_script_stops_before_anything_for_a_source_that_is_not_there
     """A mistyped wheel path made the virtualenv, then failed in pip, and the uninstall then
     left that virtualenv ("not a virtualenv holding kata-mem")."""
     root = tmp_path / "root"
-    env = {
-        **{k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")},
-        "PREFIX": str(root / "opt/kata-mem"),
-        "BIN_DIR": str(root / "usr/local/bin"),
-        "UNIT_DIR": str(root / "etc/systemd/system"),
-    }
     missing = tmp_path / "kata_mem-0.1.0-py3-none-any.whl"
-    done = subprocess.run(
-        [str(SCRIPT), str(missing)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    done = install(SCRIPT, missing, root)
     assert done.returncode == 1, done.stderr
     assert done.stderr == (
         f"install-node: no {missing}: expected a kata_mem-*.whl file or a kata-mem checkout; "
