@@ -364,19 +364,24 @@ def test_kubectl_apply_f_of_the_directory_would_not() -> None:
     ]
 
 
-@pytest.mark.skipif(shutil.which("kubectl") is None, reason="no kubectl on PATH")
-def test_kubectl_kustomize_gives_that_order_and_image() -> None:
-    """Where kubectl is installed (Debian does not package it), its own kustomize agrees
-    with the order modelled above and rewrites the image."""
+def kustomize(directory: Path) -> list[dict[str, Any]]:
+    """What ``kubectl kustomize DIRECTORY`` builds, document by document."""
     done = subprocess.run(
-        ["kubectl", "kustomize", str(DEPLOY)],
+        ["kubectl", "kustomize", str(directory)],
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    built = [d for d in yaml.safe_load_all(done.stdout) if d is not None]
+    return [d for d in yaml.safe_load_all(done.stdout) if d is not None]
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="no kubectl on PATH")
+def test_kubectl_kustomize_gives_that_order_and_image() -> None:
+    """Where kubectl is installed (Debian does not package it), its own kustomize agrees
+    with the order modelled above and rewrites the image."""
+    built = kustomize(DEPLOY)
     ours = sorted((d for p in MANIFESTS for d in documents(p.name)), key=kustomize_key)
     assert [(d["kind"], d["metadata"]["name"]) for d in built] == [
         (d["kind"], d["metadata"]["name"]) for d in ours
@@ -582,18 +587,10 @@ def test_kubectl_kustomize_gives_both_daemonsets_the_image_set_once(tmp_path: Pa
         text.replace("newName: registry.example/kata-mem\n", "newName: my.registry/kata-mem\n")
     )
     for built in (copy, copy / "uninstall"):
-        done = subprocess.run(
-            ["kubectl", "kustomize", str(built)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-        assert done.returncode == 0, done.stderr
         images = {
             c["image"]
-            for d in yaml.safe_load_all(done.stdout)
-            if d and d["kind"] == "DaemonSet"
+            for d in kustomize(built)
+            if d["kind"] == "DaemonSet"
             for c in d["spec"]["template"]["spec"]["containers"]
             + d["spec"]["template"]["spec"]["initContainers"]
         }
