@@ -4,7 +4,8 @@
 #   scripts/install-system-deps.sh            # QEMU + guest build tools
 #   scripts/install-system-deps.sh libvirt    # ... plus libvirt (daemon, virsh, and what
 #                                             #     `pip install libvirt-python` compiles with)
-#   scripts/install-system-deps.sh go         # ... plus Go (the Go client in clients/go)
+#   scripts/install-system-deps.sh go         # ... checks that the machine's Go is 1.26 or later
+#                                             #     (the Go module: client, NRI plugin, test rig)
 #   scripts/install-system-deps.sh prometheus # ... plus prometheus and promtool (the metrics
 #                                             #     tests scrape kata-mem serve with them)
 #
@@ -49,9 +50,6 @@ sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Pyth
         packages+=(python3-dev)
     fi
 fi
-if [[ $want_go -eq 1 ]]; then
-    packages+=(golang-go)
-fi
 if [[ $want_prometheus -eq 1 ]]; then
     packages+=(prometheus)
 fi
@@ -93,7 +91,14 @@ if [[ $want_libvirt -eq 1 ]]; then
     done
 fi
 if [[ $want_go -eq 1 ]]; then
-    command -v go >/dev/null || { log "go not found after install"; exit 1; }
+    # Go comes with the machine, not from Debian: bookworm's golang-go is 1.19, and the NRI
+    # plugin's modules (containerd 2.3, nri 0.12) need the go directive of go/go.mod.
+    command -v go >/dev/null || { log "go not found: install Go 1.26 or later (https://go.dev/doc/install) and put it on PATH"; exit 1; }
+    go_version=$(GOTOOLCHAIN=local go env GOVERSION 2>/dev/null || true)
+    if ! [[ $go_version =~ ^go1\.([0-9]+) ]] || (( BASH_REMATCH[1] < 26 )); then
+        log "go is ${go_version:-unreadable} ($(command -v go)); Go 1.26 or later is needed"
+        exit 1
+    fi
 fi
 if [[ $want_prometheus -eq 1 ]]; then
     for cmd in prometheus promtool; do
