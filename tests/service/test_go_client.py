@@ -1,6 +1,7 @@
-"""The Go client (clients/go): gofmt, go vet and go test, whose tests start a real
-``kata-mem serve`` of this tree (this Python runs it) and check the structs against the
-shipped schemas. Offline: no module proxy, the local toolchain, caches under .cache."""
+"""The Go module (go/: the client and the NRI plugin): gofmt, go vet and go test, whose
+tests start a real ``kata-mem serve`` of this tree (this Python runs it) and check the
+structs against the shipped schemas. Offline: no module proxy, the local toolchain, the
+modules scripts/build-go.sh downloaded at the pinned versions, caches under .cache."""
 
 from __future__ import annotations
 
@@ -13,14 +14,14 @@ import pytest
 from tests.support.paths import REPO
 
 pytestmark = pytest.mark.go
-GO = REPO / "clients" / "go"
+GO = REPO / "go"
 
 
 def go_env() -> dict[str, str]:
     cache = REPO / ".cache"
     return {
         **os.environ,
-        "GOFLAGS": "-mod=mod",
+        "GOFLAGS": "-mod=readonly",
         "GOPROXY": "off",
         "GOTOOLCHAIN": "local",
         "GOCACHE": str(cache / "go-build"),
@@ -47,4 +48,5 @@ def test_go_test_passes_against_a_real_service() -> None:
     done = go("go", "test", "-count=1", "./...", timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     # Every package with tests ran them (none was skipped for want of a service).
-    assert "kata-mem/clients/go\t" in done.stdout and "kata-mem/clients/go/example\t" in done.stdout
+    for package in ("kata-mem/client", "kata-mem/client/example", "kata-mem/nriplugin"):
+        assert f"ok  \t{package}\t" in done.stdout, done.stdout

@@ -16,7 +16,7 @@ import (
 	"os"
 	"time"
 
-	katamem "kata-mem/clients/go"
+	katamem "kata-mem/client"
 )
 
 func main() {

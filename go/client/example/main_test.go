@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	katamem "kata-mem/clients/go"
-	"kata-mem/clients/go/internal/servetest"
+	katamem "kata-mem/client"
+	"kata-mem/internal/servetest"
 )
 
 // The example's create, update and delete against a real kata-mem serve: plan-only,

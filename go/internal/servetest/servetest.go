@@ -21,10 +21,10 @@ import (
 	"time"
 )
 
-// Repo is the repository root (this file is clients/go/internal/servetest/).
+// Repo is the repository root (this file is go/internal/servetest/).
 func Repo() string {
 	_, file, _, _ := runtime.Caller(0)
-	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", "..", "..", ".."))
+	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", "..", ".."))
 }
 
 // Python is the interpreter that runs kata-mem.

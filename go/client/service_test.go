@@ -21,7 +21,7 @@ import (
 	"testing"
 	"time"
 
-	"kata-mem/clients/go/internal/servetest"
+	"kata-mem/internal/servetest"
 )
 
 // peerEnv set: this binary was started as another user by TestAPeerOutsideTheGroupIsRefused,

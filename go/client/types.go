@@ -170,10 +170,16 @@ type Plan struct {
 	Warnings []string   `json:"warnings"`
 }
 
-// PlanConfig names the Kata configuration the plan read.
+// PlanConfig names the Kata configuration the plan read, and how Kata sizes the
+// sandbox with it.
 type PlanConfig struct {
 	Path       string `json:"path"`
 	Hypervisor string `json:"hypervisor"`
+	// Runtime is the Kata runtime the configuration is for: "go" or "runtime-rs".
+	Runtime string `json:"runtime"`
+	// StaticSandboxResourceMgmt: Kata sizes the VM at boot and never resizes it
+	// (so container events are kata-mem's too).
+	StaticSandboxResourceMgmt bool `json:"static_sandbox_resource_mgmt"`
 }
 
 // Memory is the memory part of a plan.

@@ -1,3 +1,0 @@
-module kata-mem/clients/go
-
-go 1.19
