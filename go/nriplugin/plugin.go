@@ -172,12 +172,14 @@ func (p *Plugin) UpdateContainer(ctx context.Context, sb *api.PodSandbox, c *api
 	}
 	// The new limits count once the runtime has them: a refused update leaves the
 	// container as it was.
-	next := found.withContainer(c.GetId(), containerLimits(res))
-	if err := p.call(ctx, "UpdateContainer", containersUpdate(next, p.cfg.AllowShrink)); err != nil {
+	found.containers[c.GetId()] = containerLimits(res)
+	if err := p.call(ctx, "UpdateContainer", containersUpdate(found, p.cfg.AllowShrink)); err != nil {
 		return nil, err
 	}
 	p.mu.Lock()
-	found.containers[c.GetId()] = containerLimits(res)
+	if kept, ok := p.pods[sb.GetId()]; ok {
+		kept.containers[c.GetId()] = containerLimits(res)
+	}
 	p.mu.Unlock()
 	return nil, nil
 }
@@ -214,8 +216,8 @@ func (p *Plugin) deadline(ctx context.Context) (context.Context, context.CancelF
 	return context.WithTimeout(ctx, p.cfg.Wait(p.Timeout()))
 }
 
-// known is the pod as registered, registering it first when it is not (the
-// plugin started after it and Synchronize could not reach kata-mem, say).
+// known is a copy of the pod as registered, registering it first when it is not
+// (the plugin started after it and Synchronize could not reach kata-mem, say).
 func (p *Plugin) known(ctx context.Context, sb *api.PodSandbox, config string) (*pod, error) {
 	p.mu.Lock()
 	found, ok := p.pods[sb.GetId()]
@@ -225,13 +227,14 @@ func (p *Plugin) known(ctx context.Context, sb *api.PodSandbox, config string) (
 	}
 	registered := found.registered()
 	p.mu.Unlock()
-	if registered {
-		return found, nil
+	if !registered {
+		if err := p.register(ctx, found, sb); err != nil {
+			return nil, fmt.Errorf("kata-mem: pod %s is not registered with kata-mem, so its VM is not resized: %w", sb.GetId(), err)
+		}
 	}
-	if err := p.register(ctx, found, sb); err != nil {
-		return nil, fmt.Errorf("kata-mem: pod %s is not registered with kata-mem, so its VM is not resized: %w", sb.GetId(), err)
-	}
-	return found, nil
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return found.copy(), nil
 }
 
 // register asks kata-mem how Kata sized the pod's VM (a plan, nothing runs) and

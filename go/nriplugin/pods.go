@@ -41,14 +41,12 @@ func (p *pod) apply(event katamem.Event, allowShrink bool) *katamem.ShimRequest 
 	}
 }
 
-// withContainer is a copy of the pod with one container's limits replaced: the
-// request for an update before the runtime has applied it.
-func (p *pod) withContainer(id string, l limits) *pod {
+// copy is the pod as it is now, for a request built while the plugin goes on.
+func (p *pod) copy() *pod {
 	next := *p
 	next.containers = make(map[string]limits, len(p.containers)+1)
 	for k, v := range p.containers {
 		next.containers[k] = v
 	}
-	next.containers[id] = l
 	return &next
 }

@@ -13,11 +13,11 @@ import (
 // What a pod's NRI events become: kata-mem shim requests. Pure: the plugin maps,
 // kata-mem decides.
 
-// KataAnnotations is the prefix of the per-pod annotations Kata reads
-// (io.katacontainers.config.hypervisor.* and friends, honoured under
-// enable_annotations): kata-mem reads a pod's configuration through them as Kata
-// does, so every request about the pod carries them.
-const KataAnnotations = "io.katacontainers."
+// KataAnnotations is the prefix of Kata's per-pod hypervisor annotations,
+// honoured under the configuration's enable_annotations: kata-mem reads a pod's
+// configuration through them as Kata does, so every request about the pod
+// carries them (and only them: kata-mem refuses others beside new resources).
+const KataAnnotations = "io.katacontainers.config.hypervisor."
 
 // The sandbox-sizing annotations containerd writes into the sandbox's OCI spec
 // from LinuxPodSandboxConfig.Resources at RunPodSandbox (containerd

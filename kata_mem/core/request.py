@@ -519,6 +519,8 @@ class SandboxRequest:
         if self.resize is not None:  # the workload is made from it
             doc["sandbox_resources"] = self.resize.resources.to_json()
             doc["overhead"] = self.resize.overhead.to_json()
+            if self.workload.hypervisor:
+                doc["annotations"] = dict(self.workload.hypervisor)
             return doc
         annotations: dict[str, str] = {}
         if self.workload.sizing is not None:
@@ -585,13 +587,18 @@ class SandboxRequest:
         )
         resize = _resize(doc)
         if resize is not None:
-            if containers or annotations or pod is not None:
+            # Kata's per-pod hypervisor annotations still choose the pod's configuration
+            # (enable_annotations); nothing else may size the sandbox beside its new
+            # resources.
+            others = set(annotations or ()) - {key for key, _ in hypervisor}
+            if containers or others or pod is not None:
                 raise InputError(
-                    "request sandbox_resources: expected no containers, no annotations and no "
-                    "pod_resources with it (the pod's new resources size the sandbox; container "
-                    "limits come with event update)"
+                    "request sandbox_resources: expected no containers, no pod_resources and no "
+                    "annotations but Kata's io.katacontainers.config.hypervisor.* with it (the "
+                    "pod's new resources size the sandbox; container limits come with event "
+                    "update)"
                 )
-            workload = resize.workload()
+            workload = resize.workload(hypervisor)
         return cls(
             sandbox=sandbox,
             event=event,

@@ -83,10 +83,12 @@ class SandboxResize:
             return None
         return min(self.resources.memory + self.overhead.memory, INT64_MAX)
 
-    def workload(self) -> Workload:
+    def workload(self, hypervisor: tuple[tuple[str, str], ...] = ()) -> Workload:
         """What the sandbox is sized from: the new resources, the sum of the containers'
         limits as the kubelet sees the pod (on a grow the containers are updated only
-        after the pod cgroup, so their limits would be the old ones), and the overhead."""
+        after the pod cgroup, so their limits would be the old ones), and the overhead;
+        with the pod's Kata hypervisor annotations ``hypervisor``, which choose its
+        configuration as at boot."""
         overhead = self.overhead.memory or None
         return Workload(
             (),
@@ -98,4 +100,6 @@ class SandboxResize:
             ),
             overhead,
             OVERHEAD_ORIGIN if overhead is not None else "",
+            hypervisor=hypervisor,
+            hypervisor_origin="request annotations" if hypervisor else "",
         )

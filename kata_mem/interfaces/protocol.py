@@ -34,8 +34,8 @@ class Answer:
 
     response: Optional[Response] = None
     error: Optional[KataMemError] = None
-    #: The request was an ``update-sandbox`` (CRI ``UpdatePodSandboxResources``): the
-    #: document carries the gRPC status a shim returns for it (``cri``).
+    #: The request answers a CRI call (:func:`answers_cri`): the document carries the gRPC
+    #: status to return for it (``cri``).
     cri: bool = False
 
     @property
@@ -85,24 +85,35 @@ def refused(exc: KataMemError) -> Answer:
     return Answer(error=exc)
 
 
+#: The events whose requests answer a CRI call, as the NRI plugin sends them: the pod's
+#: resize (``UpdatePodSandboxResources``) and a container's (``UpdateContainerResources``).
+CRI_EVENTS = ("update-sandbox", "update")
+
+
+def answers_cri(event: object) -> bool:
+    """Whether a request of ``event`` answers a CRI call, so that its answer carries the
+    gRPC status to return for it."""
+    return event in CRI_EVENTS
+
+
 def parse(raw: bytes) -> Union[SandboxRequest, Answer]:
-    """The request in ``raw``, or the answer that refuses it. A refused ``update-sandbox``
-    request is answered with ``cri`` too (``InvalidArgument``): a shim must always have a
-    gRPC status to return for ``UpdatePodSandboxResources``."""
+    """The request in ``raw``, or the answer that refuses it. A refused request of an event
+    that answers a CRI call is answered with ``cri`` too (``InvalidArgument``): the caller
+    must always have a gRPC status to return."""
     try:
         return SandboxRequest.from_json(raw)
     except KataMemError as exc:
-        return replace(refused(exc), cri=_asks_update_sandbox(raw))
+        return replace(refused(exc), cri=answers_cri(_asked_event(raw)))
 
 
-def _asks_update_sandbox(raw: bytes) -> bool:
-    """Whether a request that did not parse asked for ``update-sandbox``: read leniently,
-    since it was refused; text that is not a JSON object names no event."""
+def _asked_event(raw: bytes) -> object:
+    """The event a request that did not parse asked for: read leniently, since it was
+    refused; text that is not a JSON object names none."""
     try:
         doc = json.loads(raw)
     except (ValueError, RecursionError):
-        return False
-    return isinstance(doc, dict) and doc.get("event") == "update-sandbox"
+        return None
+    return doc.get("event") if isinstance(doc, dict) else None
 
 
 def answer(
@@ -114,7 +125,7 @@ def answer(
     """
     from kata_mem.orchestration.handle import handle
 
-    cri = request.event == "update-sandbox"
+    cri = answers_cri(request.event)
     try:
         return Answer(response=handle(request, env, options), cri=cri)
     except BackendUnavailable as exc:

@@ -133,8 +133,24 @@ def test_update_sandbox_is_answered_with_a_grpc_status() -> None:
     assert (doc["cri"]["code"], doc["cri"]["grpc_code"]) == ("FailedPrecondition", 9)
     # Sized from the new resources, as a sandbox of 4 GiB of limits (Kata's sizing).
     assert doc["plan"]["memory"]["requested_mib"] == 2048 + 4096
-    # Other events keep their documents as they were: no cri.
-    assert "cri" not in run(json.dumps(request()).encode())[1]
+    # A container's update answers UpdateContainerResources (the NRI plugin's
+    # UpdateContainer): a plan only is FailedPrecondition too. A create answers no CRI call.
+    assert run(json.dumps(request()).encode())[1]["cri"]["code"] == "FailedPrecondition"
+    assert "cri" not in run(json.dumps(request(event="create")).encode())[1]
+
+
+def test_update_sandbox_takes_the_pods_kata_annotations() -> None:
+    """The pod's Kata hypervisor annotations choose its configuration on every request
+    about it (the NRI plugin sends them with the pod's new resources); an annotation that
+    sizes the sandbox does not come with them."""
+    kata = {"io.katacontainers.config.hypervisor.default_memory": "1024"}
+    code, doc = run(json.dumps({**sandbox_update(4096), "annotations": kata}).encode())
+    # Not enabled in the upstream configuration: refused as Kata refuses it.
+    assert code == 4 and "default_memory" in doc["error"]["message"], doc
+    assert doc["cri"]["code"] == "InvalidArgument"
+    sizing = {"io.kubernetes.cri.sandbox-memory": "1073741824"}
+    code, doc = run(json.dumps({**sandbox_update(4096), "annotations": sizing}).encode())
+    assert code == 4 and doc["error"]["message"].startswith("request sandbox_resources"), doc
 
 
 def test_update_sandbox_whose_vm_is_gone_is_unavailable() -> None:

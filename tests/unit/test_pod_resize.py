@@ -207,7 +207,7 @@ def test_the_request_carries_the_new_resources_and_the_overhead() -> None:
         ),
         (
             {"event": "update-sandbox", "sandbox_resources": {}, "pod_resources": {}},
-            "no pod_resources with it",
+            "no pod_resources",
         ),
         ({"overhead": {}}, "only with sandbox_resources"),
         (
@@ -245,6 +245,14 @@ _RESOURCES = {"memory_limit_bytes": GiB}
         (
             {"event": "update-sandbox", "sandbox_resources": {}, "annotations": {"x": "1"}},
             False,
+        ),
+        (
+            {
+                "event": "update-sandbox",
+                "sandbox_resources": {},
+                "annotations": {"io.katacontainers.config.hypervisor.memory_slots": "4"},
+            },
+            True,
         ),
         ({"event": "update-sandbox", "sandbox_resources": {"cpu_period": -1}}, False),
         # The new resources are the pod's: pod-level limits beside them would be a second say.
