@@ -15,18 +15,26 @@ const (
 	RuntimeRustVM = "runtime-rs"
 )
 
-// DefaultSockets is where each Kata runtime keeps a sandbox's QMP socket; {id}
-// is the sandbox id.
+// DefaultSockets is the QMP monitor kata-mem uses for a sandbox of each Kata
+// runtime; {id} is the sandbox id. QEMU serves one QMP client at a time, so it must
+// be a monitor Kata's shim does not hold.
 //
-//   - The Go runtime: /run/vc/vm/ID/qmp.sock (src/runtime/virtcontainers/qemu.go
-//     qmpSocket, built by utils.BuildSocketPath from VMStorePath, /run/vc/vm).
-//   - runtime-rs: qmp.sock in the sandbox's directory, /run/kata/ID
-//     (src/runtime-rs/crates/hypervisor/src/qemu/inner.rs: the -qmp argument is
-//     unix:qmp.sock relative to the working directory QEMU is started in, which is
-//     the sandbox's KATA_PATH directory; crates/hypervisor/src/lib.rs KATA_PATH).
+//   - The Go runtime: its extra monitor, /run/vc/vm/ID/extra-monitor.sock, which it
+//     adds with enable_debug = true and extra_monitor_socket = "qmp" in
+//     [hypervisor.qemu] (src/runtime/virtcontainers/qemu.go extraMonitorSocketPath,
+//     VMStorePath /run/vc/vm). Its own qmp.sock there is connected whenever the
+//     shim hotplugs something and kept open (qemu.go qmpSetup).
+//   - runtime-rs: qmp.sock in the sandbox's bundle directory, which under
+//     containerd is /run/containerd/io.containerd.runtime.v2.task/k8s.io/ID
+//     (src/runtime-rs/crates/hypervisor/src/qemu/qmp.rs get_qmp_socket_path: a
+//     path relative to the shim's working directory, the bundle). runtime-rs keeps
+//     its QMP connection for the VM's life (qemu/inner.rs) and offers no second QMP
+//     monitor (its extra_monitor_socket "qmp" binds qmp.sock again, "hmp" is a
+//     human monitor), so kata-mem reaches a Kata 4 VM only where that changes:
+//     docs/guide/in-place-resize.md says what works.
 var DefaultSockets = map[string]string{
-	RuntimeGo:     "/run/vc/vm/{id}/qmp.sock",
-	RuntimeRustVM: "/run/kata/{id}/qmp.sock",
+	RuntimeGo:     "/run/vc/vm/{id}/extra-monitor.sock",
+	RuntimeRustVM: "/run/containerd/io.containerd.runtime.v2.task/k8s.io/{id}/qmp.sock",
 }
 
 // DefaultBudget is the share of NRI's request timeout the plugin waits for

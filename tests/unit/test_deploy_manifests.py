@@ -126,6 +126,24 @@ def test_the_service_runs_with_no_capability_and_no_writable_host_path_but_its_o
     assert writable == {"/run/kata-mem"}
 
 
+def test_the_nri_plugin_asks_serve_on_its_socket_for_configurations_serve_sees() -> None:
+    """The plugin beside serve: it connects to the socket serve listens on and to the NRI
+    socket of its mount, and every handler's configuration is one serve has mounted (serve
+    reads it, by the host's path); its flags are the ones kata-mem-nri takes."""
+    (plugin,) = [c for c in pod_spec()["containers"] if c["name"] == "kata-mem-nri"]
+    flags = dict(a.removeprefix("-").split("=", 1) for a in plugin["command"][1:])
+    assert plugin["command"][0] == "kata-mem-nri"
+    assert flags["socket"] == option(serve_container(), "socket")
+    mounts = {m["mountPath"] for m in plugin["volumeMounts"]}
+    assert str(Path(flags["nri-socket"]).parent) in mounts
+    served = {m["mountPath"] for m in serve_container()["volumeMounts"]}
+    handler, config = flags["handler"].split("=", 1)
+    assert handler and any(config.startswith(f"{m}/") for m in served), config
+    source = (REPO / "go" / "cmd" / "kata-mem-nri" / "main.go").read_text()
+    for flag in flags:
+        assert f'"{flag}"' in source, flag
+
+
 def test_the_probes_ask_the_socket_serve_listens_on() -> None:
     c = serve_container()
     sock = option(c, "socket")
@@ -267,6 +285,7 @@ def test_the_containerfile_installs_the_wheel_it_is_given() -> None:
     assert project["version"] not in code
     assert "COPY dist/ /tmp/dist/" in code
     assert "pip install --no-cache-dir /tmp/dist/kata_mem-*-py3-none-any.whl" in code
+    assert "install -m 0755 /tmp/dist/kata-mem-nri /usr/local/bin/kata-mem-nri" in code
     python = re.search(r"^FROM \S+/python:(\d+)\.(\d+)-", text, re.M)
     assert python is not None
     bounds = re.fullmatch(r">=(\d+)\.(\d+),<(\d+)\.(\d+)", project["requires-python"])
@@ -275,16 +294,16 @@ def test_the_containerfile_installs_the_wheel_it_is_given() -> None:
     assert tuple(map(int, bounds.groups()[:2])) <= version < tuple(map(int, bounds.groups()[2:]))
 
 
-def test_the_build_context_is_the_wheel_alone() -> None:
+def test_the_build_context_is_the_wheel_and_the_plugin_alone() -> None:
     """.containerignore (podman, buildah) and .dockerignore (docker) say the same: every
-    path is left out of the context but the wheels in dist/ (a checkout after the demo
-    holds .venv and the test guest, over 100 MB)."""
+    path is left out of the context but the wheels in dist/ and the NRI plugin built there
+    (a checkout after the demo holds .venv and the test guest, over 100 MB)."""
     ignores = [(REPO / name).read_text() for name in (".containerignore", ".dockerignore")]
     patterns = [
         [line for line in text.splitlines() if line and not line.startswith("#")]
         for text in ignores
     ]
-    assert patterns[0] == patterns[1] == ["*", "!dist/*.whl"]
+    assert patterns[0] == patterns[1] == ["*", "!dist/*.whl", "!dist/kata-mem-nri"]
 
 
 def test_the_image_is_named_once_in_the_kustomization() -> None:
