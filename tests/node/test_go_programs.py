@@ -14,7 +14,9 @@ import pytest
 from tests.support.node import Rig, pinned_version
 from tests.support.paths import REPO
 
-pytestmark = pytest.mark.node
+# The first test's setup may build the rig from cold caches: minutes on 2 cores
+# (scripts/build-node-rig.sh; the tests after it find it built).
+pytestmark = [pytest.mark.node, pytest.mark.timeout(900)]
 GO_PROGRAMS = REPO / "tests" / "go"
 PINS = {
     "containerd-v2.3": "github.com/containerd/containerd/v2",

@@ -33,7 +33,9 @@ from tests.support.node import (
 from tests.support.paths import REPO
 from tests.support.waits import wait_until
 
-pytestmark = pytest.mark.node
+# The first test's setup may build the rig from cold caches: minutes on 2 cores
+# (scripts/build-node-rig.sh; the tests after it find it built).
+pytestmark = [pytest.mark.node, pytest.mark.timeout(900)]
 
 MiB = 1 << 20
 POD_MEMORY = 256 * MiB
@@ -212,10 +214,10 @@ def test_a_plugin_slower_than_the_request_timeout_is_dropped_and_the_call_succee
     The call succeeds, and the plugin is disconnected for good. NRI v0.12.4's failure policy
     (fail_request) would fail the call instead, but containerd v2.3.7 (NRI v0.12.0) and
     v2.4.2 (v0.12.3) do not know it."""
-    with running_node(rig, series, request_timeout=0.5) as node:
+    with running_node(rig, series, request_timeout=1.0) as node:
         recorder = node.start_recorder(
             fail_update_sandbox="kata-mem: too late",
-            update_sandbox_delay_ms=2000,
+            update_sandbox_delay_ms=2500,
             fail_request=fail_request,
         )
         pod = run_kata_pod(node, pod_cgroup)
@@ -223,7 +225,7 @@ def test_a_plugin_slower_than_the_request_timeout_is_dropped_and_the_call_succee
         status = node.update_sandbox(pod, memory=64 * MiB)
 
         assert (status.code, status.message) == ("OK", "")
-        assert status.elapsed_ms >= 500
+        assert status.elapsed_ms >= 1000
         recorder.wait_for("Closed")
         ctr = node.create_container(pod, "app", memory_limit=CONTAINER_MEMORY)
         assert node.containers(pod)[0]["id"] == ctr

@@ -16,13 +16,14 @@ plugin that records what it gets). Nothing is faked.
 Each :class:`Node` lives in its own directory (``/tmp/kmnode-*``: short, because unix
 socket paths are, and the shims' socket directory may be at most 42 characters): containerd's
 root and state, its socket, the NRI socket ``nri.sock``, NRI's plugin directories, runc's
-root, the shims' sockets (``socket_dir``, which containerd v2.3.7 and v2.4.2 have: no shim
-makes ``/run/containerd/s``, as v2.3.4's did), CNI's directories (empty: no CNI), CDI's spec
-directory (v2.4 has CDI always on: its ``enable_cdi`` is gone), logs. :meth:`Node.stop` kills
-every process the node started (containerd, its shims and what they run, the recorders),
-removes the cgroups runc left and the directories of the pods' ``cgroup_parent`` paths that
-runc made (in the hierarchies where they did not exist), unmounts every mount under the
-directory and removes it: nothing else.
+root, the shims' sockets (``socket_dir`` of ``io.containerd.shim.v1.manager``: unset, it is
+``/run/containerd/s`` whatever the state directory), CNI's directories (empty: no CNI),
+CDI's spec directory (v2.4 has CDI always on: its ``enable_cdi`` is gone), logs.
+:meth:`Node.stop` kills every process the node started (containerd, its shims and what they
+run, the recorders), removes the cgroups runc left and the directories of the pods'
+``cgroup_parent`` paths that runc made (in every hierarchy where they did not exist: runc
+1.1 with cgroupfs makes the path in each v1 controller, name=systemd and the v2 one),
+unmounts every mount under the directory and removes it: nothing else.
 
 Pods run in the host's network namespace without a hostname (no CNI config: the CRI reports
 NetworkReady false, and host-network pods run all the same). The pause image is the sandbox
@@ -89,7 +90,8 @@ def machine_lacks() -> Optional[str]:
     if os.geteuid() != 0:
         return "the node rig runs containerd and runc and mounts overlays: it needs root"
     filesystems = Path("/proc/filesystems").read_text().split()
-    if "overlay" not in filesystems:
+    module = Path("/lib/modules", os.uname().release, "kernel/fs/overlayfs")
+    if "overlay" not in filesystems and not list(module.glob("overlay.ko*")):
         return "the kernel has no overlay filesystem (containerd's overlayfs snapshotter)"
     return None
 
