@@ -39,6 +39,13 @@ type recorder struct {
 	updateSandboxWait time.Duration
 	stub              stub.Stub
 	configured        bool
+	closed            sync.Once
+}
+
+// recordClosed writes the one "Closed" line: from the stub's close hook, or when Run has
+// returned first (the process would otherwise exit before the hook runs).
+func (r *recorder) recordClosed() {
+	r.closed.Do(func() { r.record("Closed", nil) })
 }
 
 // record writes one line: the event's name and its fields (proto messages, lists of them,
@@ -211,7 +218,7 @@ func main() {
 		stub.WithSocketPath(*socket),
 		stub.WithPluginName(*name),
 		stub.WithPluginIdx(*idx),
-		stub.WithOnClose(func() { r.record("Closed", nil) }),
+		stub.WithOnClose(r.recordClosed),
 	}
 	if *failRequest || *keepConnected {
 		options = append(options, stub.WithFailurePolicy(&api.FailurePolicy{
@@ -234,4 +241,5 @@ func main() {
 		fmt.Fprintf(os.Stderr, "nri-recorder: %v\n", err)
 		os.Exit(1)
 	}
+	r.recordClosed()
 }
