@@ -22,8 +22,10 @@ CDI's spec directory (v2.4 has CDI always on: its ``enable_cdi`` is gone), logs.
 :meth:`Node.stop` kills every process the node started (containerd, its shims and what they
 run, the recorders), removes the cgroups runc left and the directories of the pods'
 ``cgroup_parent`` paths that runc made (in every hierarchy where they did not exist: runc
-1.1 with cgroupfs makes the path in each v1 controller, name=systemd and the v2 one),
-unmounts every mount under the directory and removes it: nothing else.
+1.1 with cgroupfs makes the path in each v1 controller, name=systemd and the v2 one; noted
+in :data:`MADE_CGROUPS`, so that of nodes in parallel test processes, which share the
+ancestors, the last to stop removes them), unmounts every mount under the directory and
+removes it: nothing else.
 
 Pods run in the host's network namespace without a hostname (no CNI config: the CRI reports
 NetworkReady false, and host-network pods run all the same). The pause image is the sandbox
@@ -36,6 +38,7 @@ QEMU handler, with its ``pod_annotations``.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import shutil
@@ -215,6 +218,40 @@ def hierarchy_path(cgroup_dir: Path) -> str:
     raise AssertionError(f"{cgroup_dir} is in no mounted cgroup hierarchy")
 
 
+#: The cgroup directories that a node's runc made for a pod's ``cgroup_parent`` and that no
+#: node has removed yet, one a line; also the lock around making and removing them. Nodes
+#: of parallel test processes share ancestors (``/process_api/<id>`` of the test's memory
+#: cgroup path, mirrored into the other hierarchies): whichever stops last removes them.
+MADE_CGROUPS = Path("/run/kata-mem-node-rig.cgroups")
+
+
+@contextlib.contextmanager
+def made_cgroups() -> Iterator[list[str]]:
+    """:data:`MADE_CGROUPS` locked (flock), as a list to change in place; written back at
+    the end, and removed when it is empty."""
+    while True:
+        fd = os.open(MADE_CGROUPS, os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            if os.fstat(fd).st_ino == MADE_CGROUPS.stat().st_ino:
+                break  # not removed by the holder before us
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+    try:
+        with open(fd, "r+", closefd=False) as registry:
+            made = registry.read().split()
+            yield made
+            if made:
+                registry.seek(0)
+                registry.truncate()
+                registry.write("".join(f"{d}\n" for d in made))
+            else:
+                MADE_CGROUPS.unlink()
+    finally:
+        os.close(fd)
+
+
 # -- mounts --------------------------------------------------------------------------------
 
 
@@ -378,7 +415,6 @@ class Node:
         self._pod_configs: dict[str, Path] = {}  # pod id -> its config file
         self._ids: set[str] = set()  # pods and containers made here
         self._cgroup_parents: set[str] = set()
-        self._cgroup_dirs_made: list[Path] = []  # parents' directories runc made, in order
 
     # -- paths -------------------------------------------------------------------------------
     @property
@@ -596,29 +632,23 @@ default_runtime_name = {_toml(RUNC_HANDLER)}
 
     def _remove_cgroups(self) -> None:
         """The cgroups of this node's pods and containers that runc left (a killed shim
-        does not delete them), then the parents' directories that runc made."""
-        for root in cgroup_roots():
-            for parent in self._cgroup_parents:
-                for cid in self._ids:
-                    leaf = root / parent.lstrip("/") / cid
-                    if leaf.is_dir():
-                        _rmdir_cgroup(leaf)
-        for made in reversed(self._cgroup_dirs_made):
-            # One with child cgroups left is another node's too: that node removes it.
-            if made.is_dir() and not any(p.is_dir() for p in made.iterdir()):
-                _rmdir_cgroup(made)
-        self._cgroup_dirs_made.clear()
-
-    def _note_cgroup_parent(self, cgroup_parent: str) -> None:
-        """Remember which directories of ``cgroup_parent`` do not exist yet in each
-        hierarchy: runc makes them, and :meth:`stop` removes them."""
-        self._cgroup_parents.add(cgroup_parent)
-        parts = Path(cgroup_parent.lstrip("/")).parts
-        for root in cgroup_roots():
-            for depth in range(1, len(parts) + 1):
-                directory = root.joinpath(*parts[:depth])
-                if not directory.exists() and directory not in self._cgroup_dirs_made:
-                    self._cgroup_dirs_made.append(directory)
+        does not delete them), then every directory a node's runc made for a
+        ``cgroup_parent`` (:func:`made_cgroups`) that no cgroup is left in."""
+        with made_cgroups() as made:
+            for root in cgroup_roots():
+                for parent in self._cgroup_parents:
+                    for cid in self._ids:
+                        leaf = root / parent.lstrip("/") / cid
+                        if leaf.is_dir():
+                            _rmdir_cgroup(leaf)
+            for directory in sorted(made, key=lambda d: d.count("/"), reverse=True):
+                path = Path(directory)
+                # One with child cgroups holds another node's pods: that node removes it.
+                if path.is_dir() and any(p.is_dir() for p in path.iterdir()):
+                    continue
+                if path.is_dir():
+                    _rmdir_cgroup(path)
+                made.remove(directory)
 
     def __enter__(self) -> Node:
         try:
@@ -721,8 +751,17 @@ default_runtime_name = {_toml(RUNC_HANDLER)}
         }
         path = self.dir / "pods" / f"{name}-{uid}.json"
         path.write_text(json.dumps(config, indent=1))
-        self._note_cgroup_parent(cgroup_parent)
-        pod = self.crictl("runp", "--runtime", handler, str(path)).strip()
+        self._cgroup_parents.add(cgroup_parent)
+        with made_cgroups() as made:
+            # runc makes the directories of cgroup_parent that are missing, in every
+            # hierarchy: note them first, for the node that stops last to remove them.
+            parts = Path(cgroup_parent.lstrip("/")).parts
+            for root in cgroup_roots():
+                for depth in range(1, len(parts) + 1):
+                    directory = str(root.joinpath(*parts[:depth]))
+                    if not Path(directory).exists() and directory not in made:
+                        made.append(directory)
+            pod = self.crictl("runp", "--runtime", handler, str(path)).strip()
         self._ids.add(pod)
         self._pod_configs[pod] = path
         return pod
