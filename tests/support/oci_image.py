@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import platform
 import tarfile
 from pathlib import Path
@@ -111,7 +112,7 @@ def write_image_tar(binary: Path, out: Path, ref: str) -> str:
     """Write the layout of :func:`image_layout` as a tar at ``out`` (replaced whole);
     return the manifest's digest."""
     files = image_layout(binary, ref)
-    tmp = out.with_name(out.name + ".tmp")
+    tmp = out.with_name(f"{out.name}.{os.getpid()}.tmp")  # parallel writers: one each
     with tarfile.open(tmp, mode="w", format=tarfile.PAX_FORMAT) as tar:
         _add_dir(tar, "blobs")
         _add_dir(tar, "blobs/sha256")
