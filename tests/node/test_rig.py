@@ -70,6 +70,13 @@ def memory_cgroup_of(pid: int) -> str:
     return paths.get("memory", paths.get("0", ""))
 
 
+def memory_limit(cgroup: MemoryCgroup, child: str) -> Optional[int]:
+    """The memory limit of the child cgroup ``child`` of ``cgroup``; None when unlimited."""
+    name = "memory.limit_in_bytes" if cgroup.version == 1 else "memory.max"
+    text = (cgroup.path / child / name).read_text().strip()
+    return None if text == "max" or int(text) >= 1 << 62 else int(text)
+
+
 def run_kata_pod(node: Node, cgroup: MemoryCgroup, name: str = "pod") -> str:
     return node.run_pod(
         name,
@@ -125,9 +132,11 @@ def test_a_kata_pod_runs_in_its_cgroup_and_the_plugin_sees_it(
     assert memory_cgroup_of(pause_pid) == f"{hierarchy_path(pod_cgroup.path)}/{pod}"
     ctr_pid = int(node.inspect_container(ctr)["info"]["pid"])
     assert memory_cgroup_of(ctr_pid) == f"{hierarchy_path(pod_cgroup.path)}/{ctr}"
-    assert int((pod_cgroup.path / ctr / "memory.limit_in_bytes").read_text()) == CONTAINER_MEMORY
+    assert memory_limit(pod_cgroup, ctr) == CONTAINER_MEMORY
     assert psutil.Process(ctr_pid).exe().endswith("/pause")
-    # The sizing containerd gives the runtime in the pause container's OCI annotations.
+    # The pod's resources set no cgroup (that is the kubelet's pod cgroup): containerd
+    # gives them to the runtime in the pause container's OCI annotations, and to NRI.
+    assert memory_limit(pod_cgroup, pod) is None
     annotations = info["runtimeSpec"]["annotations"]
     assert annotations["io.kubernetes.cri.sandbox-memory"] == str(POD_MEMORY)
     assert annotations["io.kubernetes.cri.sandbox-cpu-quota"] == "50000"
@@ -201,7 +210,7 @@ def test_a_container_update_reaches_the_plugin_and_the_cgroup(
     assert limit(update["linux_resources"]) == 192 * MiB
     assert limit(update["container"]["linux"]["resources"]) == CONTAINER_MEMORY  # before it
     recorder.wait_for("PostUpdateContainer", lambda e: e["container"]["id"] == ctr)
-    assert int((pod_cgroup.path / ctr / "memory.limit_in_bytes").read_text()) == 192 * MiB
+    assert memory_limit(pod_cgroup, ctr) == 192 * MiB
 
 
 @pytest.mark.parametrize(
