@@ -8,6 +8,9 @@
 #                                             #     (the Go module: client, NRI plugin, test rig)
 #   scripts/install-system-deps.sh prometheus # ... plus prometheus and promtool (the metrics
 #                                             #     tests scrape kata-mem serve with them)
+#   scripts/install-system-deps.sh node       # ... plus runc, and the Go check of `go`: the
+#                                             #     node rig (scripts/build-node-rig.sh builds
+#                                             #     containerd and crictl; tests/node runs them)
 #
 # Idempotent: installs only what is missing, and runs `apt-get update` only
 # when something has to be installed. Waits up to 300 s for the dpkg lock if
@@ -21,15 +24,17 @@ log() { printf 'install-system-deps: %s\n' "$*" >&2; }
 want_libvirt=0
 want_go=0
 want_prometheus=0
+want_node=0
 for arg in "$@"; do
     case "$arg" in
         libvirt) want_libvirt=1 ;;
         go) want_go=1 ;;
         prometheus) want_prometheus=1 ;;
+        node) want_node=1; want_go=1 ;;
         -h|--help)
-            sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
+            sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
             exit 0 ;;
-        *) log "unknown argument: $arg (expected: libvirt, go, prometheus)"; exit 2 ;;
+        *) log "unknown argument: $arg (expected: libvirt, go, prometheus, node)"; exit 2 ;;
     esac
 done
 
@@ -52,6 +57,11 @@ sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Pyth
 fi
 if [[ $want_prometheus -eq 1 ]]; then
     packages+=(prometheus)
+fi
+if [[ $want_node -eq 1 ]]; then
+    # runc: the OCI runtime under containerd's runc shim (containerd and crictl are built from
+    # their Go modules by scripts/build-node-rig.sh; Debian's are older than 2.3).
+    packages+=(runc)
 fi
 
 is_installed() {
@@ -99,6 +109,9 @@ if [[ $want_go -eq 1 ]]; then
         log "go is ${go_version:-unreadable} ($(command -v go)); Go 1.26 or later is needed"
         exit 1
     fi
+fi
+if [[ $want_node -eq 1 ]]; then
+    command -v runc >/dev/null || { log "runc not found after install"; exit 1; }
 fi
 if [[ $want_prometheus -eq 1 ]]; then
     for cmd in prometheus promtool; do
