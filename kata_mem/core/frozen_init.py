@@ -7,6 +7,15 @@ __frozen_set = object.__setattr__
 __frozen_missing = type('factory', (), {'__repr__': lambda self: '<factory>'})()
 
 
+def make_kata_mem_core_backing_MemoryBackend(D, F):
+    def __init__(self, kind, mem_path=D[0], share=D[1], why=D[2]):
+        __frozen_set(self, 'kind', kind)
+        __frozen_set(self, 'mem_path', mem_path)
+        __frozen_set(self, 'share', share)
+        __frozen_set(self, 'why', why)
+    return __init__
+
+
 def make_kata_mem_core_endpoint_Endpoint(D, F):
     def __init__(self, kind, target, domain=D[0], vmm=D[1], saved=D[2]):
         __frozen_set(self, 'kind', kind)
@@ -752,6 +761,7 @@ def make_kata_mem_orchestration_status_SandboxStatus(D, F):
 
 
 MAKERS: dict = {
+    'kata_mem.core.backing.MemoryBackend': (((('kind', 'required'), ('mem_path', 'default'), ('share', 'default'), ('why', 'default')), False), make_kata_mem_core_backing_MemoryBackend),
     'kata_mem.core.endpoint.Endpoint': (((('kind', 'required'), ('target', 'required'), ('domain', 'default'), ('vmm', 'default'), ('saved', 'default')), True), make_kata_mem_core_endpoint_Endpoint),
     'kata_mem.core.endpoint.VmmIdentity': (((('device', 'required'), ('inode', 'required'), ('owner_uid', 'required'), ('peer_uid', 'required'), ('peer_pid', 'default')), False), make_kata_mem_core_endpoint_VmmIdentity),
     'kata_mem.core.fields.Fields': (((('where', 'required'), ('error', 'default'), ('show', 'default')), False), make_kata_mem_core_fields_Fields),
