@@ -244,3 +244,48 @@ def test_only_loose_objects_named_like_kata_mems_have_their_size_read(
     assert [a["path"] for c, a in qemu.calls if a.get("path", "").startswith("/objects/")] == [
         "/objects/kmmem3"
     ]
+
+
+@pytest.mark.parametrize(
+    ("configured", "annotated", "expected"),
+    [
+        ("virtio-9p", "virtio-fs", SHM_FILE),
+        ("virtio-fs", "virtio-9p", {"qom-type": "memory-backend-ram"}),
+    ],
+)
+def test_the_pod_s_shared_fs_annotation_decides_the_dimm_s_memory(
+    run_cli: Run,
+    server: FakeQmpServer,
+    qemu: RecordingQemu,
+    tmp_path: Path,
+    configured: str,
+    annotated: str,
+    expected: dict[str, object],
+) -> None:
+    # Kata's Go runtime applies it before the VM starts (addHypervisorVirtioFsOverrides),
+    # so the pod's VM shares (or not) what the annotation says.
+    cfg = write_config(
+        tmp_path / "c.toml",
+        {
+            "default_memory": 512,
+            "default_maxmemory": 4096,
+            "shared_fs": configured,
+            "enable_annotations": ["shared_fs"],
+        },
+        kata_mem={"state_dir": str(tmp_path / "state")},
+    )
+    pod = tmp_path / "pod.yaml"
+    pod.write_text(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n  annotations:\n"
+        f"    io.katacontainers.config.hypervisor.shared_fs: {annotated}\n"
+        "spec:\n  containers:\n  - name: c\n    image: busybox\n"
+        "    resources:\n      limits:\n        memory: 256Mi\n"
+    )
+    r = run_cli(
+        "apply",
+        *("--config", str(cfg), "--qmp", str(server.path), "--sandbox", "sb"),
+        *("--host-memory", "16Gi", "--pod", str(pod), "--json"),
+    )
+    assert (r.code, json.loads(r.out)["status"]) == (0, "Resized"), r.out + r.err
+    added = [a for c, a in qemu.calls if c == "object-add"]
+    assert added == [{**expected, "id": "kmmem0", "size": 256 * MiB}]
