@@ -80,32 +80,32 @@ def dimm_backend(cfg: SizingConfig) -> MemoryBackend:
             why="runtime-rs backs every hot-added DIMM with a shared file in /dev/shm "
             "(src/runtime-rs/crates/hypervisor/src/qemu/qmp.rs hotplug_pc_dimm)",
         )
-    go = "the Go runtime's (src/runtime/virtcontainers/qemu.go getMemArgs)"
+    go = "as the Go runtime backs its own DIMMs (src/runtime/virtcontainers/qemu.go getMemArgs)"
     if cfg.enable_hugepages:
         return MemoryBackend(
             "file",
             cfg.settings.hugepages_path,
             share=True,
-            why=f"enable_hugepages: hugepages shared, as {go}; the mount is [kata_mem] "
-            "hugepages_path",
+            why="enable_hugepages: a shared file on the hugetlbfs mount ([kata_mem] "
+            f"hugepages_path), {go}",
         )
     if cfg.file_mem_backend:
         return MemoryBackend(
             "file",
             cfg.file_mem_backend,
             share=True,
-            why=f"file_mem_backend: shared files there, as {go} before Kata 3.32",
+            why=f"file_mem_backend: a shared file there, {go} before Kata 3.32",
         )
     if cfg.shared_fs in VIRTIO_FS:
         return MemoryBackend(
             "file",
             SHM_DIR,
             share=True,
-            why=f"shared_fs {cfg.shared_fs}: virtiofsd maps guest memory, so a shared file "
-            f"in /dev/shm, as {go}",
+            why=f"shared_fs {cfg.shared_fs}: virtiofsd maps the guest's memory, so a shared "
+            f"file in /dev/shm, {go}",
         )
     return MemoryBackend(
         "ram",
-        why=f"shared_fs {cfg.shared_fs}: no vhost-user daemon maps guest memory, so "
-        f"private RAM, as {go}",
+        why=f"shared_fs {cfg.shared_fs}: no vhost-user daemon maps the guest's memory, so "
+        f"private RAM, {go}",
     )
