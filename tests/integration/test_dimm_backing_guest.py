@@ -6,19 +6,22 @@ in /dev/shm is unlinked at once (softmmu/physmem.c ``file_ram_open``), so nothin
 on the host, and QEMU keeps its descriptor, which is what a vhost-user daemon such as
 virtiofsd is handed to map the DIMM (hw/virtio/vhost-user.c ``vhost_user_get_mr_data``:
 ``memory_region_get_fd``). Unplugging the DIMM (the guest onlines it movable) leaves no
-object, mapping or descriptor behind."""
+object, mapping or descriptor behind. Behind libvirt, the domain's ``<memoryBacking>``
+decides, and kata-mem's DIMM XML leaves it to it."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import pytest
 
 from tests.support.cli import CliResult, apply_qmp
-from tests.support.configs import write_config
+from tests.support.configs import HOST_ARGS, write_config
 from tests.support.guestvm import BootGuest, GuestSpec, GuestVM
+from tests.support.libvirt_guest import BootLibvirtGuest, LibvirtGuest
 from tests.support.qmp_min import QMPClient
 from tests.support.waits import wait_until
 
@@ -123,3 +126,53 @@ def test_a_dimm_gets_kata_s_memory_grows_the_guest_and_leaves_nothing_when_unplu
             f"maps {_backing_maps(vm)}"
         ),
     )
+
+
+def _monitor(vm: LibvirtGuest, command: str, **arguments: object) -> Any:
+    """A QMP command sent through libvirt (``virsh qemu-monitor-command``), its return."""
+    sent = json.dumps({"execute": command, "arguments": arguments})
+    return json.loads(vm.virsh("qemu-monitor-command", vm.name, sent))["return"]
+
+
+@pytest.mark.libvirt
+@pytest.mark.parametrize(
+    ("memory_backing", "qom_type", "share"),
+    [
+        ("<source type='memfd'/><access mode='shared'/>", "memory-backend-memfd", True),
+        ("", "memory-backend-ram", False),
+    ],
+)
+def test_libvirt_backs_a_dimm_as_the_domain_s_memory_backing_says(
+    boot_libvirt_guest: BootLibvirtGuest,
+    run_cli: Run,
+    tmp_path: Path,
+    memory_backing: str,
+    qom_type: str,
+    share: bool,
+) -> None:
+    # kata-mem's <memory model='dimm'> names no source or access: libvirt takes them from
+    # the domain's NUMA cell, then its <memoryBacking> (qemu_command.c
+    # qemuBuildMemoryBackendProps), which a domain with virtiofs must make shared.
+    vm = boot_libvirt_guest(GuestSpec(virtio_mem_mib=0, memory_backing=memory_backing))
+    cfg = write_config(
+        tmp_path / "configuration.toml",
+        {"default_memory": 512, "default_maxmemory": 4096, "memory_slots": 8},
+        kata_mem={"state_dir": str(tmp_path / "state"), "step_timeout_s": 20},
+    )
+    base_kb = vm.status().total_kb
+    r = run_cli(
+        "apply",
+        *("--config", str(cfg), "--libvirt", vm.uri, "--domain", vm.name, "--sandbox", "sb"),
+        *HOST_ARGS,
+        *("--json", "--limit", "256Mi"),
+    )
+    doc = json.loads(r.out)
+    assert (r.code, doc["status"], doc["observed_mib"]) == (0, "Resized", 768), doc
+    assert vm.wait_mem(lambda m: m.total_kb >= base_kb + 256 * KiB_PER_MiB).total_kb == (
+        base_kb + 256 * KiB_PER_MiB
+    )
+    (dimm,) = [d["data"] for d in _monitor(vm, "query-memory-devices") if d["type"] == "dimm"]
+    memdev = dimm["memdev"]
+    types = {o["name"]: o["type"] for o in _monitor(vm, "qom-list", path="/objects")}
+    assert types[memdev.removeprefix("/objects/")] == f"child<{qom_type}>"
+    assert _monitor(vm, "qom-get", path=memdev, property="share") is share
