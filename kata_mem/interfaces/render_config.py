@@ -75,7 +75,8 @@ def memory_owner(cfg: SizingConfig) -> str:
 
 def config_json(cfg: SizingConfig, chosen_by: str) -> dict[str, Any]:
     s = cfg.settings
-    dimm = dimm_backend(cfg)
+    # Only QEMU takes DIMMs from kata-mem (over QMP or libvirt), so only its rule is shown.
+    dimm = dimm_backend(cfg) if cfg.hypervisor == "qemu" else None
     return {
         "schema": CONFIG_SCHEMA,
         "path": cfg.path,
@@ -83,7 +84,9 @@ def config_json(cfg: SizingConfig, chosen_by: str) -> dict[str, Any]:
         "files": list(cfg.files),
         "hypervisor": cfg.hypervisor,
         "memory_owner": memory_owner(cfg),
-        "dimm_backend": {
+        "dimm_backend": None
+        if dimm is None
+        else {
             "qom_type": dimm.qom_type,
             "mem_path": dimm.mem_path or None,
             "share": dimm.share,
@@ -147,8 +150,9 @@ def config_text(cfg: SizingConfig, chosen_by: str) -> str:
         origin = src.get("runtime" if key == "runtime" else f"{section}.{base}", "?")
         lines.append(f"  {key:<30} {_text(value):<10} <- {origin}")
     lines.append(f"memory after boot: {d['memory_owner']}")
-    dimm = dimm_backend(cfg)
-    lines.append(f"a hot-added DIMM's memory: {dimm.describe()} ({dimm.why})")
+    if cfg.hypervisor == "qemu":
+        dimm = dimm_backend(cfg)
+        lines.append(f"a hot-added DIMM's memory: {dimm.describe()} ({dimm.why})")
     lines.append("kata-mem settings ([kata_mem]):")
     for key, value in d["kata_mem"].items():
         shown = _UNSET.get(key, "unset") if value in (None, "") else _text(value)

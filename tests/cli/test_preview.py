@@ -374,3 +374,6 @@ def test_config_check_says_what_backs_a_hot_added_dimm(run_cli: Run, tmp_path: P
         "daemon maps the guest's memory, so private RAM" in text.out
     )
     assert "[hypervisor.qemu] shared_fs = 'virtio-9p'" in text.out
+    # Only QEMU takes DIMMs from kata-mem.
+    clh = run_cli("config", "check", str(KATA_CONFIGS / "configuration-clh.toml"), "--json")
+    assert json.loads(clh.out)["dimm_backend"] is None
