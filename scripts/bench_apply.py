@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from kata_mem.backends.qmp import VIRTIO_MEM_POLL_S, QmpBackend  # noqa: E402
+from kata_mem.core.backing import dimm_backend  # noqa: E402
 from kata_mem.core.model import Container, HostFacts, Workload  # noqa: E402
 from kata_mem.edges.config import load_config  # noqa: E402
 from kata_mem.edges.journal import SandboxState  # noqa: E402
@@ -131,7 +132,7 @@ def kata_mem_apply(sock: Path, cfg_path: Path, state: Path) -> tuple[int, int]:
     backends: list[QmpBackend] = []
 
     def connect() -> QmpBackend:
-        backends.append(QmpBackend.connect(str(sock)))
+        backends.append(QmpBackend.connect(str(sock), dimm_backend=dimm_backend(cfg)))
         return backends[0]
 
     result = run_locked(SandboxState(state, "bench"), connect, cfg, HOST, REQUEST, Options())
@@ -144,7 +145,14 @@ def run(mechanism: str, rounds: int, guest_dir: Path, work: Path) -> dict[str, A
     virtio = mechanism == "virtio-mem"
     cfg = write_config(
         work / f"{mechanism}.toml",
-        {"default_memory": 512, "default_maxmemory": 4096, "enable_virtio_mem": virtio},
+        # shared_fs none: kata-mem plugs memory-backend-ram, as the baseline does (the
+        # bench guest shares no file system; with virtio-fs it would be a /dev/shm file).
+        {
+            "default_memory": 512,
+            "default_maxmemory": 4096,
+            "enable_virtio_mem": virtio,
+            "shared_fs": "none",
+        },
     )
     spec = GuestSpec(virtio_mem_mib=2048 if virtio else 0)
     times: dict[str, list[float]] = {"kata-mem": [], "baseline": []}

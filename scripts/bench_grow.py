@@ -32,6 +32,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from bench_apply import inserted  # noqa: E402
 
 from kata_mem.backends.qmp import VIRTIO_MEM_POLL_S, QmpBackend  # noqa: E402
+from kata_mem.core.backing import dimm_backend  # noqa: E402
 from kata_mem.core.model import Container, HostFacts, Workload  # noqa: E402
 from kata_mem.edges.config import load_config  # noqa: E402
 from kata_mem.edges.journal import SandboxState  # noqa: E402
@@ -84,10 +85,11 @@ def raw_plug(sock: Path, virtio: bool, size: int) -> None:
 
 
 def kata_mem_grow(sock: Path, cfg_path: Path, state: Path, size: int, host: HostFacts) -> None:
+    cfg = load_config(cfg_path)
     result = run_locked(
         SandboxState(state, "bench"),
-        lambda: QmpBackend.connect(str(sock)),
-        load_config(cfg_path),
+        lambda: QmpBackend.connect(str(sock), dimm_backend=dimm_backend(cfg)),
+        cfg,
         host,
         Workload((Container("c", size),)),
         Options(),
@@ -143,6 +145,8 @@ def main() -> None:
                     "default_memory": BASE_MIB,
                     "default_maxmemory": args.to_mib,
                     "enable_virtio_mem": virtio,
+                    # memory-backend-ram, as the raw plug it is compared with
+                    "shared_fs": "none",
                 },
                 kata_mem={"step_timeout_s": 120},
             )

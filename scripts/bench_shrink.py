@@ -25,6 +25,7 @@ sys.path.insert(0, str(ROOT))
 
 from kata_mem.backends import StepProgress  # noqa: E402
 from kata_mem.backends.qmp import QmpBackend  # noqa: E402
+from kata_mem.core.backing import dimm_backend  # noqa: E402
 from kata_mem.core.model import Container, GuestUsage, HostFacts, Step, VmState, Workload  # noqa: E402
 from kata_mem.edges.config import load_config  # noqa: E402
 from kata_mem.edges.journal import SandboxState  # noqa: E402
@@ -152,7 +153,7 @@ def plug_dimms(sock: Path, cfg_path: Path, state: Path) -> None:
     for total in (1024, 1536):
         result = run_locked(
             SandboxState(state, "bench"),
-            lambda: QmpBackend.connect(str(sock)),
+            lambda: QmpBackend.connect(str(sock), dimm_backend=dimm_backend(cfg)),
             cfg,
             HOST,
             Workload((Container("c", (total - 512) * MiB),)),
@@ -168,7 +169,7 @@ def shrink(sock: Path, cfg_path: Path, state: Path, force: bool, timeline: Timel
     timeline.start = time.perf_counter()
     result = run_locked(
         SandboxState(state, "bench"),
-        lambda: Timed(QmpBackend.connect(str(sock)), timeline),
+        lambda: Timed(QmpBackend.connect(str(sock), dimm_backend=dimm_backend(cfg)), timeline),
         cfg,
         HOST,
         Workload(),
@@ -183,7 +184,13 @@ def run(mechanism: str, rounds: int, guest_dir: Path, work: Path) -> dict[str, A
     virtio = mechanism == "virtio-mem"
     cfg = write_config(
         work / f"{mechanism}.toml",
-        {"default_memory": 512, "default_maxmemory": 4096, "enable_virtio_mem": virtio},
+        # shared_fs none: DIMMs of memory-backend-ram (the bench guest shares no file system)
+        {
+            "default_memory": 512,
+            "default_maxmemory": 4096,
+            "enable_virtio_mem": virtio,
+            "shared_fs": "none",
+        },
     )
     times: dict[str, list[float]] = {"safe": [], "force": []}
     lines: dict[str, list[list[dict[str, float]]]] = {"safe": [], "force": []}

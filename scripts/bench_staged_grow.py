@@ -32,6 +32,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from bench_grow import one  # noqa: E402
 
 from kata_mem.backends.qmp import VIRTIO_MEM_POLL_S, QmpBackend  # noqa: E402
+from kata_mem.core.backing import dimm_backend  # noqa: E402
 from kata_mem.core.model import Container, HostFacts, Workload  # noqa: E402
 from kata_mem.edges.config import load_config  # noqa: E402
 from kata_mem.edges.journal import SandboxState  # noqa: E402
@@ -76,10 +77,11 @@ def raw_plug(sock: Path, size: int) -> None:
 
 
 def staged(sock: Path, cfg_path: Path, state: Path, host: HostFacts) -> None:
+    cfg = load_config(cfg_path)
     result = run_locked(
         SandboxState(state, "bench"),
-        lambda: QmpBackend.connect(str(sock)),
-        load_config(cfg_path),
+        lambda: QmpBackend.connect(str(sock), dimm_backend=dimm_backend(cfg)),
+        cfg,
         host,
         Workload((Container("c", (TO_MIB - BASE_MIB) * MiB),)),
         Options(),

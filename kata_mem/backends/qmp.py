@@ -53,6 +53,7 @@ except ImportError as exc:  # a dependency of kata-mem: missing only from a brok
         f"the QMP backend needs qemu.qmp, which cannot be imported ({exc}); "
         "install it with: pip install 'qemu.qmp>=0.0.3' (or reinstall kata-mem)"
     ) from exc
+from kata_mem.core.backing import MemoryBackend
 from kata_mem.core.endpoint import VmmIdentity
 from kata_mem.core.model import MEMDEV_PREFIX, GuestUsage, MemoryDevice, Step, VmState
 from kata_mem.core.reports import StepProgress, UsageField, balloon_usage, resize_progress, vm_state
@@ -337,6 +338,30 @@ async def _open(
     return client, events, vmm
 
 
+def _object_add_args(backend: Optional[MemoryBackend], memdev: str, size: int) -> dict[str, object]:
+    """The ``object-add`` arguments of a DIMM's backend object ``memdev`` of ``size`` bytes,
+    as Kata's Go runtime sends them (src/runtime/pkg/govmm/qemu/qmp.go ``ExecMemdevAdd``:
+    ``mem-path`` only for a file, ``share`` only when true; runtime-rs sends the same for
+    its file). A directory as ``mem-path`` makes QEMU create a file in it and unlink it
+    at once (softmmu/physmem.c ``file_ram_open``), so nothing is left on the host when
+    the object goes.
+
+    :raises KataMemError: no backend was given when connecting (a bug: see
+        :meth:`QmpBackend.connect`); nothing is sent.
+    """
+    if backend is None:
+        raise KataMemError(
+            f"internal error: a DIMM ({memdev}) was to be plugged over a QMP connection opened "
+            "without its memory backend; nothing was sent"
+        )
+    args: dict[str, object] = {"qom-type": backend.qom_type, "id": memdev, "size": size}
+    if backend.kind == "file":
+        args["mem-path"] = backend.mem_path
+    if backend.share:
+        args["share"] = True
+    return args
+
+
 #: Typed reads of QEMU's replies: a reply of the wrong shape is a protocol error.
 _REPLY = Fields(
     "unexpected QMP reply:", lambda message: BackendError(message, "ProtocolError"), python_value
@@ -353,7 +378,7 @@ class QmpBackend:
         events: EventListener,
         loop: asyncio.AbstractEventLoop,
         vmm: VmmIdentity,
-        hugepages_path: Optional[str] = None,
+        dimm_backend: Optional[MemoryBackend] = None,
     ) -> None:
         self.path = path
         #: The VMM this connection reached (its socket file and its process).
@@ -362,7 +387,8 @@ class QmpBackend:
         self._client = client
         self._events = events
         self._loop = loop
-        self._hugepages_path = hugepages_path
+        #: What backs each DIMM this connection plugs (None: it plugs none).
+        self._dimm_backend = dimm_backend
         self._seen: list[dict[str, Any]] = []
         self._balloon: Optional[str] = None
         self._machine: Optional[tuple[int, int, Optional[int]]] = None
@@ -384,12 +410,15 @@ class QmpBackend:
         cls,
         path: str,
         *,
-        hugepages_path: Optional[str] = None,
+        dimm_backend: Optional[MemoryBackend] = None,
         vmm: Optional[VmmIdentity] = None,
         unpinned: bool = False,
     ) -> QmpBackend:
         """Connect and negotiate capabilities; nothing else is sent, so connecting changes
-        nothing on the VM. With ``vmm`` (a saved request's), only to that VMM: another
+        nothing on the VM. DIMMs it plugs get ``dimm_backend``
+        (:func:`kata_mem.core.backing.dimm_backend`); without one it plugs none, so that
+        no caller can plug a DIMM whose memory it did not decide. With ``vmm`` (a saved
+        request's), only to that VMM: another
         socket at ``path``, or another process listening on it, is never talked to.
         ``unpinned`` (a saved request without ``vmm``): only to a socket and a listener
         of root's or the caller's (:func:`check_socket`, :func:`_identify`).
@@ -439,7 +468,7 @@ class QmpBackend:
                 raise BackendUnavailable(
                     f"QMP socket {path}: no QMP session: {describe(exc)}"
                 ) from exc
-        return cls(path, client, events, loop, reached, hugepages_path)
+        return cls(path, client, events, loop, reached, dimm_backend)
 
     # -- plumbing -----------------------------------------------------------------
 
@@ -727,20 +756,7 @@ class QmpBackend:
         self._resizing = None
         if step.action == "plug_dimm":
             memdev = step.memdev
-            props: dict[str, object] = {
-                "qom-type": "memory-backend-ram",
-                "id": memdev,
-                "size": step.size,
-            }
-            if self._hugepages_path is not None:
-                props = {
-                    "qom-type": "memory-backend-file",
-                    "id": memdev,
-                    "size": step.size,
-                    "mem-path": self._hugepages_path,
-                    "share": True,
-                }
-            self._object_add(memdev, props)
+            self._object_add(memdev, _object_add_args(self._dimm_backend, memdev, step.size))
             try:
                 self._execute(
                     "device_add", {"driver": "pc-dimm", "id": step.device, "memdev": memdev}

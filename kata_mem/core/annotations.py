@@ -1,10 +1,12 @@
 """Kata's per-pod hypervisor annotations (``io.katacontainers.config.hypervisor.*``) that
-touch sizing, applied to a configuration as Kata applies them. Pure.
+touch sizing, or the memory behind a DIMM (``enable_hugepages``, ``shared_fs``), applied to
+a configuration as Kata applies them. Pure.
 
 Kata reads them from the sandbox's OCI spec, where containerd and CRI-O put the pod
 annotations the runtime's ``pod_annotations`` lets through. kata-mem follows the Go runtime
 (src/runtime/pkg/oci/utils.go ``addAnnotations``, ``addHypervisorMemoryOverrides``,
-``addHypervisorCPUOverrides``, at kata-containers 7c6ba40c): an annotation under the
+``addHypervisorCPUOverrides``, ``addHypervisorVirtioFsOverrides``, at kata-containers
+7c6ba40c): an annotation under the
 hypervisor prefix that the configuration's ``enable_annotations`` does not allow fails the
 sandbox, and so does a value Kata refuses; kata-mem refuses both (exit 4) with Kata's words.
 runtime-rs (src/libs/kata-types/src/annotations/mod.rs ``update_config_by_annotation``)
@@ -42,6 +44,10 @@ SIZING = (
     "default_max_vcpus",
 )
 CHECKED_BOOLS = ("enable_mem_prealloc", "reclaim_guest_freed_memory", "enable_guest_swap")
+#: The file systems the ``shared_fs`` annotation may name, which also decide the memory
+#: behind a DIMM (kata_mem.core.backing): Go ``addHypervisorVirtioFsOverrides``
+#: (``config.Virtio9P``, ``config.VirtioFS``); it refuses any other.
+SHARED_FS = ("virtio-9p", "virtio-fs")
 
 
 def enabled(patterns: tuple[str, ...], key: str) -> bool:
@@ -167,7 +173,7 @@ def sandbox_config(
     sources = dict(cfg.sources)
     for key, value in hv:
         name = key[len(PREFIX) :]
-        if name not in SIZING and name not in CHECKED_BOOLS:
+        if name not in SIZING and name not in CHECKED_BOOLS and name != "shared_fs":
             continue
         got: Optional[tuple[str, object]] = None
         if name == "default_memory":
@@ -193,6 +199,16 @@ def sandbox_config(
             got = (name, _bool(where, key, value))
         elif name in CHECKED_BOOLS:
             _bool(where, key, value)
+        elif name == "shared_fs":
+            if value not in SHARED_FS:
+                raise _fail(
+                    where,
+                    key,
+                    value,
+                    f"Invalid hypervisor shared file system {value} specified for annotation "
+                    f"shared_fs, (supported file systems: [{' '.join(SHARED_FS)}])",
+                )
+            got = ("shared_fs", value)
         elif name == "default_vcpus":
             vcpus = _vcpus(where, key, value)
             if vcpus > host.cpus and not remote:

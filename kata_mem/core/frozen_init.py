@@ -7,6 +7,15 @@ __frozen_set = object.__setattr__
 __frozen_missing = type('factory', (), {'__repr__': lambda self: '<factory>'})()
 
 
+def make_kata_mem_core_backing_MemoryBackend(D, F):
+    def __init__(self, kind, mem_path=D[0], share=D[1], why=D[2]):
+        __frozen_set(self, 'kind', kind)
+        __frozen_set(self, 'mem_path', mem_path)
+        __frozen_set(self, 'share', share)
+        __frozen_set(self, 'why', why)
+    return __init__
+
+
 def make_kata_mem_core_endpoint_Endpoint(D, F):
     def __init__(self, kind, target, domain=D[0], vmm=D[1], saved=D[2]):
         __frozen_set(self, 'kind', kind)
@@ -320,7 +329,7 @@ def make_kata_mem_core_model_Settings(D, F):
 
 
 def make_kata_mem_core_model_SizingConfig(D, F):
-    def __init__(self, path, hypervisor, default_memory, default_maxmemory, memory_slots, memory_offset, enable_virtio_mem, enable_hugepages, static_sandbox_resource_mgmt, default_vcpus, default_maxvcpus, settings=__frozen_missing, enable_annotations=D[0], overhead_vcpus=D[1], overhead_memory=D[2], runtime=D[3], sources=D[4], files=D[5], kernel_params=D[6]):
+    def __init__(self, path, hypervisor, default_memory, default_maxmemory, memory_slots, memory_offset, enable_virtio_mem, enable_hugepages, static_sandbox_resource_mgmt, default_vcpus, default_maxvcpus, settings=__frozen_missing, enable_annotations=D[0], overhead_vcpus=D[1], overhead_memory=D[2], runtime=D[3], sources=D[4], files=D[5], kernel_params=D[6], shared_fs=D[7], file_mem_backend=D[8]):
         __frozen_set(self, 'path', path)
         __frozen_set(self, 'hypervisor', hypervisor)
         __frozen_set(self, 'default_memory', default_memory)
@@ -340,6 +349,8 @@ def make_kata_mem_core_model_SizingConfig(D, F):
         __frozen_set(self, 'sources', sources)
         __frozen_set(self, 'files', files)
         __frozen_set(self, 'kernel_params', kernel_params)
+        __frozen_set(self, 'shared_fs', shared_fs)
+        __frozen_set(self, 'file_mem_backend', file_mem_backend)
     return __init__
 
 
@@ -750,6 +761,7 @@ def make_kata_mem_orchestration_status_SandboxStatus(D, F):
 
 
 MAKERS: dict = {
+    'kata_mem.core.backing.MemoryBackend': (((('kind', 'required'), ('mem_path', 'default'), ('share', 'default'), ('why', 'default')), False), make_kata_mem_core_backing_MemoryBackend),
     'kata_mem.core.endpoint.Endpoint': (((('kind', 'required'), ('target', 'required'), ('domain', 'default'), ('vmm', 'default'), ('saved', 'default')), True), make_kata_mem_core_endpoint_Endpoint),
     'kata_mem.core.endpoint.VmmIdentity': (((('device', 'required'), ('inode', 'required'), ('owner_uid', 'required'), ('peer_uid', 'required'), ('peer_pid', 'default')), False), make_kata_mem_core_endpoint_VmmIdentity),
     'kata_mem.core.fields.Fields': (((('where', 'required'), ('error', 'default'), ('show', 'default')), False), make_kata_mem_core_fields_Fields),
@@ -776,7 +788,7 @@ MAKERS: dict = {
     'kata_mem.core.model.PodResources': (((('memory', 'default'), ('cpu', 'default'), ('hugepages', 'default'), ('origin', 'default'), ('hugepage_limits', 'default')), False), make_kata_mem_core_model_PodResources),
     'kata_mem.core.model.SandboxSizing': (((('memory', 'required'), ('cpu', 'required'), ('origin', 'default'), ('notes', 'default'), ('source', 'default')), False), make_kata_mem_core_model_SandboxSizing),
     'kata_mem.core.model.Settings': (((('dimm_block', 'default'), ('virtio_mem_block', 'default'), ('headroom_min', 'default'), ('headroom_percent', 'default'), ('shrink_step_min', 'default'), ('shrink_step_percent', 'default'), ('step_timeout_s', 'default'), ('usage_max_age_s', 'default'), ('stats_interval_s', 'default'), ('allow_shrink', 'default'), ('state_dir', 'default'), ('host_memory_cgroup', 'default'), ('hugepages_path', 'default'), ('sizing', 'default'), ('pod_overhead', 'default'), ('vmm_overhead', 'default'), ('vmm_overhead_per_gib', 'default'), ('host_cgroup_margin', 'default'), ('host_cgroup_guard', 'default'), ('node_reserved', 'default'), ('node_overcommit', 'default'), ('runtime', 'default'), ('guest_onlining', 'default'), ('guest_memmap_on_memory', 'default')), False), make_kata_mem_core_model_Settings),
-    'kata_mem.core.model.SizingConfig': (((('path', 'required'), ('hypervisor', 'required'), ('default_memory', 'required'), ('default_maxmemory', 'required'), ('memory_slots', 'required'), ('memory_offset', 'required'), ('enable_virtio_mem', 'required'), ('enable_hugepages', 'required'), ('static_sandbox_resource_mgmt', 'required'), ('default_vcpus', 'required'), ('default_maxvcpus', 'required'), ('settings', 'factory'), ('enable_annotations', 'default'), ('overhead_vcpus', 'default'), ('overhead_memory', 'default'), ('runtime', 'default'), ('sources', 'default'), ('files', 'default'), ('kernel_params', 'default')), False), make_kata_mem_core_model_SizingConfig),
+    'kata_mem.core.model.SizingConfig': (((('path', 'required'), ('hypervisor', 'required'), ('default_memory', 'required'), ('default_maxmemory', 'required'), ('memory_slots', 'required'), ('memory_offset', 'required'), ('enable_virtio_mem', 'required'), ('enable_hugepages', 'required'), ('static_sandbox_resource_mgmt', 'required'), ('default_vcpus', 'required'), ('default_maxvcpus', 'required'), ('settings', 'factory'), ('enable_annotations', 'default'), ('overhead_vcpus', 'default'), ('overhead_memory', 'default'), ('runtime', 'default'), ('sources', 'default'), ('files', 'default'), ('kernel_params', 'default'), ('shared_fs', 'default'), ('file_mem_backend', 'default')), False), make_kata_mem_core_model_SizingConfig),
     'kata_mem.core.model.Step': (((('action', 'required'), ('device', 'required'), ('size', 'required'), ('delta', 'required'), ('total_after', 'required'), ('memdev', 'default')), False), make_kata_mem_core_model_Step),
     'kata_mem.core.model.Unseen': (((('reason', 'required'), ('detail', 'required')), False), make_kata_mem_core_model_Unseen),
     'kata_mem.core.model.VcpuPlan': (((('host', 'required'), ('max', 'required'), ('default', 'required'), ('requested', 'required'), ('target', 'required'), ('clamps', 'required'), ('added_to', 'default'), ('base', 'default'), ('containers', 'default')), False), make_kata_mem_core_model_VcpuPlan),

@@ -264,6 +264,12 @@ class SizingConfig:
     #: The hypervisor's ``kernel_params``: the guest kernel's command line, which says how
     #: it onlines hot-added memory (``memhp_default_state``).
     kernel_params: str = ""
+    #: ``shared_fs`` as the runtime reads it (unset: the Go runtime's virtio-fs,
+    #: runtime-rs's ``none``): with virtio-fs, virtiofsd maps the guest's memory, and
+    #: every DIMM's (:func:`kata_mem.core.backing.dimm_backend`).
+    shared_fs: str = "virtio-fs"
+    #: The Go runtime's ``file_mem_backend`` (Kata before 3.32): "" for none.
+    file_mem_backend: str = ""
 
     def origin(self, key: str) -> Origin:
         """Where the setting ``key`` (``table.key``, e.g. ``kata_mem.state_dir``) came from."""

@@ -5,7 +5,7 @@ defaults and fallbacks are applied here and every effective value records where
 it came from. kata-mem's own settings live in a ``[kata_mem]`` table of the same
 files (Kata ignores tables it does not know).
 
-One module (about 680 lines) because reading a configuration is one pass over one merged
+One module (about 800 lines) because reading a configuration is one pass over one merged
 table: find the file as Kata does, merge its drop-ins, read Kata's sizing keys with their
 defaults and origins, then ``[kata_mem]`` with its checks across keys; every error names
 the file and key that gave the value through the one ``_Reader``, which each part needs.
@@ -484,15 +484,21 @@ def _load_config(path: Path) -> tuple[SizingConfig, str]:
     static = rt.get("static_sandbox_resource_mgmt", False, is_bool, "true or false")
 
     settings, settings_sources = load_settings(data, origins, first)
+    if settings.runtime is not None:
+        runtime: Runtime = settings.runtime
+        runtime_origin = dict(settings_sources)["kata_mem.runtime"]
+    else:
+        runtime, why = which_runtime(path, runtime_table, name, table)
+        runtime_origin = Origin("default", value=runtime, note=why)
+    # What a hot-added DIMM's memory must be (kata_mem.core.backing): the file system the
+    # VM shares with the host, whose default is the runtime's, and the Go runtime's
+    # file_mem_backend of Kata before 3.32.
+    shared_fs = _shared_fs(hv, table, name, runtime)
+    file_mem_backend = _file_mem_backend(hv, table)
     sources = [(f"hypervisor.{name}.{k}", s) for k, s in hv.sources]
     sources += [(f"runtime.{k}", s) for k, s in rt.sources]
     sources += settings_sources
-    if settings.runtime is not None:
-        runtime: Runtime = settings.runtime
-        sources.append(("runtime", dict(settings_sources)["kata_mem.runtime"]))
-    else:
-        runtime, why = which_runtime(path, runtime_table, name, table)
-        sources.append(("runtime", Origin("default", value=runtime, note=why)))
+    sources.append(("runtime", runtime_origin))
     cfg = SizingConfig(
         path=first,
         hypervisor=name,
@@ -514,8 +520,75 @@ def _load_config(path: Path) -> tuple[SizingConfig, str]:
         sources=tuple(sources),
         files=files,
         kernel_params=kernel_params,
+        shared_fs=shared_fs,
+        file_mem_backend=file_mem_backend,
     )
     return cfg, dropins
+
+
+#: The ``shared_fs`` values each runtime starts a QEMU VM with ("" is virtio-fs in both):
+#: Go katautils/config.go ``sharedFS`` (``config.Virtio9P``, ``VirtioFS``,
+#: ``VirtioFSNydus``, ``NoSharedFS``); runtime-rs kata-types config/hypervisor/mod.rs
+#: ``SharedFsInfo::validate`` (``virtio-fs``, ``inline-virtio-fs``, ``virtio-fs-nydus``,
+#: and ``none``, which ``adjust_config`` makes no file system). Each refuses any other.
+SHARED_FS: dict[Runtime, tuple[str, ...]] = {
+    "go": ("virtio-9p", "virtio-fs", "virtio-fs-nydus", "none"),
+    "runtime-rs": ("virtio-fs", "inline-virtio-fs", "virtio-fs-nydus", "none"),
+}
+
+
+def _shared_fs(hv: _Reader, table: Mapping[str, Any], hypervisor: str, runtime: Runtime) -> str:
+    """``shared_fs`` as the runtime reads it: unset, the Go runtime shares virtio-fs
+    (``sharedFS`` returns ``config.VirtioFS`` for ""), while runtime-rs shares none (its
+    ``shared_fs`` is an ``Option`` that serde leaves ``None``); "" is virtio-fs in both
+    (runtime-rs ``DEFAULT_SHARED_FS_TYPE``). A value the runtime refuses for QEMU is a
+    configuration error, as Kata does not start the VM; for other hypervisors, whose
+    DIMMs kata-mem does not plug, it is kept as written.
+
+    :raises ConfigError: not a string, or (``[hypervisor.qemu]``) not one of
+        :data:`SHARED_FS`.
+    """
+    if "shared_fs" not in table:
+        default = "virtio-fs" if runtime == "go" else "none"
+        why = (
+            "unset: the Go runtime shares virtio-fs (katautils/config.go sharedFS)"
+            if runtime == "go"
+            else "unset: runtime-rs shares no file system (kata-types SharedFsInfo.shared_fs "
+            "is None)"
+        )
+        hv.sources.append(("shared_fs", Origin("default", value=default, note=why)))
+        return default
+    value: str = hv.get("shared_fs", "", is_str, "a string (the file system shared with the guest)")
+    if hypervisor == "qemu" and value and value not in SHARED_FS[runtime]:
+        runtime_name = "Go runtime" if runtime == "go" else "runtime-rs"
+        raise ConfigError(
+            f"{hv.where('shared_fs')}: {value!r} is not a shared file system Kata's "
+            f"{runtime_name} starts a QEMU VM with; expected one of "
+            + ", ".join(repr(v) for v in SHARED_FS[runtime])
+        )
+    if value == "":
+        hv.note("shared_fs", '"" is virtio-fs')
+        return "virtio-fs"
+    return value
+
+
+def _file_mem_backend(hv: _Reader, table: Mapping[str, Any]) -> str:
+    """The Go runtime's ``file_mem_backend`` (Kata before 3.32, which removed it:
+    kata-containers 70d8f1bf): a directory that backs the guest's memory, and each
+    hot-added DIMM's, with shared files. Absolute, as it names a directory to QEMU, which
+    kata-mem talks to as root. "" (the rendered default) sets nothing.
+
+    :raises ConfigError: not a string, or a relative path.
+    """
+    if "file_mem_backend" not in table:
+        return ""
+    value: str = hv.get(
+        "file_mem_backend",
+        "",
+        lambda v: is_str(v) and (v == "" or _absolute_path(v)),
+        'an absolute path without NUL (a directory), or "" for none',
+    )
+    return value
 
 
 #: Keys of ``[runtime]`` that only runtime-rs has (kata-types config/runtime.rs

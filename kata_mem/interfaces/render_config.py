@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kata_mem.core.backing import dimm_backend
 from kata_mem.core.model import HostFacts, SizingConfig
 from kata_mem.core.units import to_kib_floor, to_mib_floor
 
@@ -74,6 +75,8 @@ def memory_owner(cfg: SizingConfig) -> str:
 
 def config_json(cfg: SizingConfig, chosen_by: str) -> dict[str, Any]:
     s = cfg.settings
+    # Only QEMU takes DIMMs from kata-mem (over QMP or libvirt), so only its rule is shown.
+    dimm = dimm_backend(cfg) if cfg.hypervisor == "qemu" else None
     return {
         "schema": CONFIG_SCHEMA,
         "path": cfg.path,
@@ -81,6 +84,14 @@ def config_json(cfg: SizingConfig, chosen_by: str) -> dict[str, Any]:
         "files": list(cfg.files),
         "hypervisor": cfg.hypervisor,
         "memory_owner": memory_owner(cfg),
+        "dimm_backend": None
+        if dimm is None
+        else {
+            "qom_type": dimm.qom_type,
+            "mem_path": dimm.mem_path or None,
+            "share": dimm.share,
+            "why": dimm.why,
+        },
         "effective": {
             "default_memory_mib": to_mib_floor(cfg.default_memory),
             "default_maxmemory_mib": to_mib_floor(cfg.default_maxmemory),
@@ -92,6 +103,7 @@ def config_json(cfg: SizingConfig, chosen_by: str) -> dict[str, Any]:
             "default_vcpus": float(cfg.default_vcpus),
             "default_maxvcpus": cfg.default_maxvcpus,
             "runtime": cfg.runtime,
+            "shared_fs": cfg.shared_fs,
         },
         "kata_mem": {
             "dimm_block_mib": to_mib_floor(s.dimm_block),
@@ -138,6 +150,9 @@ def config_text(cfg: SizingConfig, chosen_by: str) -> str:
         origin = src.get("runtime" if key == "runtime" else f"{section}.{base}", "?")
         lines.append(f"  {key:<30} {_text(value):<10} <- {origin}")
     lines.append(f"memory after boot: {d['memory_owner']}")
+    if cfg.hypervisor == "qemu":
+        dimm = dimm_backend(cfg)
+        lines.append(f"a hot-added DIMM's memory: {dimm.describe()} ({dimm.why})")
     lines.append("kata-mem settings ([kata_mem]):")
     for key, value in d["kata_mem"].items():
         shown = _UNSET.get(key, "unset") if value in (None, "") else _text(value)

@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from typing import Optional
 
 from kata_mem.backends import Backend
+from kata_mem.core.backing import MemoryBackend
 from kata_mem.core.endpoint import Endpoint
 from kata_mem.core.errors import MissingDependency
 from kata_mem.core.frozen import frozen, replace
@@ -24,12 +25,14 @@ class Opened:
 
 
 def open_backend(
-    endpoint: Endpoint, env: Mapping[str, str], *, hugepages_path: Optional[str] = None
+    endpoint: Endpoint, env: Mapping[str, str], *, dimm_backend: Optional[MemoryBackend] = None
 ) -> Opened:
     """Connect to the endpoint's hypervisor; the client library is imported only now.
     ``env`` is the caller's environment (libvirt's session daemon keeps QEMU's pid file
     under ``XDG_RUNTIME_DIR``).
-    With ``hugepages_path`` (a hugetlbfs mount) new DIMMs are backed by hugepages there.
+    Over QMP, new DIMMs get ``dimm_backend`` (:func:`kata_mem.core.backing.dimm_backend`),
+    and none is plugged without it; libvirt backs a DIMM as the domain's
+    ``<memoryBacking>`` says (docs/guide/backends.md).
     An endpoint with a ``vmm`` is connected to that VMM only; a saved one without
     (:attr:`~kata_mem.core.endpoint.Endpoint.unpinned`) to root's or the caller's only.
 
@@ -45,7 +48,7 @@ def open_backend(
 
             qmp = QmpBackend.connect(
                 endpoint.target,
-                hugepages_path=hugepages_path,
+                dimm_backend=dimm_backend,
                 vmm=endpoint.vmm,
                 unpinned=endpoint.unpinned,
             )

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Optional
 
 from kata_mem.core.annotations import pod_config
+from kata_mem.core.backing import dimm_backend
 from kata_mem.core.endpoint import Endpoint
 from kata_mem.core.errors import ConfigError, InputError
 from kata_mem.core.model import (
@@ -272,11 +273,7 @@ def forget(sandbox: str, state_dir: str) -> tuple[Note, ...]:
 def _connect(cfg: SizingConfig, endpoint: Endpoint, env: Mapping[str, str]) -> Opened:
     from kata_mem.orchestration.connect import open_backend
 
-    return open_backend(
-        endpoint,
-        env,
-        hugepages_path=cfg.settings.hugepages_path if cfg.enable_hugepages else None,
-    )
+    return open_backend(endpoint, env, dimm_backend=dimm_backend(cfg))
 
 
 def _dry_run_backend(

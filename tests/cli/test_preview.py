@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Callable
 
 from tests.support.cli import CliResult
+from tests.support.configs import write_config
 from tests.support.paths import KATA_CONFIGS, PODS, REPO
 
 UPSTREAM_QEMU = str(KATA_CONFIGS / "configuration-qemu.toml")
@@ -353,3 +354,26 @@ def test_a_pod_overhead_the_kata_model_does_not_add_says_so(run_cli: Run) -> Non
         f"sizing: kata (pod overhead 160 MiB from {pod}: spec.overhead.memory; not in the VM: "
         "requested is base + container limits)"
     )
+
+
+def test_config_check_says_what_backs_a_hot_added_dimm(run_cli: Run, tmp_path: Path) -> None:
+    r = run_cli("config", "check", UPSTREAM_QEMU, "--json")
+    doc = json.loads(r.out)
+    assert doc["effective"]["shared_fs"] == "virtio-fs"
+    dimm = doc["dimm_backend"]
+    assert (dimm["qom_type"], dimm["mem_path"], dimm["share"]) == (
+        "memory-backend-file",
+        "/dev/shm",
+        True,
+    )
+    assert "qemu.go getMemArgs" in dimm["why"]
+    ninep = write_config(tmp_path / "c.toml", {"shared_fs": "virtio-9p"})
+    text = run_cli("config", "check", str(ninep))
+    assert (
+        "a hot-added DIMM's memory: memory-backend-ram (shared_fs virtio-9p: no vhost-user "
+        "daemon maps the guest's memory, so private RAM" in text.out
+    )
+    assert "[hypervisor.qemu] shared_fs = 'virtio-9p'" in text.out
+    # Only QEMU takes DIMMs from kata-mem.
+    clh = run_cli("config", "check", str(KATA_CONFIGS / "configuration-clh.toml"), "--json")
+    assert json.loads(clh.out)["dimm_backend"] is None

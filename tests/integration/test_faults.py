@@ -16,6 +16,7 @@ from typing import Any, Callable
 import pytest
 
 from kata_mem.backends.qmp import QmpBackend
+from kata_mem.core.backing import dimm_backend
 from kata_mem.core.errors import BackendUnavailable
 from kata_mem.core.model import Container, Step, Workload
 from kata_mem.edges.config import load_config
@@ -48,7 +49,9 @@ def test_qemu_killed_mid_step(boot_guest: BootGuest, run_cli: Run, tmp_path: Pat
     cfg_path = guest_config(tmp_path, virtio=False)
 
     def connect() -> QmpBackend:
-        backend = KillsQemu.connect(str(vm.qmp_socket))
+        backend = KillsQemu.connect(
+            str(vm.qmp_socket), dimm_backend=dimm_backend(load_config(cfg_path))
+        )
         assert isinstance(backend, KillsQemu)
         backend.pid = vm.pid
         return backend

@@ -15,6 +15,7 @@ from typing import Any, Callable, Optional, Union
 import pytest
 
 from kata_mem.backends.qmp import QmpBackend
+from kata_mem.core.backing import dimm_backend
 from kata_mem.core.errors import BackendUnavailable
 from kata_mem.core.model import Container, Workload
 from kata_mem.edges.config import load_config
@@ -185,7 +186,9 @@ def test_own_orphan_left_between_object_add_and_device_add_is_deleted(
     with pytest.raises(BackendUnavailable):
         run_locked(
             state,
-            lambda: LostAfterObjectAdd.connect(str(vm.qmp_socket)),
+            lambda: LostAfterObjectAdd.connect(
+                str(vm.qmp_socket), dimm_backend=dimm_backend(load_config(cfg))
+            ),
             load_config(cfg),
             HOST,
             Workload((Container("c", 256 * MiB),)),

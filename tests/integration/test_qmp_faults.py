@@ -283,3 +283,51 @@ def test_a_dry_run_plans_the_shrink_that_apply_runs(
     code, doc = apply("--force")
     assert (code, doc["status"], doc["steps"]) == (0, "Resized", dry["steps"]), doc
     assert [(s["action"], s["device"]) for s in doc["steps"]] == [("unplug_dimm", "kmdimm0")]
+
+
+@pytest.mark.parametrize(
+    ("shared_fs", "qom_type"),
+    [("virtio-fs", "memory-backend-file"), ("none", "memory-backend-ram")],
+)
+def test_a_crash_between_object_add_and_device_add_is_repaired_whatever_the_backend(
+    run_cli: Run,
+    tmp_path: Path,
+    server: FakeQmpServer,
+    qemu: FakeQemu,
+    shared_fs: str,
+    qom_type: str,
+) -> None:
+    # Ownership is the journal's (id and size recorded before the plug), whatever QOM
+    # type the object has: a shared file backend left behind is deleted as RAM is.
+    cfg = write_config(
+        tmp_path / "c.toml",
+        {"default_memory": 512, "default_maxmemory": 4096, "shared_fs": shared_fs},
+        kata_mem={"step_timeout_s": 1, "state_dir": str(tmp_path / "state")},
+    )
+
+    def apply() -> tuple[int, dict[str, Any]]:
+        r = run_cli(
+            "apply",
+            *("--config", str(cfg), "--qmp", str(server.path), "--sandbox", "sb1"),
+            *HOST_ARGS,
+            *("--json", "--limit", "256Mi"),
+        )
+        return r.code, json.loads(r.out)
+
+    qemu.drop_after.add("object-add")
+    assert apply()[0] == 6
+    assert (list(qemu.objects), qemu.devices) == (["kmmem0"], {})
+    assert qemu.qom_type("kmmem0") == qom_type
+    status = run_cli(
+        "status",
+        *("--qmp", str(server.path), "--sandbox", "sb1"),
+        *("--state-dir", str(tmp_path / "state"), "--json"),
+    )
+    assert json.loads(status.out)["orphans"] == ["kmmem0"], status.out + status.err
+    qemu.drop_after.clear()
+    code, doc = apply()
+    assert (code, doc["status"], doc["observed_mib"]) == (0, "Resized", 768)
+    assert any("orphaned backend object kmmem0" in str(w) for w in doc["warnings"])
+    _no_orphans(qemu)
+    (dimm,) = qemu.dimms()  # plugged again, on a backend of the same kind
+    assert qemu.qom_type(dimm["data"]["memdev"].removeprefix("/objects/")) == qom_type

@@ -1,7 +1,7 @@
 """The QMP backend behind the six-method port, on the scripted QMP server: connecting
 and reading have no side effects (the balloon's polling interval is set through the
-port, by the executor), the hugepage path comes from the configuration, and an orphan
-is deleted through begin/poll."""
+port, by the executor), a DIMM's memory backend comes from the configuration as Kata's
+runtime decides it, and an orphan is deleted through begin/poll."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Any, Callable, Optional
 import pytest
 
 from kata_mem.backends.qmp import QmpBackend
-from kata_mem.core.errors import BackendError
+from kata_mem.core.errors import BackendError, KataMemError
 from kata_mem.core.model import BackendObject, OwnedDevice, Step
 from kata_mem.core.reports import owned_view
 from tests.support.cli import CliResult
@@ -110,26 +110,67 @@ def _apply(run_cli: Run, cfg: Path, server: FakeQmpServer) -> tuple[int, dict[st
     return r.code, json.loads(r.out)
 
 
-@pytest.mark.parametrize(
-    ("setting", "path"), [({}, "/dev/hugepages"), ({"hugepages_path": "/mnt/huge"}, "/mnt/huge")]
-)
-def test_hugepage_dimms_use_the_configured_path(
+#: The ``object-add`` of a DIMM's backend for each configuration, exactly as Kata's runtime
+#: sends its own (kata_mem.core.backing ``dimm_backend``; Go govmm qmp.go ``ExecMemdevAdd``).
+SHM_FILE = {"qom-type": "memory-backend-file", "mem-path": "/dev/shm", "share": True}
+OBJECT_ADD = [
+    ({}, {}, SHM_FILE),  # Kata's default shared_fs, virtio-fs
+    ({"shared_fs": "virtio-fs"}, {}, SHM_FILE),
+    ({"shared_fs": "virtio-fs-nydus"}, {}, SHM_FILE),
+    ({"shared_fs": "none"}, {}, {"qom-type": "memory-backend-ram"}),
+    ({"shared_fs": "virtio-9p"}, {}, {"qom-type": "memory-backend-ram"}),
+    (
+        {"enable_hugepages": True},
+        {},
+        {"qom-type": "memory-backend-file", "mem-path": "/dev/hugepages", "share": True},
+    ),
+    (
+        {"enable_hugepages": True, "shared_fs": "none"},
+        {"hugepages_path": "/mnt/huge"},
+        {"qom-type": "memory-backend-file", "mem-path": "/mnt/huge", "share": True},
+    ),
+    (
+        {"file_mem_backend": "/var/lib/mem", "shared_fs": "virtio-9p"},
+        {},
+        {"qom-type": "memory-backend-file", "mem-path": "/var/lib/mem", "share": True},
+    ),
+    ({"shared_fs": "none"}, {"runtime": "runtime-rs"}, SHM_FILE),
+]
+
+
+@pytest.mark.parametrize(("hypervisor", "setting", "expected"), OBJECT_ADD)
+def test_a_dimm_gets_the_memory_backend_kata_would_give_it(
     run_cli: Run,
     server: FakeQmpServer,
     qemu: RecordingQemu,
     tmp_path: Path,
+    hypervisor: dict[str, object],
     setting: dict[str, str],
-    path: str,
+    expected: dict[str, object],
 ) -> None:
     cfg = write_config(
         tmp_path / "c.toml",
-        {"default_memory": 512, "default_maxmemory": 4096, "enable_hugepages": True},
+        {"default_memory": 512, "default_maxmemory": 4096, **hypervisor},
         kata_mem={"state_dir": str(tmp_path / "state"), **setting},
     )
     code, doc = _apply(run_cli, cfg, server)
     assert (code, doc["status"]) == (0, "Resized"), doc
     added = [a for c, a in qemu.calls if c == "object-add"]
-    assert [(a["qom-type"], a["mem-path"]) for a in added] == [("memory-backend-file", path)]
+    assert added == [{**expected, "id": "kmmem0", "size": 256 * MiB}]
+
+
+def test_a_connection_opened_without_a_dimm_backend_plugs_nothing(
+    server: FakeQmpServer, qemu: RecordingQemu
+) -> None:
+    # A read-only connection (status) gives none: a plug through it is a bug, refused
+    # before anything is sent, never a DIMM of memory nobody decided.
+    backend = QmpBackend.connect(str(server.path))
+    try:
+        with pytest.raises(KataMemError, match="without its memory backend; nothing was sent"):
+            backend.begin(Step("plug_dimm", "kmdimm0", 256 * MiB, 256 * MiB, 768 * MiB, "kmmem0"))
+    finally:
+        backend.close()
+    assert [c for c, _ in qemu.calls if c in ("object-add", "device_add")] == []
 
 
 def test_a_relative_hugepages_path_is_a_configuration_error(run_cli: Run, tmp_path: Path) -> None:
@@ -203,3 +244,48 @@ def test_only_loose_objects_named_like_kata_mems_have_their_size_read(
     assert [a["path"] for c, a in qemu.calls if a.get("path", "").startswith("/objects/")] == [
         "/objects/kmmem3"
     ]
+
+
+@pytest.mark.parametrize(
+    ("configured", "annotated", "expected"),
+    [
+        ("virtio-9p", "virtio-fs", SHM_FILE),
+        ("virtio-fs", "virtio-9p", {"qom-type": "memory-backend-ram"}),
+    ],
+)
+def test_the_pod_s_shared_fs_annotation_decides_the_dimm_s_memory(
+    run_cli: Run,
+    server: FakeQmpServer,
+    qemu: RecordingQemu,
+    tmp_path: Path,
+    configured: str,
+    annotated: str,
+    expected: dict[str, object],
+) -> None:
+    # Kata's Go runtime applies it before the VM starts (addHypervisorVirtioFsOverrides),
+    # so the pod's VM shares (or not) what the annotation says.
+    cfg = write_config(
+        tmp_path / "c.toml",
+        {
+            "default_memory": 512,
+            "default_maxmemory": 4096,
+            "shared_fs": configured,
+            "enable_annotations": ["shared_fs"],
+        },
+        kata_mem={"state_dir": str(tmp_path / "state")},
+    )
+    pod = tmp_path / "pod.yaml"
+    pod.write_text(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n  annotations:\n"
+        f"    io.katacontainers.config.hypervisor.shared_fs: {annotated}\n"
+        "spec:\n  containers:\n  - name: c\n    image: busybox\n"
+        "    resources:\n      limits:\n        memory: 256Mi\n"
+    )
+    r = run_cli(
+        "apply",
+        *("--config", str(cfg), "--qmp", str(server.path), "--sandbox", "sb"),
+        *("--host-memory", "16Gi", "--pod", str(pod), "--json"),
+    )
+    assert (r.code, json.loads(r.out)["status"]) == (0, "Resized"), r.out + r.err
+    added = [a for c, a in qemu.calls if c == "object-add"]
+    assert added == [{**expected, "id": "kmmem0", "size": 256 * MiB}]

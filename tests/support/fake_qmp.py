@@ -30,6 +30,10 @@ class FakeQemu:
     maxmem: int = 4096 * MiB
     devices: dict[str, dict[str, Any]] = field(default_factory=dict)
     objects: dict[str, int] = field(default_factory=dict)
+    #: the ``object-add`` arguments of each object added over QMP (its QOM type first of
+    #: all, which ``qom-list /objects`` reports); an object a test puts in ``objects``
+    #: without them is a ``memory-backend-ram``
+    object_args: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: command name -> (error class, description) to answer instead of executing
     fail: dict[str, tuple[str, str]] = field(default_factory=dict)
     #: command name -> close the connection after executing it, without replying
@@ -45,6 +49,10 @@ class FakeQemu:
     #: connections that get a stray event before the greeting, as QEMU sometimes sends
     stray_events_before_greeting: int = 0
     commands: list[str] = field(default_factory=list)
+
+    def qom_type(self, oid: str) -> str:
+        """The QOM type of the object ``oid``, as ``qom-list /objects`` reports it."""
+        return str(self.object_args.get(oid, {}).get("qom-type", "memory-backend-ram"))
 
     def dimms(self) -> list[dict[str, Any]]:
         return [d for d in self.devices.values() if d["type"] == "dimm"]
@@ -141,7 +149,7 @@ class FakeQemu:
             if args.get("path") == "/objects":
                 return {
                     "return": [
-                        {"name": n, "type": "child<memory-backend-ram>"} for n in self.objects
+                        {"name": n, "type": f"child<{self.qom_type(n)}>"} for n in self.objects
                     ]
                 }, []
             return {"return": []}, []
@@ -161,6 +169,7 @@ class FakeQemu:
                     f"attempt to add duplicate property '{oid}' to object (type 'container')"
                 ), []
             self.objects[oid] = int(args["size"])
+            self.object_args[oid] = dict(args)
             return {"return": {}}, []
         if cmd == "object-del":
             oid = str(args["id"])
@@ -169,6 +178,7 @@ class FakeQemu:
             if any(d["data"].get("memdev") == f"/objects/{oid}" for d in self.devices.values()):
                 return _generic(f"object '{oid}' is in use, can not be deleted"), []
             del self.objects[oid]
+            self.object_args.pop(oid, None)
             return {"return": {}}, []
         if cmd == "device_add":
             did, memdev = str(args["id"]), str(args["memdev"])

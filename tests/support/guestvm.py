@@ -68,6 +68,9 @@ class GuestSpec:
     kernel: str = "auto"
     kernel_args: tuple[str, ...] = ()
     extra_qemu_args: tuple[str, ...] = ()
+    #: libvirt domains only: the children of ``<memoryBacking>`` (e.g. a memfd source,
+    #: shared, as a domain with virtiofs must have); "" for none.
+    memory_backing: str = ""
 
 
 @dataclass(frozen=True)

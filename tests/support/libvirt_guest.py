@@ -263,6 +263,8 @@ class LibvirtGuest(GuestControlMixin):
         ET.SubElement(dom, "memory", unit="MiB").text = str(s.base_mib + s.virtio_mem_mib)
         ET.SubElement(dom, "currentMemory", unit="MiB").text = str(s.base_mib)
         ET.SubElement(dom, "vcpu").text = str(s.cpus)
+        if s.memory_backing:
+            dom.append(ET.fromstring(f"<memoryBacking>{s.memory_backing}</memoryBacking>"))
 
         os_ = ET.SubElement(dom, "os")
         ET.SubElement(os_, "type", arch="x86_64", machine="q35").text = "hvm"

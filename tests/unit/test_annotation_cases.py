@@ -48,6 +48,7 @@ def test_annotation_case(case: dict[str, Any], tmp_path: Path) -> None:
         "enable_hugepages": got.enable_hugepages,
         "default_vcpus": got.default_vcpus,
         "default_maxvcpus": got.default_maxvcpus,
+        "shared_fs": got.shared_fs,
     }
     for key, want in expect.items():
         exact = Fraction(str(want)) if key == "default_vcpus" else want

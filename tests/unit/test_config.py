@@ -355,3 +355,91 @@ def test_a_distribution_s_kata_configuration_is_found(monkeypatch: pytest.Monkey
     packaged = "/usr/share/defaults/kata-containers/configuration.toml"
     monkeypatch.setattr(Path, "exists", lambda self: str(self) == packaged)
     assert find_config(None, {}) == (Path(packaged), "Kata default location")
+
+
+#: ``shared_fs`` as each packaged file's runtime reads it (the Go runtime's default is
+#: virtio-fs, runtime-rs's none: kata_mem.edges.config ``_shared_fs``).
+SHARED_FS = {
+    "configuration-qemu.toml": "virtio-fs",
+    "configuration-clh.toml": "virtio-fs",
+    "configuration-fc.toml": "virtio-fs",
+    "configuration-qemu-snp.toml": "none",
+    "configuration-stratovirt.toml": "virtio-fs",
+    "configuration-qemu-runtime-rs.toml": "virtio-fs",
+    "configuration-dragonball.toml": "inline-virtio-fs",
+    "configuration-clh-runtime-rs.toml": "virtio-fs",
+    "configuration-rs-fc.toml": "none",
+}
+
+
+@pytest.mark.parametrize(("name", "shared_fs"), sorted(SHARED_FS.items()))
+def test_each_packaged_file_shares_its_file_system(name: str, shared_fs: str) -> None:
+    cfg = load_config(KATA_CONFIGS / name)
+    assert (cfg.shared_fs, cfg.file_mem_backend) == (shared_fs, "")
+
+
+@pytest.mark.parametrize(
+    ("runtime", "shared_fs", "note"),
+    [
+        ("go", "virtio-fs", "the Go runtime shares virtio-fs (katautils/config.go sharedFS)"),
+        ("runtime-rs", "none", "runtime-rs shares no file system"),
+    ],
+)
+def test_an_unset_shared_fs_is_the_runtime_s_default(
+    tmp_path: Path, runtime: str, shared_fs: str, note: str
+) -> None:
+    cfg = load_config(write_config(tmp_path / "c.toml", kata_mem={"runtime": runtime}))
+    assert cfg.shared_fs == shared_fs
+    origin = cfg.origin("hypervisor.qemu.shared_fs")
+    assert (origin.kind, origin.value) == ("default", shared_fs) and note in origin.note
+
+
+@pytest.mark.parametrize("runtime", ["go", "runtime-rs"])
+def test_an_empty_shared_fs_is_virtio_fs(tmp_path: Path, runtime: str) -> None:
+    cfg = load_config(
+        write_config(tmp_path / "c.toml", {"shared_fs": ""}, kata_mem={"runtime": runtime})
+    )
+    assert cfg.shared_fs == "virtio-fs"
+    assert '"" is virtio-fs' in cfg.origin("hypervisor.qemu.shared_fs").describe()
+
+
+@pytest.mark.parametrize(
+    ("runtime", "value", "expected"),
+    [
+        ("go", "inline-virtio-fs", "'virtio-9p', 'virtio-fs', 'virtio-fs-nydus', 'none'"),
+        ("go", "virtiofs", "'virtio-9p', 'virtio-fs', 'virtio-fs-nydus', 'none'"),
+        ("runtime-rs", "virtio-9p", "'virtio-fs', 'inline-virtio-fs', 'virtio-fs-nydus', 'none'"),
+    ],
+)
+def test_a_shared_fs_the_runtime_refuses_for_qemu_is_a_configuration_error(
+    tmp_path: Path, runtime: str, value: str, expected: str
+) -> None:
+    path = write_config(tmp_path / "c.toml", {"shared_fs": value}, kata_mem={"runtime": runtime})
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert str(info.value) == (
+        f"{path}: [hypervisor.qemu] shared_fs: {value!r} is not a shared file system Kata's "
+        f"{'Go runtime' if runtime == 'go' else 'runtime-rs'} starts a QEMU VM with; "
+        f"expected one of {expected}"
+    )
+
+
+def test_a_shared_fs_of_another_hypervisor_is_kept_as_written(tmp_path: Path) -> None:
+    # kata-mem plugs DIMMs into QEMU only; Kata's Go runtime reads no shared_fs for
+    # Firecracker (katautils/config.go newFirecrackerHypervisorConfig).
+    path = write_config(tmp_path / "c.toml", {"shared_fs": "anything"}, name="firecracker")
+    assert load_config(path).shared_fs == "anything"
+
+
+def test_file_mem_backend_is_read_as_an_absolute_directory(tmp_path: Path) -> None:
+    cfg = load_config(write_config(tmp_path / "c.toml", {"file_mem_backend": "/var/lib/mem"}))
+    assert cfg.file_mem_backend == "/var/lib/mem"
+    assert (
+        load_config(write_config(tmp_path / "d.toml", {"file_mem_backend": ""})).file_mem_backend
+        == ""
+    )
+    path = write_config(tmp_path / "e.toml", {"file_mem_backend": "mem"})
+    with pytest.raises(
+        ConfigError, match=r"\[hypervisor.qemu\] file_mem_backend: expected an absolute path"
+    ):
+        load_config(path)
