@@ -66,7 +66,7 @@ def test_the_examples_of_exit_141_exit_141() -> None:
 
 
 def test_the_service_guide_names_the_environment_of_the_go_tests() -> None:
-    go = "".join(p.read_text() for p in sorted((REPO / "clients" / "go").rglob("*.go")))
+    go = "".join(p.read_text() for p in sorted((REPO / "go").rglob("*.go")))
     names = set(re.findall(r'os\.Getenv\("(KATA_MEM_[A-Z_]+)"\)', go))
     assert names  # KATA_MEM_PYTHON, the interpreter of the serve the Go tests start
     guide = doc("guide/service.md")
