@@ -36,6 +36,14 @@ def make_kata_mem_core_fields_Fields(D, F):
     return __init__
 
 
+def make_kata_mem_core_guestmem_KernelParam(D, F):
+    def __init__(self, name, value, given):
+        __frozen_set(self, 'name', name)
+        __frozen_set(self, 'value', value)
+        __frozen_set(self, 'given', given)
+    return __init__
+
+
 def make_kata_mem_core_manifest_JsonNumber(D, F):
     def __init__(self, text):
         __frozen_set(self, 'text', text)
@@ -753,6 +761,7 @@ MAKERS: dict = {
     'kata_mem.core.endpoint.Endpoint': (((('kind', 'required'), ('target', 'required'), ('domain', 'default'), ('vmm', 'default'), ('saved', 'default')), True), make_kata_mem_core_endpoint_Endpoint),
     'kata_mem.core.endpoint.VmmIdentity': (((('device', 'required'), ('inode', 'required'), ('owner_uid', 'required'), ('peer_uid', 'required'), ('peer_pid', 'default')), False), make_kata_mem_core_endpoint_VmmIdentity),
     'kata_mem.core.fields.Fields': (((('where', 'required'), ('error', 'default'), ('show', 'default')), False), make_kata_mem_core_fields_Fields),
+    'kata_mem.core.guestmem.KernelParam': (((('name', 'required'), ('value', 'required'), ('given', 'required')), False), make_kata_mem_core_guestmem_KernelParam),
     'kata_mem.core.manifest.JsonNumber': (((('text', 'required'),), False), make_kata_mem_core_manifest_JsonNumber),
     'kata_mem.core.model.BackendObject': (((('id', 'required'), ('size', 'required')), False), make_kata_mem_core_model_BackendObject),
     'kata_mem.core.model.CgroupLevel': (((('path', 'required'), ('limit', 'required'), ('usage', 'default')), False), make_kata_mem_core_model_CgroupLevel),
