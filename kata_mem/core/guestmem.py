@@ -26,17 +26,23 @@ The facts, each from the kernel's or Kata's own sources:
   ``virtio_mem_add_memory``). kata-mem therefore counts on it only where the operator
   says the guest kernel does it for DIMMs (``[kata_mem] guest_memmap_on_memory``).
 * Kata's guests online hot-added memory to a kernel zone: its kernel is built with
-  ``CONFIG_MEMORY_HOTPLUG_DEFAULT_ONLINE=y`` (tools/packaging/kernel/configs/fragments/
-  common/hotplug.conf) and its agent writes ``1`` to each new block's ``online`` file
-  (src/agent/src/sandbox.rs ``online_memory``, uevent.rs), which lets the kernel choose
-  the zone (ZONE_NORMAL under the default ``contig-zones`` policy). Kata guards the
+  ``CONFIG_MEMORY_HOTPLUG_DEFAULT_ONLINE=y`` (``CONFIG_MHP_DEFAULT_ONLINE_TYPE_ONLINE_AUTO=y``
+  from Linux 6.14, which dropped the former; tools/packaging/kernel/configs/fragments/
+  common/hotplug.conf), its default ``kernel_params`` set no ``memhp_default_state``
+  (runtime-rs hypervisor/src/kernel_param.rs ``KernelParams::new``), and its agent writes
+  ``1`` to each new block's ``online`` file (src/agent/src/uevent.rs ``online_device``;
+  sandbox.rs ``online_memory``). Each is ``MMOP_ONLINE``, for which the kernel chooses the
+  zone: ZONE_NORMAL under the default ``contig-zones`` policy (drivers/base/memory.c
+  ``memory_subsys_online``; mm/memory_hotplug.c ``zone_for_pfn_range``,
+  ``default_zone_for_pfn``). Kata guards the
   rest with a heuristic: at most 48x the guest memory per ACPI hot-add
   (src/runtime/virtcontainers/sandbox.go ``acpiMemoryHotplugFactor``, Kata #4847,
   PR #4862: "needing 64 bytes per 4KiB page ... 75% of available memory"); guests
   killed by large hot-adds: kata-containers/runtime #1244 and #2872.
 
-kata-mem's safe default is movable onlining (the smaller ceiling) unless Kata's
-``kernel_params`` or ``[kata_mem] guest_onlining`` says otherwise.
+kata-mem therefore assumes a kernel zone unless Kata's ``kernel_params`` or ``[kata_mem]
+guest_onlining`` says otherwise (:data:`KATA_ONLINING`): the grows are staged, and a DIMM
+is taken to be one the guest may not give back.
 """
 
 from __future__ import annotations
@@ -200,15 +206,26 @@ def _takes_any(value: Optional[str]) -> bool:
     return True
 
 
+#: Where the onlining comes from when neither ``kernel_params`` nor ``[kata_mem]
+#: guest_onlining`` says: how Kata's guest kernel and agent online hot-added memory.
+KATA_ONLINING = (
+    "as Kata's guest onlines it: its kernel auto-onlines (hotplug.conf "
+    "CONFIG_MEMORY_HOTPLUG_DEFAULT_ONLINE=y, CONFIG_MHP_DEFAULT_ONLINE_TYPE_ONLINE_AUTO=y from "
+    "Linux 6.14) and its agent writes 1 to each new block's online file (uevent.rs "
+    "online_device): ZONE_NORMAL; kernel_params and [kata_mem] guest_onlining say nothing"
+)
+
+
 def guest_policy(kernel_params: str, settings: Settings, mech: Mechanism) -> GuestPolicy:
     """The onlining policy and memmap placement the ceiling assumes.
 
     ``memhp_default_state=online_movable`` (or, for the memory it onlines with
     ``online``, ``memory_hotplug.online_policy=auto-movable`` unless
     ``memory_hotplug.auto_movable_ratio`` is 0, or ``movable_node``) is movable,
-    ``online_kernel`` a kernel zone (mm/memory_hotplug.c ``setup_memhp_default_state``,
-    the ``online_policy`` and ``auto_movable_ratio`` module parameters); anything else
-    leaves it to ``[kata_mem] guest_onlining``. memmap_on_memory counts only for DIMMs,
+    ``online_kernel`` or ``online`` a kernel zone (mm/memory_hotplug.c
+    ``setup_memhp_default_state``, the ``online_policy`` and ``auto_movable_ratio`` module
+    parameters); anything else leaves it to ``[kata_mem] guest_onlining``, and without it to
+    what Kata's guest does (:data:`KATA_ONLINING`): a kernel zone. memmap_on_memory counts only for DIMMs,
     and only when ``[kata_mem] guest_memmap_on_memory`` says the guest kernel places it
     for them. The parameters are read as the kernel reads them
     (:func:`parse_kernel_params`), and the origin names the one taken as it was written.
@@ -218,8 +235,7 @@ def guest_policy(kernel_params: str, settings: Settings, mech: Mechanism) -> Gue
     policy = _last(params, "memory_hotplug.online_policy", lambda v: v in _ONLINE_POLICIES)
     ratio = _last(params, "memory_hotplug.auto_movable_ratio", lambda v: kstrtouint(v) is not None)
     movable_node = _last(params, "movable_node", _takes_any)
-    onlining: Onlining = settings.guest_onlining
-    onlining_from = f"[kata_mem] guest_onlining = {settings.guest_onlining}"
+    onlining: Onlining
     if state is not None and state.value == "online_movable":
         onlining, onlining_from = "movable", f"kernel_params {state.given}"
     elif state is not None and state.value == "online_kernel":
@@ -235,6 +251,14 @@ def guest_policy(kernel_params: str, settings: Settings, mech: Mechanism) -> Gue
             onlining, onlining_from = "movable", f"kernel_params {policy.given}"
     elif movable_node is not None:
         onlining, onlining_from = "movable", f"kernel_params {movable_node.given}"
+    elif state is not None and state.value == "online":
+        # MMOP_ONLINE as the kernel adds it: ZONE_NORMAL under the contig-zones policy.
+        onlining, onlining_from = "kernel", f"kernel_params {state.given}"
+    elif settings.guest_onlining is not None:
+        onlining = settings.guest_onlining
+        onlining_from = f"[kata_mem] guest_onlining = {settings.guest_onlining}"
+    else:
+        onlining, onlining_from = "kernel", KATA_ONLINING
     memmap = settings.guest_memmap_on_memory and mech == "pc-dimm"
     memmap_param = _last(
         params, "memory_hotplug.memmap_on_memory", lambda v: memmap_setting(v) is not None

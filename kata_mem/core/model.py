@@ -222,9 +222,10 @@ class Settings:
     node_overcommit: Optional[Fraction] = None
     #: The Kata runtime sized for; ``None``: inferred from the configuration.
     runtime: Optional[Runtime] = None
-    #: How the guest onlines hot-added memory when Kata's ``kernel_params`` does not say:
-    #: movable, the safe default (every hot-add's struct pages paid from the boot memory).
-    guest_onlining: Onlining = "movable"
+    #: How the guest onlines hot-added memory when Kata's ``kernel_params`` does not say;
+    #: ``None``: as Kata's guest kernel and agent do, to a kernel zone
+    #: (:func:`kata_mem.core.guestmem.guest_policy`).
+    guest_onlining: Optional[Onlining] = None
     #: The guest kernel places a DIMM's struct pages inside it (memmap_on_memory, Linux 6.8+
     #: for DIMMs of several memory blocks): no boot-memory ceiling for pc-dimm.
     guest_memmap_on_memory: bool = False
