@@ -128,11 +128,12 @@ def make_kata_mem_core_model_GuestCeiling(D, F):
 
 
 def make_kata_mem_core_model_GuestPolicy(D, F):
-    def __init__(self, onlining, onlining_from, memmap_on_memory, memmap_from):
+    def __init__(self, onlining, onlining_from, memmap_on_memory, memmap_from, movable_ratio=D[0]):
         __frozen_set(self, 'onlining', onlining)
         __frozen_set(self, 'onlining_from', onlining_from)
         __frozen_set(self, 'memmap_on_memory', memmap_on_memory)
         __frozen_set(self, 'memmap_from', memmap_from)
+        __frozen_set(self, 'movable_ratio', movable_ratio)
     return __init__
 
 
@@ -193,7 +194,7 @@ def make_kata_mem_core_model_MemoryDevice(D, F):
 
 
 def make_kata_mem_core_model_MemoryPlan(D, F):
-    def __init__(self, host, configured_max, max, base, requested, aligned, target, current, mechanism, block, clamps, steps, sizing=D[0], pod_overhead=D[1], pod_overhead_origin=D[2], host_cgroup=D[3], host_cgroup_unseen=D[4], vmm_overhead=D[5], node=D[6], workload=__frozen_missing, guest=D[7], max_cause=D[8], max_raised=D[9], max_limit=D[10]):
+    def __init__(self, host, configured_max, max, base, requested, aligned, target, current, mechanism, block, clamps, steps, sizing=D[0], pod_overhead=D[1], pod_overhead_origin=D[2], host_cgroup=D[3], host_cgroup_unseen=D[4], vmm_overhead=D[5], node=D[6], workload=__frozen_missing, guest=D[7], guest_policy=D[8], max_cause=D[9], max_raised=D[10], max_limit=D[11]):
         __frozen_set(self, 'host', host)
         __frozen_set(self, 'configured_max', configured_max)
         __frozen_set(self, 'max', max)
@@ -215,6 +216,7 @@ def make_kata_mem_core_model_MemoryPlan(D, F):
         __frozen_set(self, 'node', node)
         __frozen_set(self, 'workload', F[0]() if workload is __frozen_missing else workload)
         __frozen_set(self, 'guest', guest)
+        __frozen_set(self, 'guest_policy', guest_policy)
         __frozen_set(self, 'max_cause', max_cause)
         __frozen_set(self, 'max_raised', max_raised)
         __frozen_set(self, 'max_limit', max_limit)
@@ -770,12 +772,12 @@ MAKERS: dict = {
     'kata_mem.core.model.Demand': (((('memory', 'default'), ('hugepages', 'default'), ('cpu', 'default'), ('memory_from', 'default'), ('hugepages_from', 'default'), ('cpu_from', 'default'), ('pod_origin', 'default')), False), make_kata_mem_core_model_Demand),
     'kata_mem.core.model.Guards': (((('cgroup', 'default'), ('unseen', 'default'), ('off', 'default'), ('notes', 'default'), ('node', 'default'), ('pod_limit', 'default')), False), make_kata_mem_core_model_Guards),
     'kata_mem.core.model.GuestCeiling': (((('policy', 'required'), ('arch', 'required'), ('total', 'required'), ('kernel_memory', 'required'), ('memmap_plugged', 'required'), ('estimate', 'required'), ('reading', 'required'), ('available', 'required'), ('headroom', 'required'), ('room', 'required'), ('addable', 'required'), ('limit', 'required')), False), make_kata_mem_core_model_GuestCeiling),
-    'kata_mem.core.model.GuestPolicy': (((('onlining', 'required'), ('onlining_from', 'required'), ('memmap_on_memory', 'required'), ('memmap_from', 'required')), False), make_kata_mem_core_model_GuestPolicy),
+    'kata_mem.core.model.GuestPolicy': (((('onlining', 'required'), ('onlining_from', 'required'), ('memmap_on_memory', 'required'), ('memmap_from', 'required'), ('movable_ratio', 'default')), False), make_kata_mem_core_model_GuestPolicy),
     'kata_mem.core.model.GuestUsage': (((('total', 'default'), ('available', 'default'), ('free', 'default'), ('disk_caches', 'default'), ('major_faults', 'default'), ('last_update', 'default'), ('observed_at', 'default'), ('sequence', 'default')), False), make_kata_mem_core_model_GuestUsage),
     'kata_mem.core.model.HostCgroup': (((('path', 'required'), ('version', 'required'), ('usage', 'required'), ('levels', 'default'), ('origin', 'default'), ('usage_after', 'default'), ('unread_usage', 'default')), False), make_kata_mem_core_model_HostCgroup),
     'kata_mem.core.model.HostFacts': (((('memory', 'required'), ('cpus', 'required'), ('arch', 'required'), ('hugepage_size', 'default'), ('hugepages_total', 'default'), ('hugepages_free', 'default'), ('cgroup_memory_limit', 'default'), ('cgroup_path', 'default'), ('sources', 'default')), False), make_kata_mem_core_model_HostFacts),
     'kata_mem.core.model.MemoryDevice': (((('id', 'required'), ('kind', 'required'), ('size', 'required'), ('requested', 'default'), ('max_size', 'default'), ('block', 'default'), ('slot', 'default'), ('memdev', 'default'), ('hotplugged', 'default'), ('pending_unplug', 'default'), ('ours', 'default'), ('addr', 'default')), False), make_kata_mem_core_model_MemoryDevice),
-    'kata_mem.core.model.MemoryPlan': (((('host', 'required'), ('configured_max', 'required'), ('max', 'required'), ('base', 'required'), ('requested', 'required'), ('aligned', 'required'), ('target', 'required'), ('current', 'required'), ('mechanism', 'required'), ('block', 'required'), ('clamps', 'required'), ('steps', 'required'), ('sizing', 'default'), ('pod_overhead', 'default'), ('pod_overhead_origin', 'default'), ('host_cgroup', 'default'), ('host_cgroup_unseen', 'default'), ('vmm_overhead', 'default'), ('node', 'default'), ('workload', 'factory'), ('guest', 'default'), ('max_cause', 'default'), ('max_raised', 'default'), ('max_limit', 'default')), False), make_kata_mem_core_model_MemoryPlan),
+    'kata_mem.core.model.MemoryPlan': (((('host', 'required'), ('configured_max', 'required'), ('max', 'required'), ('base', 'required'), ('requested', 'required'), ('aligned', 'required'), ('target', 'required'), ('current', 'required'), ('mechanism', 'required'), ('block', 'required'), ('clamps', 'required'), ('steps', 'required'), ('sizing', 'default'), ('pod_overhead', 'default'), ('pod_overhead_origin', 'default'), ('host_cgroup', 'default'), ('host_cgroup_unseen', 'default'), ('vmm_overhead', 'default'), ('node', 'default'), ('workload', 'factory'), ('guest', 'default'), ('guest_policy', 'default'), ('max_cause', 'default'), ('max_raised', 'default'), ('max_limit', 'default')), False), make_kata_mem_core_model_MemoryPlan),
     'kata_mem.core.model.NodeView': (((('host', 'required'), ('reserved', 'required'), ('budget', 'required'), ('committed_others', 'required'), ('available', 'default')), False), make_kata_mem_core_model_NodeView),
     'kata_mem.core.model.Note': (((('code', 'required'), ('text', 'required')), False), make_kata_mem_core_model_Note),
     'kata_mem.core.model.Origin': (((('kind', 'required'), ('where', 'default'), ('key', 'default'), ('value', 'default'), ('note', 'default')), False), make_kata_mem_core_model_Origin),

@@ -119,6 +119,7 @@ NoteCode = Literal[
     "vcpu_clamp",  # the vCPU target was clamped
     "shrink_not_allowed",  # a lower target kept where it is: shrinking is off
     "shrink_planned",  # the plan shrinks: each step is checked first
+    "cannot_shrink",  # a shrink kept where it is: the guest cannot be relied on to give it
     "cri_annotations",  # CRI sandbox-sizing annotations used, ignored, or unparsable
     "sizing",  # how the sizing model came to its size (a pod overhead unknown...)
     "boot_memory",  # the boot memory above the host or the maximum
@@ -677,6 +678,10 @@ class GuestPolicy:
     onlining_from: str
     memmap_on_memory: bool
     memmap_from: str
+    #: With ``memory_hotplug.online_policy=auto-movable``: the movable memory the guest
+    #: allows, in percent of its boot memory (``memory_hotplug.auto_movable_ratio``); a
+    #: block past it goes to a kernel zone (:func:`kata_mem.core.guestmem.kernel_zone_dimms`).
+    movable_ratio: Optional[int] = None
 
 
 @frozen
@@ -736,6 +741,9 @@ class MemoryPlan:
     workload: Demand = field(default_factory=Demand)
     #: The guest's own ceiling where it applies (a grow, no memmap_on_memory counted).
     guest: Optional[GuestCeiling] = None
+    #: How the guest is taken to online hot-added memory, and why, whatever the plan does
+    #: (None: not said, as in a plan made by hand).
+    guest_policy: Optional[GuestPolicy] = None
     #: What set the maximum (planner.max_memory): default_maxmemory, the host or the
     #: hugepage pool; and when ``max`` is above that limit, what it was raised to and
     #: the limit it was raised from (``max_limit``, else equal to ``max``).

@@ -941,6 +941,7 @@ def _plan_memory(
             node=guards.node,
             workload=need,
             guest=guest,
+            guest_policy=policy,
             max_cause=limit_cause,
             max_raised=raised_to,
             max_limit=limit,

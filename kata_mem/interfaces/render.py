@@ -18,6 +18,7 @@ from kata_mem.core.model import (
     Clamp,
     Demand,
     GuestCeiling,
+    GuestPolicy,
     HostCgroup,
     MemoryPlan,
     NodeView,
@@ -40,6 +41,7 @@ _NOTE_PREFIX: dict[NoteCode, str] = {
     "memory_clamp": "memory: ",
     "vcpu_clamp": "vCPUs: ",
     "shrink_not_allowed": "ShrinkNotAllowed: ",
+    "cannot_shrink": "BackendCannotShrink: ",
 }
 
 
@@ -104,6 +106,7 @@ def plan_json(plan: Plan, cfg: SizingConfig) -> dict[str, Any]:
             "node": node_json(m.node),
             "workload": workload_json(m.workload),
             "guest": guest_json(m.guest),
+            "guest_policy": guest_policy_json(m.guest_policy),
         },
         "vcpus": {
             "host": v.host,
@@ -218,6 +221,19 @@ def guest_json(g: Optional[GuestCeiling]) -> Optional[dict[str, Any]]:
     }
 
 
+def guest_policy_json(g: Optional[GuestPolicy]) -> Optional[dict[str, Any]]:
+    """How the plan takes the guest to online hot-added memory, and why, whatever the plan
+    does (null only for a plan that does not say)."""
+    if g is None:
+        return None
+    return {
+        "onlining": g.onlining,
+        "onlining_from": g.onlining_from,
+        "memmap_on_memory": g.memmap_from,
+        "movable_ratio": g.movable_ratio,
+    }
+
+
 def _requested(m: MemoryPlan, cfg: SizingConfig) -> str:
     """What ``requested`` is: ``pod-overhead`` without a known overhead is sized as
     ``kata`` (planner ``sized``, which warns); runtime-rs's static sizing replaces the
@@ -301,6 +317,8 @@ def plan_text(plan: Plan, cfg: SizingConfig, title: str = "") -> str:
             )
     elif any(n.code == "shrink_not_allowed" for n in plan.notes):
         lines.append("steps: none (shrinking is off: see the ShrinkNotAllowed note)")
+    elif any(n.code == "cannot_shrink" for n in plan.notes):
+        lines.append("steps: none (no DIMM is unplugged: see the BackendCannotShrink note)")
     else:
         lines.append("steps: none")
     for c in m.clamps:
@@ -337,6 +355,14 @@ def plan_text(plan: Plan, cfg: SizingConfig, title: str = "") -> str:
             else ""
         )
         lines.append(f"guest memmap{staged}: {formula(m.guest)}")
+    elif m.guest_policy is not None:
+        # The onlining the plan assumed, whatever it does: it says what a grow can describe
+        # and whether a DIMM can be given back.
+        memmap = m.guest_policy.memmap_from
+        lines.append(
+            f"guest onlining: {m.guest_policy.onlining} ({m.guest_policy.onlining_from})"
+            + ("" if memmap == "off" else f"; memmap_on_memory: {memmap}")
+        )
     if m.node is not None and m.node.budget is not None:
         lines.append(
             f"node: budget {to_mib_floor(m.node.budget)} MiB, other sandboxes "

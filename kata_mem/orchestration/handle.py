@@ -236,9 +236,10 @@ def preview(
         guards = HostSide(cfg, host, cgroup or None, cgroup_origin, pod_limit).read(vm)
     p = plan(cfg, host, workload, vm, guards)
     if vm.plugged:  # only a VM with plugged memory can have a shrink refused
-        from kata_mem.core.outcomes import refuse_shrink
+        from kata_mem.core.outcomes import before_steps
 
-        p, _ = refuse_shrink(p, vm, allow_shrink or cfg.settings.allow_shrink)
+        # The plan apply carries out: a shrink refused leaves its steps here too.
+        p, _ = before_steps(p, vm, shrink_allowed=allow_shrink or cfg.settings.allow_shrink)
     return p
 
 

@@ -62,9 +62,11 @@ def guest_config(
     maxmem: int = 4096,
     slots: int = 8,
     timeout: int = 20,
+    kernel_params: str = GUEST_KERNEL_PARAMS,
     **kata_mem: Any,
 ) -> Path:
-    """The configuration of the tests' guest: 512 MiB at boot, state under ``tmp_path``;
+    """The configuration of the tests' guest: 512 MiB at boot, state under ``tmp_path``,
+    its onlining in ``kernel_params`` (``""``: unsaid, as in Kata's own configuration);
     ``kata_mem`` adds ``[kata_mem]`` settings."""
     return write_config(
         tmp_path / "configuration.toml",
@@ -73,7 +75,7 @@ def guest_config(
             "default_maxmemory": maxmem,
             "memory_slots": slots,
             "enable_virtio_mem": virtio,
-            "kernel_params": GUEST_KERNEL_PARAMS,
+            "kernel_params": kernel_params,
         },
         kata_mem={"state_dir": str(tmp_path / "state"), "step_timeout_s": timeout, **kata_mem},
     )

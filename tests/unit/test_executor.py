@@ -29,7 +29,7 @@ from kata_mem.core.units import GiB, MiB
 from kata_mem.edges.journal import SandboxState
 from kata_mem.orchestration.executor import Options, run_locked
 from kata_mem.orchestration.handle import handle
-from tests.support.configs import HOST, write_config
+from tests.support.configs import GUEST_KERNEL_PARAMS, HOST, write_config
 
 
 def request(*limits_mib: int) -> Workload:
@@ -55,7 +55,8 @@ def vm_dimms(*sizes_mib: int, slots: int = 8) -> VmState:
 def cfgs(make_config: Callable[..., SizingConfig]) -> dict[str, SizingConfig]:
     common = {"default_memory": 512, "default_maxmemory": 8192}
     return {
-        "dimm": make_config(**common),
+        # The fake guest gives its DIMMs back, as one onlining movable does.
+        "dimm": make_config(**common, kernel_params=GUEST_KERNEL_PARAMS),
         "virtio": make_config(**common, enable_virtio_mem=True),
     }
 
