@@ -76,7 +76,14 @@ def plan_json(plan: Plan, cfg: SizingConfig) -> dict[str, Any]:
     m, v = plan.memory, plan.vcpus
     return {
         "schema": PLAN_SCHEMA,
-        "config": {"path": cfg.path, "hypervisor": cfg.hypervisor},
+        # Which runtime's rules and whether Kata sizes the VM only at boot: the NRI plugin
+        # reads both (go/client PlanConfig) to learn whether container events are kata-mem's.
+        "config": {
+            "path": cfg.path,
+            "hypervisor": cfg.hypervisor,
+            "runtime": cfg.runtime,
+            "static_sandbox_resource_mgmt": cfg.static_sandbox_resource_mgmt,
+        },
         "memory": {
             "host_mib": to_mib_floor(m.host),
             "configured_max_mib": to_mib_floor(m.configured_max),
