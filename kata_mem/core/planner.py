@@ -74,7 +74,9 @@ ACPI_HOTPLUG_FACTOR = 48
 #: The size of the virtio-mem device Kata creates is whole multiples of this
 #: (qemu.go ``setupVirtioMem``: ``(default_maxmemory - default_memory) >> 2 << 2`` MiB).
 VIRTIO_MEM_ALIGN = 4 * MiB
-#: Kata's fixed reserve added to QEMU ``maxmem`` on amd64/arm64 (``genericMemoryTopology``).
+#: The Go runtime's fixed reserve added to QEMU ``maxmem`` on amd64/arm64 (qemu.go
+#: ``genericMemoryTopology``: "image NVDIMM device needs memory space 1024MB");
+#: runtime-rs adds none (:func:`qemu_maxmem`).
 QEMU_MAXMEM_RESERVE = 1024 * MiB
 #: Per-architecture vCPU caps (Kata ``govmm`` ``vmm_*.go``); arm64 assumes GICv3.
 ARCH_MAX_VCPUS = {"amd64": 240, "arm64": 123, "ppc64le": 128, "s390x": 248, "riscv64": 512}
@@ -284,6 +286,22 @@ def dimm_slots(cfg: SizingConfig, host: HostFacts) -> int:
     return cfg.memory_slots & 0xFF if uint8 else cfg.memory_slots
 
 
+def qemu_maxmem(cfg: SizingConfig, ceiling: int, base: int) -> int:
+    """QEMU's ``maxmem`` for a VM of ``cfg`` booted with ``base`` under the memory maximum
+    ``ceiling`` (``default_maxmemory``, the host's memory when 0): what its DIMMs and
+    virtio-mem device share is ``maxmem`` less the boot memory.
+
+    The Go runtime asks for ``default_maxmemory`` + ``memory_offset`` + 1024 MiB
+    (src/runtime/virtcontainers/qemu.go ``memoryTopology``, ``genericMemoryTopology``);
+    runtime-rs for ``default_maxmemory`` alone (src/runtime-rs/crates/hypervisor/src/qemu/
+    cmdline_generator.rs ``Memory::new``), which ``MemoryInfo::adjust_config`` makes the
+    host's memory when 0 and static sizing raises to the boot size
+    (cpu_mem/initial_size.rs ``InitialSizeManager::setup_config``)."""
+    if cfg.runtime == "runtime-rs":
+        return max(ceiling, base)
+    return ceiling + cfg.memory_offset + QEMU_MAXMEM_RESERVE
+
+
 def assumed_vm(cfg: SizingConfig, host: HostFacts, current: Optional[int] = None) -> VmState:
     """The VM a preview assumes: booted as Kata boots it (``-m default,slots,maxmem``,
     the boot memory never above the host: :func:`boot_memory`), with ``current -
@@ -291,8 +309,7 @@ def assumed_vm(cfg: SizingConfig, host: HostFacts, current: Optional[int] = None
     """
     ceiling, _ = max_memory(cfg, host)
     base = boot_memory(cfg, host)
-    # QEMU maxmem = max + memory_offset + 1024 MiB (Kata genericMemoryTopology).
-    space = max(ceiling + cfg.memory_offset + QEMU_MAXMEM_RESERVE - base, 0)
+    space = max(qemu_maxmem(cfg, ceiling, base) - base, 0)
     plugged = max((current or base) - base, 0)
     devices: tuple[MemoryDevice, ...] = ()
     mech = mechanism(cfg)
