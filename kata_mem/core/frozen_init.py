@@ -194,7 +194,7 @@ def make_kata_mem_core_model_MemoryDevice(D, F):
 
 
 def make_kata_mem_core_model_MemoryPlan(D, F):
-    def __init__(self, host, configured_max, max, base, requested, aligned, target, current, mechanism, block, clamps, steps, sizing=D[0], pod_overhead=D[1], pod_overhead_origin=D[2], host_cgroup=D[3], host_cgroup_unseen=D[4], vmm_overhead=D[5], node=D[6], workload=__frozen_missing, guest=D[7], guest_policy=D[8], max_cause=D[9], max_raised=D[10], max_limit=D[11]):
+    def __init__(self, host, configured_max, max, base, requested, aligned, target, current, mechanism, block, clamps, steps, sizing=D[0], pod_overhead=D[1], pod_overhead_origin=D[2], host_cgroup=D[3], host_cgroup_unseen=D[4], vmm_overhead=D[5], node=D[6], workload=__frozen_missing, guest=D[7], guest_policy=D[8], static_sizing=D[9], max_cause=D[10], max_raised=D[11], max_limit=D[12]):
         __frozen_set(self, 'host', host)
         __frozen_set(self, 'configured_max', configured_max)
         __frozen_set(self, 'max', max)
@@ -217,6 +217,7 @@ def make_kata_mem_core_model_MemoryPlan(D, F):
         __frozen_set(self, 'workload', F[0]() if workload is __frozen_missing else workload)
         __frozen_set(self, 'guest', guest)
         __frozen_set(self, 'guest_policy', guest_policy)
+        __frozen_set(self, 'static_sizing', static_sizing)
         __frozen_set(self, 'max_cause', max_cause)
         __frozen_set(self, 'max_raised', max_raised)
         __frozen_set(self, 'max_limit', max_limit)
@@ -595,7 +596,7 @@ def make_kata_mem_core_runtimeclass_PodFit(D, F):
 
 
 def make_kata_mem_core_runtimeclass_RuntimeClassOverhead(D, F):
-    def __init__(self, sizing, max_pod_memory, max_pod_memory_from, memory, binding, smallest, largest, mechanism, block, boot, maximum, vmm_fixed, vmm_per_gib, margin, default_vcpus, cpu_millis):
+    def __init__(self, sizing, max_pod_memory, max_pod_memory_from, memory, binding, smallest, largest, mechanism, static, block, boot, maximum, vmm_fixed, vmm_per_gib, margin, default_vcpus, cpu_millis):
         __frozen_set(self, 'sizing', sizing)
         __frozen_set(self, 'max_pod_memory', max_pod_memory)
         __frozen_set(self, 'max_pod_memory_from', max_pod_memory_from)
@@ -604,6 +605,7 @@ def make_kata_mem_core_runtimeclass_RuntimeClassOverhead(D, F):
         __frozen_set(self, 'smallest', smallest)
         __frozen_set(self, 'largest', largest)
         __frozen_set(self, 'mechanism', mechanism)
+        __frozen_set(self, 'static', static)
         __frozen_set(self, 'block', block)
         __frozen_set(self, 'boot', boot)
         __frozen_set(self, 'maximum', maximum)
@@ -777,7 +779,7 @@ MAKERS: dict = {
     'kata_mem.core.model.HostCgroup': (((('path', 'required'), ('version', 'required'), ('usage', 'required'), ('levels', 'default'), ('origin', 'default'), ('usage_after', 'default'), ('unread_usage', 'default')), False), make_kata_mem_core_model_HostCgroup),
     'kata_mem.core.model.HostFacts': (((('memory', 'required'), ('cpus', 'required'), ('arch', 'required'), ('hugepage_size', 'default'), ('hugepages_total', 'default'), ('hugepages_free', 'default'), ('cgroup_memory_limit', 'default'), ('cgroup_path', 'default'), ('sources', 'default')), False), make_kata_mem_core_model_HostFacts),
     'kata_mem.core.model.MemoryDevice': (((('id', 'required'), ('kind', 'required'), ('size', 'required'), ('requested', 'default'), ('max_size', 'default'), ('block', 'default'), ('slot', 'default'), ('memdev', 'default'), ('hotplugged', 'default'), ('pending_unplug', 'default'), ('ours', 'default'), ('addr', 'default')), False), make_kata_mem_core_model_MemoryDevice),
-    'kata_mem.core.model.MemoryPlan': (((('host', 'required'), ('configured_max', 'required'), ('max', 'required'), ('base', 'required'), ('requested', 'required'), ('aligned', 'required'), ('target', 'required'), ('current', 'required'), ('mechanism', 'required'), ('block', 'required'), ('clamps', 'required'), ('steps', 'required'), ('sizing', 'default'), ('pod_overhead', 'default'), ('pod_overhead_origin', 'default'), ('host_cgroup', 'default'), ('host_cgroup_unseen', 'default'), ('vmm_overhead', 'default'), ('node', 'default'), ('workload', 'factory'), ('guest', 'default'), ('guest_policy', 'default'), ('max_cause', 'default'), ('max_raised', 'default'), ('max_limit', 'default')), False), make_kata_mem_core_model_MemoryPlan),
+    'kata_mem.core.model.MemoryPlan': (((('host', 'required'), ('configured_max', 'required'), ('max', 'required'), ('base', 'required'), ('requested', 'required'), ('aligned', 'required'), ('target', 'required'), ('current', 'required'), ('mechanism', 'required'), ('block', 'required'), ('clamps', 'required'), ('steps', 'required'), ('sizing', 'default'), ('pod_overhead', 'default'), ('pod_overhead_origin', 'default'), ('host_cgroup', 'default'), ('host_cgroup_unseen', 'default'), ('vmm_overhead', 'default'), ('node', 'default'), ('workload', 'factory'), ('guest', 'default'), ('guest_policy', 'default'), ('static_sizing', 'default'), ('max_cause', 'default'), ('max_raised', 'default'), ('max_limit', 'default')), False), make_kata_mem_core_model_MemoryPlan),
     'kata_mem.core.model.NodeView': (((('host', 'required'), ('reserved', 'required'), ('budget', 'required'), ('committed_others', 'required'), ('available', 'default')), False), make_kata_mem_core_model_NodeView),
     'kata_mem.core.model.Note': (((('code', 'required'), ('text', 'required')), False), make_kata_mem_core_model_Note),
     'kata_mem.core.model.Origin': (((('kind', 'required'), ('where', 'default'), ('key', 'default'), ('value', 'default'), ('note', 'default')), False), make_kata_mem_core_model_Origin),
@@ -811,7 +813,7 @@ MAKERS: dict = {
     'kata_mem.core.results.SandboxSummary': (((('sandbox', 'required'), ('backend', 'required'), ('current', 'required'), ('target', 'required'), ('state', 'required'), ('reason', 'default')), False), make_kata_mem_core_results_SandboxSummary),
     'kata_mem.core.results.Visit': (((('sandbox', 'required'), ('action', 'required'), ('detail', 'required'), ('outcome', 'default'), ('notes', 'default'), ('exit_code', 'default'), ('unseen', 'default')), False), make_kata_mem_core_results_Visit),
     'kata_mem.core.runtimeclass.PodFit': (((('limits', 'required'), ('vm', 'required'), ('asked', 'required'), ('vmm_overhead', 'required'), ('margin', 'required')), False), make_kata_mem_core_runtimeclass_PodFit),
-    'kata_mem.core.runtimeclass.RuntimeClassOverhead': (((('sizing', 'required'), ('max_pod_memory', 'required'), ('max_pod_memory_from', 'required'), ('memory', 'required'), ('binding', 'required'), ('smallest', 'required'), ('largest', 'required'), ('mechanism', 'required'), ('block', 'required'), ('boot', 'required'), ('maximum', 'required'), ('vmm_fixed', 'required'), ('vmm_per_gib', 'required'), ('margin', 'required'), ('default_vcpus', 'required'), ('cpu_millis', 'required')), False), make_kata_mem_core_runtimeclass_RuntimeClassOverhead),
+    'kata_mem.core.runtimeclass.RuntimeClassOverhead': (((('sizing', 'required'), ('max_pod_memory', 'required'), ('max_pod_memory_from', 'required'), ('memory', 'required'), ('binding', 'required'), ('smallest', 'required'), ('largest', 'required'), ('mechanism', 'required'), ('static', 'required'), ('block', 'required'), ('boot', 'required'), ('maximum', 'required'), ('vmm_fixed', 'required'), ('vmm_per_gib', 'required'), ('margin', 'required'), ('default_vcpus', 'required'), ('cpu_millis', 'required')), False), make_kata_mem_core_runtimeclass_RuntimeClassOverhead),
     'kata_mem.core.safety.Verdict': (((('action', 'required'), ('reason', 'required'), ('message', 'required')), False), make_kata_mem_core_safety_Verdict),
     'kata_mem.core.sandbox_resources.SandboxResize': (((('resources', 'required'), ('overhead', 'factory')), False), make_kata_mem_core_sandbox_resources_SandboxResize),
     'kata_mem.core.sandbox_resources.SandboxResources': (((('memory_limit', 'default'), ('cpu_quota', 'default'), ('cpu_period', 'default')), False), make_kata_mem_core_sandbox_resources_SandboxResources),

@@ -22,7 +22,10 @@ from kata_mem.core.errors import InputError
 from kata_mem.core.frozen import field, frozen
 from kata_mem.core.units import MiB
 
-Mechanism = Literal["pc-dimm", "virtio-mem", "static"]
+#: How a VM's memory is resized after boot: DIMMs or its virtio-mem device. A VM Kata sizes
+#: at boot (``static_sandbox_resource_mgmt``) is resized through the same hotplug region:
+#: static sizing is a sizing rule (:attr:`MemoryPlan.static_sizing`), not a mechanism.
+Mechanism = Literal["pc-dimm", "virtio-mem"]
 Role = Literal["app", "init", "sidecar"]
 State = Literal["running", "created", "stopped"]
 DeviceKind = Literal["dimm", "virtio-mem"]
@@ -744,6 +747,10 @@ class MemoryPlan:
     #: How the guest is taken to online hot-added memory, and why, whatever the plan does
     #: (None: not said, as in a plan made by hand).
     guest_policy: Optional[GuestPolicy] = None
+    #: Kata sized the VM at boot (``static_sandbox_resource_mgmt``): the target is the size
+    #: Kata boots the workload with (planner.static_size), and the boot memory it booted
+    #: with cannot be given back.
+    static_sizing: bool = False
     #: What set the maximum (planner.max_memory): default_maxmemory, the host or the
     #: hugepage pool; and when ``max`` is above that limit, what it was raised to and
     #: the limit it was raised from (``max_limit``, else equal to ``max``).

@@ -68,7 +68,7 @@ def refuse_shrink(p: Plan, vm: VmState, allowed: bool) -> tuple[Plan, Optional[s
     off the answer is the same either way, and the flag is what the user can change.
     """
     m = p.memory
-    if allowed or m.mechanism == "static" or max(m.aligned, vm.base) >= vm.total:
+    if allowed or max(m.aligned, vm.base) >= vm.total:
         return p, None
     whole = ""
     if keep_kernel_zone_dimms(p, vm)[1] is not None:
@@ -181,8 +181,6 @@ def before_steps(p: Plan, vm: VmState, *, shrink_allowed: bool) -> tuple[Plan, O
 def _nothing_to_run(p: Plan, vm: VmState) -> tuple[Status, Reason, str]:
     """No steps: at the target, or the target cannot be reached, and why."""
     m = p.memory
-    if m.mechanism == "static":
-        return "NoChange", "", "static sizing: the VM is sized at boot, nothing is hotplugged"
     stays = f"the guest stays at {fmt_bytes(vm.total)}"
     if m.mechanism == "virtio-mem" and vm.virtio_mem is None and m.aligned != vm.total:
         # No device that is the sandbox's (planner._resize_virtio_mem says why).
@@ -200,10 +198,17 @@ def _nothing_to_run(p: Plan, vm: VmState) -> tuple[Status, Reason, str]:
         return "Infeasible", "NoDeviceSpace", f"no hotplug space left: {stays}"
     if m.aligned < vm.total:
         if m.requested < vm.base:
+            why = (
+                ": Kata sized the VM at boot (static_sandbox_resource_mgmt), and boot memory "
+                "cannot be given back"
+                if m.static_sizing
+                else ""
+            )
             return (
                 "Infeasible",
                 "BelowBaseMemory",
-                f"the target is below the boot memory {fmt_bytes(vm.base)}",
+                f"the target is below the boot memory {fmt_bytes(vm.base)}{why}; "
+                f"the guest stays at {fmt_bytes(vm.total)}",
             )
         return "Infeasible", "BackendCannotShrink", _cannot_shrink(vm, m.aligned)
     clamped = f" (clamped: {', '.join(c.cause for c in m.clamps)})" if m.clamps else ""

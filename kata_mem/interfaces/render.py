@@ -243,10 +243,12 @@ def guest_policy_json(g: Optional[GuestPolicy]) -> Optional[dict[str, Any]]:
 
 def _requested(m: MemoryPlan, cfg: SizingConfig) -> str:
     """What ``requested`` is: ``pod-overhead`` without a known overhead is sized as
-    ``kata`` (planner ``sized``, which warns); runtime-rs's static sizing replaces the
-    model (planner ``runtime_rs_static``)."""
-    if cfg.runtime == "runtime-rs" and cfg.static_sandbox_resource_mgmt:
-        return "runtime-rs static sizing: overhead_memory + limits, base without any"
+    ``kata`` (planner ``sized``, which warns); Kata's static sizing replaces the model
+    (planner ``static_size``)."""
+    if m.static_sizing and cfg.runtime == "runtime-rs":
+        return "runtime-rs static sizing: overhead_memory + limits, default_memory without any"
+    if m.static_sizing:
+        return "Kata's static sizing: default_memory + limits in whole MiB"
     if m.sizing == "pod-overhead" and m.pod_overhead is None:
         return f"{_REQUESTED['kata']} (no pod overhead known: sized as kata)"
     return _REQUESTED[m.sizing]
@@ -258,6 +260,8 @@ def _target_note(m: MemoryPlan) -> str:
     whole blocks it is planned in (not a clamp, and no step adds a part of a block)."""
     if m.clamps:
         return "clamped: " + ", ".join(c.cause for c in m.clamps)
+    if m.aligned < m.base:
+        return "the boot memory: a VM never goes below it"
     if m.target > m.requested:
         return f"rounded up to whole {to_mib_ceil(m.block)} MiB blocks"
     return ""
@@ -305,7 +309,11 @@ def plan_text(plan: Plan, cfg: SizingConfig, title: str = "") -> str:
         max_note += f"; raised to the boot size {to_mib_floor(m.max)} MiB"
     lines += [
         "memory (MiB)",
-        _row("base (default_memory)", str(to_mib_ceil(m.base))),
+        # A VM Kata sized at boot booted with its static size, not default_memory.
+        _row(
+            "base (booted by Kata)" if m.static_sizing else "base (default_memory)",
+            str(to_mib_ceil(m.base)),
+        ),
         _row("requested", str(to_mib_ceil(m.requested)), _requested(m, cfg)),
         _row("max", str(to_mib_floor(m.max)), max_note),
         _row("target", str(to_mib_ceil(m.target)), _target_note(m)),

@@ -59,6 +59,7 @@ def build_plan(spec: dict[str, Any], vm: VmState) -> Plan:
         clamps=tuple(Clamp(cause, target, cause) for cause in spec.get("clamps", [])),
         steps=build_steps(spec.get("steps", []), vm.total),
         guest_policy=build_policy(spec.get("onlining")),
+        static_sizing=spec.get("static_sizing", False),
     )
     vcpus = VcpuPlan(host=4, max=4, default=Fraction(1), requested=Fraction(1), target=1, clamps=())
     return Plan(memory, vcpus, tuple(Note(code, text) for code, text in spec.get("notes", [])))
