@@ -85,3 +85,17 @@ def test_config_check_warns_when_the_maximum_is_beyond_the_boot_memory(
         },
     )
     assert "can describe" not in run_cli("config", "check", str(cfg)).err
+
+
+def test_the_preview_names_the_kernel_parameter_as_written(run_cli: Run, tmp_path: Path) -> None:
+    """The guest kernel takes memhp-default-state="online_movable" as memhp_default_state
+    (kernel/params.c parameqn, lib/cmdline.c next_arg): movable, and the preview names the
+    word as it was written, so that it can be found in the configuration."""
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(  # a TOML literal string: the double quotes are the kernel's
+        "[hypervisor.qemu]\ndefault_memory = 512\n"
+        "kernel_params = 'quiet memhp-default-state=\"online_movable\"'\n"
+    )
+    text = run_cli("preview", "--config", str(cfg), "--limit", "40Gi", *TIB).out
+    assert '(onlining movable: kernel_params memhp-default-state="online_movable")' in text, text
+    assert "why: guest_memmap: grow to" in text
