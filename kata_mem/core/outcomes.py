@@ -101,8 +101,8 @@ def keep_kernel_zone_dimms(p: Plan, vm: VmState) -> tuple[Plan, Optional[str]]:
     to a kernel zone (:func:`~kata_mem.core.guestmem.kernel_zone_dimms`), and why.
 
     Such a DIMM often cannot be unplugged: the guest answers the eject busy and keeps the
-    memory, and the unplug stays pending, holding every later shrink (measured: docs,
-    "Compared with Kata"). So no DIMM is unplugged: the plan loses its steps and carries a
+    memory, and the unplug stays pending, holding every later shrink (measured on the test
+    guest: docs, "Sizing rules", "pc-dimm shrink"). So no DIMM is unplugged: the plan loses its steps and carries a
     ``cannot_shrink`` note, and the message is returned, naming the onlining assumed and
     where it came from. Otherwise the plan comes back unchanged with ``None``. Pure, so
     that ``preview`` shows exactly what ``apply`` does."""

@@ -179,7 +179,7 @@ def test_a_dimm_shrink_of_a_guest_onlining_to_a_kernel_zone_is_refused_untouched
     """A guest that onlines hot-added memory to a kernel zone, as Kata's does (here
     memhp_default_state=online, and nothing in kernel_params, as in Kata's own
     configuration), often cannot give a DIMM back: it answers the ACPI eject busy and keeps
-    the memory, and the unplug stays pending for good (reference/lab-facts.md). kata-mem
+    the memory, and the unplug stays pending for good (docs/guide/sizing.md, "pc-dimm shrink"). kata-mem
     refuses the shrink before any step, even with --force, and says what to do: the DIMM
     stays, unplugged by nothing, and the journal holds no step."""
     vm = boot_guest(GuestSpec(virtio_mem_mib=0, online_state="online"))
