@@ -235,10 +235,10 @@ def guest_policy(kernel_params: str, settings: Settings, mech: Mechanism) -> Gue
     ``memory_hotplug.auto_movable_ratio`` is 0, or ``movable_node``) is movable,
     ``online_kernel`` or ``online`` a kernel zone (mm/memory_hotplug.c
     ``setup_memhp_default_state``, the ``online_policy`` and ``auto_movable_ratio`` module
-    parameters); anything else leaves it to ``[kata_mem] guest_onlining``, and without it to
-    what Kata's guest does (:data:`KATA_ONLINING`): a kernel zone. memmap_on_memory counts only for DIMMs,
-    and only when ``[kata_mem] guest_memmap_on_memory`` says the guest kernel places it
-    for them. The parameters are read as the kernel reads them
+    parameters); anything else leaves it to ``[kata_mem] guest_onlining``, and without it
+    to what Kata's guest does (:data:`KATA_ONLINING`): a kernel zone. memmap_on_memory
+    counts only for DIMMs, and only when ``[kata_mem] guest_memmap_on_memory`` says the
+    guest kernel places it for them. The parameters are read as the kernel reads them
     (:func:`parse_kernel_params`), and the origin names the one taken as it was written.
     """
     params = parse_kernel_params(kernel_params)
@@ -299,8 +299,8 @@ def kernel_zone_dimms(policy: GuestPolicy, base: int, dimms: tuple[MemoryDevice,
     was plugged. The kernel decides a DIMM as a whole (ACPI registers a static memory group
     per memory device, and ``auto_movable_zone_for_pfn`` puts all of a static group in a
     kernel zone unless all of it fits the ratio, ``auto_movable_can_online_movable``), in
-    the order they come, taken here to be their slots' (kata-mem plugs into the lowest free
-    slot it is given, as it unplugs the newest first). None with movable onlining.
+    the order they come, taken here to be their slots' (QEMU gives a new DIMM the lowest
+    free slot, and kata-mem unplugs the newest first). None with movable onlining.
 
     A DIMM in a kernel zone often cannot be unplugged: offlining it must migrate every
     page away, and unmovable kernel allocations land there (mm/memory_hotplug.c
