@@ -52,6 +52,7 @@ GUARDS: dict[str, tuple[str, ...]] = {
     "kata_mem/core/planner.py": (
         "tests/unit/test_plan_cases.py",
         "tests/unit/test_executor.py",
+        "tests/unit/test_fidelity.py",
         "tests/property/test_planner_properties.py",
         "tests/property/test_alignment_properties.py",
         "tests/property/test_guard_properties.py",
@@ -59,6 +60,8 @@ GUARDS: dict[str, tuple[str, ...]] = {
         "tests/property/test_guest_ceiling_properties.py",
     ),
     "kata_mem/core/guestmem.py": (
+        "tests/unit/test_kernel_params.py",
+        "tests/unit/test_outcome_cases.py",
         "tests/unit/test_plan_cases.py",
         "tests/unit/test_guest_ceiling.py",
         "tests/property/test_guest_ceiling_properties.py",
@@ -195,8 +198,8 @@ BREAKS = (
     Break(
         "refuse-only-planned-shrinks",
         OUTCOMES,
-        'if allowed or m.mechanism == "static" or',
-        'if allowed or not m.steps or m.mechanism == "static" or',
+        "if allowed or max(m.aligned, vm.base) >= vm.total:",
+        "if allowed or not m.steps or max(m.aligned, vm.base) >= vm.total:",
     ),
     Break(
         "refusal-ignores-boot-memory",
@@ -372,14 +375,74 @@ BREAKS = (
     Break(
         "online-kernel-read-as-movable",
         GUESTMEM,
-        'onlining, onlining_from = "kernel", "kernel_params memhp_default_state=online_kernel"',
-        'onlining, onlining_from = "movable", "kernel_params memhp_default_state=online_kernel"',
+        'state.value == "online_kernel":\n        onlining, onlining_from = "kernel"',
+        'state.value == "online_kernel":\n        onlining, onlining_from = "movable"',
+    ),
+    Break(
+        "kata-guest-read-as-movable",
+        GUESTMEM,
+        'onlining, onlining_from = "kernel", KATA_ONLINING',
+        'onlining, onlining_from = "movable", KATA_ONLINING',
+    ),
+    Break(
+        "kernel-params-past-the-dashes",
+        GUESTMEM,
+        'if param.value is None and param.name == "--":',
+        "if False:",
+    ),
+    Break(
+        "kernel-params-dash-is-not-underscore",
+        GUESTMEM,
+        'return self.name.replace("-", "_")',
+        "return self.name",
+    ),
+    Break(
+        "kernel-params-first-occurrence-wins",
+        GUESTMEM,
+        "return next((p for p in reversed(params) if p.key == key and takes(p.value)), None)",
+        "return next((p for p in params if p.key == key and takes(p.value)), None)",
+    ),
+    Break(
+        "kernel-zone-dimms-unplugged",
+        OUTCOMES,
+        "held = [d for d in unplugs if d in kernel]",
+        "held: list[str] = []",
+    ),
+    Break(
+        "auto-movable-ratio-ignored",
+        GUESTMEM,
+        "        if movable + dimm.size <= room:",
+        "        if True:",
     ),
     Break(
         "memmap-counted-for-virtio-mem",
         GUESTMEM,
         'memmap = settings.guest_memmap_on_memory and mech == "pc-dimm"',
         "memmap = settings.guest_memmap_on_memory",
+    ),
+    Break(
+        "static-sized-by-the-model",
+        PLANNER,
+        "    static = static_size(cfg, need)\n    if static is not None:\n        if cfg",
+        "    static = None\n    if static is not None:\n        if cfg",
+    ),
+    Break(
+        "below-the-boot-memory-reached",
+        PLANNER,
+        "aligned_target = unreached if below_base else target",
+        "aligned_target = target",
+    ),
+    Break(
+        "static-vm-assumed-at-default-memory",
+        PLANNER,
+        "        return min(static, host_ceiling(cfg, host)[0])",
+        "        return min(cfg.default_memory, host_ceiling(cfg, host)[0])",
+    ),
+    Break(
+        "runtime-rs-maxmem-reserve",
+        PLANNER,
+        "        return max(ceiling, base)\n",
+        "        return ceiling + QEMU_MAXMEM_RESERVE\n",
     ),
     Break(
         "guest-clamp-off",

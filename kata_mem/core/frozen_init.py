@@ -45,6 +45,14 @@ def make_kata_mem_core_fields_Fields(D, F):
     return __init__
 
 
+def make_kata_mem_core_guestmem_KernelParam(D, F):
+    def __init__(self, name, value, given):
+        __frozen_set(self, 'name', name)
+        __frozen_set(self, 'value', value)
+        __frozen_set(self, 'given', given)
+    return __init__
+
+
 def make_kata_mem_core_manifest_JsonNumber(D, F):
     def __init__(self, text):
         __frozen_set(self, 'text', text)
@@ -129,11 +137,12 @@ def make_kata_mem_core_model_GuestCeiling(D, F):
 
 
 def make_kata_mem_core_model_GuestPolicy(D, F):
-    def __init__(self, onlining, onlining_from, memmap_on_memory, memmap_from):
+    def __init__(self, onlining, onlining_from, memmap_on_memory, memmap_from, movable_ratio=D[0]):
         __frozen_set(self, 'onlining', onlining)
         __frozen_set(self, 'onlining_from', onlining_from)
         __frozen_set(self, 'memmap_on_memory', memmap_on_memory)
         __frozen_set(self, 'memmap_from', memmap_from)
+        __frozen_set(self, 'movable_ratio', movable_ratio)
     return __init__
 
 
@@ -194,7 +203,7 @@ def make_kata_mem_core_model_MemoryDevice(D, F):
 
 
 def make_kata_mem_core_model_MemoryPlan(D, F):
-    def __init__(self, host, configured_max, max, base, requested, aligned, target, current, mechanism, block, clamps, steps, sizing=D[0], pod_overhead=D[1], pod_overhead_origin=D[2], host_cgroup=D[3], host_cgroup_unseen=D[4], vmm_overhead=D[5], node=D[6], workload=__frozen_missing, guest=D[7], max_cause=D[8], max_raised=D[9], max_limit=D[10]):
+    def __init__(self, host, configured_max, max, base, requested, aligned, target, current, mechanism, block, clamps, steps, sizing=D[0], pod_overhead=D[1], pod_overhead_origin=D[2], host_cgroup=D[3], host_cgroup_unseen=D[4], vmm_overhead=D[5], node=D[6], workload=__frozen_missing, guest=D[7], guest_policy=D[8], static_sizing=D[9], max_cause=D[10], max_raised=D[11], max_limit=D[12]):
         __frozen_set(self, 'host', host)
         __frozen_set(self, 'configured_max', configured_max)
         __frozen_set(self, 'max', max)
@@ -216,6 +225,8 @@ def make_kata_mem_core_model_MemoryPlan(D, F):
         __frozen_set(self, 'node', node)
         __frozen_set(self, 'workload', F[0]() if workload is __frozen_missing else workload)
         __frozen_set(self, 'guest', guest)
+        __frozen_set(self, 'guest_policy', guest_policy)
+        __frozen_set(self, 'static_sizing', static_sizing)
         __frozen_set(self, 'max_cause', max_cause)
         __frozen_set(self, 'max_raised', max_raised)
         __frozen_set(self, 'max_limit', max_limit)
@@ -596,7 +607,7 @@ def make_kata_mem_core_runtimeclass_PodFit(D, F):
 
 
 def make_kata_mem_core_runtimeclass_RuntimeClassOverhead(D, F):
-    def __init__(self, sizing, max_pod_memory, max_pod_memory_from, memory, binding, smallest, largest, mechanism, block, boot, maximum, vmm_fixed, vmm_per_gib, margin, default_vcpus, cpu_millis):
+    def __init__(self, sizing, max_pod_memory, max_pod_memory_from, memory, binding, smallest, largest, mechanism, static, block, boot, maximum, vmm_fixed, vmm_per_gib, margin, default_vcpus, cpu_millis):
         __frozen_set(self, 'sizing', sizing)
         __frozen_set(self, 'max_pod_memory', max_pod_memory)
         __frozen_set(self, 'max_pod_memory_from', max_pod_memory_from)
@@ -605,6 +616,7 @@ def make_kata_mem_core_runtimeclass_RuntimeClassOverhead(D, F):
         __frozen_set(self, 'smallest', smallest)
         __frozen_set(self, 'largest', largest)
         __frozen_set(self, 'mechanism', mechanism)
+        __frozen_set(self, 'static', static)
         __frozen_set(self, 'block', block)
         __frozen_set(self, 'boot', boot)
         __frozen_set(self, 'maximum', maximum)
@@ -765,6 +777,7 @@ MAKERS: dict = {
     'kata_mem.core.endpoint.Endpoint': (((('kind', 'required'), ('target', 'required'), ('domain', 'default'), ('vmm', 'default'), ('saved', 'default')), True), make_kata_mem_core_endpoint_Endpoint),
     'kata_mem.core.endpoint.VmmIdentity': (((('device', 'required'), ('inode', 'required'), ('owner_uid', 'required'), ('peer_uid', 'required'), ('peer_pid', 'default')), False), make_kata_mem_core_endpoint_VmmIdentity),
     'kata_mem.core.fields.Fields': (((('where', 'required'), ('error', 'default'), ('show', 'default')), False), make_kata_mem_core_fields_Fields),
+    'kata_mem.core.guestmem.KernelParam': (((('name', 'required'), ('value', 'required'), ('given', 'required')), False), make_kata_mem_core_guestmem_KernelParam),
     'kata_mem.core.manifest.JsonNumber': (((('text', 'required'),), False), make_kata_mem_core_manifest_JsonNumber),
     'kata_mem.core.model.BackendObject': (((('id', 'required'), ('size', 'required')), False), make_kata_mem_core_model_BackendObject),
     'kata_mem.core.model.CgroupLevel': (((('path', 'required'), ('limit', 'required'), ('usage', 'default')), False), make_kata_mem_core_model_CgroupLevel),
@@ -773,12 +786,12 @@ MAKERS: dict = {
     'kata_mem.core.model.Demand': (((('memory', 'default'), ('hugepages', 'default'), ('cpu', 'default'), ('memory_from', 'default'), ('hugepages_from', 'default'), ('cpu_from', 'default'), ('pod_origin', 'default')), False), make_kata_mem_core_model_Demand),
     'kata_mem.core.model.Guards': (((('cgroup', 'default'), ('unseen', 'default'), ('off', 'default'), ('notes', 'default'), ('node', 'default'), ('pod_limit', 'default')), False), make_kata_mem_core_model_Guards),
     'kata_mem.core.model.GuestCeiling': (((('policy', 'required'), ('arch', 'required'), ('total', 'required'), ('kernel_memory', 'required'), ('memmap_plugged', 'required'), ('estimate', 'required'), ('reading', 'required'), ('available', 'required'), ('headroom', 'required'), ('room', 'required'), ('addable', 'required'), ('limit', 'required')), False), make_kata_mem_core_model_GuestCeiling),
-    'kata_mem.core.model.GuestPolicy': (((('onlining', 'required'), ('onlining_from', 'required'), ('memmap_on_memory', 'required'), ('memmap_from', 'required')), False), make_kata_mem_core_model_GuestPolicy),
+    'kata_mem.core.model.GuestPolicy': (((('onlining', 'required'), ('onlining_from', 'required'), ('memmap_on_memory', 'required'), ('memmap_from', 'required'), ('movable_ratio', 'default')), False), make_kata_mem_core_model_GuestPolicy),
     'kata_mem.core.model.GuestUsage': (((('total', 'default'), ('available', 'default'), ('free', 'default'), ('disk_caches', 'default'), ('major_faults', 'default'), ('last_update', 'default'), ('observed_at', 'default'), ('sequence', 'default')), False), make_kata_mem_core_model_GuestUsage),
     'kata_mem.core.model.HostCgroup': (((('path', 'required'), ('version', 'required'), ('usage', 'required'), ('levels', 'default'), ('origin', 'default'), ('usage_after', 'default'), ('unread_usage', 'default')), False), make_kata_mem_core_model_HostCgroup),
     'kata_mem.core.model.HostFacts': (((('memory', 'required'), ('cpus', 'required'), ('arch', 'required'), ('hugepage_size', 'default'), ('hugepages_total', 'default'), ('hugepages_free', 'default'), ('cgroup_memory_limit', 'default'), ('cgroup_path', 'default'), ('sources', 'default')), False), make_kata_mem_core_model_HostFacts),
     'kata_mem.core.model.MemoryDevice': (((('id', 'required'), ('kind', 'required'), ('size', 'required'), ('requested', 'default'), ('max_size', 'default'), ('block', 'default'), ('slot', 'default'), ('memdev', 'default'), ('hotplugged', 'default'), ('pending_unplug', 'default'), ('ours', 'default'), ('addr', 'default')), False), make_kata_mem_core_model_MemoryDevice),
-    'kata_mem.core.model.MemoryPlan': (((('host', 'required'), ('configured_max', 'required'), ('max', 'required'), ('base', 'required'), ('requested', 'required'), ('aligned', 'required'), ('target', 'required'), ('current', 'required'), ('mechanism', 'required'), ('block', 'required'), ('clamps', 'required'), ('steps', 'required'), ('sizing', 'default'), ('pod_overhead', 'default'), ('pod_overhead_origin', 'default'), ('host_cgroup', 'default'), ('host_cgroup_unseen', 'default'), ('vmm_overhead', 'default'), ('node', 'default'), ('workload', 'factory'), ('guest', 'default'), ('max_cause', 'default'), ('max_raised', 'default'), ('max_limit', 'default')), False), make_kata_mem_core_model_MemoryPlan),
+    'kata_mem.core.model.MemoryPlan': (((('host', 'required'), ('configured_max', 'required'), ('max', 'required'), ('base', 'required'), ('requested', 'required'), ('aligned', 'required'), ('target', 'required'), ('current', 'required'), ('mechanism', 'required'), ('block', 'required'), ('clamps', 'required'), ('steps', 'required'), ('sizing', 'default'), ('pod_overhead', 'default'), ('pod_overhead_origin', 'default'), ('host_cgroup', 'default'), ('host_cgroup_unseen', 'default'), ('vmm_overhead', 'default'), ('node', 'default'), ('workload', 'factory'), ('guest', 'default'), ('guest_policy', 'default'), ('static_sizing', 'default'), ('max_cause', 'default'), ('max_raised', 'default'), ('max_limit', 'default')), False), make_kata_mem_core_model_MemoryPlan),
     'kata_mem.core.model.NodeView': (((('host', 'required'), ('reserved', 'required'), ('budget', 'required'), ('committed_others', 'required'), ('available', 'default')), False), make_kata_mem_core_model_NodeView),
     'kata_mem.core.model.Note': (((('code', 'required'), ('text', 'required')), False), make_kata_mem_core_model_Note),
     'kata_mem.core.model.Origin': (((('kind', 'required'), ('where', 'default'), ('key', 'default'), ('value', 'default'), ('note', 'default')), False), make_kata_mem_core_model_Origin),
@@ -812,7 +825,7 @@ MAKERS: dict = {
     'kata_mem.core.results.SandboxSummary': (((('sandbox', 'required'), ('backend', 'required'), ('current', 'required'), ('target', 'required'), ('state', 'required'), ('reason', 'default')), False), make_kata_mem_core_results_SandboxSummary),
     'kata_mem.core.results.Visit': (((('sandbox', 'required'), ('action', 'required'), ('detail', 'required'), ('outcome', 'default'), ('notes', 'default'), ('exit_code', 'default'), ('unseen', 'default')), False), make_kata_mem_core_results_Visit),
     'kata_mem.core.runtimeclass.PodFit': (((('limits', 'required'), ('vm', 'required'), ('asked', 'required'), ('vmm_overhead', 'required'), ('margin', 'required')), False), make_kata_mem_core_runtimeclass_PodFit),
-    'kata_mem.core.runtimeclass.RuntimeClassOverhead': (((('sizing', 'required'), ('max_pod_memory', 'required'), ('max_pod_memory_from', 'required'), ('memory', 'required'), ('binding', 'required'), ('smallest', 'required'), ('largest', 'required'), ('mechanism', 'required'), ('block', 'required'), ('boot', 'required'), ('maximum', 'required'), ('vmm_fixed', 'required'), ('vmm_per_gib', 'required'), ('margin', 'required'), ('default_vcpus', 'required'), ('cpu_millis', 'required')), False), make_kata_mem_core_runtimeclass_RuntimeClassOverhead),
+    'kata_mem.core.runtimeclass.RuntimeClassOverhead': (((('sizing', 'required'), ('max_pod_memory', 'required'), ('max_pod_memory_from', 'required'), ('memory', 'required'), ('binding', 'required'), ('smallest', 'required'), ('largest', 'required'), ('mechanism', 'required'), ('static', 'required'), ('block', 'required'), ('boot', 'required'), ('maximum', 'required'), ('vmm_fixed', 'required'), ('vmm_per_gib', 'required'), ('margin', 'required'), ('default_vcpus', 'required'), ('cpu_millis', 'required')), False), make_kata_mem_core_runtimeclass_RuntimeClassOverhead),
     'kata_mem.core.safety.Verdict': (((('action', 'required'), ('reason', 'required'), ('message', 'required')), False), make_kata_mem_core_safety_Verdict),
     'kata_mem.core.sandbox_resources.SandboxResize': (((('resources', 'required'), ('overhead', 'factory')), False), make_kata_mem_core_sandbox_resources_SandboxResize),
     'kata_mem.core.sandbox_resources.SandboxResources': (((('memory_limit', 'default'), ('cpu_quota', 'default'), ('cpu_period', 'default')), False), make_kata_mem_core_sandbox_resources_SandboxResources),

@@ -22,7 +22,10 @@ from kata_mem.core.errors import InputError
 from kata_mem.core.frozen import field, frozen
 from kata_mem.core.units import MiB
 
-Mechanism = Literal["pc-dimm", "virtio-mem", "static"]
+#: How a VM's memory is resized after boot: DIMMs or its virtio-mem device. A VM Kata sizes
+#: at boot (``static_sandbox_resource_mgmt``) is resized through the same hotplug region:
+#: static sizing is a sizing rule (:attr:`MemoryPlan.static_sizing`), not a mechanism.
+Mechanism = Literal["pc-dimm", "virtio-mem"]
 Role = Literal["app", "init", "sidecar"]
 State = Literal["running", "created", "stopped"]
 DeviceKind = Literal["dimm", "virtio-mem"]
@@ -119,6 +122,7 @@ NoteCode = Literal[
     "vcpu_clamp",  # the vCPU target was clamped
     "shrink_not_allowed",  # a lower target kept where it is: shrinking is off
     "shrink_planned",  # the plan shrinks: each step is checked first
+    "cannot_shrink",  # a shrink kept where it is: the guest cannot be relied on to give it
     "cri_annotations",  # CRI sandbox-sizing annotations used, ignored, or unparsable
     "sizing",  # how the sizing model came to its size (a pod overhead unknown...)
     "boot_memory",  # the boot memory above the host or the maximum
@@ -222,9 +226,10 @@ class Settings:
     node_overcommit: Optional[Fraction] = None
     #: The Kata runtime sized for; ``None``: inferred from the configuration.
     runtime: Optional[Runtime] = None
-    #: How the guest onlines hot-added memory when Kata's ``kernel_params`` does not say:
-    #: movable, the safe default (every hot-add's struct pages paid from the boot memory).
-    guest_onlining: Onlining = "movable"
+    #: How the guest onlines hot-added memory when Kata's ``kernel_params`` does not say;
+    #: ``None``: as Kata's guest kernel and agent do, to a kernel zone
+    #: (:func:`kata_mem.core.guestmem.guest_policy`).
+    guest_onlining: Optional[Onlining] = None
     #: The guest kernel places a DIMM's struct pages inside it (memmap_on_memory, Linux 6.8+
     #: for DIMMs of several memory blocks): no boot-memory ceiling for pc-dimm.
     guest_memmap_on_memory: bool = False
@@ -682,6 +687,10 @@ class GuestPolicy:
     onlining_from: str
     memmap_on_memory: bool
     memmap_from: str
+    #: With ``memory_hotplug.online_policy=auto-movable``: the movable memory the guest
+    #: allows, in percent of its boot memory (``memory_hotplug.auto_movable_ratio``); a
+    #: block past it goes to a kernel zone (:func:`kata_mem.core.guestmem.kernel_zone_dimms`).
+    movable_ratio: Optional[int] = None
 
 
 @frozen
@@ -741,6 +750,13 @@ class MemoryPlan:
     workload: Demand = field(default_factory=Demand)
     #: The guest's own ceiling where it applies (a grow, no memmap_on_memory counted).
     guest: Optional[GuestCeiling] = None
+    #: How the guest is taken to online hot-added memory, and why, whatever the plan does
+    #: (None: not said, as in a plan made by hand).
+    guest_policy: Optional[GuestPolicy] = None
+    #: Kata sized the VM at boot (``static_sandbox_resource_mgmt``): the target is the size
+    #: Kata boots the workload with (planner.static_size), and the boot memory it booted
+    #: with cannot be given back.
+    static_sizing: bool = False
     #: What set the maximum (planner.max_memory): default_maxmemory, the host or the
     #: hugepage pool; and when ``max`` is above that limit, what it was raised to and
     #: the limit it was raised from (``max_limit``, else equal to ``max``).

@@ -2,8 +2,9 @@
 
 The executor asks three questions here and does what the answers say:
 
-- :func:`before_steps`: is there anything to run? (shrinking off, a DIMM unplug
-  still pending, nothing to do or nothing that can be done);
+- :func:`before_steps`: is there anything to run? (shrinking off, DIMMs the guest
+  cannot be relied on to give back, a DIMM unplug still pending, nothing to do or nothing
+  that can be done);
 - :func:`step_stopped`: a step could not be completed: what stops the run;
 - :func:`after_steps`: what the steps that ran, and what stopped them, add up to.
 
@@ -17,6 +18,7 @@ import math
 from typing import Optional
 
 from kata_mem.core.frozen import frozen, replace
+from kata_mem.core.guestmem import kernel_zone_dimms, kernel_zone_text
 from kata_mem.core.model import Note, Outcome, Plan, Reason, Status, Step, VmState
 from kata_mem.core.reports import StepProgress
 from kata_mem.core.units import fmt_bytes
@@ -66,10 +68,12 @@ def refuse_shrink(p: Plan, vm: VmState, allowed: bool) -> tuple[Plan, Optional[s
     off the answer is the same either way, and the flag is what the user can change.
     """
     m = p.memory
-    if allowed or m.mechanism == "static" or max(m.aligned, vm.base) >= vm.total:
+    if allowed or max(m.aligned, vm.base) >= vm.total:
         return p, None
     whole = ""
-    if m.mechanism == "pc-dimm" and m.target >= vm.total:
+    if keep_kernel_zone_dimms(p, vm)[1] is not None:
+        whole = " (even then, no DIMM would be unplugged: the guest onlined it to a kernel zone)"
+    elif m.mechanism == "pc-dimm" and m.target >= vm.total:
         whole = (
             f" (even then, kata-mem unplugs whole DIMMs only, and none of its DIMMs fits in the "
             f"{fmt_bytes(vm.total - m.aligned)} to remove)"
@@ -87,6 +91,38 @@ def refuse_shrink(p: Plan, vm: VmState, allowed: bool) -> tuple[Plan, Optional[s
             p,
             memory=replace(m, steps=()),
             notes=(*notes, Note("shrink_not_allowed", message)),
+        ),
+        message,
+    )
+
+
+def keep_kernel_zone_dimms(p: Plan, vm: VmState) -> tuple[Plan, Optional[str]]:
+    """The plan as ``apply`` carries it out when it would unplug a DIMM the guest onlined
+    to a kernel zone (:func:`~kata_mem.core.guestmem.kernel_zone_dimms`), and why.
+
+    Such a DIMM often cannot be unplugged: the guest answers the eject busy and keeps the
+    memory, and the unplug stays pending, holding every later shrink (measured on the test
+    guest: docs, "Sizing rules", "pc-dimm shrink"). So no DIMM is unplugged: the plan loses its steps and carries a
+    ``cannot_shrink`` note, and the message is returned, naming the onlining assumed and
+    where it came from. Otherwise the plan comes back unchanged with ``None``. Pure, so
+    that ``preview`` shows exactly what ``apply`` does."""
+    m = p.memory
+    unplugs = [s.device for s in m.steps if s.action == "unplug_dimm"]
+    if m.guest_policy is None or not unplugs:
+        return p, None
+    kernel = kernel_zone_dimms(m.guest_policy, vm.base, vm.dimms)
+    held = [d for d in unplugs if d in kernel]
+    if not held:
+        return p, None
+    message = (
+        f"{kernel_zone_text(m.guest_policy, held, vm.base)}; the guest keeps {fmt_bytes(vm.total)}"
+    )
+    notes = tuple(n for n in p.notes if n.code != "shrink_planned")
+    return (
+        replace(
+            p,
+            memory=replace(m, steps=()),
+            notes=(*notes, Note("cannot_shrink", message)),
         ),
         message,
     )
@@ -116,6 +152,15 @@ def before_steps(p: Plan, vm: VmState, *, shrink_allowed: bool) -> tuple[Plan, O
             observed=vm.total,
             target=m.target,
         )
+    p, kept = keep_kernel_zone_dimms(p, vm)
+    if kept is not None:
+        return p, Outcome(
+            status="Infeasible",
+            reason="BackendCannotShrink",
+            message=kept,
+            observed=vm.total,
+            target=m.target,
+        )
     if m.aligned < vm.total and any(d.pending_unplug for d in vm.devices):
         return p, Outcome(
             status="Deferred",
@@ -136,8 +181,6 @@ def before_steps(p: Plan, vm: VmState, *, shrink_allowed: bool) -> tuple[Plan, O
 def _nothing_to_run(p: Plan, vm: VmState) -> tuple[Status, Reason, str]:
     """No steps: at the target, or the target cannot be reached, and why."""
     m = p.memory
-    if m.mechanism == "static":
-        return "NoChange", "", "static sizing: the VM is sized at boot, nothing is hotplugged"
     stays = f"the guest stays at {fmt_bytes(vm.total)}"
     if m.mechanism == "virtio-mem" and vm.virtio_mem is None and m.aligned != vm.total:
         # No device that is the sandbox's (planner._resize_virtio_mem says why).
@@ -155,10 +198,17 @@ def _nothing_to_run(p: Plan, vm: VmState) -> tuple[Status, Reason, str]:
         return "Infeasible", "NoDeviceSpace", f"no hotplug space left: {stays}"
     if m.aligned < vm.total:
         if m.requested < vm.base:
+            why = (
+                ": Kata sized the VM at boot (static_sandbox_resource_mgmt), and boot memory "
+                "cannot be given back"
+                if m.static_sizing
+                else ""
+            )
             return (
                 "Infeasible",
                 "BelowBaseMemory",
-                f"the target is below the boot memory {fmt_bytes(vm.base)}",
+                f"the target is below the boot memory {fmt_bytes(vm.base)}{why}; "
+                f"the guest stays at {fmt_bytes(vm.total)}",
             )
         return "Infeasible", "BackendCannotShrink", _cannot_shrink(vm, m.aligned)
     clamped = f" (clamped: {', '.join(c.cause for c in m.clamps)})" if m.clamps else ""

@@ -74,7 +74,9 @@ ACPI_HOTPLUG_FACTOR = 48
 #: The size of the virtio-mem device Kata creates is whole multiples of this
 #: (qemu.go ``setupVirtioMem``: ``(default_maxmemory - default_memory) >> 2 << 2`` MiB).
 VIRTIO_MEM_ALIGN = 4 * MiB
-#: Kata's fixed reserve added to QEMU ``maxmem`` on amd64/arm64 (``genericMemoryTopology``).
+#: The Go runtime's fixed reserve added to QEMU ``maxmem`` on amd64/arm64 (qemu.go
+#: ``genericMemoryTopology``: "image NVDIMM device needs memory space 1024MB");
+#: runtime-rs adds none (:func:`qemu_maxmem`).
 QEMU_MAXMEM_RESERVE = 1024 * MiB
 #: Per-architecture vCPU caps (Kata ``govmm`` ``vmm_*.go``); arm64 assumes GICv3.
 ARCH_MAX_VCPUS = {"amd64": 240, "arm64": 123, "ppc64le": 128, "s390x": 248, "riscv64": 512}
@@ -125,8 +127,9 @@ def _cpuset_cpus(c: Container) -> int:
     return max(c.cpuset_cpus, 0)
 
 
-#: No host-side guard (frozen: one is shared).
+#: No host-side guard, no workload (frozen: one of each is shared).
 _NO_GUARDS = Guards()
+_NO_DEMAND = Demand()
 #: No CPU, and one (Fractions are immutable: each is shared).
 _ZERO, _ONE = Fraction(0), Fraction(1)
 
@@ -203,29 +206,36 @@ def _ceiling(cfg: SizingConfig, host: HostFacts, configured: int) -> tuple[int, 
     return ceiling, cause
 
 
-def boot_memory(cfg: SizingConfig, host: HostFacts) -> int:
-    """The boot memory of a VM started from ``cfg`` on ``host``: ``default_memory``,
-    never more than the host's memory (runtime-rs ``MemoryInfo::adjust_config``
-    lowers it to the host; the Go runtime asks QEMU for it unchanged, which fails
-    to start above ``maxmem`` and overcommits the host below it). A hugepage pool
-    too small to boot from is reported, not planned around."""
+def boot_memory(cfg: SizingConfig, host: HostFacts, need: Optional[Demand] = None) -> int:
+    """The boot memory of a VM started from ``cfg`` on ``host`` for a workload of ``need``
+    (None: none): ``default_memory``, never more than the host's memory (runtime-rs
+    ``MemoryInfo::adjust_config`` lowers it to the host; the Go runtime asks QEMU for it
+    unchanged, which fails to start above ``maxmem`` and overcommits the host below it). A
+    hugepage pool too small to boot from is reported, not planned around.
+
+    With ``static_sandbox_resource_mgmt`` Kata boots the VM at its static size for the
+    workload (:func:`static_size`), never above what the host can give (the memory, and
+    with hugepages the pool), as kata-mem plans every size."""
+    static = static_size(cfg, need or _NO_DEMAND)
+    if static is not None:
+        return min(static, host_ceiling(cfg, host)[0])
     return min(cfg.default_memory, effective_host_memory(host)[0])
 
 
 def mechanism(cfg: SizingConfig) -> Mechanism:
-    if cfg.static_sandbox_resource_mgmt:
-        return "static"
+    """How the VM's memory is resized: DIMMs, or its virtio-mem device
+    (``enable_virtio_mem``). A VM Kata sizes at boot (``static_sandbox_resource_mgmt``)
+    has the same hotplug region on x86_64 QEMU (runtime-rs ``-m SIZE,slots=N,maxmem=M``,
+    cmdline_generator.rs ``Memory::new``), and kata-mem resizes it through it."""
     return "virtio-mem" if cfg.enable_virtio_mem else "pc-dimm"
 
 
 def block_size(cfg: SizingConfig, host: HostFacts, vm: Optional[VmState] = None) -> int:
     """Hotplug granularity: the guest memory block for DIMMs, the device's
-    ``block-size`` for virtio-mem (observed when known), whole MiB for static
-    sizing; with hugepages, also a multiple of the hugepage size."""
+    ``block-size`` for virtio-mem (observed when known); with hugepages, also a multiple
+    of the hugepage size."""
     mech = mechanism(cfg)
-    if mech == "static":
-        block = MiB
-    elif mech == "virtio-mem":
+    if mech == "virtio-mem":
         dev = vm.virtio_mem if vm is not None else None
         block = dev.block if dev is not None and dev.block > 0 else cfg.settings.virtio_mem_block
     else:
@@ -241,8 +251,8 @@ def block_origin(mech: Mechanism, vm: VmState, target: int) -> int:
     """Where the whole blocks a plan adds are counted from: the guest memory it cannot
     change in blocks. A new DIMM comes on top of everything the VM has, another tool's
     odd-sized DIMM or a virtio-mem device's plugged memory included; a virtio-mem
-    device's size on top of all the memory outside it. Only a static VM, and a VM that
-    is not to grow by DIMMs, count from the boot memory. With only whole blocks plugged
+    device's size on top of all the memory outside it. Only a VM that is not to grow by
+    DIMMs counts from the boot memory. With only whole blocks plugged
     (what kata-mem plugs), each of these is the boot memory plus whole blocks."""
     if mech == "pc-dimm" and target > vm.total:
         return vm.total
@@ -284,15 +294,45 @@ def dimm_slots(cfg: SizingConfig, host: HostFacts) -> int:
     return cfg.memory_slots & 0xFF if uint8 else cfg.memory_slots
 
 
-def assumed_vm(cfg: SizingConfig, host: HostFacts, current: Optional[int] = None) -> VmState:
-    """The VM a preview assumes: booted as Kata boots it (``-m default,slots,maxmem``,
-    the boot memory never above the host: :func:`boot_memory`), with ``current -
-    boot`` already plugged as one DIMM or in the virtio-mem device.
+def qemu_maxmem(cfg: SizingConfig, ceiling: int, base: int) -> int:
+    """QEMU's ``maxmem`` for a VM of ``cfg`` booted with ``base`` under the memory maximum
+    ``ceiling`` (``default_maxmemory``, the host's memory when 0): what its DIMMs and
+    virtio-mem device share is ``maxmem`` less the boot memory.
+
+    The Go runtime asks for ``default_maxmemory`` + ``memory_offset`` + 1024 MiB
+    (src/runtime/virtcontainers/qemu.go ``memoryTopology``, ``genericMemoryTopology``);
+    runtime-rs for ``default_maxmemory`` alone (src/runtime-rs/crates/hypervisor/src/qemu/
+    cmdline_generator.rs ``Memory::new``), which ``MemoryInfo::adjust_config`` makes the
+    host's memory when 0 and static sizing raises to the boot size
+    (cpu_mem/initial_size.rs ``InitialSizeManager::setup_config``)."""
+    if cfg.runtime == "runtime-rs":
+        return max(ceiling, base)
+    return ceiling + cfg.memory_offset + QEMU_MAXMEM_RESERVE
+
+
+def assumed_vm(
+    cfg: SizingConfig,
+    host: HostFacts,
+    current: Optional[int] = None,
+    workload: Optional[Workload] = None,
+) -> VmState:
+    """The VM a preview assumes: booted as Kata boots it for ``workload`` (``-m
+    default,slots,maxmem``, the boot memory never above the host: :func:`boot_memory`;
+    with ``static_sandbox_resource_mgmt``, at the workload's static size), with ``current
+    - boot`` already plugged as one DIMM or in the virtio-mem device.
     """
+    need = None
+    if workload is not None and cfg.static_sandbox_resource_mgmt:
+        need = demand(cfg, workload)[0]
+    return _assumed_vm(cfg, host, current, need)
+
+
+def _assumed_vm(
+    cfg: SizingConfig, host: HostFacts, current: Optional[int], need: Optional[Demand]
+) -> VmState:
     ceiling, _ = max_memory(cfg, host)
-    base = boot_memory(cfg, host)
-    # QEMU maxmem = max + memory_offset + 1024 MiB (Kata genericMemoryTopology).
-    space = max(ceiling + cfg.memory_offset + QEMU_MAXMEM_RESERVE - base, 0)
+    base = boot_memory(cfg, host, need)
+    space = max(qemu_maxmem(cfg, ceiling, base) - base, 0)
     plugged = max((current or base) - base, 0)
     devices: tuple[MemoryDevice, ...] = ()
     mech = mechanism(cfg)
@@ -327,11 +367,11 @@ def assumed_vm(cfg: SizingConfig, host: HostFacts, current: Optional[int] = None
 
 def boot_guest_ceiling(cfg: SizingConfig, host: HostFacts) -> Optional[GuestCeiling]:
     """The guest's own ceiling for a VM as booted from ``cfg``, where it bounds the target
-    (movable onlining, no memmap_on_memory counted, not static): how far the boot memory
-    can describe a grow (:mod:`kata_mem.core.guestmem`); None where it does not."""
+    (movable onlining, no memmap_on_memory counted): how far the boot memory can describe
+    a grow (:mod:`kata_mem.core.guestmem`); None where it does not."""
     mech = mechanism(cfg)
     policy = guest_policy(cfg.kernel_params, cfg.settings, mech)
-    if mech == "static" or policy.memmap_on_memory or policy.onlining != "movable":
+    if policy.memmap_on_memory or policy.onlining != "movable":
         return None
     base = boot_memory(cfg, host)
     return ceiling_at(policy, cfg.settings, host.arch, base, base)
@@ -358,19 +398,24 @@ def guest_ceiling_problem(cfg: SizingConfig, host: HostFacts) -> Optional[str]:
     )
 
 
-def current_problem(cfg: SizingConfig, host: HostFacts, current: int) -> Optional[str]:
-    """Why a VM of this configuration cannot have ``current`` bytes of guest memory
-    (``None`` when it can): below its boot memory, above the memory maximum (so
-    above the host), or with a plugged amount that is not whole blocks of the
+def current_problem(
+    cfg: SizingConfig, host: HostFacts, current: int, workload: Optional[Workload] = None
+) -> Optional[str]:
+    """Why a VM of this configuration, booted for ``workload``, cannot have ``current``
+    bytes of guest memory (``None`` when it can): below its boot memory, above the memory
+    maximum (so above the host), or with a plugged amount that is not whole blocks of the
     mechanism (a DIMM or virtio-mem size the guest cannot have)."""
-    base = boot_memory(cfg, host)
+    base = assumed_vm(cfg, host, None, workload).base
     ceiling, cause = max_memory(cfg, host)
     ceiling = max(ceiling, base)
     block = block_size(cfg, host)
     if current < base:
-        return (
-            f"below the boot memory {fmt_bytes(base)} (default_memory); expected the guest's total"
+        booted = (
+            "the size Kata boots this workload with: static_sandbox_resource_mgmt"
+            if cfg.static_sandbox_resource_mgmt
+            else "default_memory"
         )
+        return f"below the boot memory {fmt_bytes(base)} ({booted}); expected the guest's total"
     if current > ceiling:
         return (
             f"above the memory maximum {fmt_bytes(ceiling)} ({cause}); a guest never has more "
@@ -396,14 +441,15 @@ def plan(
 ) -> Plan:
     """Plan the sandbox's memory and vCPUs.
 
-    ``vm`` is the observed VM (``None``: a freshly booted VM as Kata boots it);
+    ``vm`` is the observed VM (``None``: a freshly booted VM as Kata boots it for
+    ``workload``);
     ``guards`` what the host side says (its cgroup, the node's total), read just
     before; ``guest_available`` the guest's MemAvailable from a fresh reading (``apply``),
     which lowers the guest's own ceiling (:mod:`kata_mem.core.guestmem`). Never raises
     for large limits: the target is clamped and every clamp is recorded with its cause.
     """
-    vm = vm if vm is not None else assumed_vm(cfg, host)
     need, warnings = demand(cfg, workload)  # once: memory and vCPUs size the same workload
+    vm = vm if vm is not None else _assumed_vm(cfg, host, None, need)
     mem_plan, mem_notes = _plan_memory(
         cfg, host, workload, need, vm, guards or _NO_GUARDS, guest_available
     )
@@ -599,6 +645,25 @@ def runtime_rs_static(cfg: SizingConfig, need: Demand) -> Optional[tuple[int, Fr
     return (mib + mib % 2) * MiB, need.cpu
 
 
+def static_size(cfg: SizingConfig, need: Demand) -> Optional[int]:
+    """The memory Kata boots a VM of ``cfg`` with for a workload of ``need`` when it sizes
+    the VM at boot (``static_sandbox_resource_mgmt``; None when it does not): runtime-rs's
+    rule (:func:`runtime_rs_static`, :func:`_runtime_rs_memory`), or the Go runtime's,
+    ``default_memory`` + the workload in whole MiB, floored (pkg/oci/utils.go
+    ``calculateVMResources``: memory / 1024 / 1024; ``SandboxConfig``). kata-mem resizes
+    such a VM after boot to the size Kata would have booted it with for the workload now,
+    so that a sandbox is the same size whether its workload came before boot or after.
+
+    :raises ConfigError: runtime-rs's size comes to 0 MiB (:func:`_runtime_rs_memory`).
+    """
+    if not cfg.static_sandbox_resource_mgmt:
+        return None
+    static = runtime_rs_static(cfg, need)
+    if static is not None:
+        return _runtime_rs_memory(cfg, *static)
+    return cfg.default_memory + to_mib_floor(need.total_memory) * MiB
+
+
 def sized(
     cfg: SizingConfig, host: HostFacts, workload: Workload, need: Demand
 ) -> tuple[int, list[Note]]:
@@ -609,17 +674,24 @@ def sized(
     the limits alone, the overhead paying for the host side (microsoft/kata-containers
     PR #281); without limits, ``default_memory`` as Kata. The boot memory is a floor
     in every model: a VM never has less than it booted with.
+
+    With ``static_sandbox_resource_mgmt``, Kata's static size (:func:`static_size`),
+    whatever the model: Kata boots the VM at it, and a model that sized it otherwise would
+    resize every sandbox away from its boot size.
     """
     work_mem = need.total_memory
     notes: list[Note] = []
-    static = runtime_rs_static(cfg, need)
+    static = static_size(cfg, need)
     if static is not None:
-        return _runtime_rs_memory(cfg, *static), notes
-    if cfg.static_sandbox_resource_mgmt:
-        # The Go runtime boots the VM, from the workload in whole MiB, floored
-        # (pkg/oci/utils.go calculateVMResources: memory / 1024 / 1024): kata-mem only
-        # says what it boots, so it does not round up here as it does for what it plugs.
-        work_mem = to_mib_floor(work_mem) * MiB
+        if cfg.settings.sizing != "kata":
+            notes.append(
+                Note(
+                    "sizing",
+                    f"sizing {cfg.settings.sizing} does not apply with "
+                    "static_sandbox_resource_mgmt: the VM is sized as Kata boots it",
+                )
+            )
+        return static, notes
     model = cfg.settings.sizing
     overhead, _ = pod_overhead(cfg, workload)
     if model == "pod-overhead" and overhead is None:
@@ -766,17 +838,31 @@ def _plan_memory(
             + (", and with none QEMU refuses every DIMM" if slots == 0 else ""),
         )
     top, top_cause = host_ceiling(cfg, host)
-    if mech == "static" and requested > ceiling and ceiling < top:
-        # Sized once at boot, a static VM never hotplugs, and default_maxmemory only
-        # bounds hotplug: runtime-rs (InitialSizeManager::setup_config) raises it to
-        # the boot size. The Go runtime boots the full size too, but leaves QEMU's
-        # maxmem at default_maxmemory + memory_offset + 1024 MiB, so QEMU refuses to
-        # start above that. kata-mem follows runtime-rs, never above the host.
-        raised = min(align_up(requested, MiB), top)  # whole MiB: a static VM's block
+    static = cfg.static_sandbox_resource_mgmt
+    if static:
+        note(
+            "static_sizing",
+            f"static_sandbox_resource_mgmt: Kata sized the VM at boot ({fmt_bytes(base)}) and "
+            "never resizes it; kata-mem resizes it to the size Kata boots this workload with, "
+            f"through its hotplug region ({mech})",
+        )
+    wanted = max(align_up(requested, MiB), base) if static else 0
+    if wanted > ceiling and ceiling < top:
+        # Kata raises default_maxmemory to the boot size (runtime-rs
+        # InitialSizeManager::setup_config: default_maxmemory.max(default_memory)), and
+        # kata-mem follows runtime-rs, never above the host (the Go runtime boots the full
+        # size too, but keeps QEMU's maxmem at default_maxmemory + memory_offset + 1024 MiB,
+        # so QEMU refuses to start above that). Raised to the size Kata would boot the
+        # workload with now, the maximum is no longer what bounds a resize after boot:
+        # QEMU's maxmem, fixed when the VM booted (runtime-rs: the maximum raised to the
+        # boot size then; with default_maxmemory 0, Kata's default, the host's memory), is,
+        # through the device space it leaves (cause device_space).
+        raised = min(wanted, top)  # whole MiB, as Kata's static sizes are
+        what = "the boot size" if align_up(requested, MiB) >= base else "the VM's boot memory"
         note(
             "static_sizing",
             f"static_sandbox_resource_mgmt: the maximum is raised from {fmt_bytes(ceiling)} "
-            f"({ceiling_cause}) to the boot size {fmt_bytes(raised)}, as runtime-rs does",
+            f"({ceiling_cause}) to {what} {fmt_bytes(raised)}, as runtime-rs does",
         )
         ceiling, ceiling_cause, raised_to = raised, top_cause, "boot_size"
     # The maximum the boot memory is above, when the VM keeps its boot memory instead.
@@ -808,7 +894,7 @@ def _plan_memory(
     # The host-side guards bound growth only: a VM is never shrunk for them here
     # (a shrink has its own safety rules), and what it has stays.
     upper, upper_what = ceiling, "the maximum"
-    if mech != "static" and target > now:
+    if target > now:
         for cause, room, detail in _guard_rooms(cfg, vm, guards, target):
             bound = max(room, now)
             if target > room:
@@ -818,7 +904,7 @@ def _plan_memory(
             if bound < upper:
                 upper, upper_what = bound, GUARD_NAMES[cause]
     pod = guards.pod_limit
-    if pod is not None and mech != "static":
+    if pod is not None:
         # The limit the kubelet is about to set bounds the VM whichever way it goes: a
         # shrink to it runs through the safe shrink, never past the boot memory.
         bound = max(level_room(cfg, pod, now), base)
@@ -829,7 +915,7 @@ def _plan_memory(
             upper, upper_what = bound, "the new pod limit's room"
     guest: Optional[GuestCeiling] = None
     policy = guest_policy(cfg.kernel_params, cfg.settings, mech)
-    if mech != "static" and target > now and not policy.memmap_on_memory:
+    if target > now and not policy.memmap_on_memory:
         guest = ceiling_at(policy, cfg.settings, host.arch, base, now, guest_available)
         if policy.onlining == "movable":
             # Added memory pays for nothing: the whole grow is described from the boot memory.
@@ -840,10 +926,26 @@ def _plan_memory(
             if bound < upper:
                 upper, upper_what = bound, "the guest's memmap ceiling"
 
+    # A VM never goes below its boot memory: a target below it is kept as the target the
+    # plan could not reach (``aligned``), and the VM stays at what it booted with.
+    below_base = target < base
+    if below_base:
+        note(
+            "boot_memory",
+            f"the target {fmt_requested(target)} is below the VM's boot memory "
+            f"{fmt_bytes(base)}: "
+            + (
+                "Kata sized the VM at boot (static_sandbox_resource_mgmt), and boot memory "
+                "cannot be given back"
+                if static
+                else "boot memory cannot be given back"
+            )
+            + f"; the VM keeps at least {fmt_bytes(base)}",
+        )
+    unreached = target
     # Round what is added up to whole blocks, unless that crosses the max. Blocks count
     # from what the plan cannot change in blocks (:func:`block_origin`).
-    # runtime-rs's static size may be below default_memory (it replaces it): from 0.
-    origin = 0 if runtime_rs_static(cfg, need) is not None else block_origin(mech, vm, target)
+    origin = block_origin(mech, vm, target)
     want = max(target - origin, 0)
     aligned = align_up(want, block)
     if origin + aligned > upper:
@@ -856,7 +958,7 @@ def _plan_memory(
                 f"block would cross {upper_what} {fmt_bytes(upper)}",
             )
     target = origin + aligned
-    aligned_target = target
+    aligned_target = unreached if below_base else target
 
     others = [d.id for d in vm.virtio_mems if vm.virtio_mem is not None and d is not vm.virtio_mem]
     if mech == "virtio-mem" and others:
@@ -867,31 +969,26 @@ def _plan_memory(
             "the others' memory as it is",
         )
     steps: tuple[Step, ...] = ()
-    if mech == "static":
-        # Sized at boot: the boot size is the target; nothing is plugged later.
-        note("static_sizing", "static_sandbox_resource_mgmt: the VM is sized at boot, no hotplug")
-        current = target
-    else:
-        current = now
-        if target > current:
-            cap = None if guest is None else _stage_cap(cfg, host, base, policy, block, now, guest)
-            steps, reached = (
-                _grow_dimm(vm, target, block, clamp, cap)
-                if mech == "pc-dimm"
-                else _resize_virtio_mem(cfg, vm, target, block, clamp, cap)
+    current = now
+    if target > current:
+        cap = None if guest is None else _stage_cap(cfg, host, base, policy, block, now, guest)
+        steps, reached = (
+            _grow_dimm(vm, target, block, clamp, cap)
+            if mech == "pc-dimm"
+            else _resize_virtio_mem(cfg, vm, target, block, clamp, cap)
+        )
+        target = reached
+    elif target < current:
+        steps, target = (
+            _shrink_dimm(vm, target, clamp)
+            if mech == "pc-dimm"
+            else _resize_virtio_mem(cfg, vm, target, block, clamp)
+        )
+        if steps:
+            note(
+                "shrink_planned",
+                "shrink planned: each step runs only after the guest-usage safety check",
             )
-            target = reached
-        elif target < current:
-            steps, target = (
-                _shrink_dimm(vm, target, clamp)
-                if mech == "pc-dimm"
-                else _resize_virtio_mem(cfg, vm, target, block, clamp)
-            )
-            if steps:
-                note(
-                    "shrink_planned",
-                    "shrink planned: each step runs only after the guest-usage safety check",
-                )
     node = guards.node
     reserved = (
         None if node is None or node.budget is None else reserved_problem(node.reserved, node.host)
@@ -907,7 +1004,7 @@ def _plan_memory(
                 f"{fmt_bytes(guards.node.available)} now: the guest may touch memory the host "
                 "has to reclaim or swap first",
             )
-    if guards.cgroup is not None and mech != "static":
+    if guards.cgroup is not None:
         found_room = cgroup_room(cfg, guards.cgroup, now)
         if found_room is not None and now > found_room[0]:
             note(
@@ -941,6 +1038,8 @@ def _plan_memory(
             node=guards.node,
             workload=need,
             guest=guest,
+            guest_policy=policy,
+            static_sizing=static,
             max_cause=limit_cause,
             max_raised=raised_to,
             max_limit=limit,

@@ -89,6 +89,8 @@ class RuntimeClassOverhead:
     smallest: PodFit
     largest: PodFit
     mechanism: str
+    #: Kata sizes the VM at boot (``static_sandbox_resource_mgmt``), kata-mem after it.
+    static: bool
     block: int
     boot: int
     maximum: Optional[int]
@@ -119,6 +121,16 @@ def pod_fit(cfg: SizingConfig, arch: Arch, limits: int) -> PodFit:
     )
 
 
+def _added(cfg: SizingConfig) -> int:
+    """What a VM of ``cfg`` is sized at above its pod's limits: ``default_memory`` with
+    ``kata`` sizing and with the Go runtime's static sizing, ``overhead_memory`` with
+    runtime-rs's (planner ``static_size``: the model does not apply), nothing with
+    ``pod-limit`` sizing."""
+    if cfg.static_sandbox_resource_mgmt:
+        return (cfg.overhead_memory or 0) if cfg.runtime == "runtime-rs" else cfg.default_memory
+    return cfg.default_memory if cfg.settings.sizing == "kata" else 0
+
+
 def _step_starts(cfg: SizingConfig, arch: Arch, top: int) -> list[int]:
     """The pod limits up to ``top`` where what the guard is asked to admit steps up
     last before each bound: ``top``, the last whole block under the memory maximum and
@@ -136,9 +148,8 @@ def _step_starts(cfg: SizingConfig, arch: Arch, top: int) -> list[int]:
     """
     host = _host(arch)
     base, block = boot_memory(cfg, host), block_size(cfg, host)
-    # What the model asks for, as a function of the limits: default_memory + limits
-    # (kata) or the limits (pod-limit).
-    offset = cfg.default_memory if cfg.settings.sizing == "kata" else 0
+    # What the VM is asked to be, as a function of the limits: limits + offset.
+    offset = _added(cfg)
     bounds = [top + offset]
     if cfg.default_maxmemory:
         maximum = max(cfg.default_maxmemory, base)
@@ -154,7 +165,9 @@ def _step_starts(cfg: SizingConfig, arch: Arch, top: int) -> list[int]:
             if bound > base:
                 past = base + (bound - 1 - base) // grid * grid + 1 - offset
                 at = base + (bound - base) // grid * grid - offset
-                found.update(start for start in (past, at) if 1 <= start <= top)
+                # And a MiB before: runtime-rs's static sizing rounds to even MiB
+                # (convert_memory_to_mb), so its VM steps up at every other MiB.
+                found.update(start for start in (past, at, at - MiB) if 1 <= start <= top)
     return sorted(found)
 
 
@@ -182,7 +195,7 @@ def runtime_class_overhead(
     if sizing is not None:
         cfg = replace(cfg, settings=replace(cfg.settings, sizing=sizing))
     model = cfg.settings.sizing
-    if model == "pod-overhead":
+    if model == "pod-overhead" and not cfg.static_sandbox_resource_mgmt:
         raise InputError(
             f"{given} pod-overhead: the VM is sized at the pod overhead + limits, which is "
             "the whole pod cgroup, so no podFixed leaves room for QEMU's own memory (docs, "
@@ -201,8 +214,7 @@ def runtime_class_overhead(
                 f"{cfg.path}: default_maxmemory is 0 (the node's memory): give "
                 "--max-pod-memory, the largest pod memory limits the RuntimeClass is for"
             )
-        offset = cfg.default_memory if model == "kata" else 0
-        max_pod_memory, origin = max(cfg.default_maxmemory - offset, 1), "default_maxmemory"
+        max_pod_memory, origin = max(cfg.default_maxmemory - _added(cfg), 1), "default_maxmemory"
     else:
         origin = "--max-pod-memory"
     if max_pod_memory < 1:
@@ -225,6 +237,7 @@ def runtime_class_overhead(
         smallest=smallest,
         largest=largest,
         mechanism=mechanism(cfg),
+        static=cfg.static_sandbox_resource_mgmt,
         block=block_size(cfg, host),
         boot=boot_memory(cfg, host),
         maximum=None if cfg.default_maxmemory == 0 else cfg.default_maxmemory,

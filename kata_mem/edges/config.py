@@ -744,12 +744,13 @@ SETTINGS_KEYS: dict[str, tuple[str, int, Callable[[Any], bool], str]] = {
         lambda v: is_number(v) and 0 < v <= 100,
         "a ratio above 0 and at most 100, e.g. 1.0 (absent: report only)",
     ),
-    # Read when kernel_params does not say (memhp_default_state): the guest's own ceiling.
+    # Read when kernel_params does not say (memhp_default_state); absent: as Kata's guest
+    # onlines (a kernel zone, kata_mem.core.guestmem.KATA_ONLINING).
     "guest_onlining": (
         "guest_onlining",
         1,
         lambda v: v in ONLININGS,
-        " or ".join(f'"{o}"' for o in ONLININGS),
+        " or ".join(f'"{o}"' for o in ONLININGS) + " (absent: as Kata's guest, a kernel zone)",
     ),
     "guest_memmap_on_memory": ("guest_memmap_on_memory", 1, is_bool, "true or false"),
 }

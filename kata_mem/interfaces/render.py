@@ -18,6 +18,7 @@ from kata_mem.core.model import (
     Clamp,
     Demand,
     GuestCeiling,
+    GuestPolicy,
     HostCgroup,
     MemoryPlan,
     NodeView,
@@ -40,6 +41,7 @@ _NOTE_PREFIX: dict[NoteCode, str] = {
     "memory_clamp": "memory: ",
     "vcpu_clamp": "vCPUs: ",
     "shrink_not_allowed": "ShrinkNotAllowed: ",
+    "cannot_shrink": "BackendCannotShrink: ",
 }
 
 
@@ -74,7 +76,14 @@ def plan_json(plan: Plan, cfg: SizingConfig) -> dict[str, Any]:
     m, v = plan.memory, plan.vcpus
     return {
         "schema": PLAN_SCHEMA,
-        "config": {"path": cfg.path, "hypervisor": cfg.hypervisor},
+        # Which runtime's rules and whether Kata sizes the VM only at boot: the NRI plugin
+        # reads both (go/client PlanConfig) to learn whether container events are kata-mem's.
+        "config": {
+            "path": cfg.path,
+            "hypervisor": cfg.hypervisor,
+            "runtime": cfg.runtime,
+            "static_sandbox_resource_mgmt": cfg.static_sandbox_resource_mgmt,
+        },
         "memory": {
             "host_mib": to_mib_floor(m.host),
             "configured_max_mib": to_mib_floor(m.configured_max),
@@ -104,6 +113,7 @@ def plan_json(plan: Plan, cfg: SizingConfig) -> dict[str, Any]:
             "node": node_json(m.node),
             "workload": workload_json(m.workload),
             "guest": guest_json(m.guest),
+            "guest_policy": guest_policy_json(m.guest_policy),
         },
         "vcpus": {
             "host": v.host,
@@ -218,12 +228,27 @@ def guest_json(g: Optional[GuestCeiling]) -> Optional[dict[str, Any]]:
     }
 
 
+def guest_policy_json(g: Optional[GuestPolicy]) -> Optional[dict[str, Any]]:
+    """How the plan takes the guest to online hot-added memory, and why, whatever the plan
+    does (null only for a plan that does not say)."""
+    if g is None:
+        return None
+    return {
+        "onlining": g.onlining,
+        "onlining_from": g.onlining_from,
+        "memmap_on_memory": g.memmap_from,
+        "movable_ratio": g.movable_ratio,
+    }
+
+
 def _requested(m: MemoryPlan, cfg: SizingConfig) -> str:
     """What ``requested`` is: ``pod-overhead`` without a known overhead is sized as
-    ``kata`` (planner ``sized``, which warns); runtime-rs's static sizing replaces the
-    model (planner ``runtime_rs_static``)."""
-    if cfg.runtime == "runtime-rs" and cfg.static_sandbox_resource_mgmt:
-        return "runtime-rs static sizing: overhead_memory + limits, base without any"
+    ``kata`` (planner ``sized``, which warns); Kata's static sizing replaces the model
+    (planner ``static_size``)."""
+    if m.static_sizing and cfg.runtime == "runtime-rs":
+        return "runtime-rs static sizing: overhead_memory + limits, default_memory without any"
+    if m.static_sizing:
+        return "Kata's static sizing: default_memory + limits in whole MiB"
     if m.sizing == "pod-overhead" and m.pod_overhead is None:
         return f"{_REQUESTED['kata']} (no pod overhead known: sized as kata)"
     return _REQUESTED[m.sizing]
@@ -235,6 +260,8 @@ def _target_note(m: MemoryPlan) -> str:
     whole blocks it is planned in (not a clamp, and no step adds a part of a block)."""
     if m.clamps:
         return "clamped: " + ", ".join(c.cause for c in m.clamps)
+    if m.aligned < m.base:
+        return "the boot memory: a VM never goes below it"
     if m.target > m.requested:
         return f"rounded up to whole {to_mib_ceil(m.block)} MiB blocks"
     return ""
@@ -282,7 +309,11 @@ def plan_text(plan: Plan, cfg: SizingConfig, title: str = "") -> str:
         max_note += f"; raised to the boot size {to_mib_floor(m.max)} MiB"
     lines += [
         "memory (MiB)",
-        _row("base (default_memory)", str(to_mib_ceil(m.base))),
+        # A VM Kata sized at boot booted with its static size, not default_memory.
+        _row(
+            "base (booted by Kata)" if m.static_sizing else "base (default_memory)",
+            str(to_mib_ceil(m.base)),
+        ),
         _row("requested", str(to_mib_ceil(m.requested)), _requested(m, cfg)),
         _row("max", str(to_mib_floor(m.max)), max_note),
         _row("target", str(to_mib_ceil(m.target)), _target_note(m)),
@@ -301,6 +332,8 @@ def plan_text(plan: Plan, cfg: SizingConfig, title: str = "") -> str:
             )
     elif any(n.code == "shrink_not_allowed" for n in plan.notes):
         lines.append("steps: none (shrinking is off: see the ShrinkNotAllowed note)")
+    elif any(n.code == "cannot_shrink" for n in plan.notes):
+        lines.append("steps: none (no DIMM is unplugged: see the BackendCannotShrink note)")
     else:
         lines.append("steps: none")
     for c in m.clamps:
@@ -337,6 +370,14 @@ def plan_text(plan: Plan, cfg: SizingConfig, title: str = "") -> str:
             else ""
         )
         lines.append(f"guest memmap{staged}: {formula(m.guest)}")
+    elif m.guest_policy is not None:
+        # The onlining the plan assumed, whatever it does: it says what a grow can describe
+        # and whether a DIMM can be given back.
+        memmap = m.guest_policy.memmap_from
+        lines.append(
+            f"guest onlining: {m.guest_policy.onlining} ({m.guest_policy.onlining_from})"
+            + ("" if memmap == "off" else f"; memmap_on_memory: {memmap}")
+        )
     if m.node is not None and m.node.budget is not None:
         lines.append(
             f"node: budget {to_mib_floor(m.node.budget)} MiB, other sandboxes "

@@ -59,12 +59,14 @@ def memory_owner(cfg: SizingConfig) -> str:
     ``Sandbox.updateResources`` (src/runtime/virtcontainers/sandbox.go, called from
     ``CreateContainer``, ``StartContainer`` and container.go's ``update``) returns early
     on ``StaticResourceMgmt``, as runtime-rs's ``update_linux_resource``
-    (src/runtime-rs/crates/resource/src/manager_inner.rs) does; ``sandbox_cgroup_only``
-    changes where QEMU is charged, not who resizes."""
+    (src/runtime-rs/crates/resource/src/manager_inner.rs) skips its hotplug; so with it set
+    the VM keeps its boot size unless kata-mem resizes it. ``sandbox_cgroup_only`` changes
+    where QEMU is charged, not who resizes."""
     if cfg.static_sandbox_resource_mgmt:
         return (
-            "sized once at boot: Kata's runtime never resizes it (static_sandbox_resource_mgmt "
-            "= true), and kata-mem plans that boot size and changes nothing"
+            "sized once at boot by Kata, which never resizes it (static_sandbox_resource_mgmt "
+            "= true): kata-mem is its one owner after boot, and resizes it through its hotplug "
+            "region to the size Kata boots the workload with"
         )
     return (
         "Kata's runtime hotplugs it by itself on container create, start and update "

@@ -65,8 +65,11 @@ def _vm_rule(o: RuntimeClassOverhead) -> str:
         else "the limits (at least the boot memory)"
     )
     maximum = f", at most default_maxmemory {fmt_bytes(o.maximum)}" if o.maximum else ""
-    if o.mechanism == "static":
-        return f"VM = {wanted}, whole MiB, sized at boot (static_sandbox_resource_mgmt)"
+    if o.static:
+        return (
+            f"VM = {wanted}, whole MiB, sized at boot by Kata (static_sandbox_resource_mgmt) "
+            f"and after it by kata-mem ({o.mechanism})"
+        )
     return (
         f"VM = {wanted}, in whole {fmt_bytes(o.block)} blocks above the boot memory "
         f"{fmt_bytes(o.boot)} ({o.mechanism}){maximum}"
@@ -178,6 +181,7 @@ def runtimeclass_json(
         "cpu_policy": cpu_policy,
         "all_vcpus_cpu_millis": o.cpu_millis,
         "mechanism": o.mechanism,
+        "static_sandbox_resource_mgmt": o.static,
         "block_bytes": o.block,
         "boot_bytes": o.boot,
         "default_maxmemory_bytes": o.maximum,

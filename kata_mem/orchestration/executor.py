@@ -158,7 +158,8 @@ def run_locked(
     with state.locked(LOCK_WAIT_S) as got:
         if not got:
             record, _ = state.load().bounded(host.memory)
-            p = make_plan(cfg, host, workload, assumed_vm(cfg, host, record.observed or None))
+            vm = assumed_vm(cfg, host, record.observed or None, workload)
+            p = make_plan(cfg, host, workload, vm)
             return Result(p, outcomes.busy(p, LOCK_WAIT_S))
         reached: Optional[Endpoint] = None
         try:

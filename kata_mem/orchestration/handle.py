@@ -93,7 +93,7 @@ def plan_request(
     host = sandbox_host(cfg, request.host)
     cfg = pod_config(cfg, host, request.workload)  # the pod's Kata annotations
     if current is not None:
-        problem = current_problem(cfg, host, current)
+        problem = current_problem(cfg, host, current, request.workload)
         if problem:
             raise InputError(f"{current_origin.name()} {current_origin.value!r}: {problem}")
     p = preview(
@@ -221,15 +221,16 @@ def preview(
     cgroup_origin: Origin = HOST_CGROUP_OPTION,
     pod_limit: Optional[int] = None,
 ) -> Plan:
-    """The plan for a VM booted as Kata boots it with ``current`` bytes of guest
-    memory (default: the boot memory): what ``apply`` with the same flags runs,
+    """The plan for a VM booted as Kata boots it for ``workload`` (with
+    ``static_sandbox_resource_mgmt``, at the workload's static size) with ``current`` bytes
+    of guest memory (default: the boot memory): what ``apply`` with the same flags runs,
     guarded by the host cgroup ``cgroup`` when given (a preview has no VMM to find
     one from, nor a node's total to admit against) and by the new pod limit
     ``pod_limit`` (an ``update-sandbox`` request's). Changes nothing.
 
     :raises InputError: ``cgroup`` is not a readable memory cgroup directory.
     """
-    vm = assumed_vm(cfg, host, current)
+    vm = assumed_vm(cfg, host, current, workload)
     guards = None
     if cgroup or pod_limit is not None:
         from kata_mem.orchestration.guards import HostSide
@@ -237,9 +238,10 @@ def preview(
         guards = HostSide(cfg, host, cgroup or None, cgroup_origin, pod_limit).read(vm)
     p = plan(cfg, host, workload, vm, guards)
     if vm.plugged:  # only a VM with plugged memory can have a shrink refused
-        from kata_mem.core.outcomes import refuse_shrink
+        from kata_mem.core.outcomes import before_steps
 
-        p, _ = refuse_shrink(p, vm, allow_shrink or cfg.settings.allow_shrink)
+        # The plan apply carries out: a shrink refused leaves its steps here too.
+        p, _ = before_steps(p, vm, shrink_allowed=allow_shrink or cfg.settings.allow_shrink)
     return p
 
 
@@ -277,14 +279,19 @@ def _connect(cfg: SizingConfig, endpoint: Endpoint, env: Mapping[str, str]) -> O
 
 
 def _dry_run_backend(
-    cfg: SizingConfig, host: HostFacts, endpoint: Optional[Endpoint], env: Mapping[str, str]
+    cfg: SizingConfig,
+    host: HostFacts,
+    endpoint: Optional[Endpoint],
+    env: Mapping[str, str],
+    workload: Workload,
 ) -> FakeBackend:
     """An in-memory copy of the VM: observed when an endpoint is given, with the guest's
-    latest usage reading as it is. Reading it changes nothing on the VM."""
+    latest usage reading as it is; else the VM Kata boots for ``workload``. Reading it
+    changes nothing on the VM."""
     from kata_mem.backends.fake import FakeBackend, FakeGuest
 
     if endpoint is None:
-        return FakeBackend(assumed_vm(cfg, host))
+        return FakeBackend(assumed_vm(cfg, host, None, workload))
     real = _connect(cfg, endpoint, env).backend
     try:
         vm, usage = real.observe(), real.guest_usage()
@@ -364,7 +371,7 @@ def _resize(
         state_dir_state(directory)  # what apply would say about it; read only
         SandboxState(directory, sandbox).owned()  # and of a sandbox directory others could write
         virtual = VirtualTime()
-        fake = _dry_run_backend(cfg, host, endpoint, env)
+        fake = _dry_run_backend(cfg, host, endpoint, env, request.workload)
         fake.clock, fake.sleep = virtual.clock, virtual.sleep
         import tempfile  # a dry run's only: 3 ms (shutil, random) off every shim call
 

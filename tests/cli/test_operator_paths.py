@@ -91,7 +91,8 @@ def test_config_check_says_who_resizes_the_vm_after_boot(tmp_path: Path) -> None
     (line,) = [x for x in text.stdout.splitlines() if x.startswith("memory after boot: ")]
     assert "Kata's runtime hotplugs it by itself" in line and "in place of" in line
     doc = json.loads(kata_mem_process("config", "check", str(static), "--json").stdout)
-    assert doc["memory_owner"].startswith("sized once at boot: Kata's runtime never resizes it")
+    assert doc["memory_owner"].startswith("sized once at boot by Kata, which never resizes it")
+    assert "kata-mem is its one owner after boot" in doc["memory_owner"]
 
 
 def test_scripts_test_asks_for_the_pythons_it_tests_before_anything_else(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ from kata_mem.core.record import Record
 from kata_mem.edges.config import DEFAULT_PATHS
 from kata_mem.edges.journal import SandboxState
 from tests.support.cli import CliResult, kata_mem_process
-from tests.support.configs import HOST_ARGS, write_config
+from tests.support.configs import GUEST_KERNEL_PARAMS, HOST_ARGS, write_config
 from tests.support.fake_qmp import FakeQemu, FakeQmpServer
 from tests.support.paths import KATA_CONFIGS, REPO
 
@@ -424,15 +424,42 @@ def test_preview_without_allow_shrink_shows_what_apply_does(run_cli: Run) -> Non
 
 
 def test_preview_with_allow_shrink_shows_the_shrink(run_cli: Run, tmp_path: Path) -> None:
-    r = _preview(run_cli, "--allow-shrink", "--json")
+    # A guest that onlines movable gives its DIMMs back.
+    movable = {"default_memory": 2048, "kernel_params": GUEST_KERNEL_PARAMS}
+    r = _preview(
+        run_cli, "--allow-shrink", "--json", config=str(write_config(tmp_path / "m.toml", movable))
+    )
     assert r.code == 0, r.err
     assert [s["action"] for s in json.loads(r.out)["memory"]["steps"]] == ["unplug_dimm"]
     # The configuration's policy allows it as the flag does.
+    cfg = write_config(tmp_path / "c.toml", movable, kata_mem={"allow_shrink": True})
+    r = _preview(run_cli, "--json", config=str(cfg))
+    assert [s["action"] for s in json.loads(r.out)["memory"]["steps"]] == ["unplug_dimm"]
+    assert "guest onlining: movable (kernel_params memhp_default_state=online_movable)" in (
+        _preview(run_cli, config=str(cfg)).out
+    )
+
+
+def test_preview_of_a_dimm_shrink_of_kata_s_guest_shows_it_refused(
+    run_cli: Run, tmp_path: Path
+) -> None:
+    """Kata's guest onlines its DIMMs to a kernel zone, from which they often cannot be
+    unplugged: the preview shows what apply does, no step, and says why and what to do."""
     cfg = write_config(
         tmp_path / "c.toml", {"default_memory": 2048}, kata_mem={"allow_shrink": True}
     )
     r = _preview(run_cli, "--json", config=str(cfg))
-    assert [s["action"] for s in json.loads(r.out)["memory"]["steps"]] == ["unplug_dimm"]
+    doc = json.loads(r.out)
+    assert doc["memory"]["steps"] == [] and doc["memory"]["target_mib"] == 2048
+    assert doc["memory"]["guest"] is None
+    assert doc["memory"]["guest_policy"]["onlining"] == "kernel"
+    refused = [w for w in doc["warnings"] if w.startswith("BackendCannotShrink: ")]
+    assert len(refused) == 1, doc["warnings"]
+    assert "the guest onlines hot-added memory to a kernel zone (as Kata's guest" in refused[0]
+    assert "enable_virtio_mem" in refused[0] and "memhp_default_state=online_movable" in refused[0]
+    text = _preview(run_cli, config=str(cfg)).out
+    assert "steps: none (no DIMM is unplugged: see the BackendCannotShrink note)" in text
+    assert "guest onlining: kernel (as Kata's guest onlines it" in text
 
 
 def test_a_damaged_journal_step_is_not_reported_as_none(

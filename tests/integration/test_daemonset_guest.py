@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 from tests.support.cli import kata_mem_process
-from tests.support.configs import write_config
+from tests.support.configs import GUEST_KERNEL_PARAMS, write_config
 from tests.support.daemonset import Container, Pod
 from tests.support.guestvm import GuestSpec
 from tests.support.memcg import CgroupGuestVM, CgroupUnavailable, MemoryCgroup
@@ -100,6 +100,7 @@ def node(guest_dir: Path, tmp_path: Path) -> Iterator[Node]:
             "default_maxmemory": 4096,
             "memory_slots": 8,
             "enable_virtio_mem": True,
+            "kernel_params": GUEST_KERNEL_PARAMS,
         },
     )
     (kata / "config.d" / "50-kata-mem.toml").write_text(_drop_in())

@@ -16,7 +16,7 @@ from kata_mem.core.model import OwnedDevice
 from kata_mem.core.record import Record
 from kata_mem.edges.journal import SandboxState
 from tests.support.cli import CliResult
-from tests.support.configs import write_config
+from tests.support.configs import GUEST_KERNEL_PARAMS, write_config
 
 libvirt = pytest.importorskip("libvirt", reason="libvirt-python is part of the test extra")
 Run = Callable[..., CliResult]
@@ -101,7 +101,12 @@ def apply(
 def _cfg(tmp_path: Path, virtio: bool) -> Path:
     return write_config(
         tmp_path / "c.toml",
-        {"default_memory": 512, "default_maxmemory": 4096, "enable_virtio_mem": virtio},
+        {
+            "default_memory": 512,
+            "default_maxmemory": 4096,
+            "enable_virtio_mem": virtio,
+            "kernel_params": GUEST_KERNEL_PARAMS,
+        },
         kata_mem={"state_dir": str(tmp_path / "state"), "step_timeout_s": 2},
     )
 

@@ -16,7 +16,7 @@ from typing import Callable
 import pytest
 
 from tests.support.cli import CliResult
-from tests.support.configs import HOST_ARGS
+from tests.support.configs import GUEST_KERNEL_PARAMS, HOST_ARGS
 from tests.support.fake_qmp import FakeQemu, FakeQmpServer
 
 Run = Callable[..., CliResult]
@@ -146,7 +146,11 @@ def test_error_reply_in_a_step_is_not_doubled(
     fake.fail["device_add"] = ("GenericError", "no free slots available")
     cfg = write_config(
         tmp_path / "c.toml",
-        {"default_memory": 512, "default_maxmemory": 4096},
+        {
+            "default_memory": 512,
+            "default_maxmemory": 4096,
+            "kernel_params": GUEST_KERNEL_PARAMS,
+        },
         kata_mem={"state_dir": str(tmp_path / "state")},
     )
     r = run_cli(

@@ -13,7 +13,7 @@ from typing import Any, Callable
 import pytest
 
 from tests.support.cli import CliResult
-from tests.support.configs import HOST_ARGS, write_config
+from tests.support.configs import GUEST_KERNEL_PARAMS, HOST_ARGS, write_config
 from tests.support.fake_qmp import FakeQemu, FakeQmpServer
 
 Run = Callable[..., CliResult]
@@ -37,7 +37,12 @@ def apply(
 ) -> Callable[..., tuple[int, dict[str, Any]]]:
     cfg = write_config(
         tmp_path / "configuration.toml",
-        {"default_memory": 512, "default_maxmemory": 4096, "memory_slots": 4},
+        {
+            "default_memory": 512,
+            "default_maxmemory": 4096,
+            "memory_slots": 4,
+            "kernel_params": GUEST_KERNEL_PARAMS,
+        },
         kata_mem={"step_timeout_s": 1, "state_dir": str(tmp_path / "state")},
     )
 

@@ -12,7 +12,7 @@ from typing import Any, Callable, Union
 import pytest
 
 from tests.support.cli import CliResult, kata_mem_process
-from tests.support.configs import HOST_ARGS, write_config
+from tests.support.configs import GUEST_KERNEL_PARAMS, HOST_ARGS, write_config
 from tests.support.guestvm import GuestSpec, GuestVM
 from tests.support.libvirt_guest import LibvirtGuest
 from tests.support.paths import PODS
@@ -42,6 +42,7 @@ class Sandbox:
                 "default_maxmemory": maxmem,
                 "memory_slots": slots,
                 "enable_virtio_mem": virtio,
+                "kernel_params": GUEST_KERNEL_PARAMS,
             },
             kata_mem={"state_dir": str(self.tmp / "state"), "step_timeout_s": 20},
         )

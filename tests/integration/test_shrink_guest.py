@@ -173,6 +173,40 @@ def test_force_shows_the_harm_the_checks_prevent(
     assert not alive or avail < HEADROOM_KB
 
 
+def test_a_dimm_shrink_of_a_guest_onlining_to_a_kernel_zone_is_refused_untouched(
+    boot_guest: BootGuest, run_cli: Run, tmp_path: Path
+) -> None:
+    """A guest that onlines hot-added memory to a kernel zone, as Kata's does (here
+    memhp_default_state=online, and nothing in kernel_params, as in Kata's own
+    configuration), often cannot give a DIMM back: it answers the ACPI eject busy and keeps
+    the memory, and the unplug stays pending for good (docs/guide/sizing.md, "pc-dimm shrink"). kata-mem
+    refuses the shrink before any step, even with --force, and says what to do: the DIMM
+    stays, unplugged by nothing, and the journal holds no step."""
+    vm = boot_guest(GuestSpec(virtio_mem_mib=0, online_state="online"))
+    cfg = guest_config(tmp_path, virtio=False, kernel_params="")
+    base_kb = vm.status().total_kb
+    code, doc = apply_qmp(run_cli, cfg, vm.qmp_socket, "--limit", "256Mi")
+    assert (code, doc["status"], doc["observed_mib"]) == (0, "Resized", 768), doc
+    grown = vm.wait_mem(lambda m: m.total_kb >= base_kb + 256 * KiB_PER_MiB).total_kb
+    for flag in ("--allow-shrink", "--force"):
+        code, doc = apply_qmp(run_cli, cfg, vm.qmp_socket, flag)
+        assert (code, doc["status"], doc["reason"], doc["observed_mib"]) == (
+            0,
+            "Infeasible",
+            "BackendCannotShrink",
+            768,
+        ), doc
+        assert doc["steps"] == [] and doc["plan"]["memory"]["steps"] == [], doc
+        assert "to a kernel zone (as Kata's guest onlines it" in doc["message"], doc
+        assert "memhp_default_state=online_movable" in doc["message"], doc
+    with QMPClient(vm.qmp_socket) as q:
+        devices = q.execute("query-memory-devices")
+    assert [d["data"]["id"] for d in devices] == ["kmdimm0"]
+    journal = json.loads((tmp_path / "state" / "sb" / "journal.json").read_text())
+    assert journal["pending_unplug"] == [] and journal["step"] is None, journal
+    assert vm.status().total_kb == grown
+
+
 def test_dimm_unplug_that_times_out_stays_pending_and_is_settled(
     boot_guest: BootGuest, run_cli: Run, tmp_path: Path
 ) -> None:

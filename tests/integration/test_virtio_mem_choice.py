@@ -13,7 +13,7 @@ from typing import Any, Callable
 import pytest
 
 from tests.support.cli import CliResult
-from tests.support.configs import HOST_ARGS, write_config
+from tests.support.configs import GUEST_KERNEL_PARAMS, HOST_ARGS, write_config
 from tests.support.fake_qmp import FakeQemu, FakeQmpServer
 
 Run = Callable[..., CliResult]
@@ -33,7 +33,12 @@ def qemu() -> FakeQemu:
 def apply(run_cli: Run, tmp_path: Path, qemu: FakeQemu) -> Iterator[Apply]:
     cfg = write_config(
         tmp_path / "configuration.toml",
-        {"default_memory": 512, "default_maxmemory": 4096, "enable_virtio_mem": True},
+        {
+            "default_memory": 512,
+            "default_maxmemory": 4096,
+            "enable_virtio_mem": True,
+            "kernel_params": GUEST_KERNEL_PARAMS,
+        },
         kata_mem={"step_timeout_s": 2, "state_dir": str(tmp_path / "state")},
     )
     with FakeQmpServer(tmp_path / "qmp.sock", qemu) as server:

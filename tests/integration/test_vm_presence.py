@@ -27,7 +27,7 @@ from kata_mem.edges.journal import SandboxState
 from kata_mem.orchestration.connect import open_backend, vm_gone
 from kata_mem.orchestration.status import read_status
 from tests.support.cli import CliResult
-from tests.support.configs import HOST_ARGS, write_config
+from tests.support.configs import GUEST_KERNEL_PARAMS, HOST_ARGS, write_config
 from tests.support.fake_qmp import FakeQemu, FakeQmpServer
 from tests.support.paths import REPO
 from tests.support.service import start
@@ -94,7 +94,12 @@ def sticky() -> Iterator[Path]:
 def _config(tmp_path: Path) -> Path:
     return write_config(
         tmp_path / "configuration.toml",
-        {"default_memory": 512, "default_maxmemory": 4096, "memory_slots": 4},
+        {
+            "default_memory": 512,
+            "default_maxmemory": 4096,
+            "memory_slots": 4,
+            "kernel_params": GUEST_KERNEL_PARAMS,
+        },
         kata_mem={"state_dir": str(tmp_path / "state"), "step_timeout_s": 1},
     )
 

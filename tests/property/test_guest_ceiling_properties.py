@@ -18,7 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kata_mem.core.frozen import replace
-from kata_mem.core.model import HostFacts, SizingConfig, Workload
+from kata_mem.core.model import HostFacts, MemoryPlan, SizingConfig, Workload
 from kata_mem.core.planner import assumed_vm, plan
 from kata_mem.core.units import MiB
 from tests.strategies import configs, hosts, workloads
@@ -38,7 +38,7 @@ def guest_configs(draw: st.DrawFn) -> SizingConfig:
     cfg = draw(configs())
     settings = replace(
         cfg.settings,
-        guest_onlining=draw(st.sampled_from(["movable", "kernel"])),
+        guest_onlining=draw(st.sampled_from([None, "movable", "kernel"])),
         guest_memmap_on_memory=draw(st.booleans()),
         headroom_min=draw(st.sampled_from([0, 64, 128, 512])) * MiB,
         headroom_percent=draw(st.sampled_from([0, 5, 10, 50])),
@@ -76,14 +76,22 @@ def addable(cfg: SizingConfig, arch: str, base: int, total: int, reading: Option
     return max(available - headroom, 0) // 64 * page
 
 
+def _from_boot(
+    cfg: SizingConfig, host: HostFacts, req: Workload, reading: Optional[int] = None
+) -> MemoryPlan:
+    """The plan for ``req`` of a VM booted without a workload: with static sizing, a
+    resize after boot (booted for ``req`` itself, a static VM would be at its target)."""
+    return plan(cfg, host, req, assumed_vm(cfg, host, None, Workload()), None, reading).memory
+
+
 @given(guest_configs(), hosts, workloads, readings)
 def test_no_step_adds_more_than_the_guest_can_describe(
     cfg: SizingConfig, host: HostFacts, req: Workload, reading: Optional[int]
 ) -> None:
-    m = plan(cfg, host, req, guest_available=reading).memory
-    if _memmap_counted(cfg) or m.mechanism == "static":
+    m = _from_boot(cfg, host, req, reading)
+    if _memmap_counted(cfg):
         return
-    vm = assumed_vm(cfg, host)
+    vm = assumed_vm(cfg, host, None, Workload())
     total = m.current
     for i, step in enumerate(m.steps):
         if step.delta <= 0:
@@ -100,8 +108,8 @@ def test_no_step_adds_more_than_the_guest_can_describe(
 def test_with_movable_onlining_no_target_above_what_the_boot_memory_describes(
     cfg: SizingConfig, host: HostFacts, req: Workload, reading: Optional[int]
 ) -> None:
-    m = plan(cfg, host, req, guest_available=reading).memory
-    if _memmap_counted(cfg) or m.mechanism == "static" or not _movable(cfg):
+    m = _from_boot(cfg, host, req, reading)
+    if _memmap_counted(cfg) or not _movable(cfg):
         return
     if m.target > m.current:
         assert m.target <= m.current + addable(cfg, host.arch, m.base, m.current, reading)
@@ -115,8 +123,8 @@ def test_kernel_onlining_stages_to_the_target(
     """Onlined to a kernel zone, each step's memory pays for the next: once the first
     block fits, the grow is never stopped by the guest's ceiling (slots, device space and
     the host still may)."""
-    m = plan(cfg, host, req).memory
-    if _memmap_counted(cfg) or m.mechanism == "static" or _movable(cfg):
+    m = _from_boot(cfg, host, req)
+    if _memmap_counted(cfg) or _movable(cfg):
         return
     if cfg.settings.headroom_percent > 50 or m.target <= m.current:
         return

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.support.configs import write_config
+from tests.support.configs import GUEST_KERNEL_PARAMS, write_config
 from tests.support.fake_qmp import FakeQemu, FakeQmpServer
 from tests.support.service import Service, start
 from tests.support.shim import request
@@ -21,7 +21,12 @@ MiB = 1 << 20
 def _config(tmp_path: Path) -> Path:
     return write_config(
         tmp_path / "configuration.toml",
-        {"default_memory": 512, "default_maxmemory": 4096, "memory_slots": 4},
+        {
+            "default_memory": 512,
+            "default_maxmemory": 4096,
+            "memory_slots": 4,
+            "kernel_params": GUEST_KERNEL_PARAMS,
+        },
         kata_mem={"step_timeout_s": 2},
     )
 

@@ -48,6 +48,13 @@ def write_config(
     return path
 
 
+#: How the tests' guests online hot-added memory (tests/support/guestvm.py ``GuestSpec``,
+#: libvirt_guest.py: ``memhp_default_state=online_movable`` on their kernel's command line),
+#: said in the Kata configuration as Kata passes it to the guest (``kernel_params``), so that
+#: kata-mem's model of the guest is the guest's.
+GUEST_KERNEL_PARAMS = "memhp_default_state=online_movable"
+
+
 def guest_config(
     tmp_path: Path,
     *,
@@ -55,9 +62,11 @@ def guest_config(
     maxmem: int = 4096,
     slots: int = 8,
     timeout: int = 20,
+    kernel_params: str = GUEST_KERNEL_PARAMS,
     **kata_mem: Any,
 ) -> Path:
-    """The configuration of the tests' guest: 512 MiB at boot, state under ``tmp_path``;
+    """The configuration of the tests' guest: 512 MiB at boot, state under ``tmp_path``,
+    its onlining in ``kernel_params`` (``""``: unsaid, as in Kata's own configuration);
     ``kata_mem`` adds ``[kata_mem]`` settings."""
     return write_config(
         tmp_path / "configuration.toml",
@@ -66,6 +75,7 @@ def guest_config(
             "default_maxmemory": maxmem,
             "memory_slots": slots,
             "enable_virtio_mem": virtio,
+            "kernel_params": kernel_params,
         },
         kata_mem={"state_dir": str(tmp_path / "state"), "step_timeout_s": timeout, **kata_mem},
     )
@@ -73,9 +83,14 @@ def guest_config(
 
 def small_vm_config(tmp_path: Path, step_timeout_s: int = 5) -> Path:
     """The configuration of a sandbox on the fake QMP server: 512 MiB at boot, at most
-    4096 MiB in 4 DIMM slots."""
+    4096 MiB in 4 DIMM slots, its guest onlining movable as the tests' guests do."""
     return write_config(
         tmp_path / "configuration.toml",
-        {"default_memory": 512, "default_maxmemory": 4096, "memory_slots": 4},
+        {
+            "default_memory": 512,
+            "default_maxmemory": 4096,
+            "memory_slots": 4,
+            "kernel_params": GUEST_KERNEL_PARAMS,
+        },
         kata_mem={"step_timeout_s": step_timeout_s},
     )

@@ -29,7 +29,7 @@ from kata_mem.core.units import GiB, MiB
 from kata_mem.edges.journal import SandboxState
 from kata_mem.orchestration.executor import Options, run_locked
 from kata_mem.orchestration.handle import handle
-from tests.support.configs import HOST, write_config
+from tests.support.configs import GUEST_KERNEL_PARAMS, HOST, write_config
 
 
 def request(*limits_mib: int) -> Workload:
@@ -55,7 +55,8 @@ def vm_dimms(*sizes_mib: int, slots: int = 8) -> VmState:
 def cfgs(make_config: Callable[..., SizingConfig]) -> dict[str, SizingConfig]:
     common = {"default_memory": 512, "default_maxmemory": 8192}
     return {
-        "dimm": make_config(**common),
+        # The fake guest gives its DIMMs back, as one onlining movable does.
+        "dimm": make_config(**common, kernel_params=GUEST_KERNEL_PARAMS),
         "virtio": make_config(**common, enable_virtio_mem=True),
     }
 
@@ -503,3 +504,52 @@ def test_handle_passes_the_crash_hook_down_from_its_env(
     assert isinstance(done, Applied) and done.outcome.status == "Resized"
     with pytest.raises(_Died):
         handle(req, {"KATA_MEM_CRASH_AT": "before-command"}, options)
+
+
+def test_a_vm_kata_sized_at_boot_is_resized_never_below_its_boot_memory(
+    make_config: Callable[..., SizingConfig], run: Callable[..., Any]
+) -> None:
+    """runtime-rs with static_sandbox_resource_mgmt booted the VM at 2080 MiB (overhead 32
+    + 2 GiB, InitialSizeManager::setup_config). kata-mem resizes it to what Kata would boot
+    the workload with: 3104 for 3 GiB (a DIMM), 2080 again for 2 GiB; for 1 GiB (1056) the
+    boot memory stays, Infeasible/BelowBaseMemory, and nothing is sent."""
+    cfg = make_config(
+        static_sandbox_resource_mgmt=True,
+        overhead_memory=32,
+        kernel_params=GUEST_KERNEL_PARAMS,
+        kata_mem={"runtime": "runtime-rs"},
+    )
+    b = FakeBackend(
+        VmState(2080 * MiB, slots=10, device_space=14304 * MiB), FakeGuest(used=100 * MiB)
+    )
+    assert run(cfg, b, request(2048)).outcome.status == "NoChange"
+    r = run(cfg, b, request(3072))
+    assert (r.outcome.status, r.outcome.observed) == ("Resized", 3104 * MiB)
+    r = run(cfg, b, request(2048), allow_shrink=True)
+    assert (r.outcome.status, r.outcome.observed) == ("Resized", 2080 * MiB)
+    sent = len(b.calls)
+    r = run(cfg, b, request(1024), allow_shrink=True)
+    assert (r.outcome.status, r.outcome.reason, r.outcome.observed) == (
+        "Infeasible",
+        "BelowBaseMemory",
+        2080 * MiB,
+    )
+    assert "Kata sized the VM at boot" in r.outcome.message
+    assert [c for c in b.calls[sent:] if c != "observe"] == []
+
+
+def test_a_dimm_shrink_of_kata_s_guest_is_refused_before_any_step(
+    make_config: Callable[..., SizingConfig], run: Callable[..., Any]
+) -> None:
+    """Nothing in kernel_params: the guest onlines as Kata's does, to a kernel zone, and a
+    DIMM kata-mem plugged is not unplugged (the eject would be answered busy and stay
+    pending): Infeasible/BackendCannotShrink, the DIMM left where it is."""
+    cfg = make_config(default_memory=512, default_maxmemory=8192)
+    b = FakeBackend(vm_dimms(), FakeGuest(used=100 * MiB))
+    assert run(cfg, b, request(512)).outcome.status == "Resized"
+    sent = len(b.calls)
+    r = run(cfg, b, request(), allow_shrink=True)
+    assert (r.outcome.status, r.outcome.reason) == ("Infeasible", "BackendCannotShrink")
+    assert "to a kernel zone (as Kata's guest onlines it" in r.outcome.message
+    assert [d.id for d in b.state.dimms] == ["kmdimm0"]
+    assert not any(c.startswith("unplug_dimm") for c in b.calls[sent:]), b.calls

@@ -290,6 +290,17 @@ def test_the_boot_memory_never_exceeds_the_host() -> None:
     )
 
 
+def test_the_assumed_vm_has_qemu_s_device_space_as_each_runtime_asks_for_it() -> None:
+    """QEMU's maxmem less the boot memory: the Go runtime adds memory_offset and 1024 MiB
+    (qemu.go genericMemoryTopology), runtime-rs nothing (cmdline_generator.rs Memory::new)."""
+    go = _cfg(default_maxmemory=8 * GiB, memory_offset=512 * MiB)
+    assert assumed_vm(go, HOST).device_space == (8192 + 512 + 1024 - 2048) * MiB
+    rs = replace(go, runtime="runtime-rs")
+    assert assumed_vm(rs, HOST).device_space == (8192 - 2048) * MiB
+    # default_maxmemory 0: the host's memory (runtime-rs MemoryInfo::adjust_config).
+    assert assumed_vm(replace(rs, default_maxmemory=0), HOST).device_space == HOST.memory - 2 * GiB
+
+
 def _cfg(**changes: Any) -> SizingConfig:
     base = SizingConfig(
         path="c.toml",

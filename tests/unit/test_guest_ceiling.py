@@ -15,6 +15,7 @@ from kata_mem.core.units import GiB, MiB
 
 HOST = HostFacts(memory=64 * GiB, cpus=4, arch="amd64")
 FORTY = Workload((Container("c", memory_limit=40 * GiB),))
+MOVABLE = "memhp_default_state=online_movable"
 
 
 def test_a_reading_below_the_estimate_lowers_the_movable_ceiling(
@@ -22,7 +23,7 @@ def test_a_reading_below_the_estimate_lowers_the_movable_ceiling(
 ) -> None:
     """512 MiB booted, MemAvailable 200 MiB (below 3/4 x 512 = 384): (200 - 128) MiB of
     struct pages describe 72 x 64 = 4608 MiB: the plan stops at 5120."""
-    cfg = make_config(default_memory=512)
+    cfg = make_config(default_memory=512, kernel_params=MOVABLE)
     m = plan(cfg, HOST, FORTY, guest_available=200 * MiB).memory
     assert m.target == 5120 * MiB
     assert [c.cause for c in m.clamps] == ["guest_memmap"]
@@ -35,7 +36,7 @@ def test_a_reading_above_the_estimate_does_not_raise_it(
 ) -> None:
     """MemAvailable counts free ZONE_MOVABLE memory, which holds no struct page: a reading
     only ever lowers the estimate (3/4 x 512 - 128 = 256 MiB -> 16384 more)."""
-    cfg = make_config(default_memory=512)
+    cfg = make_config(default_memory=512, kernel_params=MOVABLE)
     assert plan(cfg, HOST, FORTY, guest_available=4 * GiB).memory.target == 16896 * MiB
 
 

@@ -12,6 +12,7 @@ import pytest
 from kata_mem.core import outcomes
 from kata_mem.core.model import (
     Clamp,
+    GuestPolicy,
     MemoryPlan,
     Note,
     Outcome,
@@ -35,6 +36,13 @@ def build_steps(rows: list[list[Any]], current: int) -> tuple[Step, ...]:
     return tuple(steps)
 
 
+def build_policy(spec: Optional[dict[str, Any]]) -> Optional[GuestPolicy]:
+    """The onlining a case's plan assumes (None: the plan does not say)."""
+    if spec is None:
+        return None
+    return GuestPolicy(spec["onlining"], spec["from"], False, "off", spec.get("movable_ratio"))
+
+
 def build_plan(spec: dict[str, Any], vm: VmState) -> Plan:
     target = spec["target_mib"] * MiB
     memory = MemoryPlan(
@@ -50,6 +58,8 @@ def build_plan(spec: dict[str, Any], vm: VmState) -> Plan:
         block=128 * MiB,
         clamps=tuple(Clamp(cause, target, cause) for cause in spec.get("clamps", [])),
         steps=build_steps(spec.get("steps", []), vm.total),
+        guest_policy=build_policy(spec.get("onlining")),
+        static_sizing=spec.get("static_sizing", False),
     )
     vcpus = VcpuPlan(host=4, max=4, default=Fraction(1), requested=Fraction(1), target=1, clamps=())
     return Plan(memory, vcpus, tuple(Note(code, text) for code, text in spec.get("notes", [])))

@@ -17,10 +17,12 @@ from kata_mem.core.model import (
     HostCgroup,
     HostFacts,
     NodeView,
+    Plan,
     PodResources,
     SandboxSizing,
     SizingConfig,
     Unseen,
+    VmState,
     Workload,
 )
 from kata_mem.core.planner import assumed_vm, plan
@@ -85,7 +87,7 @@ def _mib(spec: dict[str, Any], key: str) -> int | None:
 def build_guards(case: dict[str, Any]) -> Guards | None:
     """``cgroup``: the VMM's cgroup, its limited levels innermost first; ``node``: the
     node's total as the admission sees it. Neither: no guards (``plan(..., None)``)."""
-    if "cgroup" not in case and "node" not in case and "unseen" not in case:
+    if not {"cgroup", "node", "unseen", "pod_limit_mib"} & set(case):
         return None
     cgroup = None
     if "cgroup" in case:
@@ -138,18 +140,25 @@ def test_plan_case(case: dict[str, Any], make_config: Callable[..., SizingConfig
         config["kata_mem"] = {**config.get("kata_mem", {}), **case["settings"]}
     cfg = make_config(**config)
     host = build_host(case["host"])
-    if "vm" in case:
-        vm = build_vm(case["vm"])
-    else:
-        current = case.get("current_mib")
-        vm = assumed_vm(cfg, host, None if current is None else current * MiB)
+
+    def planned() -> tuple[VmState, Plan]:
+        if "vm" in case:
+            vm = build_vm(case["vm"])
+        else:
+            current = case.get("current_mib")
+            # The VM Kata boots for the workload (with static sizing, at its static size).
+            vm = assumed_vm(
+                cfg, host, None if current is None else current * MiB, build_workload(case)
+            )
+        return vm, plan(cfg, host, build_workload(case), vm, build_guards(case))
+
     expect = case["expect"]
     if "error" in expect:
         with pytest.raises(ConfigError) as info:
-            plan(cfg, host, build_workload(case), vm, build_guards(case))
+            planned()
         assert expect["error"] in info.value.message
         return
-    result = plan(cfg, host, build_workload(case), vm, build_guards(case))
+    vm, result = planned()
     m = result.memory
     got = {
         "host_mib": m.host // MiB,

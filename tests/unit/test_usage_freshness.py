@@ -23,7 +23,7 @@ from kata_mem.core.units import GiB, MiB
 from kata_mem.edges.journal import SandboxState
 from kata_mem.orchestration.executor import Options, run_locked
 from kata_mem.orchestration.usage import UsageReader
-from tests.support.configs import HOST
+from tests.support.configs import GUEST_KERNEL_PARAMS, HOST
 
 
 def no_dimms() -> VmState:
@@ -105,7 +105,8 @@ class Frozen(FakeBackend):
 def test_a_reading_from_before_a_dimm_unplug_is_not_judged_as_after_it(
     make_config: Callable[..., SizingConfig], tmp_path: Path
 ) -> None:
-    cfg = make_config(default_memory=512, default_maxmemory=8192)
+    # The fake guest gives its DIMMs back, as one onlining movable does.
+    cfg = make_config(default_memory=512, default_maxmemory=8192, kernel_params=GUEST_KERNEL_PARAMS)
     b = Frozen(no_dimms(), FakeGuest(used=100 * MiB))
 
     def run(workload: Workload, **options: Any) -> Any:

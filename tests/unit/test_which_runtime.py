@@ -11,8 +11,11 @@ from pathlib import Path
 import pytest
 
 from kata_mem.core.errors import ConfigError
+from kata_mem.core.model import Workload
+from kata_mem.core.planner import plan
 from kata_mem.edges.config import load_config
-from tests.support.configs import write_config
+from kata_mem.interfaces.render import plan_json
+from tests.support.configs import HOST, write_config
 from tests.support.paths import KATA_CONFIGS
 
 #: Kata's packaged files (tests/fixtures/kata-configs, from kata-containers 7c6ba40c):
@@ -78,3 +81,26 @@ def test_an_unknown_runtime_is_a_configuration_error(tmp_path: Path) -> None:
     path = write_config(tmp_path / "c.toml", kata_mem={"runtime": "rust"})
     with pytest.raises(ConfigError, match=r'\[kata_mem\] runtime: .*expected "go" or "runtime-rs"'):
         load_config(path)
+
+
+@pytest.mark.parametrize(
+    ("name", "runtime", "static"),
+    [
+        ("configuration-qemu.toml", "go", False),
+        ("configuration-qemu-runtime-rs.toml", "runtime-rs", True),
+    ],
+)
+def test_the_plan_names_the_runtime_and_static_sizing(
+    name: str, runtime: str, static: bool
+) -> None:
+    """The plan's ``config`` says which runtime's rules apply and whether Kata sizes the VM
+    only at boot: the NRI plugin (go/client ``PlanConfig``) reads the two names to learn
+    whether container events are kata-mem's."""
+    cfg = load_config(KATA_CONFIGS / name)
+    config = plan_json(plan(cfg, HOST, Workload()), cfg)["config"]
+    assert config == {
+        "path": str(KATA_CONFIGS / name),
+        "hypervisor": "qemu",
+        "runtime": runtime,
+        "static_sandbox_resource_mgmt": static,
+    }
