@@ -174,10 +174,14 @@ func TestErrorsCarryKindExitCodeAndStatus(t *testing.T) {
 		exit     int
 		status   int
 		inMessge string
+		// cri is the gRPC code an answer to a CRI call carries (an update answers
+		// UpdateContainerResources); "Unknown": no cri object (an unknown event
+		// answers no CRI call).
+		cri string
 	}{
-		{"a VM that is gone", gone, KindBackendUnavailable, 6, 503, "gone.sock"},
-		{"an unknown event", bad, KindInput, 4, 400, "explode"},
-		{"a relative path", relative, KindInput, 4, 400, "config"},
+		{"a VM that is gone", gone, KindBackendUnavailable, 6, 503, "gone.sock", "Unavailable"},
+		{"an unknown event", bad, KindInput, 4, 400, "explode", "Unknown"},
+		{"a relative path", relative, KindInput, 4, 400, "config", "InvalidArgument"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			resp, err := c.Shim(ctx(t), tc.req)
@@ -194,8 +198,8 @@ func TestErrorsCarryKindExitCodeAndStatus(t *testing.T) {
 			if IsUnavailable(err) != (tc.kind == KindBackendUnavailable) {
 				t.Errorf("IsUnavailable: %v for %s", IsUnavailable(err), tc.kind)
 			}
-			if e.CRI != nil || e.CRICode() != "Unknown" {
-				t.Errorf("no cri object in this answer, got %+v", e.CRI)
+			if e.CRICode() != tc.cri || (e.CRI != nil && e.CRI.Message != "kata-mem: "+e.Message) {
+				t.Errorf("cri %s carrying the error's message expected, got %+v", tc.cri, e.CRI)
 			}
 		})
 	}

@@ -205,6 +205,19 @@ type Memory struct {
 	Workload         Workload    `json:"workload"`
 	// Guest is the guest's own ceiling (issue 23), nil where none applies.
 	Guest *GuestCeiling `json:"guest,omitempty"`
+	// GuestPolicy is how the plan takes the guest to online hot-added memory, and
+	// why: kernel onlining stages a grow and keeps DIMMs from being unplugged.
+	GuestPolicy *GuestPolicy `json:"guest_policy"`
+}
+
+// GuestPolicy is the onlining a plan assumed and where it came from.
+type GuestPolicy struct {
+	// Onlining is "movable" or "kernel".
+	Onlining       string `json:"onlining"`
+	OnliningFrom   string `json:"onlining_from"`
+	MemmapOnMemory string `json:"memmap_on_memory"`
+	// MovableRatio is memory_hotplug.auto_movable_ratio under auto-movable, else nil.
+	MovableRatio *int64 `json:"movable_ratio"`
 }
 
 // GuestCeiling is the hot-added memory the guest's kernel can describe with struct

@@ -266,8 +266,8 @@ func TestContainerEventsAreKataMemsOnlyUnderStaticSizing(t *testing.T) {
 			t.Fatalf("static sizing: asked %d times, want registration and the update", len(got))
 		}
 		req := got[1]
-		if req.Event != katamem.EventUpdate || !req.Apply || req.Backend.Socket != "/run/vc/vm/sb-1/qmp.sock" {
-			t.Fatalf("not an applied update at the Go runtime's socket: %+v", req)
+		if req.Event != katamem.EventUpdate || !req.Apply || req.Backend.Socket != "/run/vc/vm/sb-1/extra-monitor.sock" {
+			t.Fatalf("not an applied update at the Go runtime's extra QMP monitor: %+v", req)
 		}
 		if len(req.Containers) != 2 || req.Containers[0].ID != "a" || *req.Containers[0].MemoryLimitBytes != 1<<30 ||
 			req.Containers[1].ID != "b" || *req.Containers[1].MemoryLimitBytes != 768<<20 {
