@@ -44,7 +44,8 @@ var DefaultSockets = map[string]string{
 const DefaultBudget = 0.75
 
 // Margin is kept between the plugin's own deadline and NRI's, whatever the
-// budget: the answer still has to travel back over ttrpc.
+// budget (a quarter of the timeout at most): the answer still has to travel back
+// over ttrpc.
 const Margin = 150 * time.Millisecond
 
 // Config is what the plugin is told at start.
@@ -106,14 +107,8 @@ func (c *Config) Wait(timeout time.Duration) time.Duration {
 	if budget == 0 {
 		budget = DefaultBudget
 	}
-	wait := time.Duration(float64(timeout) * budget)
-	if wait > timeout-Margin {
-		wait = timeout - Margin
-	}
-	if wait < 0 {
-		wait = 0
-	}
-	return wait
+	margin := min(Margin, timeout/4)
+	return max(min(time.Duration(float64(timeout)*budget), timeout-margin), 0)
 }
 
 func runtimes() []string {
