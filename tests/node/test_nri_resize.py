@@ -23,6 +23,7 @@ series: the tests run in order on it, each from the size the last one left.
 from __future__ import annotations
 
 import shutil
+import socket
 import tempfile
 import time
 from collections.abc import Iterator
@@ -390,6 +391,40 @@ def test_a_shrink_longer_than_nris_timeout_is_answered_in_time(stack: Stack) -> 
         synced = stack.plugin.synchronized()
         stack.node.restart()
         wait_until(lambda: stack.plugin.synchronized() > synced, stack.plugin.log, 30)
+    stack.guest_shows(0)
+    stack.healthy()
+
+
+def test_a_vm_whose_monitor_kata_holds_is_refused_not_resized(stack: Stack) -> None:
+    """runtime-rs's shim keeps its VM's only QMP connection for the VM's life (qemu/inner.rs)
+    and QEMU serves one QMP client at a time: while another client holds the monitor,
+    kata-mem cannot reach the VM, and the resize is refused (the kubelet leaves the cgroup
+    alone and retries) rather than let the cgroup move under a VM that cannot follow. Once
+    the monitor is free, the retry resizes."""
+    assert stack.resources_mib == BOOT_MIB
+    holder = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    holder.connect(str(stack.vm.qmp_socket))
+    try:
+        holder.settimeout(10)
+        assert b'"QMP"' in holder.recv(4096)  # the holder has the greeting: it is QEMU's client
+        status = stack.resize(GROWN_MIB)
+        assert status.code != "OK", status
+        assert stack.cg.limit() == (BOOT_MIB + OVERHEAD_MIB) * MiB
+        wait_until(
+            lambda: "another client may hold the monitor" in stack.service.log.read_text(),
+            lambda: f"serve's reason in its log:\n{stack.service.log.read_text()[-2000:]}",
+            20,
+        )
+    finally:
+        holder.close()
+    wait_until(
+        lambda: stack.resize(GROWN_MIB).code == "OK",
+        lambda: f"the resize once the monitor is free: {stack.log[-3:]}",
+        30,
+        interval=1,
+    )
+    stack.guest_shows(stack.sandbox()["plugged_mib"])
+    assert stack.resize(BOOT_MIB).code == "OK", stack.log[-1]
     stack.guest_shows(0)
     stack.healthy()
 
