@@ -19,7 +19,7 @@ from typing import Any, Callable
 import pytest
 
 from tests.support.cli import CliResult, apply_qmp
-from tests.support.configs import HOST_ARGS, write_config
+from tests.support.configs import GUEST_KERNEL_PARAMS, HOST_ARGS, write_config
 from tests.support.guestvm import BootGuest, GuestSpec, GuestVM
 from tests.support.libvirt_guest import BootLibvirtGuest, LibvirtGuest
 from tests.support.qmp_min import QMPClient
@@ -83,6 +83,7 @@ def test_a_dimm_gets_kata_s_memory_grows_the_guest_and_leaves_nothing_when_unplu
             "default_maxmemory": 4096,
             "memory_slots": 8,
             "shared_fs": shared_fs,
+            "kernel_params": GUEST_KERNEL_PARAMS,  # as the guest boots
         },
         kata_mem={"state_dir": str(tmp_path / "state"), "step_timeout_s": 20},
     )
@@ -156,7 +157,12 @@ def test_libvirt_backs_a_dimm_as_the_domain_s_memory_backing_says(
     vm = boot_libvirt_guest(GuestSpec(virtio_mem_mib=0, memory_backing=memory_backing))
     cfg = write_config(
         tmp_path / "configuration.toml",
-        {"default_memory": 512, "default_maxmemory": 4096, "memory_slots": 8},
+        {
+            "default_memory": 512,
+            "default_maxmemory": 4096,
+            "memory_slots": 8,
+            "kernel_params": GUEST_KERNEL_PARAMS,  # as the guest boots
+        },
         kata_mem={"state_dir": str(tmp_path / "state"), "step_timeout_s": 20},
     )
     base_kb = vm.status().total_kb
