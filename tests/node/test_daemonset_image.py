@@ -9,8 +9,13 @@ securityContext written, the plugin registered with the node's NRI and hears a K
 RunPodSandbox, serve stops cleanly on SIGTERM, and the uninstall DaemonSet, on the same
 image, takes the drop-in away.
 
-Kata's directory on the node is kata-deploy 3.29's (``runtimes/qemu/`` holding Kata's own
-QEMU configuration, ``configs/configuration-qemu.toml``, the top-level file a link to it).
+Kata's directory on the node is kata-deploy 3.29's: ``runtimes/qemu/`` holds Kata's own
+QEMU configuration of the Go runtime (tests/fixtures/kata-configs, as Kata installs it) and
+its ``config.d``, the top-level file is a link to it. The node's own drop-in there sizes
+VMs as the test guest boots (:data:`NODE_DROP_IN`), and the last test resizes a Kata pod
+whose VM is that guest, its monitor where Kata's Go runtime puts its extra QMP monitor,
+``/run/vc/vm/ID/extra-monitor.sock``: through the DaemonSet's plugin and serve, as the
+manifest runs them, and no flag of theirs changed.
 Not as on a cluster: the pod shares the node's network namespace (the rig has no CNI), so
 serve's metrics listen on a free loopback port instead of the manifest's ``0.0.0.0:9464``
 (on this shared machine that would be every address, and one port for every run).
@@ -21,12 +26,14 @@ in order on it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
 import socket
 import sys
+import tempfile
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -41,16 +48,18 @@ from tests.support.daemonset_cri import (
     config_map_data,
     kustomized_image,
 )
-from tests.support.memcg import CgroupUnavailable, MemoryCgroup
+from tests.support.guestvm import GuestSpec
+from tests.support.memcg import CgroupGuestVM, CgroupUnavailable, MemoryCgroup
 from tests.support.node import (
     KATA_GO_HANDLER,
     Node,
     Rig,
     hierarchy_path,
+    resources,
     running_node,
 )
 from tests.support.oci_image import image_ref, read_blob, read_index
-from tests.support.paths import REPO
+from tests.support.paths import KATA_CONFIGS, REPO
 from tests.support.service import UnixHTTPConnection
 from tests.support.waits import wait_until
 
@@ -65,6 +74,20 @@ pytestmark = [pytest.mark.node, pytest.mark.timeout(900)]
 SERIES = "v2.3"
 KATA_DIR = "/opt/kata/share/defaults/kata-containers"
 DROP_IN = "runtimes/qemu/config.d/50-kata-mem.toml"
+MiB = 1 << 20
+#: The test guest's boot memory, DIMM slots and maxmem, as Kata would boot it with this
+#: node's settings; its kernel onlines hot-added memory movable, as the guest does.
+BOOT_MIB, SLOTS, MAXMEM_MIB = 512, 8, 4096
+NODE_DROP_IN = f"""\
+[hypervisor.qemu]
+default_memory = {BOOT_MIB}
+memory_slots = {SLOTS}
+default_maxmemory = {MAXMEM_MIB}
+kernel_params = "memhp_default_state=online_movable"
+# The Go runtime's second QMP monitor, the one kata-mem uses (docs/guide/in-place-resize.md).
+enable_debug = true
+extra_monitor_socket = "qmp"
+"""
 VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
 
 
@@ -84,10 +107,12 @@ class Deployed:
 
 def kata_deploy_node(kata: Path) -> None:
     """Kata's directory as kata-deploy 3.29 leaves it for the Go runtime's QEMU: the
-    configuration in runtimes/qemu/ beside its config.d, the top-level file a link to it."""
+    configuration in runtimes/qemu/ beside its config.d, the top-level file a link to it;
+    and the node's drop-in."""
     own = kata / "runtimes" / "qemu"
     (own / "config.d").mkdir(parents=True)
-    shutil.copy(REPO / "configs" / "configuration-qemu.toml", own / "configuration-qemu.toml")
+    shutil.copy(KATA_CONFIGS / "configuration-qemu.toml", own / "configuration-qemu.toml")
+    (own / "config.d" / "10-node.toml").write_text(NODE_DROP_IN)
     (kata / "configuration-qemu.toml").symlink_to("runtimes/qemu/configuration-qemu.toml")
 
 
@@ -103,13 +128,18 @@ def deployed(rig: Rig, kata_mem_image: Path, tmp_path_factory: Any) -> Iterator[
     where: Path = tmp_path_factory.mktemp("daemonset")
     kata = where / "kata-containers"
     kata_deploy_node(kata)
-    state, vc = where / "run-kata-mem", where / "run-vc"
+    state = where / "run-kata-mem"
     metrics = f"127.0.0.1:{free_port()}"
     try:
         cgroup = MemoryCgroup.create("kmds")
     except CgroupUnavailable as exc:
         pytest.skip(str(exc))
-    with cgroup, running_node(rig, SERIES) as node:
+    # /run/vc: short, for QEMU's socket path in it (a unix socket's is at most 107 bytes).
+    vc = Path(tempfile.mkdtemp(prefix="kmvc-", dir="/tmp"))
+    with contextlib.ExitStack() as cleanup:
+        cleanup.callback(shutil.rmtree, vc, ignore_errors=True)
+        cleanup.enter_context(cgroup)
+        node = cleanup.enter_context(running_node(rig, SERIES))
         ref = image_ref(kata_mem_image)
         node.import_image(kata_mem_image, ref)
         pod = DaemonSetPod(
@@ -257,6 +287,81 @@ def test_the_plugin_registered_and_hears_a_kata_pod(deployed: Deployed) -> None:
     node.remove_pod(pod)
 
 
+def sandbox(deployed: Deployed, pod: str) -> dict[str, Any]:
+    """serve's view of the pod's VM (GET /v1/sandboxes/ID on its socket: the hypervisor
+    asked now), as an operator's ``kubectl exec ... curl`` would show it."""
+    conn = UnixHTTPConnection(str(deployed.state / "kata-mem.sock"), 30)
+    try:
+        conn.request("GET", f"/v1/sandboxes/{pod}")
+        answer = conn.getresponse()
+        body = answer.read()
+    finally:
+        conn.close()
+    assert answer.status == 200, body
+    doc: dict[str, Any] = json.loads(body)
+    return doc
+
+
+@pytest.mark.guest
+def test_a_kata_pod_is_resized_through_the_daemonset_s_containers(
+    deployed: Deployed, guest_dir: Path
+) -> None:
+    """A Kata pod whose VM is the test guest, in the pod's cgroup, its monitor at the Go
+    runtime's extra-monitor path under /run/vc: the kubelet's UpdatePodSandboxResources
+    for a larger pod reaches serve through the plugin container, serve (in its own
+    container, the host's PIDs, the cgroup tree read-only) grows the VM, and the guest's
+    own MemTotal shows it; QEMU lives and is never OOM-killed."""
+    overhead = 320 * MiB  # a RuntimeClass podFixed that covers TCG's QEMU
+    grown = 1024 * MiB
+    try:
+        vm_cgroup = MemoryCgroup.create("kmdsvm")
+    except CgroupUnavailable as exc:
+        pytest.skip(str(exc))
+    node = deployed.node
+    with vm_cgroup:
+        # The kubelet raises the pod cgroup after an increase's call; here first, so that
+        # the whole grow is done in the call.
+        vm_cgroup.set_limit(grown + overhead)
+        pod = node.run_pod(
+            "vm",
+            KATA_GO_HANDLER,
+            hierarchy_path(vm_cgroup.path),
+            resources=resources(memory=(BOOT_MIB - 128) * MiB),
+            overhead=resources(memory=overhead),
+        )
+        # Kata's Go runtime keeps the VM's sockets in /run/vc/vm/ID (VMStorePath).
+        workdir = deployed.vc / "vm" / pod
+        workdir.mkdir(parents=True, mode=0o750)
+        spec = GuestSpec(base_mib=BOOT_MIB, slots=SLOTS, maxmem_mib=MAXMEM_MIB, virtio_mem_mib=0)
+        vm = CgroupGuestVM(guest_dir, workdir, spec, cgroup=vm_cgroup).start()
+        try:
+            assert vm.qmp_socket == workdir / "qmp.sock"
+            # QEMU's monitor, at the name of the Go runtime's extra one (the same socket).
+            os.link(vm.qmp_socket, workdir / "extra-monitor.sock")
+            boot_kb = vm.status().total_kb
+            status = node.update_sandbox(pod, memory=grown, overhead=overhead, timeout=30)
+            assert status.code == "OK", (status, deployed.pod.logs("kata-mem-nri")[-3000:])
+            seen = sandbox(deployed, pod)
+            assert seen["plugged_mib"] > 0, seen
+            # serve found QEMU's cgroup (SO_PEERCRED's pid in the host's PID namespace, its
+            # limit in the cgroup tree the DaemonSet mounts) and grew the VM within it.
+            outcome = seen["journal"]["last_outcome"]
+            assert outcome["status"] == "Resized", outcome
+            assert str(hierarchy_path(vm_cgroup.path)) in outcome["message"], outcome
+            vm.wait_mem(lambda m: m.total_kb == boot_kb + seen["plugged_mib"] * 1024, timeout=30)
+            assert vm.is_alive() and vm_cgroup.oom_kills() == 0
+            updates = [
+                line
+                for line in deployed.pod.logs("kata-mem-nri").splitlines()
+                if "msg=UpdatePodSandbox" in line and f"pod={pod}" in line
+            ]
+            assert updates, deployed.pod.logs("kata-mem-nri")[-3000:]
+        finally:
+            vm.stop()
+            node.stop_pod(pod)
+            node.remove_pod(pod)
+
+
 def test_serve_stops_on_sigterm_within_the_grace_period(deployed: Deployed) -> None:
     """StopContainer with the pod's terminationGracePeriodSeconds: serve exits 0 on the
     SIGTERM, long before the SIGKILL."""
@@ -286,4 +391,5 @@ def test_the_uninstall_daemonset_on_the_same_image_removes_the_drop_in(
     (idle,) = uninstall.spec["containers"]
     assert uninstall.status(idle["name"])["state"] == "CONTAINER_RUNNING"
     uninstall.remove()
-    assert os.listdir(deployed.kata / "runtimes" / "qemu" / "config.d") == []
+    # The node's own drop-in stays.
+    assert os.listdir(deployed.kata / "runtimes" / "qemu" / "config.d") == ["10-node.toml"]
