@@ -207,19 +207,26 @@ def apt_fingerprint() -> str:
 
 
 def dependency_graph(roots: Iterable[str]) -> dict[str, list[list[str]]]:
-    """``apt-cache depends --recurse`` of ``roots``: each package's Pre-Depends and Depends,
-    as groups of alternatives (a virtual package as ``<name>``)."""
-    text = run(
-        [
-            "apt-cache",
-            "depends",
-            "--recurse",
-            *(f"--no-{kind}" for kind in ("recommends", "suggests", "conflicts", "breaks")),
-            "--no-replaces",
-            "--no-enhances",
-            *roots,
-        ]
+    """``apt-cache depends --recurse`` of ``roots``: :func:`parse_depends` of its answer."""
+    return parse_depends(
+        run(
+            [
+                "apt-cache",
+                "depends",
+                "--recurse",
+                *(f"--no-{kind}" for kind in ("recommends", "suggests", "conflicts", "breaks")),
+                "--no-replaces",
+                "--no-enhances",
+                *roots,
+            ]
+        )
     )
+
+
+def parse_depends(text: str) -> dict[str, list[list[str]]]:
+    """Each package's Pre-Depends and Depends in ``apt-cache depends`` output, as groups of
+    alternatives (a virtual package as ``<name>``; a line starting ``|`` is or'ed with the
+    next)."""
     graph: dict[str, list[list[str]]] = {}
     current: Optional[list[list[str]]] = None
     open_group = False  # the last dependency line began with "|": an alternative follows
@@ -244,22 +251,7 @@ def resolve() -> list[Package]:
     """The packages of :data:`ROOTS` and everything they need (:data:`SCRIPTS_ONLY` aside),
     at apt's candidate versions. :raises BuildError: a virtual package is needed (say
     which provider to take)."""
-    graph = dependency_graph(ROOTS)
-    chosen: list[str] = []
-    todo = list(ROOTS)
-    while todo:
-        name = todo.pop(0)
-        if name in chosen:
-            continue
-        chosen.append(name)
-        for group in graph.get(name, []):
-            first = group[0]  # apt's choice when none of them is installed
-            bare = first.strip("<>")
-            if bare in SCRIPTS_ONLY:
-                continue
-            if first.startswith("<"):
-                raise BuildError(f"{name} needs the virtual package {bare}: name its provider")
-            todo.append(first)
+    chosen = choose(dependency_graph(ROOTS), ROOTS, SCRIPTS_ONLY)
     shown = run(["apt-cache", "show", "--no-all-versions", *chosen])
     found: dict[str, Package] = {}
     for stanza in shown.strip().split("\n\n"):
@@ -279,6 +271,30 @@ def resolve() -> list[Package]:
     if missing:
         raise BuildError(f"apt-cache show knows no {', '.join(missing)}: run apt-get update")
     return [found[name] for name in sorted(chosen)]
+
+
+def choose(
+    graph: dict[str, list[list[str]]], roots: Sequence[str], leave_out: frozenset[str]
+) -> list[str]:
+    """``roots`` and what they depend on in ``graph``, the first of each group of
+    alternatives (apt's choice when none is installed), but ``leave_out``. :raises
+    BuildError: a virtual package is needed (name its provider in :data:`ROOTS`)."""
+    chosen: list[str] = []
+    todo = list(roots)
+    while todo:
+        name = todo.pop(0)
+        if name in chosen:
+            continue
+        chosen.append(name)
+        for group in graph.get(name, []):
+            first = group[0]
+            bare = first.strip("<>")
+            if bare in leave_out:
+                continue
+            if first.startswith("<"):
+                raise BuildError(f"{name} needs the virtual package {bare}: name its provider")
+            todo.append(first)
+    return sorted(chosen)
 
 
 def sha256_of(path: Path) -> str:
@@ -347,6 +363,13 @@ def unpack(packages: Sequence[Package], debs: Path, rootfs: Path) -> None:
         master = rootfs / "usr" / "share" / "base-passwd" / f"{name}.master"
         shutil.copyfile(master, rootfs / "etc" / name)
         (rootfs / "etc" / name).chmod(0o644)
+    removed = slim(rootfs)
+    log(f"Debian: unpacked {len(packages)} packages, {removed} files left out as -slim does")
+
+
+def slim(rootfs: Path) -> int:
+    """Remove what :data:`SLIM_EXCLUDES` and not :data:`SLIM_INCLUDES` match (files and
+    symlinks; directories stay, as dpkg's path-exclude leaves them); how many."""
     removed = 0
     for path in sorted(rootfs.rglob("*")):
         rel = "/" + str(path.relative_to(rootfs))
@@ -357,7 +380,7 @@ def unpack(packages: Sequence[Package], debs: Path, rootfs: Path) -> None:
         ):
             path.unlink()
             removed += 1
-    log(f"Debian: unpacked {len(packages)} packages, {removed} files left out as -slim does")
+    return removed
 
 
 # -- Python -----------------------------------------------------------------------------------
