@@ -33,7 +33,9 @@ As root (dpkg-deb keeps the packages' owners, and chroot), with a Python 3.11 th
 (pip evaluates the dependencies' environment markers for the Python it runs on). OUT
 (default ``.cache/image``) receives ``kata-mem.tar`` (its path is printed on stdout),
 ``contents.txt`` (every Debian package and Python distribution in it, with versions, and
-the layers), ``inputs.sha256`` and ``debs/`` (the packages, kept for the next build). The
+the layers), ``inputs.sha256``, ``debian.json`` (the resolved packages) and ``debs/`` (the
+packages, kept for the next build); a build works in ``.build-*`` there, removed after it
+(or by the next build, after a kill). Nothing else is written, nothing else removed. The
 image is ``NAME:VERSION``: NAME is the one deploy/kubernetes/image/kustomization.yaml sets
 (``newName``), VERSION pyproject.toml's, the wheel's.
 
@@ -144,6 +146,8 @@ APT_STATE = (Path("/var/lib/apt/lists"), Path("/etc/apt"))
 IMAGE_SETTING = ROOT / "deploy" / "kubernetes" / "image" / "kustomization.yaml"
 DEFAULT_OUT = ROOT / ".cache" / "image"
 TAR_NAME = "kata-mem.tar"
+#: A build's work directory in OUT (the root filesystem, the wheel, the layers).
+WORK_PREFIX = ".build-"
 
 
 STARTED = time.monotonic()
@@ -657,7 +661,11 @@ def build(out: Path, ref: str, version: str, compress: bool, rebuild: bool) -> P
     started = time.monotonic()
     libc6 = next(p for p in packages if p.name == "libc6")
     glibc = tuple(int(x) for x in libc6.version.split("-")[0].split(".")[:2])
-    work = Path(tempfile.mkdtemp(prefix="build-", dir=out))
+    # A build killed midway (SIGKILL, or SIGTERM: Python then runs no finally) leaves its
+    # work directory: ours, and no other build runs while this one holds the lock.
+    for stale in out.glob(f"{WORK_PREFIX}*"):
+        shutil.rmtree(stale)
+    work = Path(tempfile.mkdtemp(prefix=WORK_PREFIX, dir=out))
     try:
         rootfs = work / "rootfs"
         rootfs.mkdir(mode=0o755)
