@@ -324,17 +324,12 @@ def download(packages: Sequence[Package], debs: Path) -> None:
     partial = Path(tempfile.mkdtemp(prefix=".partial-", dir=debs))
     try:
         # As root, apt would hand the download to its _apt user, which cannot write here.
-        run(
-            [
-                "apt-get",
-                "download",
-                "-q",
-                "-o",
-                "APT::Sandbox::User=root",
-                *(f"{p.name}={p.version}" for p in fetch),
-            ],
-            cwd=partial,
-        )
+        argv = ["apt-get", "download", "-q", "-o", "APT::Sandbox::User=root"]
+        try:
+            run([*argv, *(f"{p.name}={p.version}" for p in fetch)], cwd=partial)
+        except BuildError as exc:
+            # A mirror keeps only its current versions (a security update replaces the last).
+            raise BuildError(f"{exc} (apt's lists out of date? apt-get update)") from exc
         for p in fetch:
             got = partial / p.deb
             if not got.exists() or sha256_of(got) != p.sha256:
