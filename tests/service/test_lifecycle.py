@@ -106,6 +106,41 @@ def test_a_slow_guest_delays_only_its_own_sandbox(tmp_path: Path) -> None:
         assert svc.stop() == 0, svc.stderr()
 
 
+def test_an_answer_does_not_depend_on_the_requests_beside_it(tmp_path: Path) -> None:
+    """Requests of new sandboxes for a VM another sandbox sizes are refused (400), however
+    many come at once: each waits its turn at the monitor (QEMU's, and the fake's, serve
+    one client at a time, with a short backlog). Before, a connect(2) that found the
+    backlog full (EAGAIN) was taken by asyncio for one under way, and all but a few got
+    503 ``[Errno 22] Invalid argument`` from the unconnected socket (issue 33, item 12)."""
+    svc = start(tmp_path)
+    try:
+        with FakeQmpServer(tmp_path / "qmp.sock", FakeQemu()) as qmp:
+            first = svc.post(_apply_request(tmp_path, "sb0", qmp.path))
+            assert first.status == 200, first.body
+            alone = svc.post(_apply_request(tmp_path, "sbx", qmp.path))
+            assert alone.status == 400, alone.body
+            answers: dict[str, Answer] = {}
+            # Made first: each writes the configuration file again.
+            asks = {f"sb{i}": _apply_request(tmp_path, f"sb{i}", qmp.path) for i in range(1, 33)}
+
+            def ask(sandbox: str) -> None:
+                answers[sandbox] = svc.post(asks[sandbox], 120)
+
+            threads = [threading.Thread(target=ask, args=(sandbox,)) for sandbox in asks]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(150)
+        expected = alone.json()["error"]["message"]
+        got = {
+            sandbox: (a.status, a.json()["error"]["message"].replace(f"'{sandbox}'", "'sbx'"))
+            for sandbox, a in answers.items()
+        }
+        assert got == {sandbox: (400, expected) for sandbox in answers} and len(got) == 32
+    finally:
+        assert svc.stop() == 0, svc.stderr()
+
+
 def test_sigterm_finishes_the_request_in_flight_then_exits_0(tmp_path: Path) -> None:
     svc = start(tmp_path)
     guest = SlowQemu()
