@@ -677,6 +677,13 @@ def make_kata_mem_edges_statedir_Listing(D, F):
     return __init__
 
 
+def make_kata_mem_edges_statedir_ServiceRecord(D, F):
+    def __init__(self, state_dir, config):
+        __frozen_set(self, 'state_dir', state_dir)
+        __frozen_set(self, 'config', config)
+    return __init__
+
+
 def make_kata_mem_interfaces_listener_MetricsAddress(D, F):
     def __init__(self, host, port):
         __frozen_set(self, 'host', host)
@@ -832,6 +839,7 @@ MAKERS: dict = {
     'kata_mem.edges.cgroups.Mount': (((('root', 'required'), ('point', 'required'), ('fstype', 'required'), ('options', 'required')), False), make_kata_mem_edges_cgroups_Mount),
     'kata_mem.edges.pod._Read': (((('container', 'required'), ('at', 'required'), ('limits', 'required'), ('requests', 'required')), False), make_kata_mem_edges_pod__Read),
     'kata_mem.edges.statedir.Listing': (((('sandboxes', 'required'), ('refused', 'required'), ('foreign', 'required')), False), make_kata_mem_edges_statedir_Listing),
+    'kata_mem.edges.statedir.ServiceRecord': (((('state_dir', 'required'), ('config', 'required')), False), make_kata_mem_edges_statedir_ServiceRecord),
     'kata_mem.interfaces.listener.MetricsAddress': (((('host', 'required'), ('port', 'required')), False), make_kata_mem_interfaces_listener_MetricsAddress),
     'kata_mem.interfaces.listener.Peer': (((('pid', 'required'), ('uid', 'required'), ('gid', 'required')), False), make_kata_mem_interfaces_listener_Peer),
     'kata_mem.interfaces.listener.Port': (((('name', 'required'), ('checks_peer', 'required'), ('routes', 'required')), False), make_kata_mem_interfaces_listener_Port),
