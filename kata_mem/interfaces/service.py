@@ -42,7 +42,6 @@ from aiohttp import HttpVersion11, StreamReader, web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from kata_mem.core.errors import BackendUnavailable, InputError, KataMemError
-from kata_mem.core.frozen import replace
 from kata_mem.core.model import Settings, Unseen, check_sandbox_id
 from kata_mem.core.request import MAX_REQUEST_BYTES, CallOptions, SandboxRequest
 from kata_mem.core.results import Applied, Planned
@@ -59,7 +58,7 @@ from kata_mem.interfaces.listener import (
     remote_of_transport,
 )
 from kata_mem.interfaces.metrics import CONTENT_TYPE, Metrics
-from kata_mem.interfaces.protocol import Answer, answer, parse
+from kata_mem.interfaces.protocol import Answer, answer, as_served, parse
 
 # One logger for every line of serve (its modules are one service to an operator).
 log = get_logger("kata_mem.interfaces.service")
@@ -484,8 +483,7 @@ class Service:
         parsed = parse(body) if inline else await self._run(lambda: parse(body))
         if not isinstance(parsed, SandboxRequest):
             return self.send(parsed)
-        if parsed.config is None and self.default_config is not None:
-            parsed = replace(parsed, config=self.default_config)
+        parsed = as_served(parsed, self.default_config)
         options = self.options
         if parsed.mode == "plan" and inline and not self.busy(parsed.sandbox):
             # The sandbox's lock is free and this answer never yields to the loop: taking
