@@ -83,7 +83,7 @@ GUARDS: dict[str, tuple[str, ...]] = {
         "tests/service/test_shim_client.py",
         "tests/cli/test_errors.py",
     ),
-    "kata_mem/edges/statedir.py": ("tests/service/test_shim_client.py",),
+    "kata_mem/edges/service_record.py": ("tests/service/test_shim_client.py",),
     "kata_mem/backends/qmp.py": (
         "tests/integration/test_vm_presence.py",
         "tests/service/test_lifecycle.py",
@@ -653,7 +653,7 @@ BREAKS = (
     ),
     Break(
         "service-record-trusted-from-anyone",
-        "kata_mem/edges/statedir.py",
+        "kata_mem/edges/service_record.py",
         "        if info.st_uid not in (0, os.geteuid()) or info.st_mode & 0o022:",
         "        if False:",
     ),

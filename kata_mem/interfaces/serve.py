@@ -56,12 +56,12 @@ def _publish(listener: Listener, state_dir: str, config: Optional[str]) -> None:
     """Record beside the socket (bound here, or passed by systemd) the state directory
     and configuration this service answers with: what ``kata-mem-shim`` answers with in
     its own process when the service does not answer, so that a VM keeps one state wherever
-    its call is answered (:func:`kata_mem.edges.statedir.publish_service`; issue 33, item 2).
+    its call is answered (:func:`kata_mem.edges.service_record.publish_service`; issue 33, item 2).
     A socket with no path (an abstract one) has no shim to read it.
 
     :raises ConfigError: it cannot be written where no other user could replace it.
     """
-    from kata_mem.edges.statedir import publish_service
+    from kata_mem.edges.service_record import publish_service
 
     path = listener.path or listener.sock.getsockname()
     if isinstance(path, str) and path.startswith("/"):

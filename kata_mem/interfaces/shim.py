@@ -69,14 +69,14 @@ def answer_for_service(request: SandboxRequest, env: dict[str, str], socket: str
     """``request`` answered in this process as the ``kata-mem serve`` at ``socket`` would
     answer it: in the state directory it keeps and with its ``--config`` for a null
     ``config``, as it recorded them beside its socket
-    (:func:`~kata_mem.edges.statedir.published_service`), so that a VM has one journal and
+    (:func:`~kata_mem.edges.service_record.published_service`), so that a VM has one journal and
     one lock wherever its call is answered (issue 33, item 2). No record and nothing at the
     socket's path: there is no service, and the answer is ``kata-mem shim``'s. A record
     kata-mem must not trust, or none beside a socket (a serve older than the record, or one
     never started), says nothing of where the service keeps its state: only a plan that
     names its configuration, which uses no state, is answered; anything else is refused
     and nothing is applied."""
-    from kata_mem.edges.statedir import published_service, service_record_path
+    from kata_mem.edges.service_record import published_service, service_record_path
 
     try:
         record = published_service(socket)

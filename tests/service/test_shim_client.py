@@ -393,7 +393,7 @@ def signalled_again_and_again(proc: subprocess.Popen[bytes], signum: int) -> Non
     while proc.poll() is None:
         with contextlib.suppress(ProcessLookupError):
             proc.send_signal(signum)
-        time.sleep(0.002)  # signals a few ms apart (not a wait for anything)
+        time.sleep(0.002)  # not a wait: signals a few ms apart, until it exits
 
 
 def test_a_second_sigterm_while_the_service_works_answers_as_the_first(tmp_path: Path) -> None:
