@@ -44,6 +44,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import NoReturn, Optional
 
+    from kata_mem.core.errors import KataMemError
+
 #: Where ``kata-mem serve`` listens by default (``serve --socket``).
 DEFAULT_SOCKET = "/run/kata-mem/kata-mem.sock"
 SOCKET_ENV = "KATA_MEM_SOCKET"
@@ -259,13 +261,12 @@ def _stopped(signum: int, frame: object) -> None:
 
 
 def _answer_here(
-    argv: list[str], request: Optional[bytes], path: str, refusal: Optional[Exception] = None
+    argv: list[str], request: Optional[bytes], path: str, refusal: Optional[KataMemError] = None
 ) -> NoReturn:
     """``kata-mem ARGV`` in this process (the shim, on ``request`` when it was read),
     answering for the service at ``path`` (:func:`kata_mem.interfaces.shim.run_shim`), or
     refusing with ``refusal``."""
     _CALL.deferred = True
-    from kata_mem.core.errors import KataMemError
     from kata_mem.interfaces import main as entry
 
     entry.STOPS.install()
@@ -275,7 +276,6 @@ def _answer_here(
         own_stdio()
         entry.STOPS.shim = True
         entry.STOPS.stop(_CALL.pending, None)
-    assert refusal is None or isinstance(refusal, KataMemError)
     entry.run(argv, request, service=path, refusal=refusal)
 
 
@@ -327,7 +327,7 @@ def main() -> None:
     sys.exit(code)
 
 
-def _late(path: str, seconds: float, sent: bool) -> Exception:
+def _late(path: str, seconds: float, sent: bool) -> KataMemError:
     """The error that answers when the deadline passed before the service answered."""
     from kata_mem.core.errors import BackendUnavailable
 
