@@ -669,6 +669,13 @@ def make_kata_mem_edges_pod__Read(D, F):
     return __init__
 
 
+def make_kata_mem_edges_service_record_ServiceRecord(D, F):
+    def __init__(self, state_dir, config):
+        __frozen_set(self, 'state_dir', state_dir)
+        __frozen_set(self, 'config', config)
+    return __init__
+
+
 def make_kata_mem_edges_statedir_Listing(D, F):
     def __init__(self, sandboxes, refused, foreign):
         __frozen_set(self, 'sandboxes', sandboxes)
@@ -831,6 +838,7 @@ MAKERS: dict = {
     'kata_mem.core.sandbox_resources.SandboxResources': (((('memory_limit', 'default'), ('cpu_quota', 'default'), ('cpu_period', 'default')), False), make_kata_mem_core_sandbox_resources_SandboxResources),
     'kata_mem.edges.cgroups.Mount': (((('root', 'required'), ('point', 'required'), ('fstype', 'required'), ('options', 'required')), False), make_kata_mem_edges_cgroups_Mount),
     'kata_mem.edges.pod._Read': (((('container', 'required'), ('at', 'required'), ('limits', 'required'), ('requests', 'required')), False), make_kata_mem_edges_pod__Read),
+    'kata_mem.edges.service_record.ServiceRecord': (((('state_dir', 'required'), ('config', 'required')), False), make_kata_mem_edges_service_record_ServiceRecord),
     'kata_mem.edges.statedir.Listing': (((('sandboxes', 'required'), ('refused', 'required'), ('foreign', 'required')), False), make_kata_mem_edges_statedir_Listing),
     'kata_mem.interfaces.listener.MetricsAddress': (((('host', 'required'), ('port', 'required')), False), make_kata_mem_interfaces_listener_MetricsAddress),
     'kata_mem.interfaces.listener.Peer': (((('pid', 'required'), ('uid', 'required'), ('gid', 'required')), False), make_kata_mem_interfaces_listener_Peer),
