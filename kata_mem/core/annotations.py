@@ -111,7 +111,8 @@ def _vcpus(where: str, key: str, value: str) -> Fraction:
     """``setFloat32WithCheck``: Go ``strconv.ParseFloat(value, 32)``
     (:func:`golang.parse_float32`: hexadecimal ``0x1p1``, underscores, ``Inf``), refused
     when it fails or is negative, and infinity as above the largest float32. The value is
-    kept exact (0.1 is 1/10), as the configuration's ``default_vcpus`` is."""
+    the float32 Go rounds it to (``float32Value := float32(float64Value)``): 2.00000001 is
+    2, compared with the host's CPUs and planned as such, as Kata does."""
     parsed = golang.parse_float32(value)
     if parsed is None or parsed < 0:
         raise _fail(

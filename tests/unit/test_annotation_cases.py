@@ -15,7 +15,7 @@ from kata_mem.core.errors import InputError
 from kata_mem.core.model import HostFacts, Workload
 from kata_mem.core.units import GiB, MiB
 from kata_mem.edges.config import load_config
-from tests.support.cases import case_params
+from tests.support.cases import case_params, float32
 from tests.support.configs import write_config
 
 
@@ -51,7 +51,8 @@ def test_annotation_case(case: dict[str, Any], tmp_path: Path) -> None:
         "shared_fs": got.shared_fs,
     }
     for key, want in expect.items():
-        exact = Fraction(str(want)) if key == "default_vcpus" else want
+        # A case's vCPUs are the float32 Kata holds (float32() in setFloat32WithCheck).
+        exact = Fraction(float32(want)) if key == "default_vcpus" else want
         assert values[key] == exact, key
 
 
