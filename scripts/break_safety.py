@@ -74,6 +74,13 @@ GUARDS: dict[str, tuple[str, ...]] = {
     ),
     "kata_mem/edges/cgroups.py": ("tests/unit/test_cgroups.py", "tests/unit/test_host_side.py"),
     "kata_mem/core/frozen.py": ("tests/unit/test_frozen.py",),
+    "kata_mem/core/golang.py": (
+        "tests/unit/test_golang.py",
+        "tests/unit/test_annotation_cases.py",
+        "tests/unit/test_config.py",
+    ),
+    "kata_mem/edges/config.py": ("tests/unit/test_plan_cases.py", "tests/unit/test_config.py"),
+    "kata_mem/interfaces/render.py": ("tests/cli/test_preview.py",),
     "kata_mem/backends/libvirt.py": ("tests/integration/test_vmm_pid.py",),
     "kata_mem/core/record.py": (
         "tests/unit/test_record.py",
@@ -104,6 +111,8 @@ RECORD = "kata_mem/core/record.py"
 GUESTMEM = "kata_mem/core/guestmem.py"
 EXECUTOR = "kata_mem/orchestration/executor.py"
 FROZEN = "kata_mem/core/frozen.py"
+GOLANG = "kata_mem/core/golang.py"
+CONFIG = "kata_mem/edges/config.py"
 
 BREAKS = (
     # -- the shrink-safety rule (safety.py, model.py) ------------------------------------
@@ -568,6 +577,44 @@ BREAKS = (
         "kata_mem/edges/cgroups.py",
         "        if k > m or (k < m and len(root) > m):",
         "        if k != m:",
+    ),
+    # -- vCPUs as Kata holds them, float32 (issue 33, item 5) ------------------------------
+    Break(
+        "vcpus-added-exactly",
+        PLANNER,
+        "    requested = _float32(default + work_cpu)",
+        "    requested = default + work_cpu",
+    ),
+    Break(
+        "default-vcpus-read-as-a-decimal",
+        CONFIG,
+        "        default_vcpus=toml_float32(vcpus),",
+        "        default_vcpus=Fraction(repr(vcpus)) if isinstance(vcpus, float) else Fraction(vcpus),",
+    ),
+    Break(
+        "annotation-float-not-rounded",
+        GOLANG,
+        "    value = round_float32(value)\n",
+        "    pass\n",
+    ),
+    Break(
+        "float32-ties-away-from-zero",
+        GOLANG,
+        "significand = round(Fraction(n << max(-unit, 0), d << max(unit, 0)))",
+        "significand = int(Fraction(n << max(-unit, 0), d << max(unit, 0)) + Fraction(1, 2))",
+    ),
+    Break(
+        "float32-without-subnormals",
+        GOLANG,
+        "_FLOAT32_TINY_EXPONENT = -149",
+        "_FLOAT32_TINY_EXPONENT = -1000",
+    ),
+    Break(
+        "float32-printed-with-six-digits",
+        "kata_mem/interfaces/render.py",
+        'f"containers {format_float32(v.containers)} = {summed}), max {v.max}, host {v.host}{vc}"',
+        'f"containers {format_float32(v.containers)} = {float(v.requested):g}), max {v.max}, '
+        'host {v.host}{vc}"',
     ),
     # -- frozen records (frozen.py): what every value's __init__, __eq__ and __hash__ do -----
     Break(
