@@ -862,6 +862,7 @@ Reason = Literal[
     "BackendCannotGrow",
     "NoFreeSlots",
     "NoDeviceSpace",
+    "NoMemmapRoom",
     "ShrinkNotAllowed",
     "ChargeAboveLimit",
 ]
