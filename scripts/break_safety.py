@@ -225,8 +225,20 @@ BREAKS = (
     Break(
         "no-free-slots-wrong-cause",
         OUTCOMES,
-        'if "slots" in {c.cause for c in m.clamps}:',
-        'if "device_space" in {c.cause for c in m.clamps}:',
+        '    "slots": "NoFreeSlots",',
+        '    "slots": "NoDeviceSpace",',
+    ),
+    Break(
+        "guest-memmap-stop-not-named",
+        OUTCOMES,
+        '    "guest_memmap": "NoMemmapRoom",\n',
+        "",
+    ),
+    Break(
+        "grow-stop-any-clamp",
+        OUTCOMES,
+        "c.cause in GROW_STOPPED and c.limit == vm.total",
+        "c.cause in GROW_STOPPED",
     ),
     Break(
         "below-base-by-target",
