@@ -68,7 +68,9 @@ def _not_compiled(patterns: tuple[str, ...]) -> str:
     """What Go says of each pattern it does not compile, for the refusal's message."""
     refused = [(p, golang.compile_regexp(p)[1]) for p in patterns]
     return "".join(
-        f"; {p!r} is not a Go regexp ({why}), so it allows nothing" for p, why in refused if why
+        f"; {golang.shorten(p)!r} is not a Go regexp ({why}), so it allows nothing"
+        for p, why in refused
+        if why
     )
 
 
@@ -160,7 +162,7 @@ def sandbox_config(
         return cfg
     for key, value in hv:  # Go checks every name before any value (addAnnotations)
         if not enabled(cfg.enable_annotations, key):
-            allowed = ", ".join(map(repr, cfg.enable_annotations)) or "none"
+            allowed = ", ".join(repr(golang.shorten(p)) for p in cfg.enable_annotations) or "none"
             raise _fail(
                 where,
                 key,

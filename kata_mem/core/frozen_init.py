@@ -45,6 +45,13 @@ def make_kata_mem_core_fields_Fields(D, F):
     return __init__
 
 
+def make_kata_mem_core_gosyntax_GoSyntaxError(D, F):
+    def __init__(self, code, expr):
+        __frozen_set(self, 'code', code)
+        __frozen_set(self, 'expr', expr)
+    return __init__
+
+
 def make_kata_mem_core_guestmem_KernelParam(D, F):
     def __init__(self, name, value, given):
         __frozen_set(self, 'name', name)
@@ -778,6 +785,7 @@ MAKERS: dict = {
     'kata_mem.core.endpoint.Endpoint': (((('kind', 'required'), ('target', 'required'), ('domain', 'default'), ('vmm', 'default'), ('saved', 'default')), True), make_kata_mem_core_endpoint_Endpoint),
     'kata_mem.core.endpoint.VmmIdentity': (((('device', 'required'), ('inode', 'required'), ('owner_uid', 'required'), ('peer_uid', 'required'), ('peer_pid', 'default')), False), make_kata_mem_core_endpoint_VmmIdentity),
     'kata_mem.core.fields.Fields': (((('where', 'required'), ('error', 'default'), ('show', 'default')), False), make_kata_mem_core_fields_Fields),
+    'kata_mem.core.gosyntax.GoSyntaxError': (((('code', 'required'), ('expr', 'required')), False), make_kata_mem_core_gosyntax_GoSyntaxError),
     'kata_mem.core.guestmem.KernelParam': (((('name', 'required'), ('value', 'required'), ('given', 'required')), False), make_kata_mem_core_guestmem_KernelParam),
     'kata_mem.core.manifest.JsonNumber': (((('text', 'required'),), False), make_kata_mem_core_manifest_JsonNumber),
     'kata_mem.core.model.BackendObject': (((('id', 'required'), ('size', 'required')), False), make_kata_mem_core_model_BackendObject),

@@ -2,8 +2,8 @@
 ``ParseBool``, ``ParseUint`` and ``ParseInt`` and ``ParseFloat`` (32 bits), and a float32 as Go
 rounds (``float32(x)``) and prints it (``%v``), as Kata's Go runtime
 reads a pod's annotations and go-yaml resolves a Pod's plain scalars
-(:func:`kata_mem.core.manifest.go_yaml_scalar`), and ``regexp``'s ``MatchString`` for
-``enable_annotations``. Pure.
+(:func:`kata_mem.core.manifest.go_yaml_scalar`), and ``regexp``'s ``Compile`` and
+``MatchString`` for ``enable_annotations`` (Go's parser: kata_mem.core.gosyntax). Pure.
 
 Written from Go's rules (src/strconv/atoi.go ``ParseUint``, ``underscoreOK``;
 src/strconv/atof.go ``special``, ``readFloat``, ``atofHex``; src/strconv/atob.go
@@ -17,7 +17,10 @@ from __future__ import annotations
 import functools
 import re
 from fractions import Fraction
-from typing import Any, Optional, Union
+from typing import TYPE_CHECKING, Any, Optional, Union
+
+if TYPE_CHECKING:  # the parser is imported only when a pattern is checked
+    from kata_mem.core.gosyntax import GoSyntaxError
 
 #: ``strconv.ParseBool``: exactly these spellings (src/strconv/atob.go).
 BOOLS = {
@@ -282,19 +285,51 @@ def parse_float32(text: str) -> Optional[GoFloat]:
     return -value if negative else value
 
 
+#: What RE2 may use for one pattern: enough for every pattern Go's parser accepts. Go stops
+#: at ``maxSize``, 3,355,443 instructions (kata_mem.core.gosyntax); RE2's default budget,
+#: 8 MiB, refuses patterns far smaller, which Kata matches (one of 3.35 million Go
+#: instructions compiles in about 200 MiB: measured with google-re2 1.1).
+RE2_MAX_MEM = 512 << 20
+#: How much of a long pattern a message shows.
+SHOWN = 60
+
+
+def shorten(text: str) -> str:
+    """``text`` as a message shows it: whole, or its first characters and its length (a
+    pattern refused for its size can be a megabyte)."""
+    if len(text) <= SHOWN + 20:
+        return text
+    return f"{text[:SHOWN]}... ({len(text)} characters)"
+
+
+def go_reason(error: GoSyntaxError) -> str:
+    """Why Go refuses a pattern, in Go's words (its ``*syntax.Error`` without the
+    ``error parsing regexp:`` in front), the expression shortened."""
+    return f"{error.code}: `{shorten(error.expr)}`"
+
+
 @functools.lru_cache(maxsize=256)
 def compile_regexp(pattern: str) -> tuple[Any, str]:
     """A Go ``regexp.Compile(pattern)``: the compiled RE2 expression and ``""``, or
-    ``None`` and why Go refuses the pattern.
+    ``None`` and why Go refuses the pattern (:func:`go_reason`).
 
-    RE2 is the syntax of Go's regexp (the C++ library that Go's package was written
-    from): no lookaround, no backreference, POSIX classes such as ``[[:lower:]]``.
-    google-re2 is Google's own binding of it; ``\\C`` (any byte), which the C++
-    library alone accepts, is refused as Go refuses it.
+    Whether Go compiles it is Go's parser's to say (kata_mem.core.gosyntax): its syntax
+    errors and its limits, a tree nested beyond 1000 levels, a program or classes too
+    large, which RE2 does not have. The matching is RE2's, the C++ library Go's package was
+    written from (no lookaround, no backreference, POSIX classes such as ``[[:lower:]]``),
+    through Google's binding google-re2, with memory for any pattern Go accepts.
 
+    :raises ConfigError: Go compiles the pattern and RE2 does not (a Unicode class name only
+        Go 1.25 and later reads, ``\\p{greek}`` or ``\\p{Letter}``): kata-mem cannot tell what
+        it allows, and says so rather than guess.
     :raises MissingDependency: google-re2 is not installed (only the platforms it has
-        wheels for depend on it: pyproject.toml).
+        wheels for depend on it: pyproject.toml) and a pattern Go compiles must be matched.
     """
+    from kata_mem.core.gosyntax import parse_error
+
+    refused = parse_error(pattern)
+    if refused is not None:
+        return None, go_reason(refused)
     try:
         import re2
     except ImportError as exc:  # a platform without google-re2 wheels
@@ -305,33 +340,21 @@ def compile_regexp(pattern: str) -> tuple[Any, str]:
             f"syntax (RE2), from google-re2, which cannot be imported ({exc}); install it "
             "with: pip install 'google-re2>=1.1'"
         ) from exc
-    if _has_any_byte_escape(pattern):
-        return None, "invalid escape sequence: \\C"
     options = re2.Options()
     options.log_errors = False  # else RE2 writes its own line to stderr
+    options.max_mem = RE2_MAX_MEM
     try:
         return re2.compile(pattern, options=options), ""  # type: ignore[no-untyped-call]
     except re2.error as exc:
+        from kata_mem.core.errors import ConfigError
+
         why = exc.args[0] if exc.args else exc
-        return None, why.decode("utf-8", "replace") if isinstance(why, bytes) else str(why)
-
-
-def _has_any_byte_escape(pattern: str) -> bool:
-    """Whether ``pattern`` uses ``\\C`` outside a ``\\Q...\\E`` literal."""
-    i, n = 0, len(pattern)
-    while i < n:
-        if pattern[i] != "\\" or i + 1 >= n:
-            i += 1
-            continue
-        escaped = pattern[i + 1]
-        if escaped == "C":
-            return True
-        if escaped == "Q":
-            end = pattern.find("\\E", i + 2)
-            i = n if end < 0 else end + 2
-            continue
-        i += 2
-    return False
+        said = why.decode("utf-8", "replace") if isinstance(why, bytes) else str(why)
+        raise ConfigError(
+            f"enable_annotations pattern {shorten(pattern)!r} is a Go regexp, but RE2, which "
+            f"kata-mem matches annotations with, refuses it ({said}): kata-mem cannot tell "
+            "which annotations it allows; write it in the syntax both read"
+        ) from exc
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")

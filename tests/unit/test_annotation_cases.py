@@ -12,7 +12,7 @@ import pytest
 
 from kata_mem.core.annotations import PREFIX, pod_config
 from kata_mem.core.errors import InputError
-from kata_mem.core.model import HostFacts, Workload
+from kata_mem.core.model import HostFacts, SizingConfig, Workload
 from kata_mem.core.units import GiB, MiB
 from kata_mem.edges.config import load_config
 from tests.support.cases import case_params, float32
@@ -73,5 +73,55 @@ def test_a_pattern_go_does_not_compile_loads_and_allows_nothing(tmp_path: Path) 
     host = HostFacts(memory=64 * GiB, cpus=8, arch="amd64")
     assert pod_config(cfg, host, Workload()) == cfg
     workload = Workload(hypervisor=((PREFIX + "default_memory", "4096"),), hypervisor_origin="x")
-    with pytest.raises(InputError, match=r"'default_\(memory' is not a Go regexp \(missing \)"):
+    with pytest.raises(
+        InputError,
+        match=r"'default_\(memory' is not a Go regexp \(missing closing \): `default_\(memory`\)",
+    ):
         pod_config(cfg, host, workload)
+
+
+def _applied(tmp_path: Path, pattern: str) -> SizingConfig:
+    """The configuration with ``enable_annotations = [pattern]`` and a pod asking for
+    ``default_memory`` 4096 through its annotation."""
+    cfg = load_config(write_config(tmp_path / "c.toml", {"enable_annotations": [pattern]}))
+    host = HostFacts(memory=64 * GiB, cpus=8, arch="amd64")
+    workload = Workload(hypervisor=((PREFIX + "default_memory", "4096"),), hypervisor_origin="x")
+    return pod_config(cfg, host, workload)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "why"),
+    [
+        # Go's maxHeight: a parse tree over 1000 levels (issue 33, item 15). RE2 compiled it.
+        ("(" * 1000 + "default_memory" + ")" * 1000, "expression nests too deeply"),
+        # Go's maxSize: 3,355,443 instructions; RE2 said "pattern too large - compile failed".
+        ("default_memory|(?:" + "x" * 3400 + "){1000}", "expression too large"),
+    ],
+    ids=["nested-1000-deep", "too-large"],
+)
+def test_a_pattern_beyond_gos_limits_allows_nothing_and_says_why(
+    tmp_path: Path, pattern: str, why: str
+) -> None:
+    """Kata's regexpContains drops regexp.MatchString's error, so such a pattern allows no
+    annotation; kata-mem matched it with RE2, which has no such limit, and applied the
+    pod's default_memory. The refusal names Go's reason, and the pattern only in part."""
+    with pytest.raises(InputError) as info:
+        _applied(tmp_path, pattern)
+    message = info.value.message
+    assert "annotation io.katacontainers.config.hypervisor.default_memory is not enabled" in message
+    assert f"is not a Go regexp ({why}: `" in message
+    assert len(message) < 1000, message
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        "(" * 999 + "default_memory" + ")" * 999,
+        # Within Go's maxSize (about 2 million instructions); RE2's default memory budget
+        # (8 MiB) refused it, so it allowed nothing where Kata allows default_memory.
+        "default_memory|(?:" + "x" * 2000 + "){1000}",
+    ],
+    ids=["nested-999-deep", "large-within-go"],
+)
+def test_a_pattern_within_gos_limits_allows_as_go_does(tmp_path: Path, pattern: str) -> None:
+    assert _applied(tmp_path, pattern).default_memory == 4096 * MiB

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kata_mem.core import golang
+from kata_mem.core import golang, gosyntax
 from tests.support.cases import case_params
 
 #: The largest float32: beyond it (by half a unit) a conversion overflows.
@@ -38,6 +38,9 @@ def test_go_parser_case(case: dict[str, Any]) -> None:
     elif case["go"] == "FormatFloat32":
         assert golang.round_float32(Fraction(text)) == Fraction(text), "not a float32"
         got = golang.format_float32(Fraction(text))
+    elif case["go"] == "Compile":
+        refused = gosyntax.parse_error(text)
+        got = "" if refused is None else str(refused)
     elif case["go"] == "ParseUint":
         got = golang.parse_uint(text)
     elif case["go"] == "ParseBool":
@@ -62,7 +65,7 @@ def test_a_pattern_go_refuses_writes_nothing_to_stderr(capfd: pytest.CaptureFixt
     # RE2 logs its parse errors to stderr unless told not to; the shim's stderr is the
     # runtime's log, and the refusal says it in its own words.
     assert golang.regexp_match("(?=x)", "x") is None
-    assert golang.compile_regexp("(?=x)")[1] == "invalid perl operator: (?="
+    assert golang.compile_regexp("(?=x)")[1] == "invalid or unsupported Perl syntax: `(?=`"
     assert capfd.readouterr().err == ""
 
 
