@@ -79,6 +79,11 @@ GUARDS: dict[str, tuple[str, ...]] = {
         "tests/unit/test_annotation_cases.py",
         "tests/unit/test_config.py",
     ),
+    "kata_mem/core/gosyntax.py": (
+        "tests/unit/test_gosyntax.py",
+        "tests/unit/test_golang.py",
+        "tests/unit/test_annotation_cases.py",
+    ),
     "kata_mem/edges/config.py": ("tests/unit/test_plan_cases.py", "tests/unit/test_config.py"),
     "kata_mem/interfaces/render.py": ("tests/cli/test_preview.py",),
     "kata_mem/backends/libvirt.py": ("tests/integration/test_vmm_pid.py",),
@@ -112,6 +117,7 @@ GUESTMEM = "kata_mem/core/guestmem.py"
 EXECUTOR = "kata_mem/orchestration/executor.py"
 FROZEN = "kata_mem/core/frozen.py"
 GOLANG = "kata_mem/core/golang.py"
+GOSYNTAX = "kata_mem/core/gosyntax.py"
 CONFIG = "kata_mem/edges/config.py"
 
 BREAKS = (
@@ -627,6 +633,27 @@ BREAKS = (
         'f"containers {format_float32(v.containers)} = {summed}), max {v.max}, host {v.host}{vc}"',
         'f"containers {format_float32(v.containers)} = {float(v.requested):g}), max {v.max}, '
         'host {v.host}{vc}"',
+    ),
+    # -- Go's regexp limits (gosyntax.py, golang.py; issue 33, item 15) --------------------
+    Break("go-nesting-unlimited", GOSYNTAX, "MAX_HEIGHT = 1000", "MAX_HEIGHT = 100_000"),
+    Break(
+        "go-size-unlimited",
+        GOSYNTAX,
+        "MAX_SIZE = (128 << 20) // 40",
+        "MAX_SIZE = (128 << 30) // 40",
+    ),
+    Break(
+        "go-runes-unlimited",
+        GOSYNTAX,
+        "MAX_RUNES = (128 << 20) // 4",
+        "MAX_RUNES = (128 << 30) // 4",
+    ),
+    Break("go-group-is-a-level", GOSYNTAX, "        if re2.cap == 0:", "        if False:"),
+    Break(
+        "go-refusal-left-to-re2",
+        GOLANG,
+        "    refused = parse_error(pattern)\n    if refused is not None:",
+        "    refused = parse_error(pattern)\n    if False:",
     ),
     # -- frozen records (frozen.py): what every value's __init__, __eq__ and __hash__ do -----
     Break(
