@@ -4,6 +4,7 @@ tests/fixtures/schemas/hypervisor-annotations.schema.json)."""
 
 from __future__ import annotations
 
+import json
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,7 @@ from typing import Any
 import pytest
 
 from kata_mem.core.annotations import PREFIX, pod_config
-from kata_mem.core.errors import InputError
+from kata_mem.core.errors import ConfigError, InputError
 from kata_mem.core.model import HostFacts, SizingConfig, Workload
 from kata_mem.core.units import GiB, MiB
 from kata_mem.edges.config import load_config
@@ -83,7 +84,12 @@ def test_a_pattern_go_does_not_compile_loads_and_allows_nothing(tmp_path: Path) 
 def _applied(tmp_path: Path, pattern: str) -> SizingConfig:
     """The configuration with ``enable_annotations = [pattern]`` and a pod asking for
     ``default_memory`` 4096 through its annotation."""
-    cfg = load_config(write_config(tmp_path / "c.toml", {"enable_annotations": [pattern]}))
+    path = tmp_path / "c.toml"
+    path.write_text(  # a TOML basic string: JSON's escapes are TOML's for these patterns
+        f'[hypervisor.qemu]\npath = "/usr/bin/qemu"\nenable_annotations = [{json.dumps(pattern)}]\n'
+    )
+    cfg = load_config(path)
+    assert cfg.enable_annotations == (pattern,)
     host = HostFacts(memory=64 * GiB, cpus=8, arch="amd64")
     workload = Workload(hypervisor=((PREFIX + "default_memory", "4096"),), hypervisor_origin="x")
     return pod_config(cfg, host, workload)
@@ -125,3 +131,13 @@ def test_a_pattern_beyond_gos_limits_allows_nothing_and_says_why(
 )
 def test_a_pattern_within_gos_limits_allows_as_go_does(tmp_path: Path, pattern: str) -> None:
     assert _applied(tmp_path, pattern).default_memory == 4096 * MiB
+
+
+def test_a_go_regexp_re2_cannot_match_is_a_configuration_error(tmp_path: Path) -> None:
+    # Go 1.25+ reads \p{greek} as \p{Greek} (regexp/syntax canonicalName); RE2 refuses
+    # it. kata-mem cannot tell what Kata would allow, and says so rather than allow nothing
+    # on a claim that Go does not compile it (what it said before issue 33).
+    with pytest.raises(
+        ConfigError, match=r"'\\\\p\{greek\}\|default_memory' is a Go regexp, but RE2"
+    ):
+        _applied(tmp_path, "\\p{greek}|default_memory")
