@@ -182,6 +182,10 @@ def format_float32(value: Fraction) -> str:
         return "0"
     sign = "-" if value < 0 else ""
     magnitude = abs(value)
+    if magnitude >= FLOAT32_OVERFLOW:
+        # No float32: a workload beyond its range, which the planner keeps as it is
+        # (Kata's would be +Inf); written as Go writes a float64 (%v).
+        return f"{float(value):g}"
     # float() of a float32 is exact; 9 significant digits always read back as the same.
     for digits in range(1, 10):
         text = f"{float(magnitude):.{digits - 1}e}"

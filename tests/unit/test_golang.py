@@ -99,3 +99,10 @@ def test_round_float32_is_the_c_conversion(number: float) -> None:
     assert golang.round_float32(Fraction(number)) == Fraction(c_float)
     # And the text Go prints reads back as the same float32.
     assert golang.round_float32(Fraction(golang.format_float32(Fraction(c_float)))) == c_float
+
+
+def test_a_number_beyond_float32_is_written_as_a_float64() -> None:
+    # A workload of 1e40 CPUs is no float32 (Kata's would be +Inf); the vCPU line wrote
+    # "1.00000000e+40", the longest of the float32 attempts.
+    assert golang.format_float32(Fraction(10) ** 40) == "1e+40"
+
