@@ -105,4 +105,3 @@ def test_a_number_beyond_float32_is_written_as_a_float64() -> None:
     # A workload of 1e40 CPUs is no float32 (Kata's would be +Inf); the vCPU line wrote
     # "1.00000000e+40", the longest of the float32 attempts.
     assert golang.format_float32(Fraction(10) ** 40) == "1e+40"
-
