@@ -144,33 +144,56 @@ def test_step_stopped(case: dict[str, Any]) -> None:
     assert want["message"] in stop.message, stop.message
 
 
+#: A configuration (make_config's keys) and a VM (None: the one Kata boots) whose grow the
+#: plan stops where the VM is, by the clamp's cause, and the outcome's reason for it.
+STOPS: dict[str, tuple[dict[str, Any], Optional[VmState], str, str]] = {
+    # A small guest onlining to a kernel zone (Kata's own, kata-mem's default) whose
+    # headroom leaves no room for one more block's struct pages.
+    "guest-memmap-dimm": (
+        {"default_memory": 256, "kata_mem": {"headroom_min_mib": 200}},
+        None,
+        "guest_memmap",
+        "NoMemmapRoom",
+    ),
+    "guest-memmap-virtio-mem": (
+        {"default_memory": 256, "enable_virtio_mem": True, "kata_mem": {"headroom_min_mib": 200}},
+        None,
+        "guest_memmap",
+        "NoMemmapRoom",
+    ),
+    "slots": (
+        {"default_memory": 256, "memory_slots": 1},
+        VmState(256 * MiB, (MemoryDevice("other", "dimm", 128 * MiB, slot=0),), 1),
+        "slots",
+        "NoFreeSlots",
+    ),
+    "device-space": (
+        {"default_memory": 256},
+        VmState(256 * MiB, (), 8, 0),
+        "device_space",
+        "NoDeviceSpace",
+    ),
+}
+
+
+@pytest.mark.parametrize("stop", list(STOPS.values()), ids=list(STOPS))
 def test_a_grow_stopped_where_the_vm_is_is_answered_with_the_plans_cause(
     make_config: Callable[..., SizingConfig],
+    stop: tuple[dict[str, Any], Optional[VmState], str, str],
 ) -> None:
-    """The real planner's stops and the outcome agree: a small guest onlining to a kernel
-    zone (Kata's own) whose headroom leaves no room for one more block's struct pages is
-    stopped by the plan with ``guest_memmap``, and the apply answered ``NoDeviceSpace``
+    """The real planner's stops and the outcome agree: a small kernel-onlining guest was
+    stopped by the plan with ``guest_memmap`` and the apply answered ``NoDeviceSpace``
     (issue 33, item 13). Each cause that stops a grow where the VM is has its reason, and
     the outcome says what the plan says."""
+    keys, given, cause, reason = stop
+    cfg = make_config(**keys)
     host = HostFacts(memory=16 * GiB, cpus=8, arch="amd64")
     work = Workload((Container("c", memory_limit=GiB),))
-    stops = {
-        "guest_memmap": make_config(default_memory=256, kata_mem={"headroom_min_mib": 200}),
-        "slots": make_config(default_memory=256, memory_slots=1),
-        "device_space": make_config(default_memory=256),
-    }
-    vms = {
-        "slots": VmState(256 * MiB, (MemoryDevice("other", "dimm", 128 * MiB, slot=0),), 1),
-        "device_space": VmState(256 * MiB, (), 8, 0),
-    }
-    reasons = {"guest_memmap": "NoMemmapRoom", "slots": "NoFreeSlots"}
-    reasons["device_space"] = "NoDeviceSpace"
-    for cause, cfg in stops.items():
-        vm = vms.get(cause) or assumed_vm(cfg, host, None, work)
-        p = plan(cfg, host, work, vm)
-        (stop,) = [c for c in p.memory.clamps if c.cause == cause]
-        assert p.memory.steps == () and stop.limit == vm.total, cause
-        _, outcome = outcomes.before_steps(p, vm, shrink_allowed=False)
-        assert outcome is not None
-        assert (outcome.status, outcome.reason) == ("Infeasible", reasons[cause])
-        assert outcome.message.startswith(stop.detail), (cause, outcome.message)
+    vm = given or assumed_vm(cfg, host, None, work)
+    p = plan(cfg, host, work, vm)
+    (clamp,) = [c for c in p.memory.clamps if c.cause == cause]
+    assert p.memory.steps == () and clamp.limit == vm.total
+    _, outcome = outcomes.before_steps(p, vm, shrink_allowed=False)
+    assert outcome is not None
+    assert (outcome.status, outcome.reason) == ("Infeasible", reason)
+    assert outcome.message.startswith(clamp.detail), outcome.message
