@@ -74,6 +74,18 @@ GUARDS: dict[str, tuple[str, ...]] = {
     ),
     "kata_mem/edges/cgroups.py": ("tests/unit/test_cgroups.py", "tests/unit/test_host_side.py"),
     "kata_mem/core/frozen.py": ("tests/unit/test_frozen.py",),
+    "kata_mem/core/golang.py": (
+        "tests/unit/test_golang.py",
+        "tests/unit/test_annotation_cases.py",
+        "tests/unit/test_config.py",
+    ),
+    "kata_mem/core/gosyntax.py": (
+        "tests/unit/test_gosyntax.py",
+        "tests/unit/test_golang.py",
+        "tests/unit/test_annotation_cases.py",
+    ),
+    "kata_mem/edges/config.py": ("tests/unit/test_plan_cases.py", "tests/unit/test_config.py"),
+    "kata_mem/interfaces/render.py": ("tests/cli/test_preview.py",),
     "kata_mem/backends/libvirt.py": ("tests/integration/test_vmm_pid.py",),
     "kata_mem/interfaces/service.py": ("tests/service/test_lifecycle.py",),
     "kata_mem/interfaces/shim_client.py": ("tests/service/test_shim_client.py",),
@@ -117,6 +129,9 @@ RECORD = "kata_mem/core/record.py"
 GUESTMEM = "kata_mem/core/guestmem.py"
 EXECUTOR = "kata_mem/orchestration/executor.py"
 FROZEN = "kata_mem/core/frozen.py"
+GOLANG = "kata_mem/core/golang.py"
+GOSYNTAX = "kata_mem/core/gosyntax.py"
+CONFIG = "kata_mem/edges/config.py"
 
 BREAKS = (
     # -- the shrink-safety rule (safety.py, model.py) ------------------------------------
@@ -229,8 +244,20 @@ BREAKS = (
     Break(
         "no-free-slots-wrong-cause",
         OUTCOMES,
-        'if "slots" in {c.cause for c in m.clamps}:',
-        'if "device_space" in {c.cause for c in m.clamps}:',
+        '    "slots": "NoFreeSlots",',
+        '    "slots": "NoDeviceSpace",',
+    ),
+    Break(
+        "guest-memmap-stop-not-named",
+        OUTCOMES,
+        '    "guest_memmap": "NoMemmapRoom",\n',
+        "",
+    ),
+    Break(
+        "grow-stop-any-clamp",
+        OUTCOMES,
+        "c.cause in GROW_STOPPED and c.limit == vm.total",
+        "c.cause in GROW_STOPPED",
     ),
     Break(
         "below-base-by-target",
@@ -656,6 +683,65 @@ BREAKS = (
         "kata_mem/edges/service_record.py",
         "        if info.st_uid not in (0, os.geteuid()) or info.st_mode & 0o022:",
         "        if False:",
+    ),
+    # -- vCPUs as Kata holds them, float32 (issue 33, item 5) ------------------------------
+    Break(
+        "vcpus-added-exactly",
+        PLANNER,
+        "    requested = _float32(default + work_cpu)",
+        "    requested = default + work_cpu",
+    ),
+    Break(
+        "default-vcpus-read-as-a-decimal",
+        CONFIG,
+        "        default_vcpus=toml_float32(vcpus),",
+        "        default_vcpus=Fraction(repr(vcpus)) if isinstance(vcpus, float) else Fraction(vcpus),",
+    ),
+    Break(
+        "annotation-float-not-rounded",
+        GOLANG,
+        "    value = round_float32(value)\n",
+        "    pass\n",
+    ),
+    Break(
+        "float32-ties-away-from-zero",
+        GOLANG,
+        "significand = round(Fraction(n << max(-unit, 0), d << max(unit, 0)))",
+        "significand = int(Fraction(n << max(-unit, 0), d << max(unit, 0)) + Fraction(1, 2))",
+    ),
+    Break(
+        "float32-without-subnormals",
+        GOLANG,
+        "_FLOAT32_TINY_EXPONENT = -149",
+        "_FLOAT32_TINY_EXPONENT = -1000",
+    ),
+    Break(
+        "float32-printed-with-six-digits",
+        "kata_mem/interfaces/render.py",
+        'f"containers {format_float32(v.containers)} = {summed}), max {v.max}, host {v.host}{vc}"',
+        'f"containers {format_float32(v.containers)} = {float(v.requested):g}), max {v.max}, '
+        'host {v.host}{vc}"',
+    ),
+    # -- Go's regexp limits (gosyntax.py, golang.py; issue 33, item 15) --------------------
+    Break("go-nesting-unlimited", GOSYNTAX, "MAX_HEIGHT = 1000", "MAX_HEIGHT = 100_000"),
+    Break(
+        "go-size-unlimited",
+        GOSYNTAX,
+        "MAX_SIZE = (128 << 20) // 40",
+        "MAX_SIZE = (128 << 30) // 40",
+    ),
+    Break(
+        "go-runes-unlimited",
+        GOSYNTAX,
+        "MAX_RUNES = (128 << 20) // 4",
+        "MAX_RUNES = (128 << 30) // 4",
+    ),
+    Break("go-group-is-a-level", GOSYNTAX, "        if re2.cap == 0:", "        if False:"),
+    Break(
+        "go-refusal-left-to-re2",
+        GOLANG,
+        "    refused = parse_error(pattern)\n    if refused is not None:",
+        "    refused = parse_error(pattern)\n    if False:",
     ),
     # -- frozen records (frozen.py): what every value's __init__, __eq__ and __hash__ do -----
     Break(

@@ -3,10 +3,12 @@ comments) and the same as JSON (``kata-mem/runtimeclass/v1``)."""
 
 from __future__ import annotations
 
+from fractions import Fraction
 from typing import Any, Optional
 
 import yaml
 
+from kata_mem.core.golang import format_float32
 from kata_mem.core.runtimeclass import PodFit, RuntimeClassOverhead, fmt_limits
 from kata_mem.core.units import fmt_bytes, to_mib_ceil
 
@@ -114,7 +116,8 @@ def explanation(
 
 
 def _cpu_lines(o: RuntimeClassOverhead, policy: str) -> list[str]:
-    vcpus = f"Kata boots ceil(default_vcpus {float(o.default_vcpus or 1):g} + CPU limits) vCPUs"
+    default = format_float32(o.default_vcpus or Fraction(1))  # a float32, as Kata prints it
+    vcpus = f"Kata boots ceil(default_vcpus {default} + CPU limits) vCPUs"
     every = (
         "unknown here (default_vcpus is negative: the node's CPUs)"
         if o.cpu_millis is None
