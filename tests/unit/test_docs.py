@@ -347,3 +347,26 @@ def wide_table_code(site: Path) -> list[str]:
                 if len(text) > TABLE_CODE_MAX:
                     wide.append(f"{page.relative_to(site).parent}: {text}")
     return wide
+
+
+def exit_code_row(page: str, code: str) -> str:
+    (row,) = [
+        line for line in (DOCS / page).read_text().splitlines() if line.startswith(f"| {code} |")
+    ]
+    return " ".join(row.split())
+
+
+def test_troubleshooting_sends_a_plug_timeout_to_its_cause() -> None:
+    """Exit 8 was "did not finish in time: the next call settles it". A grow the guest does
+    not show (PlugTimeout) is not settled by waiting: a guest that leaves the memory offline
+    keeps it so (the next call answers NoChange, QEMU having it), and a staged grow, which
+    kernel onlining brings and which kata-mem assumes when nothing says how the guest
+    onlines (guest_onlining unset), waits on room the guest may never show. The row quotes
+    both of apply's waits and names where the onlining is said."""
+    executor = (REPO / "kata_mem" / "orchestration" / "executor.py").read_text()
+    waits = ["the guest did not show", "the memory of", "room for the next step above the headroom"]
+    assert all(w in executor for w in waits)
+    row = exit_code_row("guide/troubleshooting.md", "8")
+    for said in [*waits, "`guest onlining:`", "`[kata_mem] guest_onlining`", "`kernel_params`"]:
+        assert said in row, said
+    assert "NoChange" in row and "UnplugTimeout" in row
