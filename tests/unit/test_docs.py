@@ -370,3 +370,22 @@ def test_troubleshooting_sends_a_plug_timeout_to_its_cause() -> None:
     for said in [*waits, "`guest onlining:`", "`[kata_mem] guest_onlining`", "`kernel_params`"]:
         assert said in row, said
     assert "NoChange" in row and "UnplugTimeout" in row
+
+
+def test_only_apply_dry_run_is_said_to_show_the_steps_apply_would_run() -> None:
+    """The README said `kata-mem preview` shows the exact steps `apply` would run: a preview
+    never sees a VM (it plans from the boot memory, or --current), so only `apply --dry-run`,
+    which reads the live VM and changes nothing, shows those. The front pages and preview's
+    own help say which shows what."""
+    from kata_mem.interfaces.cli import cli as group
+
+    for page in (REPO / "README.md", DOCS / "index.md"):
+        text = " ".join(page.read_text().split())
+        assert "preview` shows the exact steps" not in text, page
+        (bullet,) = [p for p in page.read_text().split("\n- ") if "Previews come first" in p]
+        bullet = " ".join(bullet.split())
+        assert "`kata-mem apply --dry-run`" in bullet and "live VM" in bullet, page
+    commands = " ".join((DOCS / "reference" / "commands.md").read_text().split())
+    assert "`preview` shows what `apply` would do" not in commands
+    help_text = " ".join((group.commands["preview"].help or "").split())
+    assert "apply --dry-run" in help_text and "what apply would do" not in help_text
