@@ -430,7 +430,7 @@ install_node() {
     fi
 
     make_dir "$bin_dir"
-    # kata-mem-shim is what a runtime's shim runs (docs/guide/shim.md): on PATH beside kata-mem.
+    # kata-mem-shim, the shim protocol answered by serve (docs/guide/shim.md): beside kata-mem.
     for c in "${commands[@]}"; do
         p=${bin_dir%/}/$c
         [ -z "${keep[$p]+x}" ] || continue
