@@ -268,8 +268,9 @@ write_manifest() {
                 continue
                 ;;
             esac
-            case ${m_type[$p]} in
-            f) printf 'f\t%s\t%s\n' "${m_hash[$p]}" "$p" ;;
+            # What find listed but could not describe (gone meanwhile, unreadable) stays out.
+            case ${m_type[$p]-} in
+            f) [ -z "${m_hash[$p]-}" ] || printf 'f\t%s\t%s\n' "${m_hash[$p]}" "$p" ;;
             l) printf 'l\t%s\t%s\n' "${m_link[$p]}" "$p" ;;
             d) printf 'd\t-\t%s\n' "$p" ;;
             esac
@@ -283,6 +284,7 @@ write_manifest() {
 finish() {
     local status=$?
     trap - EXIT
+    [ -z "$unit_tmp" ] || rm -f -- "$unit_tmp"
     if ! write_manifest; then
         log "could not write $manifest: the uninstall will not know what was made"
         status=1
@@ -291,7 +293,7 @@ finish() {
 }
 
 install_node() {
-    local source=${1:-$root} spec p c unit before after tmp refusals=() kept=() targets=()
+    local source=${1:-$root} spec p c unit before after refusals=() kept=() targets=()
     # A SOURCE that is not there (a mistyped wheel path) stops everything before anything is
     # made: pip would fail only after the virtualenv was.
     if [ ! -e "$source" ]; then
@@ -385,7 +387,7 @@ install_node() {
     # What an earlier install made outside PREFIX stays recorded while it is there: the
     # directories it made, the links and units (rewritten below, unless kept), and any it
     # wrote where BIN_DIR or UNIT_DIR pointed then.
-    made="" prefix_made=""
+    made="" prefix_made="" unit_tmp=""
     for p in "${old_order[@]}"; do
         case $p in
         "$prefix") prefix_made=1 ;;
@@ -443,14 +445,14 @@ install_node() {
         for unit in "${unit_names[@]}"; do
             p=${unit_dir%/}/$unit
             [ -z "${keep[$p]+x}" ] || continue
-            tmp=$(mktemp "${unit_dir%/}/.$unit.XXXXXX")
+            # Written beside it and renamed over it: a unit is never seen half written (the
+            # EXIT trap removes the temporary file of an install that stops).
+            unit_tmp=$(mktemp "${unit_dir%/}/.$unit.XXXXXX")
             # The shipped units run /usr/local/bin/kata-mem: BIN_DIR's link where it differs.
-            if ! sed "s#/usr/local/bin/kata-mem#${bin_dir%/}/kata-mem#g" "$units/$unit" >"$tmp"; then
-                rm -f -- "$tmp"
-                exit 1
-            fi
-            chmod 0644 "$tmp"
-            mv -f -- "$tmp" "$p"
+            sed "s#/usr/local/bin/kata-mem#${bin_dir%/}/kata-mem#g" "$units/$unit" >"$unit_tmp"
+            chmod 0644 "$unit_tmp"
+            mv -f -- "$unit_tmp" "$p"
+            unit_tmp=""
             record f "$(sha256sum <"$p" | cut -c1-64)" "$p"
         done
         log "units in $unit_dir: systemctl daemon-reload && systemctl enable --now kata-mem.socket" \

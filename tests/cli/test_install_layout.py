@@ -695,3 +695,18 @@ def test_the_manifest_lists_each_path_the_install_wrote_with_its_hash(
     assert set(paths) == made
     assert str(root / "usr") not in paths
     assert doc("guide/install.md").count("/opt/kata-mem/kata-mem-install.manifest") >= 1
+
+
+def test_an_install_that_stops_midway_leaves_a_manifest_of_what_it_made(tmp_path: Path) -> None:
+    """pip fails once the virtualenv is made (a wheel that is no wheel): the manifest still
+    lists what the install made, and the uninstall removes all of it."""
+    broken = tmp_path / "kata_mem-0.1.0-py3-none-any.whl"
+    broken.write_bytes(b"not a zip archive")
+    root = tmp_path / "root"
+    done = run(SCRIPT, broken, root=root)
+    assert done.returncode != 0
+    manifest = root / "opt/kata-mem/kata-mem-install.manifest"
+    assert any(p == str(root / "opt/kata-mem/bin/python") for _, _, p in manifest_entries(manifest))
+    gone = run(UNINSTALL, root=root)
+    assert gone.returncode == 0, gone.stderr
+    assert not root.exists()
