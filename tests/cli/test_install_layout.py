@@ -77,89 +77,6 @@ def test_the_shipped_service_runs_the_link_the_install_makes() -> None:
     assert script_default("UNIT_DIR") == "/etc/systemd/system"
 
 
-def test_the_node_install_runs_and_its_units_verify(tmp_path: Path) -> None:
-    root = tmp_path / "root"
-    (tmp_path / "src").mkdir()
-    src = source_copy(tmp_path / "src")
-    env = install_env(root)
-    # A release artifact, built as the install guide says (pip, in a virtualenv of its own).
-    (build,) = [
-        line
-        for line in doc("guide/install.md").splitlines()
-        if line.startswith("python3 -m venv") and "pip wheel" in line
-    ]
-    built = subprocess.run(
-        ["bash", "-c", build.replace("/tmp/wheel", str(tmp_path / "wheel-venv"))],
-        cwd=src,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert built.returncode == 0, built.stderr
-    (wheel,) = (src / "dist").glob("kata_mem-*-py3-none-any.whl")
-    # Installed from the wheel, then again from the checkout: an upgrade in place.
-    for source in (wheel, src):
-        done = install(SCRIPT, source, root)
-        assert done.returncode == 0, done.stderr
-    link = root / "usr/local/bin/kata-mem"
-    assert link.is_symlink() and os.readlink(link) == str(root / "opt/kata-mem/bin/kata-mem")
-    # kata-mem-shim, the shim's client of the node service, is "installed beside kata-mem"
-    # (docs/guide/shim.md): on PATH as well, or a shim would have to know the virtualenv.
-    shim_link = root / "usr/local/bin/kata-mem-shim"
-    assert shim_link.is_symlink()
-    assert os.readlink(shim_link) == str(root / "opt/kata-mem/bin/kata-mem-shim")
-    version = subprocess.run(
-        [str(link), "--version"],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert version.returncode == 0 and "0.1.0" in version.stdout, version.stderr
-    units = root / "etc/systemd/system"
-    for unit in UNITS:
-        shipped = (REPO / "configs/systemd" / unit).read_text()
-        assert (units / unit).read_text() == shipped.replace("/usr/local/bin/kata-mem", str(link))
-    verify = subprocess.run(
-        ["systemd-analyze", "verify", *(str(units / u) for u in UNITS)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert verify.returncode == 0, verify.stdout + verify.stderr
-    # The check can fail: without the link, ExecStart is not executable.
-    link.unlink()
-    missing = subprocess.run(
-        ["systemd-analyze", "verify", *(str(units / u) for u in UNITS)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert missing.returncode != 0 and "is not executable" in missing.stderr
-    # Uninstall: what the install made goes, and nothing else.
-    link.symlink_to(root / "opt/kata-mem/bin/kata-mem")
-    (units / "other.service").write_text("[Service]\nExecStart=/bin/true\n")
-    gone = subprocess.run(
-        [str(REPO / "scripts" / "uninstall-node.sh")],
-        env={**env, "SYSTEMCTL": "-"},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert gone.returncode == 0, gone.stderr
-    assert not link.exists() and not link.is_symlink()
-    assert not shim_link.exists() and not shim_link.is_symlink()
-    assert not (root / "opt/kata-mem").exists()
-    assert sorted(p.name for p in units.iterdir()) == ["other.service"]
-
-
 def test_uninstall_leaves_what_the_install_did_not_make(tmp_path: Path) -> None:
     """Files at the installed paths and a PREFIX without the install's manifest: the
     uninstall has no proof that any is the install's, says so and removes nothing."""
@@ -710,3 +627,88 @@ def test_an_install_that_stops_midway_leaves_a_manifest_of_what_it_made(tmp_path
     gone = run(UNINSTALL, root=root)
     assert gone.returncode == 0, gone.stderr
     assert not root.exists()
+
+
+# The whole install, dependencies and all, last: scripts/break_safety.py runs this module with
+# -x, and a broken rule is found by the quick tests above in seconds.
+def test_the_node_install_runs_and_its_units_verify(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    (tmp_path / "src").mkdir()
+    src = source_copy(tmp_path / "src")
+    env = install_env(root)
+    # A release artifact, built as the install guide says (pip, in a virtualenv of its own).
+    (build,) = [
+        line
+        for line in doc("guide/install.md").splitlines()
+        if line.startswith("python3 -m venv") and "pip wheel" in line
+    ]
+    built = subprocess.run(
+        ["bash", "-c", build.replace("/tmp/wheel", str(tmp_path / "wheel-venv"))],
+        cwd=src,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert built.returncode == 0, built.stderr
+    (wheel,) = (src / "dist").glob("kata_mem-*-py3-none-any.whl")
+    # Installed from the wheel, then again from the checkout: an upgrade in place.
+    for source in (wheel, src):
+        done = install(SCRIPT, source, root)
+        assert done.returncode == 0, done.stderr
+    link = root / "usr/local/bin/kata-mem"
+    assert link.is_symlink() and os.readlink(link) == str(root / "opt/kata-mem/bin/kata-mem")
+    # kata-mem-shim, the shim's client of the node service, is "installed beside kata-mem"
+    # (docs/guide/shim.md): on PATH as well, or a shim would have to know the virtualenv.
+    shim_link = root / "usr/local/bin/kata-mem-shim"
+    assert shim_link.is_symlink()
+    assert os.readlink(shim_link) == str(root / "opt/kata-mem/bin/kata-mem-shim")
+    version = subprocess.run(
+        [str(link), "--version"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert version.returncode == 0 and "0.1.0" in version.stdout, version.stderr
+    units = root / "etc/systemd/system"
+    for unit in UNITS:
+        shipped = (REPO / "configs/systemd" / unit).read_text()
+        assert (units / unit).read_text() == shipped.replace("/usr/local/bin/kata-mem", str(link))
+    verify = subprocess.run(
+        ["systemd-analyze", "verify", *(str(units / u) for u in UNITS)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    # The check can fail: without the link, ExecStart is not executable.
+    link.unlink()
+    missing = subprocess.run(
+        ["systemd-analyze", "verify", *(str(units / u) for u in UNITS)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert missing.returncode != 0 and "is not executable" in missing.stderr
+    # Uninstall: what the install made goes, and nothing else.
+    link.symlink_to(root / "opt/kata-mem/bin/kata-mem")
+    (units / "other.service").write_text("[Service]\nExecStart=/bin/true\n")
+    gone = subprocess.run(
+        [str(REPO / "scripts" / "uninstall-node.sh")],
+        env={**env, "SYSTEMCTL": "-"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert gone.returncode == 0, gone.stderr
+    assert not link.exists() and not link.is_symlink()
+    assert not shim_link.exists() and not shim_link.is_symlink()
+    assert not (root / "opt/kata-mem").exists()
+    assert sorted(p.name for p in units.iterdir()) == ["other.service"]
