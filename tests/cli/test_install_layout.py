@@ -509,21 +509,50 @@ def test_a_mistyped_or_hostile_prefix_is_refused_and_left_as_it_was(
     assert tree(watched) == before
 
 
-@pytest.mark.parametrize("which", ["BIN_DIR", "UNIT_DIR"])
+@pytest.mark.parametrize(
+    ("which", "link"), [("BIN_DIR", False), ("UNIT_DIR", False), ("BIN_DIR", True)]
+)
 def test_a_directory_another_user_could_write_is_refused(
-    tmp_path: Path, wheel: Path, which: str
+    tmp_path: Path, wheel: Path, which: str, link: bool
 ) -> None:
     """As root the install writes nowhere another user could have written (or could swap
-    what it writes): a BIN_DIR or UNIT_DIR of theirs stops it before anything."""
+    what it writes): a BIN_DIR or UNIT_DIR of theirs, or a link of theirs on the way to one
+    of root's, stops it before anything."""
+    mine = tmp_path / "mine"
+    mine.mkdir()
     theirs = tmp_path / "theirs"
-    theirs.mkdir()
-    os.chown(theirs, NOBODY, NOBODY)
+    if link:
+        theirs.symlink_to(mine)
+        os.lchown(theirs, NOBODY, NOBODY)
+    else:
+        theirs.mkdir()
+        os.chown(theirs, NOBODY, NOBODY)
     root = tmp_path / "root"
     done = run(SCRIPT, wheel, root=root, **{which: str(theirs)})
     assert done.returncode == 1, done.stderr
     assert f"{which} {theirs}: owned by nobody (uid {NOBODY})" in done.stderr
     assert "nothing was installed" in done.stderr
-    assert not root.exists() and list(theirs.iterdir()) == []
+    assert not root.exists() and list(theirs.iterdir()) == [] and list(mine.iterdir()) == []
+
+
+def test_a_manifest_with_a_line_the_install_does_not_write_is_no_proof(
+    tmp_path: Path, wheel: Path
+) -> None:
+    """The manifest is read only as the install writes it: a line of another form (here a
+    file's hash that is not one) refuses the whole of it, and nothing is removed."""
+    root = tmp_path / "root"
+    assert run(SCRIPT, wheel, root=root).returncode == 0
+    manifest = root / "opt/kata-mem/kata-mem-install.manifest"
+    manifest.write_text(manifest.read_text() + f"f\tnot-a-hash\t{root}/etc\n")
+    before = tree(root)
+    for script in (UNINSTALL, SCRIPT):
+        done = run(script, *([wheel] if script == SCRIPT else []), root=root)
+        assert done.returncode == 1, done.stderr
+        assert (
+            f"{manifest}: line " in done.stderr
+            and "is not one install-node.sh writes" in done.stderr
+        )
+        assert tree(root) == before
 
 
 def test_a_file_another_user_owns_is_never_acted_on(tmp_path: Path, wheel: Path) -> None:
