@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""Break the sizing and shrink-safety rules on purpose and check that the fast tests notice.
+"""Break the rules on purpose (sizing, shrink safety, the node install) and see the tests notice.
 
 Each break is one small textual change to a copy of the package (the tree itself is
 never touched): an off-by-one, a flipped comparison, a dropped term, a wrong field, in
 the shrink-safety rule, the usage readings it is judged on, the outcomes, the planner's
-clamps and the journal's record. For each, the test modules that guard the broken
+clamps and the journal's record; and the node install's rule that it touches only what
+it wrote (scripts/install-node.sh). For each, the test modules that guard the broken
 module (``GUARDS``; with ``--full`` the whole fast suite: everything but the real-guest
 and libvirt tests) run against the copy, stopping at the first failure. A break that no
 test fails "survives": the suite does not guard that part of the rule. A control run
@@ -100,6 +101,7 @@ GUARDS: dict[str, tuple[str, ...]] = {
         "tests/integration/test_vm_presence.py",
         "tests/service/test_lifecycle.py",
     ),
+    "scripts/install-node.sh": ("tests/cli/test_install_layout.py",),
     "kata_mem/core/record.py": (
         "tests/unit/test_record.py",
         "tests/unit/test_host_side.py",
@@ -132,6 +134,7 @@ FROZEN = "kata_mem/core/frozen.py"
 GOLANG = "kata_mem/core/golang.py"
 GOSYNTAX = "kata_mem/core/gosyntax.py"
 CONFIG = "kata_mem/edges/config.py"
+INSTALL = "scripts/install-node.sh"
 
 BREAKS = (
     # -- the shrink-safety rule (safety.py, model.py) ------------------------------------
@@ -767,6 +770,44 @@ BREAKS = (
         FROZEN,
         'value = f"F[{factories}]() if {name} is __frozen_missing else {name}"',
         'value = f"F[{factories}] if {name} is __frozen_missing else {name}"',
+    ),
+    # -- the node install touches only what it wrote (install-node.sh, issue 33) ----------
+    Break(
+        "install-takes-a-path-it-did-not-write",
+        INSTALL,
+        'theirs) refusals+=("$p: not written by install-node.sh',
+        'theirs) true+=("$p: not written by install-node.sh',
+    ),
+    Break("install-rewrites-an-edited-unit", INSTALL, "            keep[$p]=1\n", ""),
+    Break(
+        "install-takes-a-prefix-of-files",
+        INSTALL,
+        'stop "PREFIX $prefix: holds files install-node.sh did not write',
+        'true "PREFIX $prefix: holds files install-node.sh did not write',
+    ),
+    Break(
+        "manifest-hash-not-checked",
+        INSTALL,
+        '[ "${m_hash[$p]-}" = "$value" ] || {',
+        "true || {",
+    ),
+    Break(
+        "another-users-file-taken",
+        INSTALL,
+        'if [ "${m_uid[$p]}" != 0 ] && [ "${m_uid[$p]}" != "$me" ]; then',
+        "if false; then",
+    ),
+    Break(
+        "uninstall-removes-what-changed",
+        INSTALL,
+        'elif as_written "$p" && inside_sound "$p"; then',
+        "elif true; then",
+    ),
+    Break(
+        "same-version-wheel-not-reinstalled",
+        INSTALL,
+        '"$prefix/bin/python" -I -m pip install -q --disable-pip-version-check \\\n',
+        "true \\\n",
     ),
 )
 
