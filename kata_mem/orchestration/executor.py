@@ -49,8 +49,9 @@ from kata_mem.core.model import (
     Workload,
 )
 from kata_mem.core.outcomes import Stop
-from kata_mem.core.planner import assumed_vm, level_room
-from kata_mem.core.planner import plan as make_plan
+from kata_mem.core.plan import plan as make_plan
+from kata_mem.core.plan.geometry import assumed_vm
+from kata_mem.core.plan.guards import level_room
 from kata_mem.core.record import PendingGrow, Phase, Record
 from kata_mem.core.reports import owned_view, still_owned
 from kata_mem.core.request import SandboxRequest

@@ -34,7 +34,8 @@ from kata_mem.core.model import (
     SizingConfig,
     Workload,
 )
-from kata_mem.core.planner import assumed_vm, current_problem, plan
+from kata_mem.core.plan import plan
+from kata_mem.core.plan.geometry import assumed_vm, current_problem
 from kata_mem.core.request import CallOptions, HostOverrides, SandboxRequest
 from kata_mem.core.results import Applied, Forgotten, Planned, Response
 from kata_mem.edges.config import DEFAULT_PATHS, config_path, load_config
