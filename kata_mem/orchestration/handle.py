@@ -259,7 +259,7 @@ def forget(sandbox: str, state_dir: str) -> tuple[Note, ...]:
     # state_dir_state refuses (exit 3) a state dir that is not kata-mem's, and creates nothing.
     found = state.remove(LOCK_WAIT_S) if state_dir_state(state_dir) == "ours" else "absent"
     if found == "removed":
-        release(state_dir, sandbox)
+        release(state_dir, sandbox)  # its journal is gone: the node's total falls now
     said = {
         "removed": [],
         "absent": [f"no state for sandbox {sandbox}"],
