@@ -110,6 +110,8 @@ GUARDS: dict[str, tuple[str, ...]] = {
         "tests/service/test_lifecycle.py",
     ),
     "scripts/install-node.sh": ("tests/cli/test_install_layout.py",),
+    "kata_mem/orchestration/handle.py": ("tests/unit/test_ledger.py",),
+    "kata_mem/orchestration/reconcile.py": ("tests/unit/test_ledger.py",),
     "kata_mem/core/record.py": (
         "tests/unit/test_record.py",
         "tests/unit/test_host_side.py",
@@ -782,6 +784,19 @@ BREAKS = (
         FROZEN,
         'value = f"F[{factories}]() if {name} is __frozen_missing else {name}"',
         'value = f"F[{factories}] if {name} is __frozen_missing else {name}"',
+    ),
+    # -- the node's ledger: whoever forgets a sandbox releases its entry (issue 35) --------
+    Break(
+        "shim-delete-keeps-the-ledger-entry",
+        "kata_mem/orchestration/handle.py",
+        "        release(state_dir, sandbox)  # its journal is gone: the node's total falls now\n",
+        "        pass\n",
+    ),
+    Break(
+        "reconcile-forget-keeps-the-ledger-entry",
+        "kata_mem/orchestration/reconcile.py",
+        "            release(state_dir, sandbox)  # its journal is gone: the node's total falls now\n",
+        "            pass\n",
     ),
     # -- the node install touches only what it wrote (install-node.sh, issue 33) ----------
     Break(

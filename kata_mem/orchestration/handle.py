@@ -253,12 +253,14 @@ def forget(sandbox: str, state_dir: str) -> tuple[Note, ...]:
     :raises ConfigError: the state directory is not kata-mem's, or it or the sandbox's
         directory could have been written by another user (nothing is changed).
     """
-    from kata_mem.edges.journal import LOCK_WAIT_S, SandboxState
-    from kata_mem.edges.statedir import state_dir_state
+    from kata_mem.edges.ledger import release
+    from kata_mem.edges.statedir import LOCK_WAIT_S, SandboxDirectory, state_dir_state
 
-    state = SandboxState(state_dir, sandbox)
+    state = SandboxDirectory(state_dir, sandbox)
     # state_dir_state refuses (exit 3) a state dir that is not kata-mem's, and creates nothing.
     found = state.remove(LOCK_WAIT_S) if state_dir_state(state_dir) == "ours" else "absent"
+    if found == "removed":
+        release(state_dir, sandbox)  # its journal is gone: the node's total falls now
     said = {
         "removed": [],
         "absent": [f"no state for sandbox {sandbox}"],
