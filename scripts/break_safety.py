@@ -773,7 +773,7 @@ BREAKS = (
         "return cfg.default_memory + -(-need.total_memory // MiB) * MiB",
     ),
     Break(
-        "static-vcpus-without-the-workload",
+        "static-vcpus-without-workload",
         PLANNER,
         "        boot = max(math.ceil(_float32(default + work_cpu)), 1)",
         "        boot = max(math.ceil(_float32(default)), 1)",
