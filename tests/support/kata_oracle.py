@@ -52,8 +52,9 @@ def materialize(case: dict[str, Any], where: Path) -> Path:
 
 def host_of(case: dict[str, Any], memory_mib: int) -> HostFacts:
     """The host Kata's answer was recorded on: its CPUs as the case gives them, its memory
-    as the table's provenance does; a hugepage pool as large as the memory, so that only
-    the rules Kata has bound ``default_maxmemory`` (Kata checks no pool)."""
+    as the table's provenance does; a hugepage pool larger than the memory (as many 2 MiB
+    pages as it has MiB), so that only the rules Kata has bound ``default_maxmemory``
+    (Kata checks no pool)."""
     return HostFacts(
         memory=memory_mib * MiB,
         cpus=case["host_cpus"],
