@@ -24,11 +24,12 @@ import pytest
 from tests.support.cases import load_cases
 from tests.support.kata_oracle import (
     DOCUMENTED,
+    MORE_CONFIGS,
     differences,
     documented,
     kata_mem_answer,
 )
-from tests.support.paths import FIXTURES, doc
+from tests.support.paths import FIXTURES, KATA_CONFIGS, doc
 
 TABLE = FIXTURES / "kata-cases" / "go-runtime.json"
 MEMORY_MIB = json.loads(TABLE.read_text())["provenance"]["host"]["memory_mib"]
@@ -88,5 +89,7 @@ def test_every_documented_difference_is_a_row_of_the_comparison_and_still_met() 
 
 
 def test_the_packaged_configurations_are_all_recorded() -> None:
+    """The nine kata-mem loads everywhere, and the Go runtime's others."""
     fixtures = {f.get("fixture") for c in _cases() for f in c["files"]}
-    assert fixtures >= {p.name for p in (FIXTURES / "kata-configs").glob("*.toml")}
+    for where in (KATA_CONFIGS, MORE_CONFIGS):
+        assert fixtures >= {p.name for p in where.glob("*.toml")}, where
