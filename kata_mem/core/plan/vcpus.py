@@ -40,6 +40,50 @@ def _float32(cpus: Fraction) -> Fraction:
     return round_float32(cpus) if abs(cpus) < FLOAT32_OVERFLOW else cpus
 
 
+def _arch_cap(host: HostFacts) -> int:
+    """The architecture's vCPU cap (govmm ``MaxVCPUs``).
+
+    :raises InputError: an architecture kata-mem does not know."""
+    arch_cap = ARCH_MAX_VCPUS.get(host.arch)
+    if arch_cap is None:
+        raise InputError(f"host arch {host.arch!r}: expected one of {', '.join(ARCHES)} (Go names)")
+    return arch_cap
+
+
+def vcpu_ceiling(cfg: SizingConfig, host: HostFacts) -> tuple[int, VcpuCause]:
+    """The vCPU maximum a configuration gives on ``host``, and what binds it: Kata
+    ``defaultMaxVCPUs`` (katautils/config.go): ``default_maxvcpus``, the host's CPUs when
+    it is 0 or not below them, never above the architecture's cap.
+
+    :raises InputError: an architecture kata-mem does not know."""
+    arch_cap = _arch_cap(host)
+    cause: VcpuCause
+    if cfg.default_maxvcpus == 0 or cfg.default_maxvcpus >= host.cpus:
+        ceiling, cause = host.cpus, "host_cpus"
+    else:
+        ceiling, cause = cfg.default_maxvcpus, "default_maxvcpus"
+    if arch_cap < ceiling:
+        ceiling, cause = arch_cap, "arch"
+    return ceiling, cause
+
+
+def default_vcpus(cfg: SizingConfig, host: HostFacts) -> Fraction:
+    """The vCPUs a configuration boots with on ``host`` before any workload: Kata
+    ``defaultVCPUs`` (katautils/config.go): ``default_vcpus`` (a float32), the usable CPUs
+    (the host's, at most the architecture's cap: ``getCurrentCpuNum``) when it is negative
+    or above them, 1 when it is 0.
+
+    :raises InputError: an architecture kata-mem does not know."""
+    default = cfg.default_vcpus
+    usable = min(host.cpus, _arch_cap(host))
+    # Compared in integers: n/d > k exactly when n > k * d (d > 0), without a Fraction.
+    if default.numerator < 0 or default.numerator > usable * default.denominator:
+        return Fraction(usable)
+    if default.numerator == 0:
+        return _ONE
+    return default
+
+
 def plan_vcpus(cfg: SizingConfig, host: HostFacts, need: Demand) -> tuple[VcpuPlan, list[Note]]:
     """Kata ``defaultMaxVCPUs``/``defaultVCPUs``; target = ceil(default + sum of quota/period).
 
@@ -63,25 +107,10 @@ def plan_vcpus(cfg: SizingConfig, host: HostFacts, need: Demand) -> tuple[VcpuPl
     (Go ``oci.SandboxConfig``, runtime-rs ``InitialSizeManager::setup_config``);
     only the architecture's cap still applies (Go ``validateHypervisorConfig``).
     """
-    work_cpu = need.cpu
-    arch_cap = ARCH_MAX_VCPUS.get(host.arch)
-    if arch_cap is None:
-        raise InputError(f"host arch {host.arch!r}: expected one of {', '.join(ARCHES)} (Go names)")
-    cause: VcpuCause
-    if cfg.default_maxvcpus == 0 or cfg.default_maxvcpus >= host.cpus:
-        ceiling, cause = host.cpus, "host_cpus"
-    else:
-        ceiling, cause = cfg.default_maxvcpus, "default_maxvcpus"
-    if arch_cap < ceiling:
-        ceiling, cause = arch_cap, "arch"
-    default = cfg.default_vcpus
-    work_cpu = _float32(work_cpu)
-    usable = min(host.cpus, arch_cap)
-    # Compared in integers: n/d > k exactly when n > k * d (d > 0), without a Fraction.
-    if default.numerator < 0 or default.numerator > usable * default.denominator:
-        default = Fraction(usable)
-    elif default.numerator == 0:
-        default = _ONE
+    arch_cap = _arch_cap(host)
+    ceiling, cause = vcpu_ceiling(cfg, host)
+    default = default_vcpus(cfg, host)
+    work_cpu = _float32(need.cpu)
     notes: list[Note] = []
     raised_from: Optional[Fraction] = None
     added_to: VcpuBase = "default_vcpus"
