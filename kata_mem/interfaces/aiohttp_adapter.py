@@ -1,53 +1,72 @@
-"""aiohttp's connection handler for ``kata-mem serve``
-(:mod:`kata_mem.interfaces.service`): a subclass of ``web.RequestHandler`` that reads the
-peer once, cuts a connection that never sends a request, answers a client that half-closes
-and answers what aiohttp refuses before any handler runs."""
+"""What ``kata-mem serve`` needs of aiohttp beyond its public handler API, in one place.
+
+The service (:mod:`kata_mem.interfaces.service`) writes its handlers and middleware
+against aiohttp's public API (``web.Application``, ``web.Request``, ``web.Response``,
+``request.content``'s reads). What aiohttp gives no public call for is here, and nowhere
+else:
+
+- :class:`Connection`, the connection handler: a subclass of ``web.RequestHandler`` that
+  reads the peer once (``SO_PEERCRED``), cuts a connection that never sends a byte,
+  answers a client that half-closes after its request (aiohttp's ``_waiter`` and
+  ``_messages``), and hands what aiohttp refuses before any handler runs, or a handler's
+  bug, to the service as a :class:`Failure` (its parser's words on one line) instead of
+  aiohttp's plain-text answer (``handle_error``, ``request.writer.output_size``);
+- :func:`origin`, the peer and the listener of a request (``request.protocol``);
+- :func:`read_body`, a body read with its ``100 Continue`` written first (the writer's
+  ``output_size``), and what aiohttp's parser refused in it as :class:`Unreadable`;
+- :func:`leave_unread`, a body that is not read (``feed_eof``: the connection closes once
+  the answer is sent).
+
+The service answers for the connections through one method, :meth:`Owner.failed`. An
+aiohttp release that changes these internals is met here; the service tests
+(tests/service/test_malformed.py, test_lifecycle.py) run through all of it.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import itertools
-from typing import Any, Optional, Protocol, Union
+from typing import Any, NamedTuple, Optional, Protocol, Union, cast
 
 from aiohttp import StreamReader, web
+from aiohttp.http_exceptions import HttpProcessingError
 
-from kata_mem.core.errors import InputError, KataMemError
-from kata_mem.edges.logs import describe, get_logger
-from kata_mem.interfaces.listener import (
-    Peer,
-    Port,
-    Remote,
-    peer_of_transport,
-    peer_text,
-    remote_of_transport,
-)
-from kata_mem.interfaces.metrics import Metrics
+from kata_mem.interfaces.listener import Peer, Port, Remote, peer_of_transport, remote_of_transport
 
-# One logger for every line of serve (its modules are one service to an operator).
-log = get_logger("kata_mem.interfaces.service")
+
+class Failure(NamedTuple):
+    """A request aiohttp refused before any handler ran (a request line, header or chunk
+    it cannot parse: a status below 500), or a handler's bug (500), before any of its
+    answer was sent."""
+
+    status: int
+    #: The exception, when there is one.
+    cause: Optional[BaseException]
+    #: What aiohttp's parser said, on one line.
+    text: str
+    #: The connection closed before the request could be answered: no one reads an answer.
+    gone: bool
 
 
 class Owner(Protocol):
     """What a connection asks of the service it answers for."""
 
+    #: An idle connection, and one that sends nothing at all, is cut after this long.
     idle_timeout: float
-    metrics: Metrics
 
-    def allowed(self, peer: Union[Peer, Remote, None]) -> bool: ...
-
-    def forbidden(self, peer: Union[Peer, Remote, None], what: str) -> web.Response: ...
-
-    def refuse(
-        self,
-        exc: KataMemError,
-        status: int,
-        peer: Union[Peer, Remote, None],
-        what: str,
-        cause: Optional[BaseException] = None,
-    ) -> web.Response: ...
+    def failed(
+        self, peer: Union[Peer, Remote, None], port: Port, failure: Failure
+    ) -> web.StreamResponse:
+        """The answer to a request of ``peer`` on ``port`` that ``failure`` ended."""
+        ...
 
 
-def _parse_error(exc: Optional[BaseException], message: Optional[str] = None) -> str:
+class Unreadable(Exception):
+    """A body aiohttp's parser refused (a chunk it cannot parse); the message is its
+    words, on one line."""
+
+
+def _one_line(exc: Optional[BaseException], message: Optional[str] = None) -> str:
     """What aiohttp's parser said, on one line: its messages span lines and point at
     the byte with a line of carets; a payload error wraps the parser's."""
     if isinstance(exc, web.RequestPayloadError) and exc.__cause__ is not None:
@@ -59,13 +78,13 @@ def _parse_error(exc: Optional[BaseException], message: Optional[str] = None) ->
 class Connection(web.RequestHandler):
     """aiohttp's connection handler, answering what aiohttp refuses before any handler
     runs (a request line, header or chunk it cannot parse) and a handler's bug as the
-    handlers answer: a ``kata-mem/error/v1`` document and one log line. aiohttp's own
-    answer is plain text, logged at ERROR with a traceback
-    (``aiohttp.web_protocol.RequestHandler.handle_error``, "Error handling request")."""
+    handlers answer, through :meth:`Owner.failed`. aiohttp's own answer is plain text,
+    logged at ERROR with a traceback (``aiohttp.web_protocol.RequestHandler.handle_error``,
+    "Error handling request")."""
 
-    def __init__(self, service: Owner, manager: web.Server, port: Port, **options: Any) -> None:
+    def __init__(self, owner: Owner, manager: web.Server, port: Port, **options: Any) -> None:
         super().__init__(manager, **options)
-        self.service = service
+        self.owner = owner
         self.port = port
         self.peer: Union[Peer, Remote, None] = None
         self._first_request: Optional[asyncio.TimerHandle] = None
@@ -81,7 +100,7 @@ class Connection(web.RequestHandler):
         # aiohttp's keep-alive timer starts after a response, and before 3.14 nothing
         # closed a connection that never sent a byte: that is cut here, on every version.
         self._first_request = asyncio.get_running_loop().call_later(
-            self.service.idle_timeout, transport.close
+            self.owner.idle_timeout, transport.close
         )
 
     def data_received(self, data: bytes) -> None:
@@ -132,27 +151,53 @@ class Connection(web.RequestHandler):
     ) -> web.StreamResponse:
         if request.writer.output_size > 0:  # as aiohttp: an answer is under way, cut it
             raise ConnectionError("a response was being sent when the request failed")
-        peer = self.peer
-        if self.transport is None or isinstance(exc, ConnectionError):
-            log.warning(
-                "a request from %s: the connection closed before it was answered (%s)",
-                peer_text(peer),
-                describe(exc) if exc else status,
-            )
-            return web.Response(status=status)  # no one is left to read it
-        if self.port.checks_peer and not self.service.allowed(peer):
-            return self.service.forbidden(peer, "a request")
-        if status >= 500:
-            error = KataMemError(
-                f"internal error answering the request ({describe(exc) if exc else status}); "
-                "a bug in kata-mem"
-            )
-            resp = self.service.refuse(error, status, peer, "a request", cause=exc)
-        else:
-            text = _parse_error(exc, message)
-            error = InputError(f"HTTP request: {text}; expected HTTP/1.1 with {self.port.routes}")
-            resp = self.service.refuse(error, status, peer, "a request")
-        # Never through the middleware that times every request: counted here.
-        self.service.metrics.malformed.labels(str(status), self.port.name).inc()
-        resp.force_close()
-        return resp
+        gone = self.transport is None or isinstance(exc, ConnectionError)
+        failure = Failure(status, exc, _one_line(exc, message), gone)
+        return self.owner.failed(self.peer, self.port, failure)
+
+
+def origin(request: web.BaseRequest) -> tuple[Union[Peer, Remote, None], Port]:
+    """The peer that sent ``request`` (as it connected) and the listener it came to."""
+    connection = cast(Connection, request.protocol)
+    return connection.peer, connection.port
+
+
+async def read_body(
+    request: web.BaseRequest, limit: int, expects_continue: bool
+) -> Optional[bytes]:
+    """The body of ``request``, or None when it is larger than ``limit`` bytes; first
+    ``100 Continue`` when the client waits for it (``expects_continue``).
+
+    :raises Unreadable: aiohttp's parser refused a chunk of it.
+    """
+    if (request.content_length or 0) > limit:
+        return None
+    if expects_continue:
+        # What aiohttp's _default_expect_handler writes; no response has started yet.
+        await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        request.writer.output_size = 0
+    content = request.content
+    try:
+        if content.is_eof():
+            # All of it came (with the headers, for a shim's small request): taken as it
+            # is, without a coroutine per chunk.
+            body = content.read_nowait(-1)
+            return None if len(body) > limit else body
+        chunks: list[bytes] = []
+        size = 0
+        while chunk := await content.read(1 << 16):
+            size += len(chunk)
+            if size > limit:
+                return None
+            chunks.append(chunk)
+    except (web.RequestPayloadError, HttpProcessingError) as exc:  # a chunk it cannot parse
+        raise Unreadable(_one_line(exc)) from exc
+    return b"".join(chunks)
+
+
+def leave_unread(request: web.BaseRequest) -> None:
+    """Read nothing more of ``request``'s body: the connection closes once the answer is
+    sent, instead of aiohttp draining the body first (and, for a body it cannot parse,
+    meeting the same error again and logging it with a traceback: web_protocol's
+    ``start``)."""
+    request.content.feed_eof()
