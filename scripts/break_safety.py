@@ -96,6 +96,10 @@ GUARDS: dict[str, tuple[str, ...]] = {
         "tests/service/test_shim_client.py",
         "tests/cli/test_errors.py",
     ),
+    "kata_mem/interfaces/stops.py": (
+        "tests/service/test_shim_client.py",
+        "tests/cli/test_errors.py",
+    ),
     "kata_mem/edges/service_record.py": ("tests/service/test_shim_client.py",),
     "kata_mem/backends/qmp.py": (
         "tests/integration/test_vm_presence.py",
@@ -653,14 +657,14 @@ BREAKS = (
     ),
     Break(
         "shim-second-signal-handled-again",
-        "kata_mem/interfaces/shim_client.py",
-        "    if _CALL.answering or _CALL.stopping:",
-        "    if _CALL.answering:",
+        "kata_mem/interfaces/stops.py",
+        "        if self.stopping or self.answering:",
+        "        if self.answering:",
     ),
     Break(
         "stops-second-signal-handled-again",
-        "kata_mem/interfaces/main.py",
-        "        if self.stopping:\n            return\n",
+        "kata_mem/interfaces/stops.py",
+        "        self.stopping = True\n",
         "",
     ),
     Break(

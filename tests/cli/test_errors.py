@@ -61,7 +61,7 @@ def _libvirt_failure(code_name: str) -> errors.KataMemError:
 
 def _signalled(monkeypatch: pytest.MonkeyPatch, signum: int) -> tuple[str, int]:
     """The kind and exit code that a signal's handler reports (it ends the process)."""
-    from kata_mem.interfaces import main
+    from kata_mem.interfaces import pipes, stops
 
     said: dict[str, object] = {}
 
@@ -73,10 +73,10 @@ def _signalled(monkeypatch: pytest.MonkeyPatch, signum: int) -> tuple[str, int]:
         raise _Exited(status)
 
     monkeypatch.setattr("kata_mem.edges.logs.line", line)
-    monkeypatch.setattr(main, "write_now", lambda fd, text: None)
+    monkeypatch.setattr(pipes, "write_now", lambda fd, text: None)
     monkeypatch.setattr("os._exit", exit_now)
     with pytest.raises(_Exited) as ended:
-        main.Stops().stop(signum, None)
+        stops.Stops().stop(signum, None)
     return str(said["kind"]), ended.value.args[0]
 
 
