@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Callable
 
+import pytest
+
 from tests.support.cli import CliResult
 from tests.support.configs import write_config
 from tests.support.paths import KATA_CONFIGS, PODS, REPO
@@ -415,3 +417,39 @@ def test_config_check_says_what_backs_a_hot_added_dimm(run_cli: Run, tmp_path: P
     # Only QEMU takes DIMMs from kata-mem.
     clh = run_cli("config", "check", str(KATA_CONFIGS / "configuration-clh.toml"), "--json")
     assert json.loads(clh.out)["dimm_backend"] is None
+
+
+def test_a_clamp_says_the_requested_mib_the_table_and_the_json_show(run_cli: Run) -> None:
+    # 2048 MiB and a byte: 2049 in the table and requested_mib, and so in the clamp's text.
+    args = ("preview", "--config", UPSTREAM_QEMU, "--limit", "1", "--host-memory", "2048Mi")
+    text = run_cli(*args, "--host-cpus", "2").out
+    assert "requested                     2049" in text
+    assert "why: host_memtotal: requested 2049 MiB clamped to 2048 MiB by the host's" in text
+    doc = json.loads(run_cli(*args, "--host-cpus", "2", "--json").out)
+    memory = doc["memory"]
+    assert memory["requested_mib"] == 2049
+    assert memory["clamps"][0]["detail"].startswith("requested 2049 MiB clamped to 2048 MiB")
+    assert not any("2048.01" in w for w in doc["warnings"]), doc["warnings"]
+
+
+def test_preview_and_a_dry_run_plan_one_request_alike(
+    run_cli: Run, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The same flags, a configuration named relative to the working directory: the plan
+    of ``apply --dry-run`` (on the VM Kata boots, as no endpoint is given) is preview's,
+    byte for byte, but for the node's total, which only an apply reads (it admits a grow
+    against the node's budget; a preview has no node to admit against)."""
+    monkeypatch.chdir(KATA_CONFIGS)
+    host = ("--host-memory", "16Gi", "--host-cpus", "8", "--host-arch", "x86_64")
+    workload = ("--limit", "1Gi", "--cpu", "500m", "--limit", "300Mi")
+    args = ("--config", "configuration-qemu.toml", *host, *workload, "--json")
+    previewed = run_cli("preview", *args)
+    dry = run_cli("apply", "--dry-run", "--state-dir", str(tmp_path / "state"), *args)
+    assert (previewed.code, dry.code) == (0, 0), (previewed.err, dry.err)
+    plan = json.loads(dry.out)["plan"]
+    assert plan["memory"]["node"] is not None
+    plan["memory"]["node"] = None
+    assert json.dumps(plan, indent=2) + "\n" == previewed.out
+    # Both name the configuration as it was given.
+    assert plan["config"]["path"] == "configuration-qemu.toml"
+    assert not (tmp_path / "state").exists()
