@@ -86,7 +86,7 @@ GUARDS: dict[str, tuple[str, ...]] = {
         "tests/unit/test_annotation_cases.py",
     ),
     "kata_mem/edges/config.py": ("tests/unit/test_plan_cases.py", "tests/unit/test_config.py"),
-    "kata_mem/interfaces/render.py": ("tests/cli/test_preview.py",),
+    "kata_mem/interfaces/render.py": ("tests/unit/test_plan_cases.py", "tests/cli/test_preview.py"),
     "kata_mem/backends/libvirt.py": ("tests/integration/test_vmm_pid.py",),
     "kata_mem/interfaces/aiohttp_adapter.py": ("tests/service/test_lifecycle.py",),
     "kata_mem/interfaces/shim_client.py": ("tests/service/test_shim_client.py",),
