@@ -4,20 +4,24 @@ object, :data:`STOPS`.
 ``kata-mem`` installs it at its entry (:func:`kata_mem.interfaces.main.run`);
 ``kata-mem-shim`` (:mod:`~kata_mem.interfaces.shim_client`) installs it before it waits on
 the service, and says through it when the service's answer is being written and when
-kata-mem's own entry is being imported. This module imports only ``signal`` until a signal
-comes: ``kata-mem-shim`` imports it on its way to the service. ``kata-mem serve`` installs
-its own handlers (a graceful stop).
+kata-mem's own entry is being imported. This module imports only the C module of
+``signal`` until a signal comes: ``kata-mem-shim`` imports it on its way to the service.
+``kata-mem serve`` installs its own handlers (a graceful stop).
 """
 
 from __future__ import annotations
 
-import signal
-
 # Not typing's, as kata_mem/__init__.py: kata-mem-shim's path does not import typing.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import signal as _signal
     from types import FrameType
     from typing import Optional
+else:
+    # The signal module wraps the C module's numbers in enums, and importing enum costs
+    # kata-mem-shim more than all the rest of its own imports: the C module is all a
+    # handler needs (as shim_client.py takes _socket for socket).
+    import _signal
 
 
 class Stops:
@@ -39,8 +43,8 @@ class Stops:
         self.pending: Optional[int] = None
 
     def install(self) -> None:
-        signal.signal(signal.SIGINT, self.stop)
-        signal.signal(signal.SIGTERM, self.stop)
+        _signal.signal(_signal.SIGINT, self.stop)
+        _signal.signal(_signal.SIGTERM, self.stop)
 
     def resume(self) -> None:
         """kata-mem's entry is imported: a signal that came meanwhile is answered now."""
@@ -80,7 +84,7 @@ class Stops:
         )
         error = (
             Terminated(f"terminated (SIGTERM): {then}")
-            if signum == signal.SIGTERM
+            if signum == _signal.SIGTERM
             else Interrupted(f"interrupted (SIGINT): {then}")
         )
         shim = self.shim
