@@ -103,13 +103,17 @@ GUARDS: dict[str, tuple[str, ...]] = {
         "tests/unit/test_kata_cases.py",
         "tests/unit/test_annotation_cases.py",
     ),
-    "kata_mem/interfaces/render.py": ("tests/cli/test_preview.py",),
+    "kata_mem/interfaces/render.py": ("tests/unit/test_plan_cases.py", "tests/cli/test_preview.py"),
     "kata_mem/backends/libvirt.py": ("tests/integration/test_vmm_pid.py",),
-    "kata_mem/interfaces/service.py": ("tests/service/test_lifecycle.py",),
+    "kata_mem/interfaces/aiohttp_adapter.py": ("tests/service/test_lifecycle.py",),
     "kata_mem/interfaces/shim_client.py": ("tests/service/test_shim_client.py",),
     "kata_mem/interfaces/shim.py": ("tests/service/test_shim_client.py",),
     "kata_mem/interfaces/serve.py": ("tests/service/test_shim_client.py",),
     "kata_mem/interfaces/main.py": (
+        "tests/service/test_shim_client.py",
+        "tests/cli/test_errors.py",
+    ),
+    "kata_mem/interfaces/stops.py": (
         "tests/service/test_shim_client.py",
         "tests/cli/test_errors.py",
     ),
@@ -644,16 +648,16 @@ BREAKS = (
         "        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)\n",
         "        sock.setblocking(False)\n",
     ),
-    # -- serve's connections (service.py): a half-closed client is answered (issue 33) ------
+    # -- serve's connections (aiohttp_adapter.py): a half-closed client is answered (issue 33)
     Break(
         "half-closed-client-not-answered",
-        "kata_mem/interfaces/service.py",
+        "kata_mem/interfaces/aiohttp_adapter.py",
         "        self.close()\n        return True\n",
         "        return False\n",
     ),
     Break(
         "half-closed-cut-body-begun",
-        "kata_mem/interfaces/service.py",
+        "kata_mem/interfaces/aiohttp_adapter.py",
         "        if any(not body.is_eof() for body in self._arriving):",
         "        if False:",
     ),
@@ -678,14 +682,14 @@ BREAKS = (
     ),
     Break(
         "shim-second-signal-handled-again",
-        "kata_mem/interfaces/shim_client.py",
-        "    if _CALL.answering or _CALL.stopping:",
-        "    if _CALL.answering:",
+        "kata_mem/interfaces/stops.py",
+        "        if self.stopping or self.answering:",
+        "        if self.answering:",
     ),
     Break(
         "stops-second-signal-handled-again",
-        "kata_mem/interfaces/main.py",
-        "        if self.stopping:\n            return\n",
+        "kata_mem/interfaces/stops.py",
+        "        self.stopping = True\n",
         "",
     ),
     Break(

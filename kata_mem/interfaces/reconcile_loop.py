@@ -2,7 +2,7 @@
 the ``kata-mem reconcile`` timer did, for the sandboxes whose journal asks for it: a
 deferred shrink whose retry time has come, a DIMM unplug still pending, a step a crash
 cut short, a VM that is gone (:func:`kata_mem.orchestration.reconcile.visit`). Each visit
-takes the sandbox's lock and a pool thread of the :class:`~kata_mem.interfaces.service.Service`,
+takes the sandbox's turn and a pool thread of the :class:`~kata_mem.interfaces.service.Service`,
 as a request does, so a visit and a request for one sandbox never run at once.
 """
 
@@ -51,7 +51,7 @@ class Unusable(NamedTuple):
 
 class ReconcileLoop:
     """The loop, visiting the sandboxes of ``service``'s state directory with its thread
-    pool, its sandbox locks and its metrics."""
+    pool, its sandboxes' turns and its metrics."""
 
     def __init__(self, service: Service, interval: float = RECONCILE_INTERVAL_S) -> None:
         self.service = service
@@ -99,9 +99,9 @@ class ReconcileLoop:
 
         async def one(sandbox: str) -> None:
             async with room:
-                if self.service.busy(sandbox):
+                if self.service.turns.busy(sandbox):
                     return
-                async with self.service.serialized(sandbox):
+                async with self.service.turns.held(sandbox):
                     await self._visit(sandbox)
 
         await asyncio.gather(*(one(name) for name in names))

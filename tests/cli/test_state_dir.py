@@ -528,3 +528,17 @@ def test_a_full_state_disk_says_so_and_leaves_no_sandbox_directory(full_disk: Pa
     assert "the file system is full (No space left on device)" in message, message
     assert "Free space on it" in message and "another" not in message
     assert sorted(p.name for p in full_disk.iterdir()) == [STATE_MARKER]
+
+
+def test_an_apply_shows_its_configuration_as_given_and_saves_it_absolute(
+    run_cli: Run, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    state = tmp_path / "state"
+    cfg = config_for(tmp_path, state)
+    monkeypatch.chdir(tmp_path)
+    with FakeQmpServer(tmp_path / "qmp.sock", FakeQemu()) as server:
+        r = apply(run_cli, Path(cfg.name), server.path, state, "sb", "--limit", "256Mi", "--json")
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["plan"]["config"]["path"] == cfg.name
+    # reconcile re-runs the saved request from another directory.
+    assert json.loads((state / "sb" / "request.json").read_text())["config"] == str(cfg)

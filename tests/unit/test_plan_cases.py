@@ -29,7 +29,7 @@ from kata_mem.core.plan import plan
 from kata_mem.core.plan.geometry import assumed_vm
 from kata_mem.core.quantity import parse_quantity, quantity_bytes
 from kata_mem.core.units import MiB
-from kata_mem.interfaces.render import plan_json, warnings_json
+from kata_mem.interfaces.render import plan_json, plan_text, warnings_json
 from tests.support.cases import build_vm, case_params, float32
 
 
@@ -196,6 +196,11 @@ def test_plan_case(case: dict[str, Any], make_config: Callable[..., SizingConfig
             assert not any(want in w for w in warnings_json(result.notes)), result.notes
         elif key == "plan_json":
             _subset(plan_json(result, cfg)["memory"], want, "memory")
+        elif key == "text":
+            # Whole rows of what preview prints; the spaces that align a row's columns folded.
+            rows = [" ".join(row.split()) for row in plan_text(result, cfg, "preview").splitlines()]
+            for row in want:
+                assert row in rows, "\n".join(rows)
         else:
             assert got[key] == want, key
 
