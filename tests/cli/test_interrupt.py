@@ -137,6 +137,14 @@ def test_sigint_on_apply_stops_it_as_sigterm_would_and_reconcile_settles_it(
     assert not (state / "hang").exists(), done.stdout
 
 
+def _journal_phase(sandbox: Path) -> object:
+    """The phase the sandbox's journal records, or None while there is no whole journal."""
+    try:
+        return json.loads((sandbox / "journal.json").read_text()).get("phase")
+    except (OSError, ValueError):
+        return None
+
+
 def test_sigint_mid_step_leaves_a_journal_the_next_apply_settles(tmp_path: Path) -> None:
     """Cut while the guest has not confirmed a DIMM insert: the journal shows the step
     in flight, and the next apply settles it from the VM and completes the resize."""
@@ -146,7 +154,14 @@ def test_sigint_mid_step_leaves_a_journal_the_next_apply_settles(tmp_path: Path)
         args = ("--config", str(cfg), "--qmp", str(server.path), "--sandbox", "sb")
         proc = _start("apply", *args, "--limit", "256Mi", *HOST_ARGS)
         try:
-            wait_until(lambda: "device_add" in qemu.commands, "apply plugs a DIMM", timeout=60)
+            # Cut once the journal says the DIMM's device_add was answered: QEMU having
+            # received it is earlier, while kata-mem may still hold the step as an intent.
+            wait_until(
+                lambda: _journal_phase(tmp_path / "state" / "sb") == "issued",
+                "apply records the DIMM's device_add as issued",
+                timeout=60,
+            )
+            assert "device_add" in qemu.commands
             proc.send_signal(signal.SIGINT)
             out, err = proc.communicate(timeout=60)
         finally:
