@@ -30,7 +30,7 @@ import functools
 from collections.abc import Generator
 from typing import Any, Optional, Union
 
-from kata_mem.core.frozen import frozen
+from kata_mem.core.values import Frozen
 
 # -- Op (regexp.go): in Go's order, which the parser compares -------------------------------
 NO_MATCH = 1
@@ -93,8 +93,7 @@ ERR_NESTING_DEPTH = "expression nests too deeply"
 ERR_LARGE = "expression too large"
 
 
-@frozen
-class GoSyntaxError:
+class GoSyntaxError(Frozen):
     """Go's ``*syntax.Error``: its code and the expression it names."""
 
     code: str

@@ -30,11 +30,11 @@ from typing import Any, Callable, Literal, Optional, TypeVar
 
 from kata_mem.core.endpoint import Endpoint
 from kata_mem.core.errors import ConfigError, InputError, KataMemError
-from kata_mem.core.frozen import replace
 from kata_mem.core.model import Note, NoteCode, check_sandbox_id
 from kata_mem.core.record import Record
 from kata_mem.core.request import RequestHead, SandboxRequest, request_head
 from kata_mem.core.units import fmt_bytes
+from kata_mem.core.values import replace
 from kata_mem.edges.files import STATE_CAP, read_open
 from kata_mem.edges.ledger import read_ledger, write_ledger
 from kata_mem.edges.locks import flock_until, same_file

@@ -7,7 +7,6 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kata_mem.core.frozen import replace
 from kata_mem.core.model import (
     CgroupLevel,
     Container,
@@ -26,6 +25,7 @@ from kata_mem.core.planner import (
     vmm_overhead,
 )
 from kata_mem.core.units import MiB, align_down
+from kata_mem.core.values import replace
 from tests.strategies import configs, hosts, workloads
 
 mib = st.integers(min_value=0, max_value=256).map(lambda n: n * MiB)

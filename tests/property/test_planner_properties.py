@@ -5,7 +5,6 @@ from __future__ import annotations
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from kata_mem.core.frozen import replace
 from kata_mem.core.model import MemoryDevice, SizingConfig, VmState, Workload
 from kata_mem.core.planner import (
     ACPI_HOTPLUG_FACTOR,
@@ -17,6 +16,7 @@ from kata_mem.core.planner import (
 )
 from kata_mem.core.request import MIN_HOST_MEMORY
 from kata_mem.core.units import MiB
+from kata_mem.core.values import replace
 from kata_mem.edges.host import probe_host
 from kata_mem.interfaces.render import plan_json
 from tests.strategies import configs, containers, hosts, workloads
