@@ -24,9 +24,9 @@ def test_a_record_is_frozen_equal_by_value_and_hashable() -> None:
     with pytest.raises(AttributeError):
         one.number = 2  # type: ignore[misc]
     with pytest.raises(AttributeError):
-        del one.name  # type: ignore[misc]
+        del one.name
     assert one == Sample(1, "x") and hash(Endpoint("qmp", "/s")) == hash(Endpoint("qmp", "/s"))
-    assert one != Sample(2) and one != (1, "x", [])
+    assert one != Sample(2) and one != (1, "x", [])  # type: ignore[comparison-overlap]
     assert repr(one) == "Sample(number=1, name='x', items=[])"
     assert fields(Sample) == ("number", "name", "items")
 
@@ -35,7 +35,9 @@ def test_a_default_factory_makes_one_per_instance() -> None:
     first, second = Sample(1), Sample(2)
     first.items.append(3)
     assert second.items == []
-    assert SandboxRequest("sb").workload == Workload() and SandboxRequest("sb").host.given() is False
+    assert (
+        SandboxRequest("sb").workload == Workload() and SandboxRequest("sb").host.given() is False
+    )
 
 
 def test_replace_copies_with_changes_and_runs_the_checks() -> None:
