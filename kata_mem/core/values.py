@@ -6,12 +6,15 @@ default (``field(default_factory=...)`` for one made per instance). msgspec writ
 ``__init__`` (calling ``__post_init__`` when the class has one), ``__repr__``, ``__eq__``
 and ``__hash__`` over every field (equal only to an instance of the same class), and
 refuses assignment and deletion with an :class:`AttributeError`, as a frozen dataclass
-does. It compiles nothing at class creation, so a cold process pays for neither
-:mod:`dataclasses` nor generated code (docs/benchmarks.md, "Records from msgspec").
+does. It compiles nothing when a class is created; what a cold process pays instead is
+importing msgspec (with :mod:`inspect` and :mod:`uuid`, which its C core imports), about
+as much as the generated ``__init__`` code this replaced saved (docs/benchmarks.md,
+"Records from msgspec").
 
-Not the dataclass options msgspec lacks: a field left out of ``__eq__`` and ``__hash__``
-(``compare=False``) is written as the class's own ``__eq__`` and ``__hash__`` (as
-:class:`kata_mem.core.endpoint.Endpoint` does), which msgspec keeps.
+msgspec has no ``compare=False``: a field left out of a value's equality is left out by
+the class's own ``__eq__`` and ``__hash__``, which msgspec keeps (as
+:class:`kata_mem.core.endpoint.Endpoint` and :class:`kata_mem.core.request.HostOverrides`
+do).
 """
 
 from __future__ import annotations
