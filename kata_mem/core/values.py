@@ -6,10 +6,10 @@ default (``field(default_factory=...)`` for one made per instance). msgspec writ
 ``__init__`` (calling ``__post_init__`` when the class has one), ``__repr__``, ``__eq__``
 and ``__hash__`` over every field (equal only to an instance of the same class), and
 refuses assignment and deletion with an :class:`AttributeError`, as a frozen dataclass
-does. It compiles nothing when a class is created; what a cold process pays instead is
-importing msgspec (with :mod:`inspect` and :mod:`uuid`, which its C core imports), about
-as much as the generated ``__init__`` code this replaced saved (docs/benchmarks.md,
-"Records from msgspec").
+does. It compiles nothing when a class is created, and makes an instance or a copy in C;
+what a cold process pays instead is importing msgspec (with :mod:`inspect` and :mod:`uuid`,
+which its C core imports): the service once, a one-shot ``kata-mem shim`` at every start
+(docs/benchmarks.md, "Records from msgspec").
 
 msgspec has no ``compare=False``: a field left out of a value's equality is left out by
 the class's own ``__eq__`` and ``__hash__``, which msgspec keeps (as
