@@ -3,7 +3,8 @@
 
 A record is ``class Name(Frozen):`` with annotated fields, in order, each required or with a
 default (``field(default_factory=...)`` for one made per instance). msgspec writes its
-``__init__`` (calling ``__post_init__`` when the class has one), ``__repr__``, ``__eq__``
+``__init__`` (calling ``__post_init__`` when the class has one, and so does :func:`replace`
+from msgspec 0.21 on), ``__repr__``, ``__eq__``
 and ``__hash__`` over every field (equal only to an instance of the same class), and
 refuses assignment and deletion with an :class:`AttributeError`, as a frozen dataclass
 does. It compiles nothing when a class is created, and makes an instance or a copy in C;
