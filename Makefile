@@ -2,7 +2,7 @@
 VENV ?= .venv
 export VENV
 
-.PHONY: demo test unit lint bench frozen clean
+.PHONY: demo test unit lint bench clean
 
 demo:
 	scripts/demo
@@ -25,10 +25,6 @@ lint:
 bench:
 	scripts/bootstrap.sh $(VENV) test
 	$(VENV)/bin/python scripts/bench_preview.py
-
-## frozen: write kata_mem/core/frozen_init.py after a record's fields changed
-frozen:
-	$(VENV)/bin/python scripts/write_frozen_init.py
 
 clean:
 	rm -rf $(VENV) .cache .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -28,7 +28,7 @@ _EXPORTS = {
     "probe_host": "kata_mem.edges.host:probe_host",
     "parse_quantity": "kata_mem.core.quantity:parse_quantity",
     "quantity_bytes": "kata_mem.core.quantity:quantity_bytes",
-    "replace": "kata_mem.core.frozen:replace",
+    "replace": "kata_mem.core.values:replace",
     **{
         name: "kata_mem.core.request:" + name
         for name in ("CallOptions", "HostOverrides", "SandboxRequest")
@@ -130,7 +130,6 @@ if TYPE_CHECKING:
         MissingDependency,
         QuantityError,
     )
-    from kata_mem.core.frozen import replace
     from kata_mem.core.model import (
         Clamp,
         Container,
@@ -155,6 +154,7 @@ if TYPE_CHECKING:
     from kata_mem.core.request import CallOptions, HostOverrides, SandboxRequest
     from kata_mem.core.results import Applied, Forgotten, Planned, Response
     from kata_mem.core.sandbox_resources import SandboxResize, SandboxResources
+    from kata_mem.core.values import replace
     from kata_mem.edges.config import find_config, load_config
     from kata_mem.edges.host import probe_host
     from kata_mem.orchestration.handle import handle

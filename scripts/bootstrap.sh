@@ -8,8 +8,8 @@ extras=${2:-}
 root=$(cd "$(dirname "$0")/.." && pwd)
 py=${PYTHON:-python3}
 
-if ! "$py" -c 'import sys; sys.exit(sys.version_info < (3, 9))' 2>/dev/null; then
-    echo "bootstrap: $py is missing or older than 3.9" >&2; exit 1
+if ! "$py" -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null; then
+    echo "bootstrap: $py is missing or older than 3.10" >&2; exit 1
 fi
 if [ ! -x "$venv/bin/python" ]; then
     if ! "$py" -m venv "$venv" 2>/dev/null; then

@@ -83,7 +83,8 @@ GUARDS: dict[str, tuple[str, ...]] = {
         "tests/unit/test_ledger.py",
     ),
     "kata_mem/edges/cgroups.py": ("tests/unit/test_cgroups.py", "tests/unit/test_host_side.py"),
-    "kata_mem/core/frozen.py": ("tests/unit/test_frozen.py",),
+    "kata_mem/core/endpoint.py": ("tests/unit/test_values.py", "tests/unit/test_request.py"),
+    "kata_mem/core/request.py": ("tests/unit/test_values.py", "tests/unit/test_request.py"),
     "kata_mem/core/golang.py": (
         "tests/unit/test_golang.py",
         "tests/unit/test_annotation_cases.py",
@@ -158,7 +159,8 @@ VCPUS = "kata_mem/core/plan/vcpus.py"
 RECORD = "kata_mem/core/record.py"
 GUESTMEM = "kata_mem/core/guestmem.py"
 EXECUTOR = "kata_mem/orchestration/executor.py"
-FROZEN = "kata_mem/core/frozen.py"
+ENDPOINT = "kata_mem/core/endpoint.py"
+REQUEST = "kata_mem/core/request.py"
 GOLANG = "kata_mem/core/golang.py"
 GOSYNTAX = "kata_mem/core/gosyntax.py"
 CONFIG = "kata_mem/edges/config.py"
@@ -812,30 +814,24 @@ BREAKS = (
         'kept = {k: v for k, v in tables.items() if v or origins.get(("hypervisor", k)) == first}',
         "kept = tables",
     ),
-    # -- frozen records (frozen.py): what every value's __init__, __eq__ and __hash__ do -----
+    # -- the records (values.py): the fields a value's __eq__ and __hash__ leave out ---------
     Break(
-        "frozen-stale-init-used",
-        FROZEN,
-        "if cached is not None and cached[0] == shape:",
-        "if cached is not None:",
+        "endpoint-saved-compared",
+        ENDPOINT,
+        "return (self.kind, self.target, self.domain, self.vmm)",
+        "return (self.kind, self.target, self.domain, self.vmm, self.saved)",
     ),
     Break(
-        "frozen-compare-false-compared",
-        FROZEN,
-        'methods["__eq__"] = _eq(_values(compared))',
-        'methods["__eq__"] = _eq(_values(names))',
+        "host-cgroup-origin-compared",
+        REQUEST,
+        "return (self.memory, self.cpus, self.arch, self.hugepages, self.cgroup)",
+        "return (self.memory, self.cpus, self.arch, self.hugepages, self.cgroup, self.cgroup_origin)",
     ),
     Break(
-        "frozen-post-init-not-called",
-        FROZEN,
-        'return tuple(fields), "__post_init__" in cls.__dict__',
-        "return tuple(fields), False",
-    ),
-    Break(
-        "frozen-factory-shared",
-        FROZEN,
-        'value = f"F[{factories}]() if {name} is __frozen_missing else {name}"',
-        'value = f"F[{factories}] if {name} is __frozen_missing else {name}"',
+        "host-cgroup-not-compared",
+        REQUEST,
+        "return (self.memory, self.cpus, self.arch, self.hugepages, self.cgroup)",
+        "return (self.memory, self.cpus, self.arch, self.hugepages)",
     ),
     # -- the node's ledger: whoever forgets a sandbox releases its entry (issue 35) --------
     Break(

@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from kata_mem.core.errors import BackendError
-from kata_mem.core.frozen import replace
 from kata_mem.core.model import GuestUsage, MemoryDevice, Step, VmState
 from kata_mem.core.reports import StepProgress
 from kata_mem.core.units import MiB, align_up, fmt_bytes
+from kata_mem.core.values import replace
 
 #: QEMU's memory-backend-ram alignment for a DIMM on x86-64.
 DIMM_ALIGN = 2 * MiB

@@ -34,7 +34,7 @@ from kata_mem.core.errors import (
     BackendUnsupported,
     MissingDependency,
 )
-from kata_mem.core.frozen import replace
+from kata_mem.core.values import replace
 
 try:
     import libvirt

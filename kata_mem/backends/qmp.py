@@ -37,7 +37,7 @@ from kata_mem.core.errors import (
     MissingDependency,
 )
 from kata_mem.core.fields import Fields, is_bool, python_value
-from kata_mem.core.frozen import replace
+from kata_mem.core.values import replace
 
 try:
     from qemu.qmp import (

@@ -22,9 +22,9 @@ from typing import Optional
 
 from kata_mem.core import golang
 from kata_mem.core.errors import InputError
-from kata_mem.core.frozen import replace
 from kata_mem.core.model import HostFacts, Origin, SizingConfig, Workload
 from kata_mem.core.units import MiB
+from kata_mem.core.values import replace
 
 PREFIX = "io.katacontainers.config.hypervisor."
 #: virtcontainers/hypervisor.go ``MinHypervisorMemory`` (MiB).

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from typing import Literal
 
-from kata_mem.core.frozen import frozen
 from kata_mem.core.model import SizingConfig
+from kata_mem.core.values import Frozen
 
 #: QEMU's memory backend types for a DIMM: ``memory-backend-ram`` (private anonymous
 #: memory) or ``memory-backend-file`` (a file in ``mem_path``).
@@ -32,8 +32,7 @@ SHM_DIR = "/dev/shm"
 VIRTIO_FS = ("virtio-fs", "virtio-fs-nydus")
 
 
-@frozen
-class MemoryBackend:
+class MemoryBackend(Frozen):
     """The QEMU memory backend object a new DIMM gets: its kind, the directory of a file
     backend (QEMU creates a file there and unlinks it at once: softmmu/physmem.c
     ``file_ram_open``), whether it is mapped shared, and the rule that chose it, naming

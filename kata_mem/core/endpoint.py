@@ -13,8 +13,8 @@ from typing import Any, Literal, Optional
 
 from kata_mem.core.errors import InputError
 from kata_mem.core.fields import REQUEST, path
-from kata_mem.core.frozen import field, frozen
 from kata_mem.core.units import UINT64_MAX
+from kata_mem.core.values import Frozen
 
 #: The libvirt URIs kata-mem opens: local connections only, whatever wrote the URI (the
 #: command line, a shim request, a saved request on disk). libvirt's other transports
@@ -37,8 +37,7 @@ _UID_MAX = (1 << 32) - 1
 _PID_MAX = (1 << 31) - 1
 
 
-@frozen
-class VmmIdentity:
+class VmmIdentity(Frozen):
     """Which VMM a QMP socket led to when kata-mem last connected through it: the socket
     file (its filesystem device, inode and owner) and the process listening on it (its
     uid and pid, from ``SO_PEERCRED``; pid ``None`` when the kernel cannot tell, as for a
@@ -108,8 +107,7 @@ class VmmIdentity:
         )
 
 
-@frozen
-class Endpoint:
+class Endpoint(Frozen):
     """Where a VM's hypervisor listens: a QMP socket, or a libvirt URI and domain.
 
     ``vmm`` (QMP only) is the VMM the socket led to when kata-mem last applied through
@@ -121,7 +119,8 @@ class Endpoint:
     pin: it leads only to a socket and a listener that are root's or the caller's, on a
     way no other user can swap, until a call through it pins the VMM (whoever could
     swap the way could put their own VMM behind it). Not saved itself: a request written
-    back carries the ``vmm`` instead.
+    back carries the ``vmm`` instead; nor compared (``__eq__``, ``__hash__``): an endpoint
+    read back is the one that was saved.
 
     :raises InputError: (on construction) a libvirt URI that is not one of
         :data:`LIBVIRT_URIS`; every interface builds its endpoint here, so every one
@@ -132,7 +131,18 @@ class Endpoint:
     target: str
     domain: str = ""
     vmm: Optional[VmmIdentity] = None
-    saved: bool = field(default=False, compare=False)
+    saved: bool = False
+
+    def _compared(self) -> tuple[object, ...]:
+        return (self.kind, self.target, self.domain, self.vmm)
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not Endpoint:
+            return NotImplemented
+        return self._compared() == other._compared()
+
+    def __hash__(self) -> int:
+        return hash(self._compared())
 
     @property
     def unpinned(self) -> bool:

@@ -14,8 +14,8 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Callable, Optional, TypeVar, Union
 
 from kata_mem.core.errors import InputError, KataMemError
-from kata_mem.core.frozen import frozen
 from kata_mem.core.units import INT64_MAX, INT64_MIN
+from kata_mem.core.values import Frozen
 
 T = TypeVar("T", bound=str)
 
@@ -176,8 +176,7 @@ class KeyOnce:
                 todo.extend(reversed([(path(at, i), v) for i, v in enumerate(value)]))
 
 
-@frozen
-class Fields:
+class Fields(Frozen):
     """Typed reads from one document. ``where`` names the document in errors
     (``request``, ``/path/config.json:``); the readers take the object, the key and
     the path of the object inside the document (``""`` at the top)."""

@@ -12,8 +12,10 @@ refuse what Go does: Go also stops a parse tree taller than 1000 (``maxHeight``:
 RE2 refuses large programs Go accepts. So this module decides, as Go's own parser does,
 node by node: the limits depend on the tree Go builds (literals merged, alternations
 factored, each check made as each node is pushed, with Go's memoised sizes), and the tree
-on Go's Unicode tables (kata_mem.core.gounicode), which are read only when a pattern
-folds case or names a Unicode class.
+on Go's Unicode tables (``data/go-unicode.json`` beside this module, written from Go's
+package unicode by scripts/write_go_unicode.py), which are read only when a pattern folds
+case or names a Unicode class. Reading that file is the one thing this module takes from
+outside its code: it is part of the package, as the module's own bytecode is.
 
 One module (about 1,400 lines) because it is one parser: every function is a piece of Go's,
 under Go's name in snake case, in Go's order, and the limits are only right if all of it
@@ -27,10 +29,12 @@ from __future__ import annotations
 
 import bisect
 import functools
+import json
+import os
 from collections.abc import Generator
 from typing import Any, Optional, Union
 
-from kata_mem.core.frozen import frozen
+from kata_mem.core.values import Frozen
 
 # -- Op (regexp.go): in Go's order, which the parser compares -------------------------------
 NO_MATCH = 1
@@ -93,8 +97,7 @@ ERR_NESTING_DEPTH = "expression nests too deeply"
 ERR_LARGE = "expression too large"
 
 
-@frozen
-class GoSyntaxError:
+class GoSyntaxError(Frozen):
     """Go's ``*syntax.Error``: its code and the expression it names."""
 
     code: str
@@ -162,12 +165,23 @@ def _run(gen: _Gen) -> Any:
         value = None
 
 
-# -- Unicode (Go's package unicode, through kata_mem.core.gounicode) ------------------------
+# -- Unicode (Go's package unicode, from data/go-unicode.json) ------------------------------
+#: Go's tables, shipped in the package (pyproject's package-data).
+GO_UNICODE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "go-unicode.json")
+
+
+@functools.lru_cache(maxsize=1)
+def go_unicode() -> dict[str, Any]:
+    """Go's Unicode tables (scripts/write_go_unicode.py says what each key holds), read
+    once a process, when a pattern first needs them."""
+    with open(GO_UNICODE, "rb") as data:
+        tables: dict[str, Any] = json.load(data)
+    return tables
+
+
 @functools.lru_cache(maxsize=1)
 def _folds() -> dict[int, int]:
-    from kata_mem.core.gounicode import FOLDS
-
-    pairs = (pair.split(":") for pair in FOLDS.split())
+    pairs = (pair.split(":") for pair in go_unicode()["folds"].split())
     return {int(r, 16): int(f, 16) for r, f in pairs}
 
 
@@ -208,27 +222,27 @@ def _canonical_name(name: str) -> str:
 
 def _unicode_table(name: str) -> tuple[Optional[_Table], Optional[_Table], int]:
     """``unicodeTable``: the table a ``\\p`` name gives, its fold table, and its sign."""
-    from kata_mem.core import gounicode as u
-
+    u = go_unicode()
     name = _canonical_name(name)
     if name == "Any":
         return _ANY_TABLE, _ANY_TABLE, +1
     if name == "Assigned":
-        return _table(u.CN), _table(u.CN), -1
+        return _table(u["cn"]), _table(u["cn"]), -1
     if name == "Ascii":
         return _ASCII_TABLE, _ASCII_FOLD_TABLE, +1
     if name == "Lc":
         name = "LC"
-    for tables, folds in ((u.CATEGORIES, u.FOLD_CATEGORY), (u.SCRIPTS, u.FOLD_SCRIPT)):
+    categories, fold_category = u["categories"], u["fold_category"]
+    for tables, folds in ((categories, fold_category), (u["scripts"], u["fold_script"])):
         if name in tables:
             fold = folds.get(name)
             return _table(tables[name]), None if fold is None else _table(fold), +1
         if name == "LC":  # the one non-canonical key: Categories only
             break
-    actual = {_canonical_name(k): v for k, v in u.CATEGORY_ALIASES.items()}.get(name)
+    actual = {_canonical_name(k): v for k, v in u["category_aliases"].items()}.get(name)
     if actual:
-        fold = u.FOLD_CATEGORY.get(actual)
-        return _table(u.CATEGORIES[actual]), None if fold is None else _table(fold), +1
+        fold = fold_category.get(actual)
+        return _table(categories[actual]), None if fold is None else _table(fold), +1
     return None, None, 0
 
 

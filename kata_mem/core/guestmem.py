@@ -49,7 +49,6 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
-from kata_mem.core.frozen import frozen
 from kata_mem.core.model import (
     Arch,
     GuestCeiling,
@@ -60,6 +59,7 @@ from kata_mem.core.model import (
     Settings,
 )
 from kata_mem.core.units import GiB, KiB, MiB, align_down, align_up, fmt_bytes, to_kib_floor
+from kata_mem.core.values import Frozen
 
 #: The base page size of the kernels Kata builds, by architecture: 4 KiB, except ppc64le:
 #: 64 KiB, the kernel's default page size for Book3S 64 (arch/powerpc/Kconfig, "Page
@@ -86,8 +86,7 @@ AVAILABLE_NUM, AVAILABLE_DEN = 3, 4
 _SPACES = " \t\n\v\f\r"
 
 
-@frozen
-class KernelParam:
+class KernelParam(Frozen):
     """One parameter of a kernel command line as the kernel reads it: ``name`` and
     ``value`` with their quotes removed (``value`` None: no ``=``), and the word as it was
     written (``given``), which is how a plan names it."""

@@ -46,9 +46,9 @@ import yaml
 from kata_mem.core import golang
 from kata_mem.core.errors import InputError, QuantityError
 from kata_mem.core.fields import KeyOnce
-from kata_mem.core.frozen import frozen
 from kata_mem.core.quantity import parse_quantity
 from kata_mem.core.units import INT64_MAX, INT64_MIN
+from kata_mem.core.values import Frozen
 
 if TYPE_CHECKING:
     _Loader = yaml.SafeLoader
@@ -179,8 +179,7 @@ def go_json_string(text: str) -> str:
     )
 
 
-@frozen
-class JsonNumber:
+class JsonNumber(Frozen):
     """A number of a JSON manifest, kept as its text: that text is what Kubernetes parses."""
 
     text: str

@@ -19,8 +19,8 @@ from fractions import Fraction
 from typing import Literal, Optional
 
 from kata_mem.core.errors import InputError
-from kata_mem.core.frozen import field, frozen
 from kata_mem.core.units import MiB
+from kata_mem.core.values import Frozen, field
 
 #: How a VM's memory is resized after boot: DIMMs or its virtio-mem device. A VM Kata sizes
 #: at boot (``static_sandbox_resource_mgmt``) is resized through the same hotplug region:
@@ -141,8 +141,7 @@ NoteCode = Literal[
 ]
 
 
-@frozen
-class Note:
+class Note(Frozen):
     """Something a plan or a call tells its user besides the numbers: a code that says
     what it is about, and the text that says it."""
 
@@ -154,8 +153,7 @@ class Note:
 OriginKind = Literal["file", "default", "probe", "override", "option", "request"]
 
 
-@frozen
-class Origin:
+class Origin(Frozen):
     """Where a value came from: a file's key (``where`` the file, ``key`` the table and
     key, ``value`` as the file spells it), a default, a probe of the host (``where`` says
     how), an override, a command-line option or a request field (``where`` names it).
@@ -195,8 +193,7 @@ class Origin:
         return text + (f"; {self.note}" if self.note else "")
 
 
-@frozen
-class Settings:
+class Settings(Frozen):
     """kata-mem's own settings (the ``[kata_mem]`` table); see the documentation for each."""
 
     dimm_block: int = 128 * MiB
@@ -235,8 +232,7 @@ class Settings:
     guest_memmap_on_memory: bool = False
 
 
-@frozen
-class SizingConfig:
+class SizingConfig(Frozen):
     """The sizing keys of one Kata runtime configuration, after Kata's fallbacks.
 
     ``sources`` maps every key to where its value came from (a file and key, a
@@ -281,8 +277,7 @@ class SizingConfig:
         return dict(self.sources).get(key, Origin("default"))
 
 
-@frozen
-class HostFacts:
+class HostFacts(Frozen):
     """What the host offers. ``memory`` is MemTotal floored to whole MiB."""
 
     memory: int
@@ -296,8 +291,7 @@ class HostFacts:
     sources: tuple[tuple[str, Origin], ...] = ()
 
 
-@frozen
-class Container:
+class Container(Frozen):
     """One container's resources as the sandbox sees them.
 
     ``memory_limit`` <= 0 means no limit (adds nothing, as in Kata). ``cpu`` is
@@ -345,8 +339,7 @@ def unique_containers(containers: tuple[Container, ...]) -> tuple[Container, ...
     return containers
 
 
-@frozen
-class PodResources:
+class PodResources(Frozen):
     """A pod's pod-level limits (KEP-2837, ``spec.resources.limits``): memory and
     hugepages in bytes (hugepages summed over the page sizes), CPUs as quota/period;
     ``None`` where the pod sets none. ``hugepage_limits`` is the limit of each page
@@ -362,10 +355,9 @@ class PodResources:
     hugepage_limits: tuple[tuple[int, int], ...] = ()
 
 
-@frozen
-class Demand:
+class Demand(Frozen):
     """What the sandbox's workload needs, each part with where it came from
-    (:func:`kata_mem.core.planner.demand`): memory and hugepages in bytes, CPUs.
+    (:func:`kata_mem.core.plan.workload.demand`): memory and hugepages in bytes, CPUs.
     ``pod_origin`` names the pod-level input that was read ("" for none)."""
 
     memory: int = 0
@@ -381,8 +373,7 @@ class Demand:
         return self.memory + self.hugepages
 
 
-@frozen
-class SandboxSizing:
+class SandboxSizing(Frozen):
     """Pod-level sizing from CRI annotations (``io.kubernetes.cri.sandbox-*``), or from
     the pod's new resources of a CRI ``UpdatePodSandboxResources``; ``source`` says which
     in notes, ``origin`` where it was read.
@@ -397,8 +388,7 @@ class SandboxSizing:
     source: str = "CRI annotations"
 
 
-@frozen
-class Workload:
+class Workload(Frozen):
     """What the sandbox runs: its containers, CRI pod sizing when given, the pod's
     RuntimeClass overhead when the Pod or its annotations give it (``overhead_origin``
     says which), its pod-level limits (``pod``), and Kata's per-pod hypervisor
@@ -416,8 +406,7 @@ class Workload:
     hypervisor_origin: str = ""
 
 
-@frozen
-class CgroupLevel:
+class CgroupLevel(Frozen):
     """A memory cgroup with a limit, on the way from the VMM's cgroup to the root.
 
     ``usage`` is what is charged there (``None`` when unreadable). A libvirt
@@ -429,8 +418,7 @@ class CgroupLevel:
     usage: Optional[int] = None
 
 
-@frozen
-class HostCgroup:
+class HostCgroup(Frozen):
     """The VMM's host memory cgroup: where it is, what is charged, and every limit
     along the path to the root (innermost first). ``origin`` says how it was found
     (``SO_PEERCRED`` pid, libvirt, ``--host-cgroup``, ``host.cgroup``)."""
@@ -451,8 +439,7 @@ class HostCgroup:
         return min((lvl.limit for lvl in self.levels), default=None)
 
 
-@frozen
-class NodeView:
+class NodeView(Frozen):
     """The node's memory as the budget sees it: the sandboxes' commitments besides
     this one (each its largest of observed and target; ``None`` when there is no
     budget to hold them against, so they were not read), and the budget if set."""
@@ -471,8 +458,7 @@ UnseenReason = Literal["vmm_pid_unknown", "not_reachable", "unreadable"]
 UNSEEN_REASONS: tuple[UnseenReason, ...] = ("vmm_pid_unknown", "not_reachable", "unreadable")
 
 
-@frozen
-class Unseen:
+class Unseen(Frozen):
     """The VMM's memory cgroup could not be seen: why (``reason``), in words naming the
     files (``detail``). Never read as "no limit": a QEMU that runs in no limited cgroup
     is a :class:`HostCgroup` without levels."""
@@ -481,8 +467,7 @@ class Unseen:
     detail: str
 
 
-@frozen
-class Guards:
+class Guards(Frozen):
     """What the host side says about one sandbox, read at the edge just before
     planning: its cgroup (or why it could not be seen) and the node's total."""
 
@@ -500,8 +485,7 @@ class Guards:
     pod_limit: Optional[CgroupLevel] = None
 
 
-@frozen
-class OwnedDevice:
+class OwnedDevice(Frozen):
     """A memory device kata-mem created, as its journal records it: the only proof that
     a device, or its backend object, is kata-mem's to unplug or delete.
 
@@ -517,8 +501,7 @@ class OwnedDevice:
     confirmed: bool = False
 
 
-@frozen
-class BackendObject:
+class BackendObject(Frozen):
     """A memory backend object that no memory device uses (QEMU's ``/objects``): the
     machine's own RAM, someone else's, or one that a crash or a failed delete left."""
 
@@ -526,8 +509,7 @@ class BackendObject:
     size: int
 
 
-@frozen
-class MemoryDevice:
+class MemoryDevice(Frozen):
     """A memory device as the hypervisor reports it.
 
     ``size`` is what is plugged now (for virtio-mem the device's ``size``, never
@@ -557,8 +539,7 @@ class MemoryDevice:
         return self.max_size if self.kind == "virtio-mem" else self.size
 
 
-@frozen
-class VmState:
+class VmState(Frozen):
     """The VM's memory as observed (or, for previews, as assumed).
 
     ``device_space`` is QEMU's ``maxmem - size`` (None when unknown) less what
@@ -649,8 +630,7 @@ class VmState:
         )
 
 
-@frozen
-class Clamp:
+class Clamp(Frozen):
     """One reason the target ended below what was requested."""
 
     cause: Cause
@@ -658,8 +638,7 @@ class Clamp:
     detail: str
 
 
-@frozen
-class Step:
+class Step(Frozen):
     """One hypervisor change. ``size`` is the DIMM size, or the virtio-mem
     ``requested-size`` after the step; ``delta`` the signed change of plugged memory.
     A ``delete_memdev`` step (crash repair) deletes the backend object ``device``.
@@ -678,8 +657,7 @@ class Step:
         return self.delta < 0
 
 
-@frozen
-class GuestPolicy:
+class GuestPolicy(Frozen):
     """How the guest onlines hot-added memory, and whether kata-mem counts on the memmap
     being placed in it; each with where it was read."""
 
@@ -693,8 +671,7 @@ class GuestPolicy:
     movable_ratio: Optional[int] = None
 
 
-@frozen
-class GuestCeiling:
+class GuestCeiling(Frozen):
     """The arithmetic of the ceiling at one point (the VM as it is, or after a step).
 
     ``kernel_memory`` is the guest memory in kernel zones (the boot memory with movable
@@ -718,8 +695,7 @@ class GuestCeiling:
     limit: int
 
 
-@frozen
-class MemoryPlan:
+class MemoryPlan(Frozen):
     """The memory side of a plan: every number, the clamps that applied, the steps."""
 
     host: int
@@ -754,10 +730,10 @@ class MemoryPlan:
     #: (None: not said, as in a plan made by hand).
     guest_policy: Optional[GuestPolicy] = None
     #: Kata sized the VM at boot (``static_sandbox_resource_mgmt``): the target is the size
-    #: Kata boots the workload with (planner.static_size), and the boot memory it booted
+    #: Kata boots the workload with (plan.workload.static_size), and the boot memory it booted
     #: with cannot be given back.
     static_sizing: bool = False
-    #: What set the maximum (planner.max_memory): default_maxmemory, the host or the
+    #: What set the maximum (plan.geometry.max_memory): default_maxmemory, the host or the
     #: hugepage pool; and when ``max`` is above that limit, what it was raised to and
     #: the limit it was raised from (``max_limit``, else equal to ``max``).
     max_cause: MemoryCause = "host_memtotal"
@@ -773,8 +749,7 @@ class MemoryPlan:
         return self.target < self.current
 
 
-@frozen
-class VcpuPlan:
+class VcpuPlan(Frozen):
     """The vCPU side of a plan (previewed; vCPU hotplug is not carried out)."""
 
     host: int
@@ -784,19 +759,18 @@ class VcpuPlan:
     target: int
     clamps: tuple[Clamp, ...]
     #: What the containers' CPUs (``containers``) were added to: ``default`` itself, or
-    #: under runtime-rs static sizing ``overhead_vcpus`` (planner.runtime_rs_static), the
+    #: under runtime-rs static sizing ``overhead_vcpus`` (plan.workload.runtime_rs_static), the
     #: sum then booted as ``default``; ``base`` is its value.
     added_to: VcpuBase = "default_vcpus"
     base: Fraction = Fraction(0)
     containers: Fraction = Fraction(0)
     #: ``base + containers`` when the VM boots more than that (runtime-rs static sizing's
     #: at least 1 vCPU), else None: ``requested`` is the sum. Every number here is a
-    #: float32, as Kata holds vCPUs (planner._plan_vcpus).
+    #: float32, as Kata holds vCPUs (plan.vcpus.plan_vcpus).
     raised_from: Optional[Fraction] = None
 
 
-@frozen
-class Plan:
+class Plan(Frozen):
     """What ``preview`` shows and ``apply`` carries out."""
 
     memory: MemoryPlan
@@ -804,8 +778,7 @@ class Plan:
     notes: tuple[Note, ...]
 
 
-@frozen
-class GuestUsage:
+class GuestUsage(Frozen):
     """The guest's own view of its memory, from virtio-balloon statistics (bytes).
 
     A field is ``None`` when the guest did not report it (QEMU shows -1). The
@@ -868,8 +841,7 @@ Reason = Literal[
 ]
 
 
-@frozen
-class Outcome:
+class Outcome(Frozen):
     """What an ``apply`` did, in KEP-1287's vocabulary (docs, "Outcomes")."""
 
     status: Status

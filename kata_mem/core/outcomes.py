@@ -17,7 +17,6 @@ from __future__ import annotations
 import math
 from typing import Optional
 
-from kata_mem.core.frozen import frozen, replace
 from kata_mem.core.guestmem import kernel_zone_dimms, kernel_zone_text
 from kata_mem.core.model import (
     Cause,
@@ -31,6 +30,7 @@ from kata_mem.core.model import (
 )
 from kata_mem.core.reports import StepProgress
 from kata_mem.core.units import fmt_bytes
+from kata_mem.core.values import Frozen, replace
 
 #: Deferred shrinks are retried after this, doubling per attempt, up to the cap.
 BACKOFF_START_S = 30.0
@@ -47,8 +47,7 @@ ALLOW_SHRINK_HOW = (
 )
 
 
-@frozen
-class Stop:
+class Stop(Frozen):
     """Why the steps stopped before the target: a status, a reason code, a message."""
 
     status: Status

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 from typing import Any, Literal, Optional
 
-from kata_mem.core.frozen import frozen, replace
 from kata_mem.core.model import CgroupLevel, Outcome, Status
 from kata_mem.core.outcomes import backoff
 from kata_mem.core.units import fmt_bytes
+from kata_mem.core.values import Frozen, replace
 
 #: The gRPC codes kata-mem answers with (google.golang.org/grpc/codes).
 CriCode = Literal["OK", "InvalidArgument", "FailedPrecondition", "Internal", "Unavailable"]
@@ -53,8 +53,7 @@ _BY_EXIT: dict[int, CriCode] = {
 }
 
 
-@frozen
-class CriAnswer:
+class CriAnswer(Frozen):
     """The gRPC status a shim returns for ``UpdatePodSandboxResources``, verbatim."""
 
     code: CriCode

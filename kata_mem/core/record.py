@@ -19,9 +19,9 @@ import math
 import re
 from typing import Any, Literal, Optional, get_args
 
-from kata_mem.core.frozen import frozen, replace
 from kata_mem.core.model import OwnedDevice, Reason, Status, Step, StepAction
 from kata_mem.core.units import MiB, to_mib_ceil, to_mib_floor
+from kata_mem.core.values import Frozen, replace
 
 JOURNAL_SCHEMA = "kata-mem/journal/v1"
 
@@ -84,8 +84,7 @@ def _bytes(mib: Optional[int]) -> Optional[int]:
     return None if mib is None else mib * MiB
 
 
-@frozen
-class Deferral:
+class Deferral(Frozen):
     """A deferred shrink: why, how often in a row, when to retry, and its target (bytes)."""
 
     reason: Reason
@@ -120,8 +119,7 @@ class Deferral:
         return cls(reason, doc["attempts"], float(doc["retry_at"]), _bytes(doc.get("target_mib")))
 
 
-@frozen
-class LastOutcome:
+class LastOutcome(Frozen):
     """What the last call came to, and when (host clock)."""
 
     status: Status
@@ -153,8 +151,7 @@ class LastOutcome:
         return cls(status, reason, doc["message"], float(doc["at"]))
 
 
-@frozen
-class PendingGrow:
+class PendingGrow(Frozen):
     """A grow the host cgroup in force did not allow: the target it is to reach (bytes),
     the VMM's cgroup directory and its effective limit when it was recorded (``None``:
     none). On a pod resize the kubelet raises the pod cgroup only after the runtime has
@@ -270,8 +267,7 @@ def _owned_from_json(doc: Any) -> tuple[OwnedDevice, ...]:
     return tuple(owned)
 
 
-@frozen
-class Record:
+class Record(Frozen):
     """The intent record of one sandbox: the step in flight and its ``phase``, the devices
     kata-mem created, unplugs the guest has not finished, the last observed size and the
     target of a grow in flight (bytes), a deferred shrink, the last outcome."""

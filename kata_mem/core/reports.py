@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Literal, Optional
 
-from kata_mem.core.frozen import frozen, replace
 from kata_mem.core.model import (
     DIMM_PREFIX,
     MEMDEV_PREFIX,
@@ -25,14 +24,14 @@ from kata_mem.core.model import (
     VmState,
 )
 from kata_mem.core.units import fmt_bytes
+from kata_mem.core.values import Frozen, replace
 
 Progress = Literal["done", "pending", "rejected"]
 #: QEMU reports an unset balloon statistic as u64 -1.
 U64_UNSET = (1 << 64) - 1
 
 
-@frozen
-class StepProgress:
+class StepProgress(Frozen):
     """Where a step stands, from the hypervisor's own report."""
 
     state: Progress

@@ -37,7 +37,6 @@ from kata_mem.core.cri_annotations import (
 from kata_mem.core.endpoint import Endpoint
 from kata_mem.core.errors import InputError
 from kata_mem.core.fields import REQUEST, KeyOnce, json_value, path, spelled_float
-from kata_mem.core.frozen import field, frozen
 from kata_mem.core.model import (
     Arch,
     Container,
@@ -51,6 +50,7 @@ from kata_mem.core.model import (
 )
 from kata_mem.core.sandbox_resources import SandboxResize, SandboxResources
 from kata_mem.core.units import INT64_MAX, INT64_MIN, UINT64_MAX, MiB
+from kata_mem.core.values import Frozen, field
 
 REQUEST_SCHEMA = "kata-mem/shim-request/v1"
 RESPONSE_SCHEMA = "kata-mem/shim-response/v1"
@@ -104,8 +104,7 @@ _CONTAINER = (
 # --- The parts of a request --------------------------------------------------------
 
 
-@frozen
-class HostOverrides:
+class HostOverrides(Frozen):
     """Host facts given instead of probed (the CLI's ``--host-*``, a request's ``host``).
 
     ``arch`` is a Go name (:func:`normalize_arch`); ``hugepages`` is (count, page size
@@ -119,8 +118,20 @@ class HostOverrides:
     #: The VMM's host memory cgroup directory, instead of finding it from the VMM's pid.
     cgroup: Optional[str] = None
     #: Where ``cgroup`` was given (a request field, or the option that gave it), for its
-    #: errors. Not part of the request's value: a saved request reads back as a request's.
-    cgroup_origin: Origin = field(default=Origin("request", "host.cgroup"), compare=False)
+    #: errors. Not part of the request's value (``__eq__``, ``__hash__``): a saved request
+    #: reads back as a request's.
+    cgroup_origin: Origin = Origin("request", "host.cgroup")
+
+    def _compared(self) -> tuple[object, ...]:
+        return (self.memory, self.cpus, self.arch, self.hugepages, self.cgroup)
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not HostOverrides:
+            return NotImplemented
+        return self._compared() == other._compared()
+
+    def __hash__(self) -> int:
+        return hash(self._compared())
 
     def given(self) -> bool:
         return any(
@@ -424,8 +435,7 @@ def _document(data: Union[bytes, dict[str, Any]]) -> dict[str, Any]:
     return doc
 
 
-@frozen
-class RequestHead:
+class RequestHead(Frozen):
     """What a request names: its sandbox and its backend (``None``: none given)."""
 
     sandbox: str
@@ -459,8 +469,7 @@ def request_head(raw: bytes) -> RequestHead:
     return _head(_document(raw))
 
 
-@frozen
-class SandboxRequest:
+class SandboxRequest(Frozen):
     """One request about one sandbox, and what is to be done with it (``mode``):
 
     - ``plan``: plan it against a freshly booted VM, as ``preview`` does; nothing runs;
@@ -634,8 +643,7 @@ def _resize(doc: dict[str, Any]) -> Optional[SandboxResize]:
     )
 
 
-@frozen
-class CallOptions:
+class CallOptions(Frozen):
     """What one process adds to every request it serves, which no request carries: the
     state directory (``--state-dir``; ``None``: the configuration's) and ``force``
     (``apply --force``: skip the shrink checks, for tests and benchmarks only)."""

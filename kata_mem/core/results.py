@@ -13,8 +13,8 @@ from typing import Literal, Optional, Union
 
 from kata_mem.core.endpoint import Endpoint
 from kata_mem.core.errors import GUEST_TIMEOUT_EXIT, BackendError
-from kata_mem.core.frozen import frozen
 from kata_mem.core.model import Note, Outcome, Plan, Reason, SizingConfig, Status, Unseen
+from kata_mem.core.values import Frozen
 
 
 def outcome_exit_code(reason: Reason) -> int:
@@ -27,8 +27,7 @@ def outcome_exit_code(reason: Reason) -> int:
     }.get(reason, 0)
 
 
-@frozen
-class Planned:
+class Planned(Frozen):
     """A plan-only request: what a freshly booted VM would get. Nothing ran."""
 
     sandbox: str
@@ -41,8 +40,7 @@ class Planned:
         return ()
 
 
-@frozen
-class Applied:
+class Applied(Frozen):
     """A resize (or a dry run): the plan made from the observed VM, what came of it,
     and the call's own notes (the plan carries its own)."""
 
@@ -58,8 +56,7 @@ class Applied:
         return outcome_exit_code(self.outcome.reason)
 
 
-@frozen
-class Forgotten:
+class Forgotten(Frozen):
     """A delete: the sandbox's state is gone, or the notes say what was kept and why."""
 
     sandbox: str
@@ -77,8 +74,7 @@ Response = Union[Planned, Applied, Forgotten]
 SummaryState = Literal["running", "unknown", Status]
 
 
-@frozen
-class SandboxSummary:
+class SandboxSummary(Frozen):
     """One managed sandbox as its journal and saved request describe it (no VM is asked)."""
 
     sandbox: str
@@ -90,8 +86,7 @@ class SandboxSummary:
     reason: Reason = ""
 
 
-@frozen
-class NodeStatus:
+class NodeStatus(Frozen):
     """Every sandbox kata-mem manages on this node, and the node's totals (``status --all``)."""
 
     host: int
@@ -112,8 +107,7 @@ class NodeStatus:
 VisitAction = Literal["retried", "waiting", "cleaned", "skipped", "failed", "idle"]
 
 
-@frozen
-class Visit:
+class Visit(Frozen):
     """What one reconcile pass did for one sandbox: the outcome and notes of a
     retried request, the exit code of a failure."""
 

@@ -28,12 +28,12 @@ from fractions import Fraction
 from typing import Optional
 
 from kata_mem.core.errors import ConfigError, InputError
-from kata_mem.core.frozen import frozen, replace
 from kata_mem.core.model import Arch, Container, HostFacts, SizingConfig, SizingModel, Workload
 from kata_mem.core.plan import plan
 from kata_mem.core.plan.geometry import block_size, boot_guest_ceiling, boot_memory, mechanism
 from kata_mem.core.plan.guards import vmm_overhead
 from kata_mem.core.units import INT64_MAX, MiB, align_down, align_up, fmt_bytes, to_mib_nearest
+from kata_mem.core.values import Frozen, replace
 
 #: A host that never binds: the node's memory would only lower a VM (and so what its
 #: pod needs), and this overhead is for every node the RuntimeClass selects.
@@ -41,8 +41,7 @@ _UNBOUNDED_MEMORY = align_down(INT64_MAX // 4, MiB)
 _UNBOUNDED_CPUS = 1 << 16
 
 
-@frozen
-class PodFit:
+class PodFit(Frozen):
     """One pod: its memory limits, the VM the sizing model gives it, and the smallest
     pod cgroup in which the guard lets that VM be (``needed``).
 
@@ -67,8 +66,7 @@ class PodFit:
         return self.needed - self.limits
 
 
-@frozen
-class RuntimeClassOverhead:
+class RuntimeClassOverhead(Frozen):
     """``overhead.podFixed`` for pods with memory limits up to ``max_pod_memory``.
 
     ``memory`` is whole MiB, rounded up from the pod that needs the most

@@ -30,9 +30,9 @@ from __future__ import annotations
 
 from typing import Literal, Optional
 
-from kata_mem.core.frozen import frozen
 from kata_mem.core.model import GuestUsage, SafetyReason, Settings
 from kata_mem.core.units import fmt_bytes, to_mib_nearest
+from kata_mem.core.values import Frozen
 
 Action = Literal["run", "defer"]
 #: Major page faults since the shrink began that count as pressure: the guest is
@@ -40,8 +40,7 @@ Action = Literal["run", "defer"]
 MAJOR_FAULTS_PRESSURE = 1000
 
 
-@frozen
-class Verdict:
+class Verdict(Frozen):
     """Run the step, or defer it with a reason code and a message for people."""
 
     action: Action

@@ -11,17 +11,16 @@ from fractions import Fraction
 from typing import Any, Optional
 
 from kata_mem.core.fields import REQUEST
-from kata_mem.core.frozen import field, frozen
 from kata_mem.core.model import SandboxSizing, Workload
 from kata_mem.core.units import INT64_MAX, INT64_MIN
+from kata_mem.core.values import Frozen, field
 
 #: What the sandbox's resources are read as, in errors and notes.
 RESOURCES_ORIGIN = "request sandbox_resources"
 OVERHEAD_ORIGIN = "request overhead.memory_limit_bytes"
 
 
-@frozen
-class SandboxResources:
+class SandboxResources(Frozen):
     """The parts of a CRI ``LinuxContainerResources`` that size a sandbox, as
     ``UpdatePodSandboxResourcesRequest`` carries them in ``resources`` and ``overhead``
     (kubernetes/cri-api pkg/apis/runtime/v1/api.proto): the memory limit in bytes (0 or
@@ -64,8 +63,7 @@ class SandboxResources:
         )
 
 
-@frozen
-class SandboxResize:
+class SandboxResize(Frozen):
     """A pod's new resources, as the kubelet sends them before it writes the pod cgroup
     (``UpdatePodSandboxResources``, kubernetes PR #137555): ``resources`` is the pod
     cgroup's configuration less the RuntimeClass ``overhead`` (kubelet

@@ -35,8 +35,8 @@ from pathlib import Path
 from typing import Optional, Union
 
 from kata_mem.core.errors import ConfigError, KataMemError
-from kata_mem.core.frozen import frozen
 from kata_mem.core.model import CgroupLevel, HostCgroup, UnseenReason
+from kata_mem.core.values import Frozen
 from kata_mem.edges.files import read_capped_text
 from kata_mem.edges.ownership import check_way, mode, who
 
@@ -283,8 +283,7 @@ def _usual_directory(pid: int, v1_path: Optional[str], v2_path: Optional[str]) -
     return directory if str(pid) in procs.split() else None
 
 
-@frozen
-class Mount:
+class Mount(Frozen):
     """A cgroup mount from mountinfo: its root in the hierarchy, where it is mounted,
     the filesystem type and the super options (v1: the controllers)."""
 

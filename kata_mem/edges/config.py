@@ -33,7 +33,6 @@ from kata_mem.core.fields import (
     spelled_float,
     toml_value,
 )
-from kata_mem.core.frozen import fields, replace
 from kata_mem.core.golang import toml_float32
 from kata_mem.core.model import (
     ONLININGS,
@@ -45,6 +44,7 @@ from kata_mem.core.model import (
     SizingConfig,
 )
 from kata_mem.core.units import INT64_MAX, MiB, to_mib_floor
+from kata_mem.core.values import fields, replace
 from kata_mem.edges.files import CONFIG_CAP, not_regular, read_capped
 from kata_mem.edges.ownership import check_way, mode, others_could_write, who
 

@@ -22,9 +22,9 @@ from typing import Any, Callable, Optional, TypeVar
 
 from kata_mem.core.endpoint import Endpoint
 from kata_mem.core.errors import ConfigError, InputError, KataMemError
-from kata_mem.core.frozen import replace
 from kata_mem.core.record import Record
 from kata_mem.core.request import RequestHead, SandboxRequest, request_head
+from kata_mem.core.values import replace
 from kata_mem.edges.files import STATE_CAP, read_open
 from kata_mem.edges.ownership import others_could_write
 from kata_mem.edges.statedir import SandboxDirectory, node_lock, sandboxes

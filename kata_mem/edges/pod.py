@@ -18,7 +18,6 @@ from typing import Any, Callable, Optional, Union
 from kata_mem.core.annotations import hypervisor_annotations
 from kata_mem.core.arch import check_hugepage_size
 from kata_mem.core.errors import InputError, QuantityError
-from kata_mem.core.frozen import frozen
 from kata_mem.core.model import (
     Arch,
     Container,
@@ -28,6 +27,7 @@ from kata_mem.core.model import (
 )
 from kata_mem.core.quantity import parse_quantity
 from kata_mem.core.units import INT64_MAX
+from kata_mem.core.values import Frozen
 from kata_mem.edges.files import read_input_text
 
 
@@ -110,8 +110,7 @@ _Key = Union[str, int]
 _Resources = dict[_Key, Fraction]
 
 
-@frozen
-class _Read:
+class _Read(Frozen):
     """A container of a Pod manifest with its resources as the API server defaults them
     (a request it does not set is its limit) and where it is in the manifest."""
 

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Optional
 
 from kata_mem.core.errors import ConfigError
-from kata_mem.core.frozen import frozen
 from kata_mem.core.units import KiB
+from kata_mem.core.values import Frozen
 from kata_mem.edges.files import read_open
 from kata_mem.edges.ownership import check_way, who
 from kata_mem.edges.statefiles import CREATE, READ, os_error_text
@@ -29,8 +29,7 @@ SERVICE_SCHEMA = "kata-mem/service/v1"
 SERVICE_RECORD_CAP = 64 * KiB
 
 
-@frozen
-class ServiceRecord:
+class ServiceRecord(Frozen):
     """What ``kata-mem serve`` adds to every request it answers, as it published it beside
     its socket (:func:`publish_service`): its state directory, and the configuration of a
     request whose ``config`` is null (``serve --config``; None: where Kata looks). With it,

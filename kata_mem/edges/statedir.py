@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Literal, Optional
 
 from kata_mem.core.errors import ConfigError, KataMemError
-from kata_mem.core.frozen import frozen
 from kata_mem.core.model import SANDBOX_ID, Note, NoteCode, check_sandbox_id
+from kata_mem.core.values import Frozen
 from kata_mem.edges.files import read_open
 from kata_mem.edges.locks import flock_until, same_file
 from kata_mem.edges.ownership import check_way, others_could_write
@@ -255,8 +255,7 @@ def node_lock(root: Path, shared: bool = False) -> Iterator[None]:
         os.close(fd)
 
 
-@frozen
-class Listing:
+class Listing(Frozen):
     """The entries of a state directory: sandboxes kata-mem created, those that carry
     its marker but that another user could have written (name, the error that says so),
     and everything else."""

@@ -18,11 +18,11 @@ import click
 from kata_mem.core.arch import check_hugepages, normalize_arch
 from kata_mem.core.endpoint import Endpoint
 from kata_mem.core.errors import InputError
-from kata_mem.core.frozen import replace
 from kata_mem.core.model import Origin, Settings, SizingConfig, Workload
 from kata_mem.core.quantity import quantity_bytes
 from kata_mem.core.request import MIN_HOST_MEMORY, CallOptions, HostOverrides
 from kata_mem.core.units import to_mib_floor
+from kata_mem.core.values import replace
 from kata_mem.edges import config as config_mod
 from kata_mem.edges import logs
 from kata_mem.edges.host import machine_arch

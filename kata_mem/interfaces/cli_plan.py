@@ -8,10 +8,10 @@ from typing import Optional
 
 import click
 
-from kata_mem.core.frozen import replace
 from kata_mem.core.model import Origin
 from kata_mem.core.quantity import quantity_bytes
 from kata_mem.core.request import CallOptions, HostOverrides, SandboxRequest
+from kata_mem.core.values import replace
 from kata_mem.edges import config as config_mod
 from kata_mem.interfaces import render, render_config
 from kata_mem.interfaces.cli_options import (

@@ -7,9 +7,9 @@ from typing import Optional
 
 import click
 
-from kata_mem.core.frozen import replace
 from kata_mem.core.model import SIZING_MODELS, SizingConfig, SizingModel
 from kata_mem.core.quantity import quantity_bytes
+from kata_mem.core.values import replace
 from kata_mem.edges.host import machine_arch
 from kata_mem.interfaces.cli_options import emit, global_options, json_option, read_config
 from kata_mem.interfaces.cli_params import DnsName, FileName, Text

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Optional, Union
 
 from kata_mem.core.errors import ConfigError
-from kata_mem.core.frozen import frozen
+from kata_mem.core.values import Frozen
 from kata_mem.edges.locks import same_file
 from kata_mem.edges.logs import describe, get_logger
 from kata_mem.edges.ownership import check_way, mode, others_could_write, who
@@ -45,8 +45,7 @@ DEFAULT_SOCKET = "/run/kata-mem/kata-mem.sock"
 SD_LISTEN_FDS_START = 3
 
 
-@frozen
-class Peer:
+class Peer(Frozen):
     """A unix socket's client as the kernel saw it connect (``SO_PEERCRED``)."""
 
     pid: int
@@ -54,8 +53,7 @@ class Peer:
     gid: int
 
 
-@frozen
-class Remote:
+class Remote(Frozen):
     """A client of the metrics address: TCP says where it is, not who."""
 
     host: str
@@ -65,8 +63,7 @@ class Remote:
         return f"{MetricsAddress(self.host, self.port)} (TCP)"
 
 
-@frozen
-class Port:
+class Port(Frozen):
     """One of serve's listeners, and what its requests may ask: every request to either
     goes through the same handlers, middleware and error documents."""
 
@@ -147,8 +144,7 @@ def group_id(name: Optional[str]) -> Optional[int]:
         ) from exc
 
 
-@frozen
-class MetricsAddress:
+class MetricsAddress(Frozen):
     """Where ``--metrics-address`` serves ``/metrics`` and ``/healthz`` over TCP."""
 
     host: str  # an IP address literal

@@ -13,7 +13,6 @@ from collections.abc import Mapping
 from typing import Any, Optional, Union
 
 from kata_mem.core.errors import BackendUnavailable, InputError, KataMemError
-from kata_mem.core.frozen import frozen, replace
 from kata_mem.core.podresize import cri_answer, cri_planned, cri_refused
 from kata_mem.core.request import (
     RESPONSE_SCHEMA,
@@ -21,14 +20,14 @@ from kata_mem.core.request import (
     SandboxRequest,
 )
 from kata_mem.core.results import Applied, Planned, Response
+from kata_mem.core.values import Frozen, replace
 from kata_mem.edges.logs import describe, emit_error
 
 #: What a process that adds nothing to its requests passes.
 NO_OPTIONS = CallOptions()
 
 
-@frozen
-class Answer:
+class Answer(Frozen):
     """One request answered: its typed response, or the error that refused it (exactly
     one of the two)."""
 

@@ -20,8 +20,8 @@ import os
 from typing import IO, Optional
 
 from kata_mem.core.errors import BackendUnavailable, ConfigError, KataMemError
-from kata_mem.core.frozen import replace
 from kata_mem.core.request import MAX_REQUEST_BYTES, CallOptions, SandboxRequest
+from kata_mem.core.values import replace
 from kata_mem.interfaces.pipes import ResultLost, lost
 from kata_mem.interfaces.protocol import (
     Answer,

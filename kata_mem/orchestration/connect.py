@@ -12,11 +12,10 @@ from kata_mem.backends import Backend
 from kata_mem.core.backing import MemoryBackend
 from kata_mem.core.endpoint import Endpoint
 from kata_mem.core.errors import MissingDependency
-from kata_mem.core.frozen import frozen, replace
+from kata_mem.core.values import Frozen, replace
 
 
-@frozen
-class Opened:
+class Opened(Frozen):
     """A connected backend, and its endpoint as reached: for QMP, with the VMM it led to
     (:class:`~kata_mem.core.endpoint.VmmIdentity`), which the saved request keeps."""
 

@@ -31,7 +31,6 @@ from kata_mem.backends import Backend, StepProgress
 from kata_mem.core import outcomes, podresize, safety
 from kata_mem.core.endpoint import Endpoint
 from kata_mem.core.errors import BackendError, BackendUnsupported, InputError, KataMemError
-from kata_mem.core.frozen import frozen, replace
 from kata_mem.core.guestmem import ceiling_at, grow_timeout_s, shows_grow
 from kata_mem.core.model import (
     Arch,
@@ -56,6 +55,7 @@ from kata_mem.core.record import PendingGrow, Phase, Record
 from kata_mem.core.reports import owned_view, still_owned
 from kata_mem.core.request import SandboxRequest
 from kata_mem.core.units import fmt_bytes
+from kata_mem.core.values import Frozen, replace
 from kata_mem.edges.host import mem_available
 from kata_mem.edges.journal import SandboxState, vm_owner
 from kata_mem.edges.ledger import node_admission, record_commitment
@@ -76,8 +76,7 @@ PRESSURE_EVERY_S = 1.0
 SETTLE_S = 5.0
 
 
-@frozen
-class Options:
+class Options(Frozen):
     """What the caller allows: shrinking, and (tests only) skipping its checks; and
     ``crash_at``, the crash tests' fault injection: the point of the step loop
     (``before-command``, ``after-command``) where the process dies as a kill -9 would
@@ -89,8 +88,7 @@ class Options:
     crash_at: Optional[str] = None
 
 
-@frozen
-class _GrowWatch:
+class _GrowWatch(Frozen):
     """What a grow is verified against in the guest: its MemTotal before the first step
     (``before``), the VM's total then (``start``), the architecture (struct pages)."""
 
@@ -99,8 +97,7 @@ class _GrowWatch:
     arch: Arch
 
 
-@frozen
-class Result:
+class Result(Frozen):
     """The plan made from the observed VM, what came of it, and the call's notes."""
 
     plan: Plan

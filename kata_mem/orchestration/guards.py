@@ -16,7 +16,6 @@ from __future__ import annotations
 from typing import Callable, Optional
 
 from kata_mem.core.errors import InputError
-from kata_mem.core.frozen import frozen, replace
 from kata_mem.core.model import (
     CgroupLevel,
     GuardMode,
@@ -32,6 +31,7 @@ from kata_mem.core.model import (
     VmState,
 )
 from kata_mem.core.units import MiB, align_down, fmt_bytes
+from kata_mem.core.values import Frozen, replace
 
 #: Where a cgroup given by hand came from, unless the caller says.
 _HOST_CGROUP_OPTION = Origin("option", "--host-cgroup")
@@ -135,8 +135,7 @@ def pod_level(cgroup: Optional[HostCgroup], limit: int) -> CgroupLevel:
     return CgroupLevel(cgroup.path, limit, cgroup.usage)
 
 
-@frozen
-class HostSide:
+class HostSide(Frozen):
     """Reads the guards for one sandbox (:meth:`read`) and QEMU's charge after the
     steps (:meth:`charge`). ``pod_limit`` is the pod cgroup limit the kubelet is about
     to set (an ``update-sandbox`` request), ``None`` for none."""

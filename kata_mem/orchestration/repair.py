@@ -22,11 +22,11 @@ from __future__ import annotations
 from typing import Callable
 
 from kata_mem.backends import Backend, StepProgress
-from kata_mem.core.frozen import replace
 from kata_mem.core.model import Note, Step, VmState
 from kata_mem.core.record import Record
 from kata_mem.core.reports import owned_view, still_owned
 from kata_mem.core.units import fmt_bytes
+from kata_mem.core.values import replace
 from kata_mem.edges.journal import SandboxState
 
 

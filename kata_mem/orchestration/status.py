@@ -16,15 +16,14 @@ from typing import Literal, Optional, Union
 
 from kata_mem.core.endpoint import Endpoint
 from kata_mem.core.errors import ConfigError
-from kata_mem.core.frozen import frozen
 from kata_mem.core.model import GuestUsage, Note, Settings, VmState
 from kata_mem.core.record import Record
 from kata_mem.core.request import HostOverrides
 from kata_mem.core.results import NodeStatus, SandboxSummary
+from kata_mem.core.values import Frozen
 
 
-@frozen
-class SandboxStatus:
+class SandboxStatus(Frozen):
     """One sandbox's VM as its hypervisor reports it (``kata-mem status``, GET
     /v1/sandboxes/ID): the devices its journal proves kata-mem's marked, the guest's
     latest usage reading (``None``: the VM has no balloon), and its journal (``None``:
@@ -40,8 +39,7 @@ class SandboxStatus:
 Unknown = Literal["no-state", "no-request", "no-backend"]
 
 
-@frozen
-class NoEndpoint:
+class NoEndpoint(Frozen):
     """A sandbox whose VM kata-mem does not know (``status --sandbox ID``, GET
     /v1/sandboxes/ID): ``why``, in ``state_dir``."""
 

@@ -11,7 +11,7 @@ import json
 import re
 import subprocess
 import sys
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any, Optional
 
 import jsonschema
@@ -183,6 +183,23 @@ def test_schemas_live_in_the_package_only() -> None:
     assert not (REPO / "schemas").exists()  # no second copy to drift
     package_data = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
     assert "schemas/*.json" in package_data["package-data"]["kata_mem"]
+
+
+def test_every_data_file_of_the_package_is_package_data() -> None:
+    """A file under kata_mem that is not Python (the schemas, Go's Unicode tables) reaches
+    the wheel only through a package-data glob: one left out works in a checkout and fails
+    installed."""
+    globs = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "package-data"
+    ]["kata_mem"]
+    package = REPO / "kata_mem"
+    data = [
+        p.relative_to(package)
+        for p in package.rglob("*")
+        if p.is_file() and p.suffix not in (".py", ".pyc") and "__pycache__" not in p.parts
+    ]
+    assert PurePath("core/data/go-unicode.json") in data
+    assert [p for p in data if not any(p.match(g) for g in globs)] == []
 
 
 @pytest.mark.parametrize("name", ["request", "response"])

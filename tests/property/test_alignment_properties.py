@@ -6,7 +6,6 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kata_mem.core.frozen import replace
 from kata_mem.core.model import HostFacts, MemoryDevice, SizingConfig, Workload
 from kata_mem.core.plan import plan
 from kata_mem.core.plan.geometry import (
@@ -18,6 +17,7 @@ from kata_mem.core.plan.geometry import (
 )
 from kata_mem.core.plan.steps import crooked_regions
 from kata_mem.core.units import GiB, MiB, align_up
+from kata_mem.core.values import replace
 from tests.strategies import configs, hosts, workloads
 
 

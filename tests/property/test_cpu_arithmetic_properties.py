@@ -11,7 +11,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kata_mem.core.frozen import replace
 from kata_mem.core.golang import round_float32
 from kata_mem.core.model import (
     Container,
@@ -24,6 +23,7 @@ from kata_mem.core.model import (
 from kata_mem.core.plan.vcpus import ARCH_MAX_VCPUS, plan_vcpus
 from kata_mem.core.plan.workload import _peaks, containers_peak, demand
 from kata_mem.core.units import INT64_MAX
+from kata_mem.core.values import replace
 from tests.strategies import configs, examples
 
 #: Pure arithmetic, cheap: many examples, for equality over wide ranges.

@@ -7,7 +7,6 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kata_mem.core.frozen import replace
 from kata_mem.core.model import (
     CgroupLevel,
     Container,
@@ -21,6 +20,7 @@ from kata_mem.core.plan import plan
 from kata_mem.core.plan.geometry import assumed_vm, block_size, max_memory
 from kata_mem.core.plan.guards import GUARD_NAMES, vmm_overhead
 from kata_mem.core.units import MiB, align_down
+from kata_mem.core.values import replace
 from tests.strategies import configs, hosts, workloads
 
 mib = st.integers(min_value=0, max_value=256).map(lambda n: n * MiB)

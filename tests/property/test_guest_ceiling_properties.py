@@ -17,11 +17,11 @@ from typing import Optional
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kata_mem.core.frozen import replace
 from kata_mem.core.model import HostFacts, MemoryPlan, SizingConfig, Workload
 from kata_mem.core.plan import plan
 from kata_mem.core.plan.geometry import assumed_vm
 from kata_mem.core.units import MiB
+from kata_mem.core.values import replace
 from tests.strategies import configs, hosts, workloads
 
 KERNEL_PARAMS = (

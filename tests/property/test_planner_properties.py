@@ -5,7 +5,6 @@ from __future__ import annotations
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from kata_mem.core.frozen import replace
 from kata_mem.core.model import MemoryDevice, SizingConfig, VmState, Workload
 from kata_mem.core.plan import plan
 from kata_mem.core.plan.geometry import max_memory
@@ -13,6 +12,7 @@ from kata_mem.core.plan.steps import ACPI_HOTPLUG_FACTOR
 from kata_mem.core.plan.workload import demand, runtime_rs_static, static_size
 from kata_mem.core.request import MIN_HOST_MEMORY
 from kata_mem.core.units import MiB
+from kata_mem.core.values import replace
 from kata_mem.edges.host import probe_host
 from kata_mem.interfaces.render import plan_json
 from tests.strategies import configs, containers, hosts, workloads

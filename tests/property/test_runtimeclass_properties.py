@@ -10,7 +10,6 @@ from __future__ import annotations
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from kata_mem.core.frozen import replace
 from kata_mem.core.model import (
     CgroupLevel,
     Container,
@@ -24,6 +23,7 @@ from kata_mem.core.plan import plan
 from kata_mem.core.plan.guards import cgroup_room
 from kata_mem.core.runtimeclass import _host, pod_fit, runtime_class_overhead
 from kata_mem.core.units import MiB, align_down
+from kata_mem.core.values import replace
 from tests.strategies import configs, examples
 
 #: The largest base page of each architecture's kernels (arm64 and ppc64le are built with

@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kata_mem.core.endpoint import Endpoint
+from kata_mem.core.values import replace
 from tests.strategies import examples, sandbox_requests
 from tests.support.service import Service
 from tests.support.shim import CONFIG, RESPONSE_SCHEMA, request
@@ -38,7 +39,7 @@ def _no_vm(req: Any) -> bytes:
     # Only monitor sockets that are not there: a generated request never reaches a real
     # VM or a libvirt daemon.
     if req.endpoint is not None:
-        req = type(req)(**{**req.__dict__, "endpoint": Endpoint("qmp", NO_VM)})
+        req = replace(req, endpoint=Endpoint("qmp", NO_VM))
     return json.dumps(req.to_json()).encode()
 
 
@@ -53,7 +54,7 @@ bodies = st.one_of(
         st.lists(st.sampled_from(FIELDS), max_size=2),
     ),
     sandbox_requests().map(_no_vm),
-    sandbox_requests().map(lambda r: type(r)(**{**r.__dict__, "config": CONFIG})).map(_no_vm),
+    sandbox_requests().map(lambda r: replace(r, config=CONFIG)).map(_no_vm),
 )
 
 

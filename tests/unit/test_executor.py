@@ -12,7 +12,6 @@ import pytest
 
 from kata_mem.backends.fake import FakeBackend, FakeGuest, VirtualTime
 from kata_mem.core.errors import BackendError
-from kata_mem.core.frozen import replace
 from kata_mem.core.model import (
     BackendObject,
     Container,
@@ -26,6 +25,7 @@ from kata_mem.core.record import Record
 from kata_mem.core.request import CallOptions, HostOverrides, SandboxRequest
 from kata_mem.core.results import Applied
 from kata_mem.core.units import GiB, MiB
+from kata_mem.core.values import replace
 from kata_mem.edges.journal import SandboxState
 from kata_mem.orchestration.executor import Options, run_locked
 from kata_mem.orchestration.handle import handle

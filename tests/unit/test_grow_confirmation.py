@@ -13,7 +13,6 @@ import pytest
 
 from kata_mem.backends import StepProgress
 from kata_mem.backends.fake import FakeBackend, FakeGuest, VirtualTime
-from kata_mem.core.frozen import replace
 from kata_mem.core.guestmem import GROW_S_PER_GIB, grow_timeout_s
 from kata_mem.core.model import (
     Container,
@@ -27,6 +26,7 @@ from kata_mem.core.model import (
 )
 from kata_mem.core.record import Record
 from kata_mem.core.units import GiB, MiB
+from kata_mem.core.values import replace
 from kata_mem.edges.journal import SandboxState
 from kata_mem.orchestration.executor import Options, run_locked
 

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from kata_mem.backends.fake import FakeBackend, VirtualTime
-from kata_mem.core.frozen import replace
 from kata_mem.core.model import Container, SizingConfig, VmState, Workload
 from kata_mem.core.record import Record
 from kata_mem.core.units import GiB, MiB
+from kata_mem.core.values import replace
 from kata_mem.edges.journal import SandboxState
 from kata_mem.edges.ledger import (
     check_ledger,

@@ -14,10 +14,10 @@ from hypothesis import HealthCheck, given, settings
 
 from kata_mem.core.endpoint import Endpoint, VmmIdentity
 from kata_mem.core.errors import InputError
-from kata_mem.core.frozen import replace
 from kata_mem.core.model import Container, HostFacts, Origin, SandboxSizing, Workload
 from kata_mem.core.request import SandboxRequest
 from kata_mem.core.units import GiB, MiB
+from kata_mem.core.values import replace
 from kata_mem.edges.config import load_config
 from kata_mem.orchestration.handle import saved_request
 from tests.strategies import examples, sandbox_requests, valid_requests

@@ -9,9 +9,9 @@ from typing import Any, Optional
 import pytest
 
 from kata_mem.core import safety
-from kata_mem.core.frozen import replace
 from kata_mem.core.model import GuestUsage, Settings
 from kata_mem.core.units import MiB
+from kata_mem.core.values import replace
 from tests.support.cases import case_params
 
 NOW = 1_000_000.0

@@ -9,10 +9,10 @@ import math
 from typing import Optional
 
 from kata_mem.backends.fake import FakeBackend, VirtualTime
-from kata_mem.core.frozen import replace
 from kata_mem.core.model import GuestUsage, MemoryDevice, Settings, VmState
 from kata_mem.core.safety import under_pressure
 from kata_mem.core.units import MiB
+from kata_mem.core.values import replace
 from kata_mem.orchestration.usage import UsageReader
 
 BLOCK = 2 * MiB

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from kata_mem.backends.fake import FakeBackend, FakeGuest, VirtualTime
-from kata_mem.core.frozen import replace
 from kata_mem.core.model import (
     Container,
     GuestUsage,
@@ -20,6 +19,7 @@ from kata_mem.core.model import (
     Workload,
 )
 from kata_mem.core.units import GiB, MiB
+from kata_mem.core.values import replace
 from kata_mem.edges.journal import SandboxState
 from kata_mem.orchestration.executor import Options, run_locked
 from kata_mem.orchestration.usage import UsageReader
