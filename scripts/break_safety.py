@@ -97,7 +97,7 @@ GUARDS: dict[str, tuple[str, ...]] = {
         "tests/cli/test_errors.py",
     ),
     "kata_mem/edges/service_record.py": ("tests/service/test_shim_client.py",),
-    "kata_mem/backends/qmp.py": (
+    "kata_mem/backends/qmp_socket.py": (
         "tests/integration/test_vm_presence.py",
         "tests/service/test_lifecycle.py",
     ),
@@ -612,10 +612,10 @@ BREAKS = (
         "        if k > m or (k < m and len(root) > m):",
         "        if k != m:",
     ),
-    # -- the QMP monitor's connection (qmp.py): a full backlog is waited for (issue 33) ------
+    # -- the QMP monitor's socket (qmp_socket.py): a full backlog is waited for (issue 33) ---
     Break(
         "qmp-full-backlog-not-waited",
-        "kata_mem/backends/qmp.py",
+        "kata_mem/backends/qmp_socket.py",
         "        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)\n",
         "        sock.setblocking(False)\n",
     ),
