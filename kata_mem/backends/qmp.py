@@ -79,6 +79,10 @@ _OST_INSERT, _OST_EJECT = 0x1, 0x3
 _BALLOON_STATS_QUEUE = 2
 
 
+#: A QMP command and its arguments.
+_Command = tuple[str, Optional[dict[str, object]]]
+
+
 def _key(cmd: str, args: Optional[dict[str, object]]) -> str:
     return json.dumps([cmd, args], sort_keys=True)
 
@@ -696,11 +700,16 @@ class QmpBackend:
         if path is None:
             return None
         # The count first: a reading counted in it is in the statistics read after it
-        # (QEMU handles both commands and the guest's report under one lock).
-        sequence = self._stats_received(path)
-        raw = _REPLY.object(
-            self._execute("qom-get", {"path": path, "property": "guest-stats"}), "guest-stats"
-        )
+        # (QEMU handles both commands and the guest's report under one lock, and answers a
+        # client's commands in order), so both go out in one round trip.
+        stats: _Command = ("qom-get", {"path": path, "property": "guest-stats"})
+        if self._stats_queue is not False:
+            self._read_ahead([self._stats_count(path), stats])
+        try:
+            sequence = self._stats_received(path)
+            raw = _REPLY.object(self._execute(*stats), "guest-stats")
+        finally:
+            self._ahead.pop(_key(*stats), None)  # never a later reading's
         return balloon_usage(
             _REPLY.mapping(raw, "stats", "guest-stats", "an object") or {},
             names=_STATS,
@@ -719,10 +728,7 @@ class QmpBackend:
         if self._stats_queue is False:
             return None
         try:
-            raw = self._execute(
-                "x-query-virtio-queue-status",
-                {"path": f"{path}/virtio-backend", "queue": _BALLOON_STATS_QUEUE},
-            )
+            raw = self._execute(*self._stats_count(path))
         except BackendError as exc:
             log.debug("QMP socket %s: no statistics count: %s", self.path, exc)
             self._stats_queue = False
@@ -730,6 +736,14 @@ class QmpBackend:
         self._stats_queue = True
         queue = _REPLY.object(raw, "x-query-virtio-queue-status")
         return _REPLY.integer(queue, "last-avail-idx", "x-query-virtio-queue-status", minimum=0)
+
+    @staticmethod
+    def _stats_count(path: str) -> _Command:
+        """The command that reads the balloon's count of statistics reports."""
+        return (
+            "x-query-virtio-queue-status",
+            {"path": f"{path}/virtio-backend", "queue": _BALLOON_STATS_QUEUE},
+        )
 
     def set_stats_interval(self, seconds: int) -> Optional[int]:
         # The first thing an apply does, and its observation follows (repair observes
