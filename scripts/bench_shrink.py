@@ -103,6 +103,9 @@ class Timed:
     def guest_usage(self) -> Optional[GuestUsage]:
         return self._timed("reading", self._b.guest_usage)  # type: ignore[no-any-return]
 
+    def read_and_ask(self, seconds: int) -> Optional[GuestUsage]:
+        return self._timed("reading", lambda: self._b.read_and_ask(seconds))  # type: ignore[no-any-return]
+
     def set_stats_interval(self, seconds: int) -> Optional[int]:
         return self._timed("reading", lambda: self._b.set_stats_interval(seconds))  # type: ignore[no-any-return]
 

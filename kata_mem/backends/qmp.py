@@ -719,6 +719,47 @@ class QmpBackend:
             sequence=sequence,
         )
 
+    def read_and_ask(self, seconds: int) -> Optional[GuestUsage]:
+        path = self._balloon_path()
+        if path is None:
+            return None
+        if self._stats_queue is False:
+            return self.guest_usage()  # not counted: an ask could not be told apart
+
+        # One exchange: the count and the statistics (what the freshness proof compares
+        # against), then the ask (interval 0, then back: QEMU creates a timer that fires at
+        # once, hw/virtio/virtio-balloon.c ``balloon_stats_set_poll_interval``). QEMU
+        # answers in order, so the count is read before the guest is asked.
+        def interval(value: int) -> _Command:
+            return (
+                "qom-set",
+                {"path": path, "property": "guest-stats-polling-interval", "value": value},
+            )
+
+        stop, restart = interval(0), interval(seconds)
+        self._interval = None  # unknown until QEMU has taken both
+        self._read_ahead(
+            [
+                self._stats_count(path),
+                ("qom-get", {"path": path, "property": "guest-stats"}),
+                stop,
+                restart,
+            ]
+        )
+        try:
+            usage = self.guest_usage()
+            try:
+                self._execute(*stop)
+            except BackendError as exc:
+                # Refused, it changed nothing: the readings then come as they come.
+                log.debug("QMP socket %s: no reading asked for: %s", self.path, exc)
+            self._execute(*restart)
+        finally:
+            for command in (stop, restart):
+                self._ahead.pop(_key(*command), None)
+        self._interval = seconds
+        return usage
+
     def _stats_received(self, path: str) -> Optional[int]:
         """How many statistics reports QEMU has taken from the guest (mod 2^16), or None
         when this QEMU cannot say (``x-query-virtio-queue-status`` is QEMU 7.2's, and
@@ -746,13 +787,12 @@ class QmpBackend:
         )
 
     def set_stats_interval(self, seconds: int) -> Optional[int]:
-        # The first thing an apply does, and its observation follows (repair observes
-        # first): what that needs goes out now, in the same round trip.
-        self._read_ahead([*self._per_connection(), ("query-memory-devices", None)])
         path = self._balloon_path()
         if path is None:
             return None
-        # Read once per connection, then known: only this connection sets it meanwhile.
+        # Read once per connection (the port returns the interval it had), then known: only
+        # this connection sets it meanwhile, and an ask (:meth:`read_and_ask`) leaves it
+        # known. QEMU ignores an unchanged value (``balloon_stats_set_poll_interval``).
         before = self._interval
         if before is None:
             read = self._execute(

@@ -259,10 +259,6 @@ class Executor:
         :raises ConfigError: the state directory cannot be written (nothing changed).
         :raises InputError: a host cgroup the caller named cannot be read (nothing changed).
         """
-        # The guest's statistics polling, which the shrink checks read: set here, by an
-        # apply, never by connecting or reading, so that status, a dry run and reconcile's
-        # presence checks leave the VM as they found it (kata_mem.backends.Backend).
-        self.backend.set_stats_interval(cfg.settings.stats_interval_s)
         reader = UsageReader(self.backend, cfg.settings, self.clock, self.sleep)
         loaded, dropped = self.state.load().bounded(host.memory)
         if dropped:
@@ -282,6 +278,12 @@ class Executor:
         # One reading for the plan's ceiling and the grow's starting point (:meth:`_run`).
         first = self._grow_reading(cfg, host, workload, vm, reader, options.force)
         available = None if first is None else first.available
+        # The guest's statistics polling, which the shrink checks read: set here, by an
+        # apply, never by connecting or reading, so that status, a dry run and reconcile's
+        # presence checks leave the VM as they found it (kata_mem.backends.Backend). After
+        # a grow's reading, whose ask (interval 0, then this one) has set it already where
+        # readings are counted: then nothing is sent.
+        self.backend.set_stats_interval(cfg.settings.stats_interval_s)
         budget = cfg.settings.node_overcommit is not None
         with node_admission(self.state.root, host.memory, budget) as ledger:
             if ledger is not None:

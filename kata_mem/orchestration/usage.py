@@ -78,19 +78,27 @@ class UsageReader:
     ) -> Optional[GuestUsage]:
         """A reading taken after ``after`` (default: now), waiting for it if need be:
         up to about two polling intervals; if none comes, the last one, however old
-        (the safety check then calls its age unknown). ``first``: the latest reading,
-        read after ``after`` (a caller that has just read it), so that it is not read again.
+        (the safety check then calls its age unknown). ``first``: the latest reading, read
+        by :meth:`_look` after ``after`` (which asked for a new one with it), so that it is
+        not read again.
         """
         not_before = self._clock() if after is None else after
         mark = self._mark if after is not None and after == self._last_end else None
         deadline = self._clock() + 3 * self._settings.stats_interval_s + 2.0
-        usage = self.latest() if first is None else first
+        asked = first is not None or after is None
+        if first is not None:
+            usage: Optional[GuestUsage] = first
+        elif after is None:
+            usage = self._look()  # not newer than now: a new reading is asked for with it
+        else:
+            usage = self.latest()
         if usage is None or _newer(usage, not_before, mark):
             return usage
         if mark is None and usage.sequence is not None:
             # This look is after ``not_before``: any later count is a later reading.
             mark = usage.sequence
-            self._ask()
+            if not asked:
+                self._ask()
         # Counted, the reading asked for is looked for at once: it is usually there.
         wait = 0.0 if mark is not None else 0.1
         while self._clock() < deadline:
@@ -100,6 +108,11 @@ class UsageReader:
                 return usage
             wait = min(max(2 * wait, FIRST_LOOK_S), FRESH_POLL_S) if mark is not None else 0.1
         return usage
+
+    def _look(self) -> Optional[GuestUsage]:
+        """The latest reading, and (where readings are counted) a new one asked for in the
+        same exchange (:meth:`~kata_mem.backends.Backend.read_and_ask`)."""
+        return self._backend.read_and_ask(self._settings.stats_interval_s)
 
     def _ask(self) -> None:
         """Have the guest report now, and put its polling interval back at once. A
@@ -116,10 +129,8 @@ class UsageReader:
         """A shrink step from ``total_before`` has just been verified: the reading that
         will show it is asked for now, while the executor goes on."""
         self._last_end, self._total_before_last = self._clock(), total_before
-        usage = self.latest()
+        usage = self._look()
         self._mark = None if usage is None else usage.sequence
-        if self._mark is not None:
-            self._ask()
 
     def since_last_step(self) -> Optional[GuestUsage]:
         """A reading that shows the last step (waiting for it if need be)."""
@@ -130,25 +141,20 @@ class UsageReader:
         has passed; returns the last one (None if the guest reports none).
 
         Called once the hypervisor shows the change, when the guest's reading is due: the
-        latest reading is looked at, and if it does not satisfy ``done`` a new one is asked
-        for at once, then again after waits that double up to ``UNTIL_POLL_S``."""
+        latest reading is looked at and a new one asked for in the same exchange
+        (:meth:`_look`); until one satisfies ``done``, again after waits that double up to
+        ``UNTIL_POLL_S``."""
         deadline = self._clock() + timeout_s
         wait = FRESH_POLL_S
-        looked = self._clock()
-        usage = self.latest()
-        while usage is None or not done(usage):
-            if self._clock() >= deadline:
-                return usage
-            usage = self.fresh(looked, usage) if usage is not None else None
-            if usage is not None and done(usage):
-                return usage
-            if self._clock() >= deadline:
+        while True:
+            looked = self._clock()
+            usage = self._look()
+            if usage is not None and not done(usage) and self._clock() < deadline:
+                usage = self.fresh(looked, usage)
+            if (usage is not None and done(usage)) or self._clock() >= deadline:
                 return usage
             self._sleep(wait if usage is not None else UNTIL_POLL_S)
             wait = min(2 * wait, UNTIL_POLL_S)
-            looked = self._clock()
-            usage = self.latest()
-        return usage
 
     def answers(self) -> bool:
         """Whether the guest sends a reading now: one taken after this call, asked for and
