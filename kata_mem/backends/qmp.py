@@ -418,7 +418,15 @@ class QmpBackend:
             self._ahead[_key(cmd, args)] = (reply if failed is None else failed,)
 
     def _per_connection(self) -> list[tuple[str, Optional[dict[str, object]]]]:
-        """The reads that are made once per connection and not made yet."""
+        """The reads that are made once per connection and not made yet.
+
+        What each proves (an apply sends no command that neither carries the change nor
+        proves something its rules stand on): ``qom-list /machine/peripheral``, the
+        balloon (the guest's readings) and the device ids a new DIMM must not take;
+        ``qom-list /objects``, the object ids a new backend must not take and the
+        ``kmmem*`` objects no device uses (the ownership proof: orphans and look-alikes);
+        ``qom-get /machine memory``, the boot memory, slots and ``maxmem`` the plan is
+        bounded by."""
         wanted: list[tuple[str, Optional[dict[str, object]]]] = [
             ("qom-list", {"path": p})
             for p in ("/machine/peripheral", "/objects")
@@ -571,6 +579,9 @@ class QmpBackend:
             self._listed["/objects"] = [o for o in self._listed["/objects"] if o[0] != memdev]
 
     def observe(self) -> VmState:
+        # query-memory-devices: what is plugged now, the plan's input and, after a step,
+        # its verification from the hypervisor. The first observation of a connection
+        # sends it with the reads made once (one round trip).
         self._read_ahead([*self._per_connection(), ("query-memory-devices", None)])
         try:
             base, slots, maxmem = self._machine_memory()
@@ -594,8 +605,8 @@ class QmpBackend:
         return replace(state, vmm_pid=self.vmm_pid, vmm_pid_hidden=self.vmm_pid is None)
 
     def begin(self, step: Step) -> None:
-        # Only events that follow this step's commands are about it, and only devices read
-        # after them.
+        # The commands that carry the change. Only events that follow them are about this
+        # step, and only devices read after them.
         self._events.clear()
         self._seen.clear()
         self._ahead.pop(_key("query-memory-devices", None), None)
@@ -630,8 +641,12 @@ class QmpBackend:
 
     def poll(self, step: Step, wait_s: float = 0.0) -> StepProgress:
         if step.action == "resize_virtio_mem":
-            # One read of the size per poll: the first poll of a step answers at once, a
-            # later one (the step was pending) first waits a little, then reads.
+            # Waited on QEMU's MEMORY_DEVICE_SIZE_CHANGE with a bounded wait and a fallback
+            # reading of the size: QEMU sends a device's first such event at once but holds
+            # the later ones for up to a second (monitor/monitor.c, ``monitor_qapi_event_conf``:
+            # 1000 ms), so the event of the last block the guest plugs can come a second late.
+            # One read per poll: the first poll of a step answers at once, a later one (the
+            # step was pending) waits for an event or VIRTIO_MEM_POLL_S, then reads.
             if self._resizing == step and wait_s > 0:
                 self._drain_events(min(wait_s, VIRTIO_MEM_POLL_S))
             self._resizing = step
