@@ -101,6 +101,7 @@ GUARDS: dict[str, tuple[str, ...]] = {
         "tests/integration/test_vm_presence.py",
         "tests/service/test_lifecycle.py",
     ),
+    "kata_mem/backends/qmp.py": ("tests/integration/test_qmp_port.py",),
     "scripts/install-node.sh": ("tests/cli/test_install_layout.py",),
     "kata_mem/core/record.py": (
         "tests/unit/test_record.py",
@@ -534,6 +535,24 @@ BREAKS = (
         EXECUTOR,
         "if reader.latest() is None or reader.answers():",
         "if True:",
+    ),
+    Break(
+        "grow-measured-from-an-old-reading",
+        EXECUTOR,
+        "return reader.recent() if force else reader.fresh()",
+        "return reader.recent()",
+    ),
+    Break(
+        "guest-asked-before-its-count-is-read",
+        "kata_mem/backends/qmp.py",
+        "                self._stats_count(path),\n"
+        '                ("qom-get", {"path": path, "property": "guest-stats"}),\n'
+        "                stop,\n"
+        "                restart,\n",
+        "                stop,\n"
+        "                restart,\n"
+        "                self._stats_count(path),\n"
+        '                ("qom-get", {"path": path, "property": "guest-stats"}),\n',
     ),
     # -- the journal's record (record.py) --------------------------------------------------
     Break(
