@@ -9,9 +9,12 @@ becomes a kata-mem error here, with the QMP error class and text kept.
 
 The session only: which socket is talked to, and whether the process listening there is
 the VMM a saved request was applied to, is decided before it begins, in
-:mod:`kata_mem.backends.qmp_socket`. :class:`QmpBackend` holds one connection's state
-(its event loop, the events collected, the replies read ahead). What reads QMP's replies
-into values is pure and shared with libvirt (:mod:`kata_mem.core.reports`).
+:mod:`kata_mem.backends.qmp_socket`. One module (about 850 lines) because it is one
+session's state: :class:`QmpBackend` holds one connection's event loop, the events
+collected, the replies read ahead and what the connection already knows (the QOM lists,
+the machine's memory, the balloon's polling interval), which its commands read and keep
+up to date. What reads QMP's replies into values is pure and shared with libvirt
+(:mod:`kata_mem.core.reports`).
 """
 
 from __future__ import annotations
