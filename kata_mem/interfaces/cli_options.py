@@ -5,12 +5,13 @@ id, the node's settings and state directory), and the JSON on stdout."""
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional, TypeVar
+from typing import Any, Callable, NamedTuple, Optional, TypeVar
 
 import click
 
@@ -30,6 +31,7 @@ from kata_mem.interfaces.cli_params import ArchName, Count, FileName, Text
 from kata_mem.orchestration.handle import state_dir_of, workload_arch
 
 F = TypeVar("F", bound=Callable[..., Any])
+R = TypeVar("R")
 log = logging.getLogger("kata_mem")
 
 
@@ -163,8 +165,48 @@ def global_options(fn: F) -> F:
     return fn
 
 
-def request_options(fn: F) -> F:
-    """The options that describe a sandbox (shared by preview and apply)."""
+class Described(NamedTuple):
+    """What :func:`request_options` describe, as click parsed them; :meth:`read` reads
+    them, alike for preview and apply."""
+
+    config_path: Optional[str]
+    pod: Optional[Path]
+    oci: tuple[Path, ...]
+    limit: tuple[str, ...]
+    cpu: tuple[str, ...]
+    host_cgroup: Optional[str]
+    host_memory: Optional[str]
+    host_cpus: Optional[int]
+    host_arch: Optional[str]
+    host_hugepages: Optional[str]
+
+    def read(self) -> tuple[str, HostOverrides, Workload]:
+        """The configuration file as Kata finds it (named as given: the plan shows it so;
+        the request an apply saves names it absolutely, ``handle.saved_request``), the
+        host overrides with ``--host-cgroup``, and the workload, read for the
+        architecture the request's host probe will find."""
+        config, _ = find_config(self.config_path)
+        overrides = replace(
+            host_overrides(self.host_memory, self.host_cpus, self.host_arch, self.host_hugepages),
+            cgroup=self.host_cgroup,
+            cgroup_origin=Origin("option", "--host-cgroup"),
+        )
+        workload = build_workload(
+            self.pod, self.oci, self.limit, self.cpu, workload_arch(overrides)
+        )
+        return str(config), overrides, workload
+
+
+def request_options(fn: Callable[..., R]) -> Callable[..., R]:
+    """The options that describe a sandbox (shared by preview and apply), given to
+    ``fn`` as one :class:`Described`, its first argument; read when ``fn`` reads them
+    (:meth:`Described.read`), so that what it checks first is still checked first."""
+
+    @functools.wraps(fn)
+    def command(**given: Any) -> R:
+        described = Described(*(given.pop(name) for name in Described._fields))
+        return fn(described, **given)
+
     options = [
         click.option(
             "--config",
@@ -209,35 +251,8 @@ def request_options(fn: F) -> F:
         ),
     ]
     for opt in reversed(options):
-        fn = opt(fn)
-    return host_options(fn)
-
-
-def described(
-    config_path: Optional[str],
-    pod: Optional[Path],
-    oci: tuple[Path, ...],
-    limit: tuple[str, ...],
-    cpu: tuple[str, ...],
-    host_cgroup: Optional[str],
-    host_memory: Optional[str],
-    host_cpus: Optional[int],
-    host_arch: Optional[str],
-    host_hugepages: Optional[str],
-) -> tuple[str, HostOverrides, Workload]:
-    """What :func:`request_options` describe, read alike for preview and apply: the
-    configuration file as Kata finds it (named as given: the plan shows it so; the
-    request an apply saves names it absolutely, ``handle.saved_request``), the host
-    overrides with ``--host-cgroup``, and the workload, read for the architecture the
-    request's host probe will find."""
-    config, _ = find_config(config_path)
-    overrides = replace(
-        host_overrides(host_memory, host_cpus, host_arch, host_hugepages),
-        cgroup=host_cgroup,
-        cgroup_origin=Origin("option", "--host-cgroup"),
-    )
-    workload = build_workload(pod, oci, limit, cpu, workload_arch(overrides))
-    return str(config), overrides, workload
+        command = opt(command)
+    return host_options(command)
 
 
 def endpoint_of(

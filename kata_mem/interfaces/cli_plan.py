@@ -4,7 +4,6 @@ against) and ``config check`` (the configuration it reads)."""
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 from typing import Optional
 
 import click
@@ -16,8 +15,8 @@ from kata_mem.core.request import CallOptions, HostOverrides, SandboxRequest
 from kata_mem.edges import config as config_mod
 from kata_mem.interfaces import render, render_config
 from kata_mem.interfaces.cli_options import (
+    Described,
     backend_options,
-    described,
     emit,
     endpoint_of,
     global_options,
@@ -56,16 +55,7 @@ log = logging.getLogger("kata_mem")
 )
 @json_option("Print the plan as JSON (schema kata-mem/plan/v1).")
 def preview(
-    config_path: Optional[str],
-    pod: Optional[Path],
-    oci: tuple[Path, ...],
-    limit: tuple[str, ...],
-    cpu: tuple[str, ...],
-    host_cgroup: Optional[str],
-    host_memory: Optional[str],
-    host_cpus: Optional[int],
-    host_arch: Optional[str],
-    host_hugepages: Optional[str],
+    described: Described,
     current: Optional[str],
     allow_shrink: bool,
     as_json: bool,
@@ -73,18 +63,7 @@ def preview(
     """Show the memory and vCPUs a sandbox would get, the steps from its boot memory (or
     --current), and why, planned as apply plans with the same flags. Reads no VM: apply
     --dry-run shows the steps on a live one. Changes nothing."""
-    config, overrides, workload = described(
-        config_path,
-        pod,
-        oci,
-        limit,
-        cpu,
-        host_cgroup,
-        host_memory,
-        host_cpus,
-        host_arch,
-        host_hugepages,
-    )
+    config, overrides, workload = described.read()
     current_bytes = None if current is None else quantity_bytes(current, "--current")
     # A plan-only request, as the shim's and the service's: one path (handle.plan_request).
     request = SandboxRequest(
@@ -102,7 +81,7 @@ def preview(
     if as_json:
         emit(render.plan_json(planned.plan, planned.config))
     else:
-        title = f"preview of {pod}" if pod else "preview"
+        title = f"preview of {described.pod}" if described.pod else "preview"
         click.echo(render.plan_text(planned.plan, planned.config, title))
 
 
@@ -126,16 +105,7 @@ def preview(
 )
 @json_option("Print the outcome as JSON (schema kata-mem/outcome/v1).")
 def apply(
-    config_path: Optional[str],
-    pod: Optional[Path],
-    oci: tuple[Path, ...],
-    limit: tuple[str, ...],
-    cpu: tuple[str, ...],
-    host_cgroup: Optional[str],
-    host_memory: Optional[str],
-    host_cpus: Optional[int],
-    host_arch: Optional[str],
-    host_hugepages: Optional[str],
+    described: Described,
     qmp: Optional[str],
     libvirt_uri: Optional[str],
     domain: Optional[str],
@@ -152,18 +122,7 @@ def apply(
         raise click.UsageError(
             "apply needs --qmp SOCKET or --libvirt URI --domain NAME (or --dry-run)"
         )
-    config, overrides, workload = described(
-        config_path,
-        pod,
-        oci,
-        limit,
-        cpu,
-        host_cgroup,
-        host_memory,
-        host_cpus,
-        host_arch,
-        host_hugepages,
-    )
+    config, overrides, workload = described.read()
     if force:
         log.warning("--force skips every shrink safety check; for tests and benchmarks only")
     request = SandboxRequest(
@@ -235,12 +194,12 @@ def config_check(file: Optional[str], as_json: bool) -> None:
     cfg, why = read_config(file)
     if cfg.settings.node_overcommit is not None:
         # A value Kata and kata-mem take, that leaves this node no budget at all.
-        from kata_mem.core.planner import reserved_problem
+        from kata_mem.core.plan.guards import reserved_problem
 
         problem = reserved_problem(cfg.settings.node_reserved, probe(HostOverrides()).memory)
         if problem is not None:
             log.warning("%s: %s", cfg.path, problem)
-    from kata_mem.core.planner import guest_ceiling_problem
+    from kata_mem.core.plan.geometry import guest_ceiling_problem
 
     beyond = guest_ceiling_problem(cfg, probe(HostOverrides()))
     if beyond is not None:

@@ -71,7 +71,7 @@ class _Output(io.RawIOBase):
         self._absent = absent  # closed when the process started: nothing to write to
         self._result = result
         self._dropping = False
-        #: Set once a write is about to start: what SIGINT asks (see ``main``) to know
+        #: Set once a write is about to start: what SIGINT asks (see ``stops``) to know
         #: whether the result is on its way.
         self.used = False
 
@@ -137,9 +137,11 @@ def own_stdio() -> None:
 
 
 def stdout_used() -> bool:
-    """Whether a write to stdout has started (a result is on its way, whole or not)."""
+    """Whether a write to stdout has started (a result is on its way, whole or not). Not
+    before :func:`own_stdio`: kata-mem writes nothing there before it (``kata-mem-shim``,
+    which writes the service's answer itself, says so to :mod:`~kata_mem.interfaces.stops`)."""
     raw = getattr(getattr(sys.stdout, "buffer", None), "raw", None)
-    return raw.used if isinstance(raw, _Output) else True
+    return isinstance(raw, _Output) and raw.used
 
 
 def write_now(fd: int, text: str) -> None:

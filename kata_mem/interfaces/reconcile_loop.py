@@ -2,7 +2,7 @@
 the ``kata-mem reconcile`` timer did, for the sandboxes whose journal asks for it: a
 deferred shrink whose retry time has come, a DIMM unplug still pending, a step a crash
 cut short, a VM that is gone (:func:`kata_mem.orchestration.reconcile.visit`). Each visit
-takes the sandbox's lock and a pool thread of the :class:`~kata_mem.interfaces.service.Service`,
+takes the sandbox's turn and a pool thread of the :class:`~kata_mem.interfaces.service.Service`,
 as a request does, so a visit and a request for one sandbox never run at once.
 """
 
@@ -19,7 +19,7 @@ from kata_mem.edges.logs import describe, get_logger
 from kata_mem.interfaces.service import Service
 
 if TYPE_CHECKING:
-    from kata_mem.edges.statedir import StateDirFault
+    from kata_mem.edges.statefiles import StateDirFault
 
 # One logger for every line of serve (its modules are one service to an operator).
 log = get_logger("kata_mem.interfaces.service")
@@ -44,14 +44,14 @@ class Unusable(NamedTuple):
 
     @classmethod
     def of(cls, exc: KataMemError) -> Unusable:
-        from kata_mem.edges.statedir import StateDirError
+        from kata_mem.edges.statefiles import StateDirError
 
         return cls(type(exc), exc.fault if isinstance(exc, StateDirError) else None)
 
 
 class ReconcileLoop:
     """The loop, visiting the sandboxes of ``service``'s state directory with its thread
-    pool, its sandbox locks and its metrics."""
+    pool, its sandboxes' turns and its metrics."""
 
     def __init__(self, service: Service, interval: float = RECONCILE_INTERVAL_S) -> None:
         self.service = service
@@ -99,9 +99,9 @@ class ReconcileLoop:
 
         async def one(sandbox: str) -> None:
             async with room:
-                if self.service.busy(sandbox):
+                if self.service.turns.busy(sandbox):
                     return
-                async with self.service.serialized(sandbox):
+                async with self.service.turns.held(sandbox):
                     await self._visit(sandbox)
 
         await asyncio.gather(*(one(name) for name in names))

@@ -20,6 +20,7 @@ from aiohttp import web
 from kata_mem import __version__
 from kata_mem.core.model import Settings
 from kata_mem.edges.logs import get_logger
+from kata_mem.interfaces.aiohttp_adapter import Connection
 from kata_mem.interfaces.listener import (
     DEFAULT_SOCKET,
     TCP,
@@ -33,7 +34,7 @@ from kata_mem.interfaces.listener import (
     group_id,
 )
 from kata_mem.interfaces.reconcile_loop import RECONCILE_INTERVAL_S, ReconcileLoop
-from kata_mem.interfaces.service import IDLE_TIMEOUT_S, Connection, Service
+from kata_mem.interfaces.service import IDLE_TIMEOUT_S, Service
 
 # One logger for every line of serve (its modules are one service to an operator).
 log = get_logger("kata_mem.interfaces.service")

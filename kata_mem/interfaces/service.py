@@ -7,12 +7,20 @@ what the one-shot commands print: ``POST /v1/shim`` runs :func:`kata_mem.interfa
 (the body ``kata-mem shim`` prints, byte for byte), ``GET /v1/node`` is ``status --all
 --json``, ``GET /v1/sandboxes/{id}`` is ``status --json``.
 
-:func:`~kata_mem.orchestration.handle.handle` is synchronous and may wait seconds for a guest, so it
-runs in a thread pool; an asyncio lock per sandbox keeps one sandbox's requests in
-order (the journal's flock still orders them against CLI calls), and different
-sandboxes run side by side. The event loop itself only reads bodies, checks the
-peer and writes answers, so a slow guest delays no other sandbox. The reconcile loop
-(:mod:`kata_mem.interfaces.reconcile_loop`) shares the pool and the sandbox locks.
+Every ``POST /v1/shim`` is answered one way: its body read and parsed once, then
+:func:`~kata_mem.orchestration.handle.handle` in the sandbox's turn (:class:`Turns`:
+one sandbox's requests one at a time, in order; the journal's flock still orders them
+against CLI calls), different sandboxes side by side. ``handle`` is synchronous and may
+wait seconds for a guest, so it runs in a thread pool; only a small plan-only request,
+which waits for nothing, is answered on the event loop, where a thread hop would be most
+of its cost. The loop otherwise only reads bodies, checks the peer and writes answers,
+so a slow guest delays no other sandbox. The reconcile loop
+(:mod:`kata_mem.interfaces.reconcile_loop`) shares the pool and the turns.
+
+What aiohttp gives no public call for (the connection handler, the peer of a request,
+``100 Continue``, a body left unread) is :mod:`kata_mem.interfaces.aiohttp_adapter`'s,
+which asks the service one thing: :meth:`Service.failed`, the answer to a request that
+aiohttp refused before any handler ran.
 
 Who may ask is checked by the middleware before any of a request's body is read (the
 peer rule and the listeners: :mod:`kata_mem.interfaces.listener`). Every refusal is a
@@ -20,26 +28,25 @@ peer rule and the listeners: :mod:`kata_mem.interfaces.listener`). Every refusal
 serves ``GET /metrics`` and ``GET /healthz`` only, read-only: TCP carries no peer
 credentials, so nothing that changes a VM or shows one's state is routed there.
 
-One module (about 610 lines) because the handlers share one :class:`Service`'s state (the
-pool, the sandbox locks, the metrics, the middleware's peer check); the socket and its
-activation (:mod:`~kata_mem.interfaces.serve`), the listeners and the reconcile loop are
-modules of their own.
+One module because the handlers share one :class:`Service`'s state (the pool, the
+sandboxes' turns, the metrics, the middleware's peer check); the socket and its
+activation (:mod:`~kata_mem.interfaces.serve`), the listeners, aiohttp's internals and the
+reconcile loop are modules of their own.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import json
 import logging
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Optional, TypeVar, Union, cast
+from typing import Any, Callable, Optional, TypeVar, Union
 
-from aiohttp import HttpVersion11, StreamReader, web
-from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp import HttpVersion11, web
 
 from kata_mem.core.errors import BackendUnavailable, InputError, KataMemError
 from kata_mem.core.model import Settings, Unseen, check_sandbox_id
@@ -48,15 +55,14 @@ from kata_mem.core.results import Applied, Planned
 from kata_mem.core.units import to_mib_floor
 from kata_mem.edges.logs import describe, get_logger
 from kata_mem.interfaces import render, render_node
-from kata_mem.interfaces.listener import (
-    Peer,
-    Port,
-    Remote,
-    peer_allowed,
-    peer_of_transport,
-    peer_text,
-    remote_of_transport,
+from kata_mem.interfaces.aiohttp_adapter import (
+    Failure,
+    Unreadable,
+    leave_unread,
+    origin,
+    read_body,
 )
+from kata_mem.interfaces.listener import Peer, Port, Remote, peer_allowed, peer_text
 from kata_mem.interfaces.metrics import CONTENT_TYPE, Metrics
 from kata_mem.interfaces.protocol import Answer, answer, as_served, parse
 
@@ -94,15 +100,6 @@ def _json(doc: dict[str, Any], status: int, exit_code: Optional[int] = None) -> 
     return resp
 
 
-def _parse_error(exc: Optional[BaseException], message: Optional[str] = None) -> str:
-    """What aiohttp's parser said, on one line: its messages span lines and point at
-    the byte with a line of carets; a payload error wraps the parser's."""
-    if isinstance(exc, web.RequestPayloadError) and exc.__cause__ is not None:
-        exc = exc.__cause__
-    text = message or getattr(exc, "message", None) or str(exc or "")
-    return " ".join(w for w in str(text).split() if w.strip("^~")) or "malformed"
-
-
 def _what(request: web.BaseRequest) -> str:
     """A request as its refusals name it: method and path (made only for a refusal)."""
     return f"{request.method} {request.path}"
@@ -129,111 +126,72 @@ async def _unrouted(request: web.Request) -> web.StreamResponse:
     raise web.HTTPNotFound()
 
 
-class Connection(web.RequestHandler):
-    """aiohttp's connection handler, answering what aiohttp refuses before any handler
-    runs (a request line, header or chunk it cannot parse) and a handler's bug as the
-    handlers answer: a ``kata-mem/error/v1`` document and one log line. aiohttp's own
-    answer is plain text, logged at ERROR with a traceback
-    (``aiohttp.web_protocol.RequestHandler.handle_error``, "Error handling request")."""
+class Turns:
+    """Each sandbox's requests and the reconcile loop's visits of it, one at a time in the
+    order they came; different sandboxes side by side. The journal's flock orders them
+    against CLI calls as well: this keeps a sandbox's requests from holding pool threads
+    while they wait for it, and lets the loop leave a sandbox a request holds
+    (:meth:`busy`)."""
 
-    def __init__(self, service: Service, manager: web.Server, port: Port, **options: Any) -> None:
-        super().__init__(manager, **options)
-        self.service = service
-        self.port = port
-        self.peer: Union[Peer, Remote, None] = None
-        self._first_request: Optional[asyncio.TimerHandle] = None
-        #: The bodies still arriving (``data_received``).
-        self._arriving: list[StreamReader] = []
+    def __init__(self, pool: ThreadPoolExecutor) -> None:
+        self.pool = pool
+        #: sandbox id -> who waits for its turn after the one that has it (listed: taken).
+        self._waiting: dict[str, deque[asyncio.Future[None]]] = {}
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # SO_PEERCRED is the peer as it connected: read once, for every request it sends.
-        # TCP has none: the address, for the log.
-        checked = self.port.checks_peer
-        self.peer = peer_of_transport(transport) if checked else remote_of_transport(transport)
-        super().connection_made(transport)
-        # aiohttp's keep-alive timer starts after a response, and before 3.14 nothing
-        # closed a connection that never sent a byte: that is cut here, on every version.
-        self._first_request = asyncio.get_running_loop().call_later(
-            self.service.idle_timeout, transport.close
-        )
+    def busy(self, sandbox: str) -> bool:
+        """Whether a request or a visit has the sandbox's turn, or waits for it."""
+        return sandbox in self._waiting
 
-    def data_received(self, data: bytes) -> None:
-        if self._first_request is not None:
-            self._first_request.cancel()
-            self._first_request = None
-        queued = len(self._messages)
-        super().data_received(data)
-        # The bodies of the requests read so far that have not arrived whole (the requests
-        # this call parsed are the last ones queued), for ``eof_received``.
-        self._arriving = [body for body in self._arriving if not body.is_eof()]
-        fresh = itertools.islice(self._messages, queued, None)
-        self._arriving += [body for _, body in fresh if not body.is_eof()]
+    async def run(self, sandbox: str, work: Callable[[], T], on_loop: bool = False) -> T:
+        """``work()`` in the sandbox's turn: in a pool thread, since it may wait for a guest;
+        or, ``on_loop``, on the event loop (small work that waits for nothing, for which
+        a thread hop would be most of its cost)."""
+        await self._take(sandbox)
+        try:
+            if on_loop:
+                return work()
+            return await asyncio.get_running_loop().run_in_executor(self.pool, work)
+        finally:
+            self._pass_on(sandbox)
 
-    def eof_received(self) -> bool:  # type: ignore[override]  # asyncio.Protocol's signature
-        # The client closed its sending side (shutdown(SHUT_WR), as `nc -N` does): it still
-        # reads. aiohttp returns None here (web_protocol ``RequestHandler.eof_received``),
-        # which makes asyncio close the whole transport (selector_events
-        # ``_SelectorSocketTransport._read_ready__on_eof``), so a request already read was
-        # carried out and its answer lost (issue 33, item 4). True keeps the sending side
-        # open, and ``close`` ends the connection once the requests read are answered
-        # (docs/design/state.md: answered). Not when a body was cut short: that request is
-        # never begun, and closing the connection as before ends the handler's wait for
-        # it. Nor between requests (aiohttp's ``start`` waiting for one: ``_waiter``
-        # pending, ``_messages`` empty, aiohttp's own from 3.9 on), where ``close`` would
-        # only cancel that wait, which aiohttp 3.14 no longer turns into closing the
-        # transport.
-        if any(not body.is_eof() for body in self._arriving):
-            return False
-        waiter = self._waiter
-        if waiter is not None and not waiter.done() and not self._messages:
-            return False
-        self.close()
-        return True
+    @contextlib.asynccontextmanager
+    async def held(self, sandbox: str) -> AsyncIterator[None]:
+        """The sandbox's turn, for what a visit does in it on the loop and in the pool."""
+        await self._take(sandbox)
+        try:
+            yield
+        finally:
+            self._pass_on(sandbox)
 
-    def connection_lost(self, exc: Optional[BaseException]) -> None:
-        if self._first_request is not None:
-            self._first_request.cancel()
-            self._first_request = None
-        super().connection_lost(exc)
+    async def _take(self, sandbox: str) -> None:
+        """Wait for the sandbox's turn (at once when no one has it: nothing yields then)."""
+        waiting = self._waiting.get(sandbox)
+        if waiting is None:
+            self._waiting[sandbox] = deque()
+            return
+        turn = asyncio.get_running_loop().create_future()
+        waiting.append(turn)
+        try:
+            await turn
+        except asyncio.CancelledError:
+            if not turn.cancelled():  # cancelled as its turn came: the turn goes on
+                self._pass_on(sandbox)
+            raise
 
-    def handle_error(
-        self,
-        request: web.BaseRequest,
-        status: int = 500,
-        exc: Optional[BaseException] = None,
-        message: Optional[str] = None,
-    ) -> web.StreamResponse:
-        if request.writer.output_size > 0:  # as aiohttp: an answer is under way, cut it
-            raise ConnectionError("a response was being sent when the request failed")
-        peer = self.peer
-        if self.transport is None or isinstance(exc, ConnectionError):
-            log.warning(
-                "a request from %s: the connection closed before it was answered (%s)",
-                peer_text(peer),
-                describe(exc) if exc else status,
-            )
-            return web.Response(status=status)  # no one is left to read it
-        if self.port.checks_peer and not self.service.allowed(peer):
-            return self.service.forbidden(peer, "a request")
-        if status >= 500:
-            error = KataMemError(
-                f"internal error answering the request ({describe(exc) if exc else status}); "
-                "a bug in kata-mem"
-            )
-            resp = self.service.refuse(error, status, peer, "a request", cause=exc)
-        else:
-            text = _parse_error(exc, message)
-            error = InputError(f"HTTP request: {text}; expected HTTP/1.1 with {self.port.routes}")
-            resp = self.service.refuse(error, status, peer, "a request")
-        # Never through the middleware that times every request: counted here.
-        self.service.metrics.malformed.labels(str(status), self.port.name).inc()
-        resp.force_close()
-        return resp
+    def _pass_on(self, sandbox: str) -> None:
+        """The turn to the first who still waits for it, else to no one."""
+        waiting = self._waiting[sandbox]
+        while waiting:
+            turn = waiting.popleft()
+            if not turn.done():  # not cancelled while it waited
+                turn.set_result(None)
+                return
+        del self._waiting[sandbox]
 
 
 class Service:
     """The handlers and what they share with the reconcile loop: the thread pool, the
-    sandbox locks, the metrics."""
+    sandboxes' turns, the metrics."""
 
     def __init__(
         self,
@@ -255,9 +213,8 @@ class Service:
         self.env = dict(env)
         self.idle_timeout = idle_timeout
         self.pool = ThreadPoolExecutor(WORKERS, thread_name_prefix="kata-mem-serve")
+        self.turns = Turns(self.pool)
         self.metrics = Metrics(state_dir)
-        # sandbox id -> its lock and how many requests hold or wait for it
-        self._locks: dict[str, tuple[asyncio.Lock, list[int]]] = {}
         # sandbox id -> why its last resize could not see QEMU's host cgroup (/healthz)
         self.unseen: dict[str, Unseen] = {}
 
@@ -310,6 +267,39 @@ class Service:
         self.metrics.count_error(exc)
         return _json(render.error_json(exc), status, exc.exit_code)
 
+    def failed(
+        self, peer: Union[Peer, Remote, None], port: Port, failure: Failure
+    ) -> web.StreamResponse:
+        """The answer to a request that ended before any handler answered it (aiohttp
+        refused it: a request line, header or chunk it cannot parse; or a handler's bug),
+        as the handlers answer: a ``kata-mem/error/v1`` document and one log line, and the
+        connection closed after it (:class:`~kata_mem.interfaces.aiohttp_adapter.Connection`)."""
+        status, cause = failure.status, failure.cause
+        if failure.gone:
+            log.warning(
+                "a request from %s: the connection closed before it was answered (%s)",
+                peer_text(peer),
+                describe(cause) if cause else status,
+            )
+            return web.Response(status=status)  # no one is left to read it
+        if port.checks_peer and not self.allowed(peer):
+            return self.forbidden(peer, "a request")
+        if status >= 500:
+            error = KataMemError(
+                f"internal error answering the request ({describe(cause) if cause else status}); "
+                "a bug in kata-mem"
+            )
+            resp = self.refuse(error, status, peer, "a request", cause=cause)
+        else:
+            error = InputError(
+                f"HTTP request: {failure.text}; expected HTTP/1.1 with {port.routes}"
+            )
+            resp = self.refuse(error, status, peer, "a request")
+        # Never through the middleware that times every request: counted here.
+        self.metrics.malformed.labels(str(status), port.name).inc()
+        resp.force_close()
+        return resp
+
     def forbidden(self, peer: Union[Peer, Remote, None], what: str) -> web.Response:
         """403 for a peer that may not ask; the connection is closed, its body unread."""
         group = "" if self.group is None else f" or members of its --group (gid {self.group})"
@@ -328,39 +318,18 @@ class Service:
     async def _run(self, fn: Callable[[], T]) -> T:
         return await asyncio.get_running_loop().run_in_executor(self.pool, fn)
 
-    @contextlib.asynccontextmanager
-    async def serialized(self, sandbox: Optional[str]) -> AsyncIterator[None]:
-        """Hold the sandbox's lock: its requests and visits run one at a time, in order."""
-        if sandbox is None:
-            yield
-            return
-        lock, users = self._locks.setdefault(sandbox, (asyncio.Lock(), [0]))
-        users[0] += 1
-        try:
-            async with lock:
-                yield
-        finally:
-            users[0] -= 1
-            if not users[0]:
-                del self._locks[sandbox]
-
-    def busy(self, sandbox: str) -> bool:
-        """Whether a request holds or waits for the sandbox's lock."""
-        return sandbox in self._locks
-
     @web.middleware
     async def _guard(
         self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
     ) -> web.StreamResponse:
         start = time.perf_counter()
         route = request.match_info.route.name or "other"
-        protocol = cast(Connection, request.protocol)
-        peer, port = protocol.peer, protocol.port
+        peer, port = origin(request)
         # The peer first: nothing of a refused peer's request is read or decoded.
         expected = _expectations(request)
         if port.checks_peer and not self.allowed(peer):
             response: web.StreamResponse = self.forbidden(peer, _what(request))
-            request.content.feed_eof()  # not even drained: closed once the 403 is sent
+            leave_unread(request)  # not even drained: closed once the 403 is sent
         elif any(e != "100-continue" for e in expected):
             # RFC 9110, 10.1.1: an expectation the server cannot meet is a 417.
             response = self.refuse(
@@ -373,10 +342,10 @@ class Service:
                 _what(request),
             )
             response.force_close()
-            request.content.feed_eof()  # the body is not read
+            leave_unread(request)
         else:
             request["peer"] = peer
-            # 100 Continue once the body is about to be read (``_body``), never before;
+            # 100 Continue once the body is about to be read (``read_body``), never before;
             # so never on the metrics address, whose endpoints read none.
             request["continue"] = bool(expected) and request.version >= HttpVersion11
             try:
@@ -393,28 +362,6 @@ class Service:
                     response.headers["Allow"] = ", ".join(sorted(exc.allowed_methods))
         self.metrics.observe(route, port.name, time.perf_counter() - start)
         return response
-
-    async def _body(self, request: web.Request) -> Optional[bytes]:
-        """The body, or None when it is larger than a request may be."""
-        if (request.content_length or 0) > MAX_REQUEST_BYTES:
-            return None
-        if request.get("continue"):
-            # What aiohttp's _default_expect_handler writes; no response has started yet.
-            await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-            request.writer.output_size = 0
-        if request.content.is_eof():
-            # All of it came (with the headers, for a shim's small request): taken as it
-            # is, without a coroutine per chunk.
-            body = request.content.read_nowait(-1)
-            return None if len(body) > MAX_REQUEST_BYTES else body
-        chunks: list[bytes] = []
-        size = 0
-        while chunk := await request.content.read(1 << 16):
-            size += len(chunk)
-            if size > MAX_REQUEST_BYTES:
-                return None
-            chunks.append(chunk)
-        return b"".join(chunks)
 
     async def shim(self, request: web.Request) -> web.StreamResponse:
         start = time.perf_counter()
@@ -442,9 +389,10 @@ class Service:
             if request.content.is_eof() and not request.get("continue"):
                 # The whole body came with the headers (a shim's small request): nothing to
                 # wait for, and wait_for's task and timer were a sixth of a plan-only answer.
-                body = await self._body(request)
+                body = await read_body(request, MAX_REQUEST_BYTES, False)
             else:
-                body = await asyncio.wait_for(self._body(request), self.idle_timeout)
+                reading = read_body(request, MAX_REQUEST_BYTES, request.get("continue", False))
+                body = await asyncio.wait_for(reading, self.idle_timeout)
         except asyncio.TimeoutError:
             resp = self.refuse(
                 InputError(
@@ -457,17 +405,15 @@ class Service:
             )
             resp.force_close()
             return resp
-        except (web.RequestPayloadError, HttpProcessingError) as exc:  # a chunk it cannot parse
+        except Unreadable as exc:  # a chunk aiohttp's parser refused
             resp = self.refuse(
-                InputError(f"request body: {_parse_error(exc)}; expected an HTTP/1.1 body"),
+                InputError(f"request body: {exc}; expected an HTTP/1.1 body"),
                 400,
                 peer,
                 _what(request),
             )
             resp.force_close()  # what follows it is not a request
-            # Nothing more of it is read: aiohttp would linger to drain it, meet the
-            # same error again and log it with a traceback (web_protocol's start()).
-            request.content.feed_eof()
+            leave_unread(request)
             return resp
         if body is None:
             # Refused before it is read, as the HTTP layer's other refusals: an error document.
@@ -475,28 +421,22 @@ class Service:
             resp = self.refuse(too_large, 413, peer, _what(request))
             resp.force_close()  # the rest of the body is not read
             return resp
-        # Parsed once, here: what follows reads the typed request. A small plan-only
-        # request waits for no VM, no lock and no guest, and a thread hop would be most
-        # of its cost; a large one is CPU work the loop would not answer others during
-        # (a second for a 1 MiB one with 19,000 containers, /healthz included).
-        inline = len(body) <= INLINE_BODY_BYTES
-        parsed = parse(body) if inline else await self._run(lambda: parse(body))
+        # Parsed once, here: what follows reads the typed request. A small body is parsed,
+        # and a plan-only request of one answered, on the loop: it waits for no VM and no
+        # guest, and a thread hop would be most of its cost. A large one is CPU work the
+        # loop would not answer others during (a second for a 1 MiB one with 19,000
+        # containers, /healthz included), and any other mode may wait for a guest.
+        small = len(body) <= INLINE_BODY_BYTES
+        parsed = parse(body) if small else await self._run(lambda: parse(body))
         if not isinstance(parsed, SandboxRequest):
             return self.send(parsed)
-        parsed = as_served(parsed, self.default_config)
-        options = self.options
-        if parsed.mode == "plan" and inline and not self.busy(parsed.sandbox):
-            # The sandbox's lock is free and this answer never yields to the loop: taking
-            # and releasing the lock around it would change nothing, and cost an
-            # asyncio.Lock and a context manager on every plan-only request.
-            done = answer(parsed, self.env, options)
-        else:
-            async with self.serialized(parsed.sandbox):
-                if parsed.mode == "plan" and inline:
-                    done = answer(parsed, self.env, options)
-                else:
-                    done = await self._run(lambda: answer(parsed, self.env, options))
-        log_answer(parsed, done, peer_text(peer), time.perf_counter() - start)
+        served = as_served(parsed, self.default_config)
+        done = await self.turns.run(
+            served.sandbox,
+            lambda: answer(served, self.env, self.options),
+            on_loop=small and served.mode == "plan",
+        )
+        log_answer(served, done, peer_text(peer), time.perf_counter() - start)
         return self.send(done)
 
     def send(self, done: Answer, status: Optional[int] = None) -> web.Response:

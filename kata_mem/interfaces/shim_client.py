@@ -8,7 +8,8 @@ line on stderr as ``kata-mem shim`` in this process would (the service renders o
 of JSON the way the shim does and sends the exit code in ``X-Kata-Mem-Exit-Code``). The
 service has the configuration, the host probe and the Python modules loaded already, so
 the call costs little more than starting Python: this module imports only ``os``, ``sys``,
-``time`` and the C socket module, never the rest of kata-mem, unless it answers itself.
+``time``, the C socket module and what a signal does (:mod:`~kata_mem.interfaces.stops`,
+``signal``), never the rest of kata-mem, unless it answers itself.
 
 Every wait on the service (connect, send, answer) is bounded by one deadline,
 ``$KATA_MEM_SHIM_TIMEOUT`` seconds (:data:`DEFAULT_TIMEOUT_S`) from when the request was
@@ -38,6 +39,8 @@ import _socket
 import os
 import sys
 import time
+
+from kata_mem.interfaces.stops import STOPS
 
 # Not typing's, as kata_mem/__init__.py: importing typing costs a tenth of this path.
 TYPE_CHECKING = False
@@ -224,58 +227,16 @@ def _read_stdin() -> bytes:
     return data
 
 
-class _Call:
-    """What this process's signal handler needs to know: one object, as
-    :class:`kata_mem.interfaces.main.Stops` is once kata-mem answers here."""
-
-    #: The service's answer is being written: a signal lets it finish, as the shim does.
-    answering = False
-    #: A first signal is being answered: a second one changes nothing (issue 33, item 9:
-    #: it ran the handler again half way through the first's imports, a traceback).
-    stopping = False
-    #: kata-mem's own entry is being imported: a signal waits for its handler (this one
-    #: would import the same modules half way through), and this is the one it waits as.
-    deferred = False
-    pending: Optional[int] = None
-
-
-_CALL = _Call()
-
-
-def _stopped(signum: int, frame: object) -> None:
-    """SIGINT or SIGTERM while the service works: the shim's own answer to them (one
-    line, its error document, 130 or 143); the service finishes what it began."""
-    if _CALL.answering or _CALL.stopping:
-        return
-    if _CALL.deferred:
-        if _CALL.pending is None:
-            _CALL.pending = signum
-        return
-    _CALL.stopping = True
-    from kata_mem.interfaces.main import STOPS
-    from kata_mem.interfaces.pipes import own_stdio
-
-    own_stdio()  # the shim's stdout, on which nothing has been written yet
-    STOPS.shim = True
-    STOPS.stop(signum, None)
-
-
 def _answer_here(
     argv: list[str], request: Optional[bytes], path: str, refusal: Optional[KataMemError] = None
 ) -> NoReturn:
     """``kata-mem ARGV`` in this process (the shim, on ``request`` when it was read),
     answering for the service at ``path`` (:func:`kata_mem.interfaces.shim.run_shim`), or
     refusing with ``refusal``."""
-    _CALL.deferred = True
+    STOPS.deferred = True
     from kata_mem.interfaces import main as entry
 
-    entry.STOPS.install()
-    if _CALL.pending is not None:  # came while kata-mem was being imported
-        from kata_mem.interfaces.pipes import own_stdio
-
-        own_stdio()
-        entry.STOPS.shim = True
-        entry.STOPS.stop(_CALL.pending, None)
+    STOPS.resume()
     entry.run(argv, request, service=path, refusal=refusal)
 
 
@@ -305,10 +266,10 @@ def main() -> None:
                 f"{DEFAULT_TIMEOUT_S:g}); nothing was sent"
             ),
         )
-    import signal
-
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, _stopped)
+    # SIGINT and SIGTERM while the service works: the shim's own answer to them (one
+    # line, its error document, 130 or 143); the service finishes what it began.
+    STOPS.shim = True
+    STOPS.install()
     try:
         answered = ask_service(path, request, time.monotonic() + seconds)
     except Late as late:
@@ -316,7 +277,7 @@ def main() -> None:
     if answered is None:
         _answer_here(["shim"], request, path)
     document, code = answered
-    _CALL.answering = True
+    STOPS.answering = True
     if document.startswith(_ERROR_DOCUMENT):
         _say_error(document)
     try:

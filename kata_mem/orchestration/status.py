@@ -132,7 +132,7 @@ def node_status(
         owner and mode: a listing that leaves it out would hide it).
     """
     from kata_mem.core.errors import KataMemError
-    from kata_mem.core.planner import reserved_problem
+    from kata_mem.core.plan.guards import reserved_problem
     from kata_mem.edges.journal import SandboxState
     from kata_mem.edges.logs import get_logger
     from kata_mem.edges.statedir import list_state_dir

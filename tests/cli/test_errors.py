@@ -61,7 +61,7 @@ def _libvirt_failure(code_name: str) -> errors.KataMemError:
 
 def _signalled(monkeypatch: pytest.MonkeyPatch, signum: int) -> tuple[str, int]:
     """The kind and exit code that a signal's handler reports (it ends the process)."""
-    from kata_mem.interfaces import main
+    from kata_mem.interfaces import pipes, stops
 
     said: dict[str, object] = {}
 
@@ -73,10 +73,10 @@ def _signalled(monkeypatch: pytest.MonkeyPatch, signum: int) -> tuple[str, int]:
         raise _Exited(status)
 
     monkeypatch.setattr("kata_mem.edges.logs.line", line)
-    monkeypatch.setattr(main, "write_now", lambda fd, text: None)
+    monkeypatch.setattr(pipes, "write_now", lambda fd, text: None)
     monkeypatch.setattr("os._exit", exit_now)
     with pytest.raises(_Exited) as ended:
-        main.Stops().stop(signum, None)
+        stops.Stops().stop(signum, None)
     return str(said["kind"]), ended.value.args[0]
 
 
@@ -304,3 +304,22 @@ def test_stdin_that_is_a_directory_is_cpythons_refusal_and_documented(tmp_path: 
     assert "init_sys_streams: <stdin> is a directory, cannot continue" in r.stderr
     doc = " ".join((REPO / "docs" / "reference" / "exit-codes.md").read_text().split())
     assert "init_sys_streams: <stdin> is a directory, cannot continue" in doc
+
+
+def test_a_file_named_json_asks_for_no_json(run_cli: Run, tmp_path: Path) -> None:
+    # click gives --pod the value "--json": a file name, so the error is text. The
+    # workload is read before the configuration, by preview as by apply (one request).
+    r = run_cli("preview", "--config", str(tmp_path / "none.toml"), "--pod", "--json")
+    assert r.code == 4
+    assert r.out == "" and r.err == "kata-mem: error: --json: no such Pod manifest file\n"
+
+
+def test_json_asked_for_is_the_error_document_even_for_an_option_before_it(
+    run_cli: Run,
+) -> None:
+    # --json is read before every other option's value is checked.
+    r = run_cli("preview", "--config", UPSTREAM_QEMU, "--host-cpus", "2", "--limit", "1Q", "--json")
+    assert r.code == 4
+    assert json.loads(r.out)["error"]["message"].startswith("--limit '1Q': invalid quantity")
+    r = run_cli("config", "check", "/nonexistent.toml", "--json")
+    assert (r.code, json.loads(r.out)["error"]["exit_code"]) == (3, 3)

@@ -298,3 +298,26 @@ def test_status_all_reads_a_saved_request_only_as_far_as_its_backend(
     assert r.code == 0, r.err
     rows = {s["sandbox"]: s["backend"] for s in json.loads(r.out)["sandboxes"]}
     assert rows == {"sb-a": good, "sb-b": None, "sb-c": None, "sb-d": None, "sb-e": None}
+
+
+def test_a_budget_of_0_says_why_in_status_all_and_config_check(
+    run_cli: Run, tmp_path: Path
+) -> None:
+    cfg = write_config(
+        tmp_path / "c.toml",
+        kata_mem={
+            "state_dir": str(tmp_path / "state"),
+            "node_reserved_mib": 1 << 40,  # above any host
+            "node_overcommit": 1.0,
+        },
+    )
+    why = "is not below the host's memory (16384 MiB): the node budget is 0, so no sandbox"
+    r = run_cli("status", "--all", "--config", str(cfg), "--host-memory", "16Gi")
+    assert r.code == 0 and "budget 0 MiB" in r.out
+    assert why in r.err
+    r = run_cli("config", "check", str(cfg))
+    assert r.code == 0
+    assert "the node budget is 0, so no sandbox can grow; lower node_reserved_mib" in r.err
+    # Without node_overcommit there is no budget to be 0: nothing to say.
+    write_config(cfg, kata_mem={"node_reserved_mib": 1 << 40})
+    assert "budget" not in run_cli("config", "check", str(cfg)).err

@@ -28,11 +28,12 @@ from kata_mem.interfaces.cli import cli
 from tests.support.cli import CliResult, kata_mem_process
 from tests.support.configs import HOST_ARGS, write_config
 from tests.support.memcg import CgroupUnavailable, MemoryCgroup
-from tests.support.paths import REPO
+from tests.support.paths import KATA_CONFIGS, REPO
 from tests.support.shim import REQUEST_SCHEMA, shim_request_doc
 
 Run = Callable[..., CliResult]
 HOST = ("--host-cpus", "4", "--host-arch", "amd64")  # HOST_ARGS without the memory
+UPSTREAM_QEMU = str(KATA_CONFIGS / "configuration-qemu.toml")
 
 
 @pytest.fixture
@@ -866,3 +867,46 @@ def test_a_crio_annotation_number_no_float_holds_is_shown_as_written(cfg: Path) 
         "memory_limit_in_bytes 1e400 is not a 64-bit integer" in w for w in out["warnings"]
     ), out["warnings"]
     assert not [w for w in out["warnings"] if "Infinity" in w]
+
+
+@pytest.mark.parametrize("cpus", ["1e41", "1e100", "1e400", "9223372036854775.808"])
+def test_cpus_beyond_int64_millicores_are_refused(run_cli: Run, cfg: Path, cpus: str) -> None:
+    # Before: capped at 10^40 and planned, each shown as "containers = 1e+40", where a
+    # memory size above int64 is refused.
+    r = run_cli("preview", "--config", str(cfg), "--cpu", cpus, *HOST_ARGS)
+    assert r.code == 4, r.err
+    assert r.err.strip() == (
+        f"kata-mem: error: --cpu {cpus!r}: above 9223372036854775807m (9.223e+15 CPUs); "
+        "expected CPUs whose millicores a signed 64-bit integer holds, as the kubelet reads "
+        "a CPU limit"
+    )
+
+
+def test_cpus_at_the_bound_are_planned(run_cli: Run, cfg: Path) -> None:
+    r = run_cli("preview", "--config", str(cfg), "--cpu", "9223372036854775807m", *HOST_ARGS)
+    assert r.code == 0, r.err
+
+
+@pytest.mark.parametrize("memory", ["-1", "0", "1023Ki"])
+def test_host_memory_below_the_minimum_says_the_minimum(
+    run_cli: Run, cfg: Path, memory: str
+) -> None:
+    # Before: -1 was refused as "expected a size of 0 or more", where 0 is refused too.
+    r = run_cli("preview", "--config", str(cfg), "--host-memory", memory, "--host-cpus", "4")
+    assert r.code == 4, r.err
+    assert r.err.strip() == f"kata-mem: error: --host-memory {memory!r}: expected at least 1Mi"
+
+
+@pytest.mark.parametrize("value", ["\uff12", "1_0", " 2", "0", "-1", "9223372036854775808"])
+def test_host_cpus_takes_ascii_digits_in_range(run_cli: Run, value: str) -> None:
+    r = run_cli("preview", "--config", UPSTREAM_QEMU, "--host-cpus", value)
+    assert r.code == 2
+    assert f"'{value}': expected an integer from 1 to 9223372036854775807" in r.err
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "\uff15", "0.05", "3601"])
+def test_serve_seconds_are_numbers_in_range(run_cli: Run, value: str, tmp_path: Path) -> None:
+    r = run_cli("serve", "--socket", str(tmp_path / "s.sock"), "--idle-timeout", value)
+    assert r.code == 2
+    assert f"'{value}': expected a number of seconds from 0.1 to 3600" in r.err
+    assert not (tmp_path / "s.sock").exists()

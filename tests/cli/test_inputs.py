@@ -313,3 +313,16 @@ def test_a_yaml_pod_is_read_by_the_c_loader(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setattr(yaml.SafeLoader, "__init__", pure_python_loader)
     (container,) = read_pod(Path(BOOM), "amd64")
     assert container.memory_limit == 1000 << 30
+
+
+def test_a_drop_in_that_is_a_directory_is_refused_naming_it(run_cli: Run, tmp_path: Path) -> None:
+    # Before: skipped silently, where both Kata runtimes fail to start on it.
+    path = write_config(tmp_path / "c.toml")
+    (tmp_path / "config.d" / "50-box.toml").mkdir(parents=True)
+    r = run_cli("config", "check", str(path))
+    assert r.code == 3, r.err
+    assert r.err.strip() == (
+        f"kata-mem: error: {tmp_path}/config.d/50-box.toml: a directory among the drop-ins of "
+        f"{path}; Kata refuses to start with it (it reads every entry of config.d as a drop-in "
+        "file); expected drop-in files only (move it out of config.d)"
+    )

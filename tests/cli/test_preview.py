@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Callable
 
+import pytest
+
 from tests.support.cli import CliResult
 from tests.support.configs import write_config
 from tests.support.paths import KATA_CONFIGS, PODS, REPO
@@ -203,85 +205,14 @@ def _line(out: str, start: str) -> str:
     return found
 
 
-def test_a_target_rounded_up_to_whole_blocks_says_so(run_cli: Run) -> None:
-    """A target above what was asked is not a clamp, and was shown with no word of why
-    (requested 2172, target 2176): the text says it is rounded up to whole blocks."""
-    r = run_cli("preview", "--config", QEMU, "--limit", "129M", "--host-memory", "31753Mi")
-    assert r.code == 0, r.err
-    assert _line(r.out, "requested").split()[1] == "2172"
-    assert _line(r.out, "target").split() == [
-        "target",
-        "2176",
-        "rounded",
-        "up",
-        "to",
-        "whole",
-        "128",
-        "MiB",
-        "blocks",
-    ]
-    r = run_cli(
-        "preview", "--config", QEMU_VIRTIO_MEM, "--limit", "100.5Mi", "--host-memory", "31753Mi"
-    )
-    assert (
-        " ".join(_line(r.out, "target").split()) == "target 2150 rounded up to whole 2 MiB blocks"
-    )
-    # Exactly what was asked, or clamped (the clamp says why): nothing more on the row.
-    r = run_cli("preview", "--config", QEMU, "--limit", "1Gi", "--host-memory", "31753Mi")
-    assert _line(r.out, "target").split() == ["target", "3072"]
-    r = run_cli("preview", "--config", QEMU, "--limit", "1000Gi", "--host-memory", "31753Mi")
-    assert _line(r.out, "target").split()[2:] == ["clamped:", "host_memtotal,", "alignment"]
-
-
-def test_the_vcpu_line_adds_up_and_says_why_it_is_clamped(run_cli: Run, tmp_path: Path) -> None:
-    """It read "default 1 + containers = 501 ... clamped by host_cpus": the containers'
-    CPUs were not shown, and the clamp was a code, not why."""
-    host = ("--host-memory", "31753Mi", "--host-arch", "amd64")
-    boom = ("preview", "--config", QEMU, "--pod", BOOM, *host)
-    r = run_cli(*boom, "--host-cpus", "8")
-    assert r.code == 0, r.err
-    assert _line(r.out, "vCPUs:") == (
-        "vCPUs: target 8 (default 1 + containers 500 = 501), max 8, host 8, "
-        "clamped to the host's 8 CPUs"
-    )
-    capped = tmp_path / "configuration.toml"
-    text = Path(QEMU).read_text()
-    assert "\ndefault_maxvcpus = 0\n" in text
-    capped.write_text(text.replace("\ndefault_maxvcpus = 0\n", "\ndefault_maxvcpus = 4\n"))
-    r = run_cli("preview", "--config", str(capped), "--pod", BOOM, *host, "--host-cpus", "8")
-    assert r.code == 0, r.err
-    assert _line(r.out, "vCPUs:").endswith(", clamped to default_maxvcpus 4")
-    r = run_cli(*boom, "--host-cpus", "1000")
-    assert _line(r.out, "vCPUs:").endswith(
-        ", clamped to 240, the most vCPUs Kata gives a VM on this architecture"
-    )
-    r = run_cli("preview", "--config", QEMU, "--cpu", "1.5", *host, "--host-cpus", "8")
-    assert _line(r.out, "vCPUs:") == (
-        "vCPUs: target 3 (default 1 + containers 1.5 = 2.5), max 8, host 8"
-    )
-
-
-def test_the_vcpu_line_holds_default_vcpus_as_kata_does(run_cli: Run, tmp_path: Path) -> None:
-    """Kata reads default_vcpus as a float32 (a TOML's, katautils/config.go ``NumVCPUs
-    float32``; an annotation's, ``strconv.ParseFloat(v, 32)``): 2.00000001 is 2.0 and boots
-    2 vCPUs. The line read "target 3 (default 2 + containers 0 = 2)": it planned with the
-    decimal and printed it rounded to six digits (issue 33, item 5)."""
+def test_the_vcpu_line_holds_an_annotations_default_vcpus_as_kata_does(
+    run_cli: Run, tmp_path: Path
+) -> None:
+    """Kata reads default_vcpus as a float32 (an annotation's, ``strconv.ParseFloat(v,
+    32)``): 2.00000001 is 2.0. The line read "target 3 (default 2 + containers 0 = 2)": it
+    planned with the decimal and printed it rounded to six digits (issue 33, item 5). A
+    TOML's is the plan case tables' (fidelity.json, default-vcpus-*)."""
     host = ("--host-memory", "16Gi", "--host-cpus", "8", "--host-arch", "amd64")
-    for written, line in (
-        ("2.00000001", "vCPUs: target 2 (default 2 + containers 0 = 2), max 8, host 8"),
-        # The float32 2 + 2^-22 is above 2: 3 vCPUs, and the line shows why.
-        ("2.0000002", "vCPUs: target 3 (default 2.0000002 + containers 0 = 2.0000002), max 8, "
-         "host 8"),
-    ):  # fmt: skip
-        cfg = tmp_path / f"{written}.toml"
-        cfg.write_text(
-            Path(QEMU)
-            .read_text()
-            .replace("\ndefault_vcpus = 1\n", f"\ndefault_vcpus = {written}\n")
-        )
-        r = run_cli("preview", "--config", str(cfg), *host)
-        assert r.code == 0, r.err
-        assert _line(r.out, "vCPUs:") == line
     # The annotation, read as Kata's Go runtime reads it (setFloat32WithCheck).
     cfg = write_config(tmp_path / "ann.toml", {"enable_annotations": ["default_vcpus"]})
     pod = tmp_path / "pod.yaml"
@@ -297,28 +228,6 @@ def test_the_vcpu_line_holds_default_vcpus_as_kata_does(run_cli: Run, tmp_path: 
     )
     r = run_cli("preview", "--config", str(cfg), *host, "--pod", str(pod), "--json")
     assert json.loads(r.out)["vcpus"]["default"] == 2
-
-
-def test_the_vcpu_line_of_runtime_rs_static_sizing_adds_up(run_cli: Run) -> None:
-    """runtime-rs static sizing boots overhead_vcpus + the containers' CPUs instead of
-    default_vcpus (planner.runtime_rs_static): the line read "default 2.7 + containers 0
-    = 2.7" for --cpu 2.5, the containers already folded into the default."""
-    static = KATA_CONFIGS / "configuration-qemu-runtime-rs.toml"
-    text = static.read_text()
-    assert "\noverhead_vcpus = 0.2\n" in text
-    assert "\nstatic_sandbox_resource_mgmt = true\n" in text
-    host = ("--host-memory", "16Gi", "--host-cpus", "4", "--host-arch", "amd64")
-    r = run_cli("preview", "--config", str(static), "--cpu", "2.5", *host)
-    assert r.code == 0, r.err
-    assert _line(r.out, "vCPUs:") == (
-        "vCPUs: target 3 (overhead_vcpus 0.2 + containers 2.5 = 2.7), max 3, host 4"
-    )
-    # Never fewer than 1 (runtime-rs InitialSizeManager::setup_config).
-    r = run_cli("preview", "--config", str(static), "--cpu", "0.5", *host)
-    assert r.code == 0, r.err
-    assert _line(r.out, "vCPUs:") == (
-        "vCPUs: target 1 (overhead_vcpus 0.2 + containers 0.5 = 0.7, at least 1), max 1, host 4"
-    )
 
 
 def test_the_max_row_names_what_set_the_maximum(run_cli: Run, tmp_path: Path) -> None:
@@ -415,3 +324,39 @@ def test_config_check_says_what_backs_a_hot_added_dimm(run_cli: Run, tmp_path: P
     # Only QEMU takes DIMMs from kata-mem.
     clh = run_cli("config", "check", str(KATA_CONFIGS / "configuration-clh.toml"), "--json")
     assert json.loads(clh.out)["dimm_backend"] is None
+
+
+def test_a_clamp_says_the_requested_mib_the_table_and_the_json_show(run_cli: Run) -> None:
+    # 2048 MiB and a byte: 2049 in the table and requested_mib, and so in the clamp's text.
+    args = ("preview", "--config", UPSTREAM_QEMU, "--limit", "1", "--host-memory", "2048Mi")
+    text = run_cli(*args, "--host-cpus", "2").out
+    assert "requested                     2049" in text
+    assert "why: host_memtotal: requested 2049 MiB clamped to 2048 MiB by the host's" in text
+    doc = json.loads(run_cli(*args, "--host-cpus", "2", "--json").out)
+    memory = doc["memory"]
+    assert memory["requested_mib"] == 2049
+    assert memory["clamps"][0]["detail"].startswith("requested 2049 MiB clamped to 2048 MiB")
+    assert not any("2048.01" in w for w in doc["warnings"]), doc["warnings"]
+
+
+def test_preview_and_a_dry_run_plan_one_request_alike(
+    run_cli: Run, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The same flags, a configuration named relative to the working directory: the plan
+    of ``apply --dry-run`` (on the VM Kata boots, as no endpoint is given) is preview's,
+    byte for byte, but for the node's total, which only an apply reads (it admits a grow
+    against the node's budget; a preview has no node to admit against)."""
+    monkeypatch.chdir(KATA_CONFIGS)
+    host = ("--host-memory", "16Gi", "--host-cpus", "8", "--host-arch", "x86_64")
+    workload = ("--limit", "1Gi", "--cpu", "500m", "--limit", "300Mi")
+    args = ("--config", "configuration-qemu.toml", *host, *workload, "--json")
+    previewed = run_cli("preview", *args)
+    dry = run_cli("apply", "--dry-run", "--state-dir", str(tmp_path / "state"), *args)
+    assert (previewed.code, dry.code) == (0, 0), (previewed.err, dry.err)
+    plan = json.loads(dry.out)["plan"]
+    assert plan["memory"]["node"] is not None
+    plan["memory"]["node"] = None
+    assert json.dumps(plan, indent=2) + "\n" == previewed.out
+    # Both name the configuration as it was given.
+    assert plan["config"]["path"] == "configuration-qemu.toml"
+    assert not (tmp_path / "state").exists()

@@ -214,3 +214,17 @@ def test_a_backend_vmm_the_socket_does_not_lead_to_is_bad_input(tmp_path: Path) 
     assert message.startswith("request backend.vmm: names the VMM of socket inode"), message
     assert f"the socket file there is inode {st.st_ino}" in message
     assert "gone" not in message
+
+
+def test_a_deeply_nested_request_is_refused_in_kata_mems_words() -> None:
+    # Before: "request is not JSON: maximum recursion depth exceeded while decoding a JSON
+    # array from a unicode string", Python's words about its interpreter.
+    deep = '{"schema": "kata-mem/shim-request/v1", "x": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    r = kata_mem_process("shim", input=deep)
+    assert r.returncode == 4, r.stderr
+    message = (
+        "request: nested too deeply to read (more than a few hundred levels of arrays and "
+        "objects); a shim request is a few levels deep"
+    )
+    assert r.stderr.strip() == f"kata-mem shim: error: {message}"
+    assert json.loads(r.stdout)["error"]["message"] == message

@@ -25,7 +25,8 @@ import pytest
 from kata_mem.core.errors import ConfigError
 from kata_mem.core.record import Record
 from kata_mem.edges.journal import SandboxState
-from kata_mem.edges.statedir import STATE_MARKER, ensure_state_dir
+from kata_mem.edges.statedir import ensure_state_dir
+from kata_mem.edges.statefiles import STATE_MARKER
 from tests.support.cli import Run, kata_mem_process
 from tests.support.fake_qmp import FakeQemu, FakeQmpServer
 from tests.support.state_dir import Snapshot, apply, config_for, snapshot, still_locked
@@ -251,7 +252,7 @@ def test_shim_delete_that_does_not_get_the_lock_removes_nothing(
         sandbox.save_request({"any": 1})
     lock_holder(state / "sb" / "lock")
     before = snapshot(state)
-    monkeypatch.setattr("kata_mem.edges.journal.LOCK_WAIT_S", WAIT_S)
+    monkeypatch.setattr("kata_mem.edges.statedir.LOCK_WAIT_S", WAIT_S)
     request = {"schema": "kata-mem/shim-request/v1", "sandbox_id": "sb", "event": "delete"}
     out = io.StringIO()
     started = time.monotonic()
@@ -527,3 +528,17 @@ def test_a_full_state_disk_says_so_and_leaves_no_sandbox_directory(full_disk: Pa
     assert "the file system is full (No space left on device)" in message, message
     assert "Free space on it" in message and "another" not in message
     assert sorted(p.name for p in full_disk.iterdir()) == [STATE_MARKER]
+
+
+def test_an_apply_shows_its_configuration_as_given_and_saves_it_absolute(
+    run_cli: Run, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    state = tmp_path / "state"
+    cfg = config_for(tmp_path, state)
+    monkeypatch.chdir(tmp_path)
+    with FakeQmpServer(tmp_path / "qmp.sock", FakeQemu()) as server:
+        r = apply(run_cli, Path(cfg.name), server.path, state, "sb", "--limit", "256Mi", "--json")
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["plan"]["config"]["path"] == cfg.name
+    # reconcile re-runs the saved request from another directory.
+    assert json.loads((state / "sb" / "request.json").read_text())["config"] == str(cfg)

@@ -1,15 +1,30 @@
 """What an operator of ``kata-mem serve`` sees: ``--config`` is the
 configuration of every request that names none, a start-up line without ``-v``, and one
 line per answered request naming its sandbox, event, caller, outcome and duration (JSON
-fields in ``--log-format json``)."""
+fields in ``--log-format json``); and what it says once, not at every pass or answer,
+decided by values: a state directory it cannot read by the error's class and fault, a host
+cgroup it cannot see by the reason. Words that change with the same value are not said
+again; two values in the same words each are (in-process: the loop's pass and the
+service's bookkeeping)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
+from kata_mem.core.errors import ConfigError, KataMemError
+from kata_mem.core.model import Settings, Unseen
+from kata_mem.edges import statedir
+from kata_mem.edges.statedir import StateDirError
+from kata_mem.interfaces.reconcile_loop import ReconcileLoop
+from kata_mem.interfaces.service import Service as Serving
 from tests.support.paths import REPO
 from tests.support.service import Service, start
 from tests.support.waits import wait_until
@@ -85,3 +100,82 @@ def test_in_json_mode_each_answer_is_one_object_with_its_fields(tmp_path: Path) 
         assert len(started) == 1 and started[0]["level"] == "info"
     finally:
         assert svc.stop() == 0, svc.stderr()
+
+
+# -- said once ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def in_process(tmp_path: Path) -> Iterator[Serving]:
+    svc = Serving(str(tmp_path / "state"), Settings(), None, {})
+    yield svc
+    svc.pool.shutdown()
+
+
+def _said(caplog: pytest.LogCaptureFixture, start: str) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.getMessage().startswith(start)]
+
+
+def test_a_state_dir_refused_for_the_same_fault_in_other_words_is_said_once(
+    in_process: Serving, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="kata_mem")
+    state = Path(in_process.state_dir)
+    state.mkdir()
+    loop = ReconcileLoop(in_process)
+    state.chmod(0o777)  # others may write it: refused
+    asyncio.run(loop.one_pass())
+    state.chmod(0o775)  # the group still may: refused, its mode in the words changed
+    asyncio.run(loop.one_pass())
+    said = _said(caplog, "reconcile: ")
+    assert len(said) == 1 and "mode 0777" in said[0], said
+
+    state.chmod(0o700)
+    state.rmdir()
+    state.write_text("not a directory")  # another fault
+    asyncio.run(loop.one_pass())
+    asyncio.run(loop.one_pass())
+    said = _said(caplog, "reconcile: ")
+    assert len(said) == 2 and "is not a directory" in said[1], said
+
+
+def test_state_dir_errors_in_the_same_words_are_each_said(
+    in_process: Serving, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    caplog.set_level(logging.INFO, logger="kata_mem")
+    words = "state_dir /run/kata-mem: cannot read it (Input/output error)"
+    errors: list[KataMemError] = [
+        StateDirError(words, "unreadable"),
+        StateDirError(words, "unreadable"),  # the same: not said again
+        StateDirError(words, "unopenable"),
+        ConfigError(words),
+        ConfigError(words),
+    ]
+
+    def listing(_: object) -> statedir.Listing:
+        raise errors.pop(0)
+
+    monkeypatch.setattr(statedir, "list_state_dir", listing)
+    loop = ReconcileLoop(in_process)
+    while errors:
+        asyncio.run(loop.one_pass())
+    assert _said(caplog, "reconcile: ") == [f"reconcile: {words}"] * 3
+
+
+def test_a_host_cgroup_unseen_for_the_same_reason_in_other_words_is_said_once(
+    in_process: Serving, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="kata_mem")
+    in_process.saw("sb", Unseen("vmm_pid_unknown", "hard_limit is 1 GiB but QEMU's pid ..."))
+    in_process.saw("sb", Unseen("vmm_pid_unknown", "hard_limit is 2 GiB but QEMU's pid ..."))
+    assert len(_said(caplog, "sandbox sb: host cgroup unseen")) == 1
+    assert in_process.unseen["sb"].detail.startswith("hard_limit is 2 GiB")  # the newest words
+
+    in_process.saw("sb", Unseen("unreadable", "hard_limit is 2 GiB but QEMU's pid ..."))
+    said = _said(caplog, "sandbox sb: host cgroup unseen")
+    assert len(said) == 2 and "(unreadable)" in said[1], said
+
+    in_process.saw("sb", None)
+    in_process.saw("sb", Unseen("unreadable", "memory.max unreadable"))  # unseen again: said
+    assert len(_said(caplog, "sandbox sb: host cgroup unseen")) == 3
+    assert in_process.unseen == {"sb": Unseen("unreadable", "memory.max unreadable")}

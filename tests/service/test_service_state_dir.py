@@ -1,12 +1,15 @@
 """``kata-mem serve`` and its state directory: refused at start-up when it is not
 kata-mem's (nothing made), ``/healthz`` 503 while it cannot be used and ok again once
-it can, and the default layout (the socket inside the state directory) working."""
+it can, the default layout (the socket inside the state directory) working, and a
+``--group`` refused when the state directory keeps the group from its socket."""
 
 from __future__ import annotations
 
+import grp
 import json
 import os
 import socket
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +18,7 @@ from typing import Any
 import jsonschema
 import pytest
 
+from kata_mem.edges.statedir import ensure_state_dir
 from tests.support.configs import small_vm_config
 from tests.support.fake_qmp import FakeQemu, FakeQmpServer
 from tests.support.paths import REPO
@@ -166,3 +170,34 @@ def test_a_saved_request_kata_mem_did_not_write_is_never_followed(
         assert str(saved) in got.json()["error"]["message"]
     finally:
         assert svc.stop() == 0, svc.stderr()
+
+
+def test_serve_group_under_a_0700_state_dir_is_refused_naming_it(world_dir: Path) -> None:
+    # Before: served, with a socket of the group's that its members could not reach
+    # through the 0700 state directory, and nothing said so.
+    state = world_dir / "state"
+    ensure_state_dir(state)  # as apply makes it: 0700
+    assert stat.S_IMODE(state.stat().st_mode) == 0o700
+    sock = state / "kata-mem.sock"
+    svc = start(world_dir, "--group", "users", sock=sock, wait=False)
+    try:
+        assert svc.proc.wait(30) == 3, svc.stderr()
+    finally:
+        if svc.proc.poll() is None:  # it served: stop it
+            svc.stop()
+    assert (
+        f"kata-mem: error: --socket {sock}: --group users: {state} is mode 0700 (owner root (uid 0), "
+        "group root), which the group cannot search, so its members could not reach the "
+        f"socket; nothing was changed (let the group search it: chgrp users {state} && "
+        f"chmod g+x {state}; or give a --socket in a directory they can reach)"
+    ) in svc.stderr()
+    assert sorted(p.name for p in state.iterdir()) == [".kata-mem-state"]
+
+
+def test_serve_group_under_a_directory_the_group_may_search(world_dir: Path) -> None:
+    state = world_dir / "state"
+    ensure_state_dir(state)
+    os.chown(state, -1, grp.getgrnam("users").gr_gid)
+    state.chmod(0o710)
+    svc = start(world_dir, "--group", "users", sock=state / "kata-mem.sock")
+    assert svc.stop() == 0, svc.stderr()

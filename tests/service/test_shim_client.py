@@ -437,7 +437,7 @@ def test_a_second_sigterm_while_answering_in_process_answers_as_the_first(
     tmp_path: Path,
 ) -> None:
     """No service: the shim answers in its own process, held by its VM's monitor, when the
-    signals come (kata-mem's handler, main.Stops)."""
+    signals come (kata-mem's handler, stops.Stops)."""
     qemu = HeldQemu()
     cfg = small_vm_config(tmp_path)
     with cfg.open("a") as f:

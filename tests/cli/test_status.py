@@ -1,8 +1,7 @@
-"""One path for every interface: ``preview`` and ``apply --dry-run`` build one
-request and plan it alike; ``status --sandbox ID`` finds a sandbox's VM from its saved
-request as GET /v1/sandboxes/ID does (tests/service/test_one_path.py compares the two);
-``status``, ``status --all`` and ``reconcile`` read the node's configuration and state
-directory one way."""
+"""``kata-mem status`` of one sandbox and of the node, and ``reconcile``: ``status
+--sandbox ID`` finds a sandbox's VM from its saved request as ``GET /v1/sandboxes/ID`` does
+(tests/service/test_endpoints.py compares the two); ``status``, ``status --all`` and
+``reconcile`` read the node's configuration and state directory one way."""
 
 from __future__ import annotations
 
@@ -15,46 +14,7 @@ from kata_mem.core.record import Record
 from kata_mem.edges.journal import SandboxState
 from tests.support.cli import Run
 from tests.support.fake_qmp import FakeQemu, FakeQmpServer
-from tests.support.paths import KATA_CONFIGS
 from tests.support.state_dir import apply, config_for, snapshot
-
-HOST = ("--host-memory", "16Gi", "--host-cpus", "8", "--host-arch", "x86_64")
-WORKLOAD = ("--limit", "1Gi", "--cpu", "500m", "--limit", "300Mi")
-
-
-def test_preview_and_a_dry_run_plan_one_request_alike(
-    run_cli: Run, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    """The same flags, a configuration named relative to the working directory: the plan
-    of ``apply --dry-run`` (on the VM Kata boots, as no endpoint is given) is preview's,
-    byte for byte, but for the node's total, which only an apply reads (it admits a grow
-    against the node's budget; a preview has no node to admit against)."""
-    monkeypatch.chdir(KATA_CONFIGS)
-    args = ("--config", "configuration-qemu.toml", *HOST, *WORKLOAD, "--json")
-    previewed = run_cli("preview", *args)
-    dry = run_cli("apply", "--dry-run", "--state-dir", str(tmp_path / "state"), *args)
-    assert (previewed.code, dry.code) == (0, 0), (previewed.err, dry.err)
-    plan = json.loads(dry.out)["plan"]
-    assert plan["memory"]["node"] is not None
-    plan["memory"]["node"] = None
-    assert json.dumps(plan, indent=2) + "\n" == previewed.out
-    # Both name the configuration as it was given.
-    assert plan["config"]["path"] == "configuration-qemu.toml"
-    assert not (tmp_path / "state").exists()
-
-
-def test_an_apply_shows_its_configuration_as_given_and_saves_it_absolute(
-    run_cli: Run, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    state = tmp_path / "state"
-    cfg = config_for(tmp_path, state)
-    monkeypatch.chdir(tmp_path)
-    with FakeQmpServer(tmp_path / "qmp.sock", FakeQemu()) as server:
-        r = apply(run_cli, Path(cfg.name), server.path, state, "sb", "--limit", "256Mi", "--json")
-    assert r.code == 0, r.err
-    assert json.loads(r.out)["plan"]["config"]["path"] == cfg.name
-    # reconcile re-runs the saved request from another directory.
-    assert json.loads((state / "sb" / "request.json").read_text())["config"] == str(cfg)
 
 
 def test_status_finds_a_known_sandbox_from_its_saved_request(run_cli: Run, tmp_path: Path) -> None:
