@@ -30,7 +30,7 @@ from kata_mem.core.model import Container, GuestUsage, HostFacts, Step, VmState,
 from kata_mem.edges.config import load_config  # noqa: E402
 from kata_mem.edges.journal import SandboxState  # noqa: E402
 from kata_mem.orchestration.executor import Options, run_locked  # noqa: E402
-from tests.support.configs import write_config  # noqa: E402
+from tests.support.configs import GUEST_KERNEL_PARAMS, write_config  # noqa: E402
 from tests.support.guestvm import GuestSpec, GuestVM  # noqa: E402
 from tests.support.qmp_min import QMPClient  # noqa: E402
 
@@ -102,6 +102,9 @@ class Timed:
 
     def guest_usage(self) -> Optional[GuestUsage]:
         return self._timed("reading", self._b.guest_usage)  # type: ignore[no-any-return]
+
+    def read_and_ask(self, seconds: int) -> Optional[GuestUsage]:
+        return self._timed("reading", lambda: self._b.read_and_ask(seconds))  # type: ignore[no-any-return]
 
     def set_stats_interval(self, seconds: int) -> Optional[int]:
         return self._timed("reading", lambda: self._b.set_stats_interval(seconds))  # type: ignore[no-any-return]
@@ -184,12 +187,15 @@ def run(mechanism: str, rounds: int, guest_dir: Path, work: Path) -> dict[str, A
     virtio = mechanism == "virtio-mem"
     cfg = write_config(
         work / f"{mechanism}.toml",
-        # shared_fs none: DIMMs of memory-backend-ram (the bench guest shares no file system)
+        # shared_fs none: DIMMs of memory-backend-ram (the bench guest shares no file system);
+        # the bench guest onlines movable (GuestSpec), as kernel_params then say, so that its
+        # DIMMs can be unplugged
         {
             "default_memory": 512,
             "default_maxmemory": 4096,
             "enable_virtio_mem": virtio,
             "shared_fs": "none",
+            "kernel_params": GUEST_KERNEL_PARAMS,
         },
     )
     times: dict[str, list[float]] = {"safe": [], "force": []}

@@ -119,10 +119,11 @@ GUARDS: dict[str, tuple[str, ...]] = {
         "tests/cli/test_errors.py",
     ),
     "kata_mem/edges/service_record.py": ("tests/service/test_shim_client.py",),
-    "kata_mem/backends/qmp.py": (
+    "kata_mem/backends/qmp_socket.py": (
         "tests/integration/test_vm_presence.py",
         "tests/service/test_lifecycle.py",
     ),
+    "kata_mem/backends/qmp.py": ("tests/integration/test_qmp_port.py",),
     "scripts/install-node.sh": ("tests/cli/test_install_layout.py",),
     "kata_mem/orchestration/handle.py": ("tests/unit/test_ledger.py",),
     "kata_mem/orchestration/reconcile.py": ("tests/unit/test_ledger.py",),
@@ -566,6 +567,24 @@ BREAKS = (
         "if reader.latest() is None or reader.answers():",
         "if True:",
     ),
+    Break(
+        "grow-measured-from-an-old-reading",
+        EXECUTOR,
+        "return reader.recent() if force else reader.fresh()",
+        "return reader.recent()",
+    ),
+    Break(
+        "guest-asked-before-its-count-is-read",
+        "kata_mem/backends/qmp.py",
+        "                self._stats_count(path),\n"
+        '                ("qom-get", {"path": path, "property": "guest-stats"}),\n'
+        "                stop,\n"
+        "                restart,\n",
+        "                stop,\n"
+        "                restart,\n"
+        "                self._stats_count(path),\n"
+        '                ("qom-get", {"path": path, "property": "guest-stats"}),\n',
+    ),
     # -- the journal's record (record.py) --------------------------------------------------
     Break(
         "commitment-ignores-grow",
@@ -643,10 +662,10 @@ BREAKS = (
         "        if k > m or (k < m and len(root) > m):",
         "        if k != m:",
     ),
-    # -- the QMP monitor's connection (qmp.py): a full backlog is waited for (issue 33) ------
+    # -- the QMP monitor's socket (qmp_socket.py): a full backlog is waited for (issue 33) ---
     Break(
         "qmp-full-backlog-not-waited",
-        "kata_mem/backends/qmp.py",
+        "kata_mem/backends/qmp_socket.py",
         "        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)\n",
         "        sock.setblocking(False)\n",
     ),

@@ -23,9 +23,9 @@ from kata_mem.core.reports import StepProgress as StepProgress
 
 
 class Backend(Protocol):
-    """What the executor needs from a hypervisor: six methods, no policy.
+    """What the executor needs from a hypervisor: seven methods, no policy.
 
-    Only :meth:`begin` and :meth:`set_stats_interval` change the VM, and the executor
+    Only :meth:`begin`, :meth:`set_stats_interval` and :meth:`read_and_ask` change the VM, and the executor
     alone calls them: connecting, observing, polling and reading usage change nothing,
     so that ``status``, ``GET /v1/sandboxes/ID``, a dry run and the presence checks of
     ``reconcile`` leave the VM as they found it (a reader that set, say, the balloon's
@@ -66,6 +66,20 @@ class Backend(Protocol):
         """The latest guest memory statistics, as they are (with when they were taken);
         ``None`` without a balloon. Reads only: it neither waits for nor causes a new
         reading."""
+        ...
+
+    def read_and_ask(self, seconds: int) -> Optional[GuestUsage]:
+        """The latest reading, as :meth:`guest_usage` gives it; where this hypervisor counts
+        the readings it receives (``GuestUsage.sequence``), a new one is also asked for in the
+        same exchange, right after this one is read: the polling interval set to 0 and back
+        to ``seconds`` (QEMU then polls at once). A reading counted after this one arrived
+        after the ask. Changes the guest's polling as :meth:`set_stats_interval` does, so
+        only the executor's reader calls it.
+
+        :raises BackendError: the interval could not be put back to ``seconds`` (a refusal
+            to stop polling changed nothing and is not raised).
+        :raises BackendUnavailable: the connection failed.
+        """
         ...
 
     def set_stats_interval(self, seconds: int) -> Optional[int]:

@@ -194,6 +194,10 @@ class FakeBackend:
             observed_at=now,
         )
 
+    def read_and_ask(self, seconds: int) -> Optional[GuestUsage]:
+        # Its readings are not counted (no sequence), as libvirt's: nothing is asked for.
+        return self.guest_usage()
+
     def set_stats_interval(self, seconds: int) -> Optional[int]:
         if not self.guest.stats:
             return None

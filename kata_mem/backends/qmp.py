@@ -3,36 +3,33 @@
 ``qemu.qmp`` is asynchronous; this module keeps one private event loop per
 connection and drives it from a synchronous facade, so nothing above the
 backend knows about asyncio. Events (``ACPI_DEVICE_OST``, ``DEVICE_DELETED``,
-``DEVICE_UNPLUG_GUEST_ERROR``) are collected by a listener while commands run
-and read by :meth:`QmpBackend.poll`. Every QMP failure becomes a kata-mem error
-here, with the QMP error class and text kept.
+``DEVICE_UNPLUG_GUEST_ERROR``, ``MEMORY_DEVICE_SIZE_CHANGE``) are collected by a
+listener while commands run and read by :meth:`QmpBackend.poll`. Every QMP failure
+becomes a kata-mem error here, with the QMP error class and text kept.
 
-One module (about 900 lines) because it is one client of one protocol: the functions
-before :class:`QmpBackend` check a socket and identify the VMM listening there before
-any command is sent (also used by :func:`presence`, without connecting), and the class
-holds one connection's state (its event loop, the events collected, the replies read
-ahead). What reads QMP's replies into values is pure and shared with libvirt
+The session only: which socket is talked to, and whether the process listening there is
+the VMM a saved request was applied to, is decided before it begins, in
+:mod:`kata_mem.backends.qmp_socket`. One module (about 850 lines) because it is one
+session's state: :class:`QmpBackend` holds one connection's event loop, the events
+collected, the replies read ahead and what the connection already knows (the QOM lists,
+the machine's memory, the balloon's polling interval), which its commands read and keep
+up to date. What reads QMP's replies into values is pure and shared with libvirt
 (:mod:`kata_mem.core.reports`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import socket
-import stat
-import struct
 import time
 from collections.abc import Coroutine
-from pathlib import Path
 from typing import Any, Optional, TypeVar
 
 from kata_mem.core.errors import (
     BackendError,
     BackendUnavailable,
-    ConfigError,
     KataMemError,
     MissingDependency,
 )
@@ -53,12 +50,12 @@ except ImportError as exc:  # a dependency of kata-mem: missing only from a brok
         f"the QMP backend needs qemu.qmp, which cannot be imported ({exc}); "
         "install it with: pip install 'qemu.qmp>=0.0.3' (or reinstall kata-mem)"
     ) from exc
+from kata_mem.backends.qmp_socket import check_socket, dial, identify, not_dialed, refused
 from kata_mem.core.backing import MemoryBackend
 from kata_mem.core.endpoint import VmmIdentity
 from kata_mem.core.model import MEMDEV_PREFIX, GuestUsage, MemoryDevice, Step, VmState
 from kata_mem.core.reports import StepProgress, UsageField, balloon_usage, resize_progress, vm_state
 from kata_mem.edges.logs import describe, get_logger
-from kata_mem.edges.ownership import check_way, who
 
 log = get_logger(__name__)
 T = TypeVar("T")
@@ -67,8 +64,6 @@ T = TypeVar("T")
 COMMAND_TIMEOUT_S = 10.0
 CONNECT_TIMEOUT_S = 5.0
 CONNECT_ATTEMPTS = 3
-#: How long :func:`presence` waits for ``connect(2)``, and then for the greeting.
-PRESENCE_TIMEOUT_S = 1.0
 #: QEMU rate-limits MEMORY_DEVICE_SIZE_CHANGE to about one a second, so a pending
 #: virtio-mem resize is read again this soon instead of waited for.
 VIRTIO_MEM_POLL_S = 0.02
@@ -87,158 +82,12 @@ _OST_INSERT, _OST_EJECT = 0x1, 0x3
 _BALLOON_STATS_QUEUE = 2
 
 
-#: Said when a saved request's VMM no longer listens at its socket: another process may
-#: have bound the path since (:class:`~kata_mem.core.endpoint.VmmIdentity`).
-_NOT_ASKED = "the VM it led to is gone, and what listens there now is not talked to"
-#: Said when a request saved before the pin (``backend.vmm``) leads to a VMM it cannot
-#: prove is the one applied to (:class:`~kata_mem.core.endpoint.Endpoint`, ``saved``).
-_UNPROVEN = (
-    "its saved request, written by an earlier kata-mem, does not say which VMM it was applied "
-    "to (no backend.vmm), so only a socket and a listener of root's or the caller's, on a way no "
-    "other user can swap, are taken for it. Nothing was sent and nothing was changed; an apply "
-    "or a shim call that names this socket pins the VMM listening there"
-)
-
-
-def _trusted(uid: int) -> bool:
-    return uid in (0, os.geteuid())
+#: A QMP command and its arguments.
+_Command = tuple[str, Optional[dict[str, object]]]
 
 
 def _key(cmd: str, args: Optional[dict[str, object]]) -> str:
     return json.dumps([cmd, args], sort_keys=True)
-
-
-def check_socket(
-    path: str, expect: Optional[VmmIdentity] = None, *, unpinned: bool = False
-) -> os.stat_result:
-    """The socket file at ``path``, or the reason kata-mem does not connect to it.
-
-    In this order: a missing path means the VM is gone; as root a symlink is refused,
-    because it could point kata-mem at another VM's monitor; anything but a unix socket
-    is refused; with ``expect`` (the VMM a saved request was applied to), another
-    socket than that one means its VM is gone; and ``unpinned`` (a saved request without
-    one) refuses a socket another user owns, or could swap through a directory above it.
-
-    :raises BackendUnavailable: for each of these (``gone`` when the VM is gone; an
-        unpinned socket that is not proven is not gone: its state is kept).
-    """
-    try:
-        st = os.lstat(path)
-        if stat.S_ISLNK(st.st_mode):
-            if os.geteuid() == 0:
-                raise BackendUnavailable(
-                    f"QMP socket {path}: is a symlink; refused as root, because a link can "
-                    "point kata-mem at another VM's monitor. Pass the socket's real path"
-                )
-            st = os.stat(path)
-    except FileNotFoundError as exc:
-        raise BackendUnavailable(
-            f"QMP socket {path}: no such file (is the VM running?)", gone=True
-        ) from exc
-    except OSError as exc:
-        raise BackendUnavailable(f"QMP socket {path}: {exc.strerror}") from exc
-    if not stat.S_ISSOCK(st.st_mode):
-        kind = (
-            "directory"
-            if stat.S_ISDIR(st.st_mode)
-            else "regular file"
-            if stat.S_ISREG(st.st_mode)
-            else "non-socket file"
-        )
-        raise BackendUnavailable(f"QMP socket {path}: is a {kind}, not a unix socket")
-    other = None if expect is None else expect.other_socket(st.st_dev, st.st_ino, st.st_uid)
-    if other is not None:
-        raise BackendUnavailable(
-            f"QMP socket {path}: {other}; {_NOT_ASKED}",
-            gone=True,
-            other_vmm=f"the socket file there is inode {st.st_ino}, owner uid {st.st_uid}",
-        )
-    if unpinned and expect is None:
-        if not _trusted(st.st_uid):
-            raise BackendUnavailable(
-                f"QMP socket {path}: is owned by {who(st.st_uid)}; {_UNPROVEN}"
-            )
-        try:
-            check_way(Path(path), f"QMP socket {path}", "the socket")
-        except ConfigError as exc:
-            raise BackendUnavailable(f"{exc.message}; {_UNPROVEN}") from exc
-    return st
-
-
-def _not_dialed(path: str, exc: OSError) -> BackendUnavailable:
-    """Why ``connect(2)`` to the socket at ``path`` failed. Refused (nobody listens, as
-    after QEMU was killed) and a file removed meanwhile mean the VM is gone."""
-    if isinstance(exc, FileNotFoundError):
-        return BackendUnavailable(
-            f"QMP socket {path}: no such file (is the VM running?)", gone=True
-        )
-    return BackendUnavailable(
-        f"QMP socket {path}: {_no_session(exc)}", gone=isinstance(exc, ConnectionRefusedError)
-    )
-
-
-def _identify(
-    path: str,
-    st: os.stat_result,
-    sock: socket.socket,
-    expect: Optional[VmmIdentity],
-    unpinned: bool = False,
-) -> VmmIdentity:
-    """The VMM that ``sock``, connected to the socket file ``st``, reached: told before a
-    byte is read or sent.
-
-    :raises BackendUnavailable: (``gone``) another process than ``expect``'s listens;
-        (not ``gone``) ``unpinned`` and the listener is neither root nor the caller.
-    """
-    uid, pid = peer_credentials(sock)
-    other = None if expect is None else expect.other_peer(uid, pid)
-    if other is not None:
-        raise BackendUnavailable(
-            f"QMP socket {path}: {other}; {_NOT_ASKED}",
-            gone=True,
-            other_vmm=f"the process listening there is uid {uid}, pid {pid}",
-        )
-    if unpinned and expect is None and not _trusted(uid):
-        raise BackendUnavailable(
-            f"QMP socket {path}: the process listening on it (pid {pid}) runs as {who(uid)}; "
-            f"{_UNPROVEN}"
-        )
-    return VmmIdentity(st.st_dev, st.st_ino, st.st_uid, uid, pid)
-
-
-def presence(
-    path: str, expect: Optional[VmmIdentity] = None, *, unpinned: bool = False
-) -> Optional[str]:
-    """Why the VM whose monitor is at ``path`` is gone, or None when it is there.
-
-    Decided as :meth:`QmpBackend.connect` decides (:func:`check_socket`, the same reading
-    of a failed ``connect(2)``, the same listener check), but with a bare ``connect(2)``:
-    no QMP session is opened and nothing is sent, so a monitor busy with another client
-    (the connection waits in its backlog, or the backlog is full) counts as there.
-
-    :raises BackendUnavailable: it cannot be told (a symlink as root, not a socket,
-        permission denied, an ``unpinned`` VMM not proven), as connecting would say.
-    """
-    try:
-        st = check_socket(path, expect, unpinned=unpinned)
-        try:
-            sock = dial(path, PRESENCE_TIMEOUT_S)
-        except BlockingIOError:
-            return None  # a backlog still full: the monitor is busy, its VM is there
-        except OSError as exc:
-            raise _not_dialed(path, exc) from exc
-        with sock:
-            sock.settimeout(PRESENCE_TIMEOUT_S)
-            _identify(path, st, sock, expect, unpinned)
-            # Take the greeting before hanging up, as a client does; a monitor busy with
-            # another client sends none within the timeout, and that is fine too.
-            with contextlib.suppress(OSError):
-                sock.recv(4096)
-    except BackendUnavailable as exc:
-        if exc.gone:
-            return exc.message
-        raise
-    return None
 
 
 def _exited(pid: int) -> bool:
@@ -260,10 +109,9 @@ def _printable(raw: bytes, limit: int = 40) -> str:
 
 def _no_session(cause: BaseException) -> str:
     """Why a connection gave no QMP session, for a user: what happened and what to do."""
-    if isinstance(cause, ConnectionRefusedError):
-        return "connection refused (the VM is gone or not listening)"
-    if isinstance(cause, PermissionError):
-        return "permission denied (run kata-mem as the user that owns the VM, or as root)"
+    said = refused(cause)
+    if said is not None:
+        return said
     not_qmp = (
         "this is not a QEMU QMP monitor; pass the socket QEMU was started with "
         "(-qmp unix:PATH,server=on,wait=off)"
@@ -285,51 +133,6 @@ def _no_session(cause: BaseException) -> str:
     return f"no QMP session: {describe(cause)}"
 
 
-def dial(path: str, timeout: float) -> socket.socket:
-    """A unix stream socket connected to ``path``, non-blocking once connected; while the
-    listener's backlog is full, ``connect(2)`` waits in the kernel for room, up to
-    ``timeout`` (``SO_SNDTIMEO``, which a unix socket's connect waits by: net/unix/af_unix.c
-    ``unix_stream_connect``, ``unix_wait_for_peer``), as QEMU's monitor keeps other clients
-    waiting while it serves one.
-
-    Not asyncio's ``sock_connect``, nor a socket with a Python timeout: both connect a
-    non-blocking socket, whose ``connect(2)`` on a full backlog fails with EAGAIN, not with
-    EINPROGRESS as a TCP connection under way does (connect(2), "EAGAIN"). With a Python
-    timeout ``connect`` raises it at once (python/cpython#117208); asyncio
-    (Lib/asyncio/selector_events.py ``_sock_connect``) takes it for a connection under way
-    and returns the socket unconnected, whose first read fails with EINVAL (the same bug in
-    Rust: tokio-rs/mio#1560). Every call beyond the backlog then failed with "no QMP
-    session: [Errno 22] Invalid argument" (issue 33, item 12).
-
-    :raises BlockingIOError: the backlog stayed full for ``timeout``.
-    :raises OSError: ``connect(2)`` failed otherwise (refused, no such file).
-    """
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        whole = int(timeout)
-        tv = struct.pack("ll", whole, int((timeout - whole) * 1_000_000))  # struct timeval
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
-        sock.connect(path)
-        sock.setblocking(False)
-    except BaseException:
-        sock.close()
-        raise
-    return sock
-
-
-def peer_credentials(sock: socket.socket) -> tuple[int, Optional[int]]:
-    """The uid and pid of the process at the other end of a connected unix socket
-    (``SO_PEERCRED``: for a listening socket, the process that called ``listen``).
-
-    The pid is None when the kernel gives 0 (the peer is not a process in our pid
-    namespace).
-    """
-    # struct ucred (socket(7)): a pid_t, then uid_t and gid_t, which are unsigned.
-    raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("iII"))
-    pid, uid, _gid = struct.unpack("iII", raw)
-    return uid, pid if pid > 0 else None
-
-
 async def _open(
     path: str,
     sock: socket.socket,
@@ -338,10 +141,10 @@ async def _open(
     made: list[QMPClient],
     unpinned: bool = False,
 ) -> tuple[QMPClient, EventListener, VmmIdentity]:
-    """A client on ``sock``, a socket of our own connected to ``path`` (:func:`dial`), so
-    that its peer can be asked who it is (:func:`_identify`) before the QMP session
-    starts; with its event listener, and
-    the VMM it reached. The client is put in ``made`` as soon as it exists, so that a
+    """A client on ``sock``, a socket of our own connected to ``path``
+    (:func:`~kata_mem.backends.qmp_socket.dial`), so that its peer can be asked who it is
+    (:func:`~kata_mem.backends.qmp_socket.identify`) before the QMP session starts; with
+    its event listener, and the VMM it reached. The client is put in ``made`` as soon as it exists, so that a
     caller whose wait ran out can ask how far it got.
 
     The client and the listener are made here, on the loop that runs them: on Python 3.9
@@ -358,7 +161,7 @@ async def _open(
     events = EventListener()
     client.register_listener(events)
     try:
-        vmm = _identify(path, st, sock, expect, unpinned)
+        vmm = identify(path, st, sock, expect, unpinned)
         await client.connect(sock)
     except BaseException:
         sock.close()
@@ -394,6 +197,33 @@ def _object_add_args(backend: Optional[MemoryBackend], memdev: str, size: int) -
 _REPLY = Fields(
     "unexpected QMP reply:", lambda message: BackendError(message, "ProtocolError"), python_value
 )
+
+
+#: The ``query-memory-devices`` fields a device's size, requested size, maximum size and
+#: start are read from (qapi/machine.json: ``PCDIMMDeviceInfo``, ``VirtioMEMDeviceInfo``): a
+#: DIMM's one size is all three.
+_DEVICE_FIELDS: dict[str, tuple[str, str, str, str]] = {
+    "dimm": ("size", "size", "size", "addr"),
+    "virtio-mem": ("size", "requested-size", "max-size", "memaddr"),
+}
+
+
+def _device(kind: str, data: dict[str, Any], at: str) -> MemoryDevice:
+    """A DIMM or virtio-mem device from its entry's ``data`` (at ``at`` in the reply)."""
+    size, requested, max_size, addr = _DEVICE_FIELDS[kind]
+    dimm = kind == "dimm"
+    return MemoryDevice(
+        id=str(data.get("id") or ""),
+        kind="dimm" if dimm else "virtio-mem",
+        size=_REPLY.required_integer(data, size, at),
+        requested=_REPLY.required_integer(data, requested, at),
+        max_size=_REPLY.required_integer(data, max_size, at),
+        block=0 if dimm else _REPLY.required_integer(data, "block-size", at),
+        slot=_REPLY.required_integer(data, "slot", at) if dimm else None,
+        memdev=str(data.get("memdev", "")).removeprefix("/objects/"),
+        hotplugged=bool(data.get("hotplugged", False)) if dimm else True,
+        addr=_REPLY.integer(data, addr, at, minimum=0),
+    )
 
 
 class QmpBackend:
@@ -449,7 +279,8 @@ class QmpBackend:
         request's), only to that VMM: another
         socket at ``path``, or another process listening on it, is never talked to.
         ``unpinned`` (a saved request without ``vmm``): only to a socket and a listener
-        of root's or the caller's (:func:`check_socket`, :func:`_identify`).
+        of root's or the caller's (:mod:`kata_mem.backends.qmp_socket`: ``check_socket``,
+        ``identify``).
 
         :raises BackendUnavailable: missing socket, not a socket, another VMM than ``vmm``
             (these three, and a refused connection, with ``gone``), an unpinned VMM not
@@ -466,7 +297,7 @@ class QmpBackend:
                     "other clients wait for the monitor (QEMU serves one at a time); retry later"
                 ) from exc
             except OSError as exc:
-                raise _not_dialed(path, exc) from exc
+                raise not_dialed(path, exc) from exc
             loop = asyncio.new_event_loop()
             made: list[QMPClient] = []
             try:
@@ -590,7 +421,15 @@ class QmpBackend:
             self._ahead[_key(cmd, args)] = (reply if failed is None else failed,)
 
     def _per_connection(self) -> list[tuple[str, Optional[dict[str, object]]]]:
-        """The reads that are made once per connection and not made yet."""
+        """The reads that are made once per connection and not made yet.
+
+        What each proves (an apply sends no command that neither carries the change nor
+        proves something its rules stand on): ``qom-list /machine/peripheral``, the
+        balloon (the guest's readings) and the device ids a new DIMM must not take;
+        ``qom-list /objects``, the object ids a new backend must not take and the
+        ``kmmem*`` objects no device uses (the ownership proof: orphans and look-alikes);
+        ``qom-get /machine memory``, the boot memory, slots and ``maxmem`` the plan is
+        bounded by."""
         wanted: list[tuple[str, Optional[dict[str, object]]]] = [
             ("qom-list", {"path": p})
             for p in ("/machine/peripheral", "/objects")
@@ -658,33 +497,8 @@ class QmpBackend:
             entry = _REPLY.object(item, at)
             kind = entry.get("type")
             data = _REPLY.object(entry.get("data"), f"{at}.data")
-            if kind == "dimm":
-                devices.append(
-                    MemoryDevice(
-                        id=str(data.get("id") or ""),
-                        kind="dimm",
-                        size=_REPLY.required_integer(data, "size", f"{at}.data"),
-                        requested=_REPLY.required_integer(data, "size", f"{at}.data"),
-                        max_size=_REPLY.required_integer(data, "size", f"{at}.data"),
-                        slot=_REPLY.required_integer(data, "slot", f"{at}.data"),
-                        memdev=str(data.get("memdev", "")).removeprefix("/objects/"),
-                        hotplugged=bool(data.get("hotplugged", False)),
-                        addr=_REPLY.integer(data, "addr", f"{at}.data", minimum=0),
-                    )
-                )
-            elif kind == "virtio-mem":
-                devices.append(
-                    MemoryDevice(
-                        id=str(data.get("id") or ""),
-                        kind="virtio-mem",
-                        size=_REPLY.required_integer(data, "size", f"{at}.data"),
-                        requested=_REPLY.required_integer(data, "requested-size", f"{at}.data"),
-                        max_size=_REPLY.required_integer(data, "max-size", f"{at}.data"),
-                        block=_REPLY.required_integer(data, "block-size", f"{at}.data"),
-                        memdev=str(data.get("memdev", "")).removeprefix("/objects/"),
-                        addr=_REPLY.integer(data, "memaddr", f"{at}.data", minimum=0),
-                    )
-                )
+            if kind in _DEVICE_FIELDS:
+                devices.append(_device(kind, data, f"{at}.data"))
             elif isinstance(data.get("size"), int):
                 others.append(int(data["size"]))  # nvdimm, virtio-pmem, sgx-epc
                 start = data.get("addr", data.get("memaddr"))
@@ -768,6 +582,9 @@ class QmpBackend:
             self._listed["/objects"] = [o for o in self._listed["/objects"] if o[0] != memdev]
 
     def observe(self) -> VmState:
+        # query-memory-devices: what is plugged now, the plan's input and, after a step,
+        # its verification from the hypervisor. The first observation of a connection
+        # sends it with the reads made once (one round trip).
         self._read_ahead([*self._per_connection(), ("query-memory-devices", None)])
         try:
             base, slots, maxmem = self._machine_memory()
@@ -791,8 +608,8 @@ class QmpBackend:
         return replace(state, vmm_pid=self.vmm_pid, vmm_pid_hidden=self.vmm_pid is None)
 
     def begin(self, step: Step) -> None:
-        # Only events that follow this step's commands are about it, and only devices read
-        # after them.
+        # The commands that carry the change. Only events that follow them are about this
+        # step, and only devices read after them.
         self._events.clear()
         self._seen.clear()
         self._ahead.pop(_key("query-memory-devices", None), None)
@@ -827,8 +644,12 @@ class QmpBackend:
 
     def poll(self, step: Step, wait_s: float = 0.0) -> StepProgress:
         if step.action == "resize_virtio_mem":
-            # One read of the size per poll: the first poll of a step answers at once, a
-            # later one (the step was pending) first waits a little, then reads.
+            # Waited on QEMU's MEMORY_DEVICE_SIZE_CHANGE with a bounded wait and a fallback
+            # reading of the size: QEMU sends a device's first such event at once but holds
+            # the later ones for up to a second (monitor/monitor.c, ``monitor_qapi_event_conf``:
+            # 1000 ms), so the event of the last block the guest plugs can come a second late.
+            # One read per poll: the first poll of a step answers at once, a later one (the
+            # step was pending) waits for an event or VIRTIO_MEM_POLL_S, then reads.
             if self._resizing == step and wait_s > 0:
                 self._drain_events(min(wait_s, VIRTIO_MEM_POLL_S))
             self._resizing = step
@@ -897,11 +718,16 @@ class QmpBackend:
         if path is None:
             return None
         # The count first: a reading counted in it is in the statistics read after it
-        # (QEMU handles both commands and the guest's report under one lock).
-        sequence = self._stats_received(path)
-        raw = _REPLY.object(
-            self._execute("qom-get", {"path": path, "property": "guest-stats"}), "guest-stats"
-        )
+        # (QEMU handles both commands and the guest's report under one lock, and answers a
+        # client's commands in order), so both go out in one round trip.
+        stats: _Command = ("qom-get", {"path": path, "property": "guest-stats"})
+        if self._stats_queue is not False:
+            self._read_ahead([self._stats_count(path), stats])
+        try:
+            sequence = self._stats_received(path)
+            raw = _REPLY.object(self._execute(*stats), "guest-stats")
+        finally:
+            self._ahead.pop(_key(*stats), None)  # never a later reading's
         return balloon_usage(
             _REPLY.mapping(raw, "stats", "guest-stats", "an object") or {},
             names=_STATS,
@@ -910,6 +736,47 @@ class QmpBackend:
             observed_at=time.time(),
             sequence=sequence,
         )
+
+    def read_and_ask(self, seconds: int) -> Optional[GuestUsage]:
+        path = self._balloon_path()
+        if path is None:
+            return None
+        if self._stats_queue is False:
+            return self.guest_usage()  # not counted: an ask could not be told apart
+
+        # One exchange: the count and the statistics (what the freshness proof compares
+        # against), then the ask (interval 0, then back: QEMU creates a timer that fires at
+        # once, hw/virtio/virtio-balloon.c ``balloon_stats_set_poll_interval``). QEMU
+        # answers in order, so the count is read before the guest is asked.
+        def interval(value: int) -> _Command:
+            return (
+                "qom-set",
+                {"path": path, "property": "guest-stats-polling-interval", "value": value},
+            )
+
+        stop, restart = interval(0), interval(seconds)
+        self._interval = None  # unknown until QEMU has taken both
+        self._read_ahead(
+            [
+                self._stats_count(path),
+                ("qom-get", {"path": path, "property": "guest-stats"}),
+                stop,
+                restart,
+            ]
+        )
+        try:
+            usage = self.guest_usage()
+            try:
+                self._execute(*stop)
+            except BackendError as exc:
+                # Refused, it changed nothing: the readings then come as they come.
+                log.debug("QMP socket %s: no reading asked for: %s", self.path, exc)
+            self._execute(*restart)
+        finally:
+            for command in (stop, restart):
+                self._ahead.pop(_key(*command), None)
+        self._interval = seconds
+        return usage
 
     def _stats_received(self, path: str) -> Optional[int]:
         """How many statistics reports QEMU has taken from the guest (mod 2^16), or None
@@ -920,10 +787,7 @@ class QmpBackend:
         if self._stats_queue is False:
             return None
         try:
-            raw = self._execute(
-                "x-query-virtio-queue-status",
-                {"path": f"{path}/virtio-backend", "queue": _BALLOON_STATS_QUEUE},
-            )
+            raw = self._execute(*self._stats_count(path))
         except BackendError as exc:
             log.debug("QMP socket %s: no statistics count: %s", self.path, exc)
             self._stats_queue = False
@@ -932,14 +796,21 @@ class QmpBackend:
         queue = _REPLY.object(raw, "x-query-virtio-queue-status")
         return _REPLY.integer(queue, "last-avail-idx", "x-query-virtio-queue-status", minimum=0)
 
+    @staticmethod
+    def _stats_count(path: str) -> _Command:
+        """The command that reads the balloon's count of statistics reports."""
+        return (
+            "x-query-virtio-queue-status",
+            {"path": f"{path}/virtio-backend", "queue": _BALLOON_STATS_QUEUE},
+        )
+
     def set_stats_interval(self, seconds: int) -> Optional[int]:
-        # The first thing an apply does, and its observation follows (repair observes
-        # first): what that needs goes out now, in the same round trip.
-        self._read_ahead([*self._per_connection(), ("query-memory-devices", None)])
         path = self._balloon_path()
         if path is None:
             return None
-        # Read once per connection, then known: only this connection sets it meanwhile.
+        # Read once per connection (the port returns the interval it had), then known: only
+        # this connection sets it meanwhile, and an ask (:meth:`read_and_ask`) leaves it
+        # known. QEMU ignores an unchanged value (``balloon_stats_set_poll_interval``).
         before = self._interval
         if before is None:
             read = self._execute(

@@ -69,9 +69,9 @@ def vm_gone(endpoint: Endpoint) -> Optional[str]:
     """
     with _library_for(endpoint):
         if endpoint.kind == "qmp":
-            from kata_mem.backends import qmp
+            from kata_mem.backends import qmp_socket
 
-            return qmp.presence(endpoint.target, endpoint.vmm, unpinned=endpoint.unpinned)
+            return qmp_socket.presence(endpoint.target, endpoint.vmm, unpinned=endpoint.unpinned)
         from kata_mem.backends import libvirt
 
         return libvirt.presence(endpoint.target, endpoint.domain)

@@ -253,10 +253,6 @@ class Executor:
         :raises ConfigError: the state directory cannot be written (nothing changed).
         :raises InputError: a host cgroup the caller named cannot be read (nothing changed).
         """
-        # The guest's statistics polling, which the shrink checks read: set here, by an
-        # apply, never by connecting or reading, so that status, a dry run and reconcile's
-        # presence checks leave the VM as they found it (kata_mem.backends.Backend).
-        self.backend.set_stats_interval(cfg.settings.stats_interval_s)
         reader = UsageReader(self.backend, cfg.settings, self.clock, self.sleep)
         loaded, dropped = self.state.load().bounded(host.memory)
         if dropped:
@@ -273,7 +269,15 @@ class Executor:
         )
         allowed = options.allow_shrink or options.force or cfg.settings.allow_shrink
         sandbox = self.state.sandbox
-        available = self._guest_available(cfg, host, workload, vm, reader)
+        # One reading for the plan's ceiling and the grow's starting point (:meth:`_run`).
+        first = self._grow_reading(cfg, host, workload, vm, reader, options.force)
+        available = None if first is None else first.available
+        # The guest's statistics polling, which the shrink checks read: set here, by an
+        # apply, never by connecting or reading, so that status, a dry run and reconcile's
+        # presence checks leave the VM as they found it (kata_mem.backends.Backend). After
+        # a grow's reading, whose ask (interval 0, then this one) has set it already where
+        # readings are counted: then nothing is sent.
+        self.backend.set_stats_interval(cfg.settings.stats_interval_s)
         budget = cfg.settings.node_overcommit is not None
         with node_admission(self.state.root, host.memory, budget) as ledger:
             if ledger is not None:
@@ -301,7 +305,7 @@ class Executor:
         if outcome is not None and outcome.status == "NoChange" and not options.force:
             outcome = self._still_unconfirmed(loaded, outcome, reader)
         if outcome is None:
-            outcome = self._run(p, vm, cfg, None if options.force else reader, host.arch)
+            outcome = self._run(p, vm, cfg, None if options.force else reader, host.arch, first)
         pending = None
         if guards is not None:
             if guards.pod_limit is not None and host_side is not None:
@@ -346,18 +350,25 @@ class Executor:
         )
 
     @staticmethod
-    def _guest_available(
-        cfg: SizingConfig, host: HostFacts, workload: Workload, vm: VmState, reader: UsageReader
-    ) -> Optional[int]:
-        """The guest's MemAvailable from a recent reading, for the guest's own ceiling
-        (:mod:`kata_mem.core.guestmem`), read only when the plan grows under it: the
-        struct pages of what is added come from memory the guest has free now. None
-        when the guest reports nothing (the ceiling is then estimated)."""
+    def _grow_reading(
+        cfg: SizingConfig,
+        host: HostFacts,
+        workload: Workload,
+        vm: VmState,
+        reader: UsageReader,
+        force: bool,
+    ) -> Optional[GuestUsage]:
+        """The guest's reading a grow is planned and measured from, read only when the plan
+        grows: its MemAvailable bounds the guest's own ceiling (:mod:`kata_mem.core.guestmem`:
+        the struct pages of what is added come from memory the guest has free now), and its
+        MemTotal is what the grow is confirmed against (:meth:`_run`). Fresh, taken after the
+        VM was observed, so that one reading serves both; with ``force`` (no confirmation) a
+        recent one, for the ceiling only. None when the guest reports nothing (the ceiling
+        is then estimated)."""
         m = make_plan(cfg, host, workload, vm).memory
-        if m.guest is None or m.target <= vm.total:
+        if m.target <= vm.total or (force and m.guest is None):
             return None
-        usage = reader.recent()
-        return None if usage is None else usage.available
+        return reader.recent() if force else reader.fresh()
 
     def _for_pod(
         self, outcome: Outcome, vm: VmState, cfg: SizingConfig, guards: Guards, host: HostSide
@@ -422,16 +433,19 @@ class Executor:
         cfg: SizingConfig,
         reader: Optional[UsageReader],
         arch: Arch = "amd64",
+        first: Optional[GuestUsage] = None,
     ) -> Outcome:
-        """Run the plan's steps; ``reader`` is None when the safety checks are off (--force)."""
+        """Run the plan's steps; ``reader`` is None when the safety checks are off (--force).
+        ``first``: a reading taken after ``vm`` was observed (:meth:`_grow_reading`)."""
         m = p.memory
         self._watch = None
         if reader is not None and not m.shrink and any(s.delta > 0 for s in m.steps):
             # A grow is done when the guest says so, not when the hypervisor has the device.
-            # Against a reading taken now, after the VM was observed: a recent one may still
-            # show memory a step just before took away (a DIMM the guest let go of a moment
-            # ago, counted in its MemTotal), and no grow would ever seem to reach it.
-            before = reader.fresh()
+            # Against a reading taken after the VM was observed (the plan's own, or one taken
+            # now): a recent one may still show memory a step just before took away (a DIMM
+            # the guest let go of a moment ago, counted in its MemTotal), and no grow would
+            # ever seem to reach it.
+            before = first if first is not None else reader.fresh()
             if before is None or before.total is None:
                 # No balloon statistics (no virtio-balloon, or a guest without the driver):
                 # nothing to confirm with, so the hypervisor's word is all there is.

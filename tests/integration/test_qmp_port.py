@@ -289,3 +289,78 @@ def test_the_pod_s_shared_fs_annotation_decides_the_dimm_s_memory(
     assert (r.code, json.loads(r.out)["status"]) == (0, "Resized"), r.out + r.err
     added = [a for c, a in qemu.calls if c == "object-add"]
     assert added == [{**expected, "id": "kmmem0", "size": 256 * MiB}]
+
+
+def test_a_reading_and_the_ask_for_the_next_go_out_in_one_exchange(
+    server: FakeQmpServer, qemu: RecordingQemu
+) -> None:
+    # The count and the statistics first, then the ask (interval 0 and back): QEMU answers
+    # in order, so the count read is from before the ask, and the next reading is counted
+    # after it. One round trip for the four.
+    qemu.stats_count, qemu.stats_interval = 5, 1
+    backend = QmpBackend.connect(str(server.path))
+    try:
+        backend.observe()
+        sent, trips = len(qemu.calls), backend.round_trips
+        usage = backend.read_and_ask(1)
+        assert usage is not None and usage.sequence == 5
+        assert backend.round_trips == trips + 1
+        assert [(c, a.get("value")) for c, a in qemu.calls[sent:]] == [
+            ("x-query-virtio-queue-status", None),
+            ("qom-get", None),
+            ("qom-set", 0),
+            ("qom-set", 1),
+        ]
+        assert qemu.stats_interval == 1  # put back
+        after = backend.guest_usage()
+        assert after is not None and after.sequence == 6  # the reading asked for
+        # The ask left the interval known: setting it again sends nothing.
+        sent = len(qemu.calls)
+        assert backend.set_stats_interval(1) == 1 and qemu.calls[sent:] == []
+    finally:
+        backend.close()
+
+
+def test_a_grow_sends_only_the_commands_that_carry_it_or_prove_it(
+    server: FakeQmpServer, qemu: RecordingQemu, tmp_path: Path
+) -> None:
+    # apply +1 GiB by a DIMM on a guest whose readings QEMU counts: the reads made once and
+    # the observation, one reading the plan and the grow are measured from (asked for with
+    # the latest), the plug, its verification, and the guest's reading that shows it. The
+    # polling interval is not read: the first ask set it.
+    from kata_mem.core.backing import dimm_backend
+    from kata_mem.core.model import Container, Workload
+    from kata_mem.edges.config import load_config
+    from kata_mem.edges.journal import SandboxState
+    from kata_mem.orchestration.executor import Options, run_locked
+    from tests.support.configs import HOST
+
+    qemu.stats_count, qemu.stats_interval = 5, 1
+    cfg = load_config(
+        write_config(
+            tmp_path / "configuration.toml",
+            {"default_memory": 512, "default_maxmemory": 4096, "shared_fs": "none"},
+        )
+    )
+    result = run_locked(
+        SandboxState(tmp_path / "state", "sb"),
+        lambda: QmpBackend.connect(str(server.path), dimm_backend=dimm_backend(cfg)),
+        cfg,
+        HOST,
+        Workload((Container("c", 1024 * MiB),)),
+        Options(),
+    )
+    assert result.outcome.status == "Resized", result.outcome
+    reading, ask = ["x-query-virtio-queue-status", "qom-get"], ["qom-set", "qom-set"]
+    assert [c for c, _ in qemu.calls] == [
+        "qmp_capabilities",
+        *["qom-list", "qom-list", "qom-get", "query-memory-devices"],
+        *reading,
+        *ask,
+        *reading,
+        "object-add",
+        "device_add",
+        "query-memory-devices",
+        *reading,
+        *ask,
+    ]

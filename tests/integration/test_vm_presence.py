@@ -20,7 +20,7 @@ from typing import Any, Callable, Optional
 
 import pytest
 
-from kata_mem.backends import qmp
+from kata_mem.backends import qmp, qmp_socket
 from kata_mem.core.endpoint import Endpoint, VmmIdentity
 from kata_mem.core.errors import BackendUnavailable
 from kata_mem.edges.journal import SandboxState
@@ -183,7 +183,7 @@ def test_a_busy_monitor_is_there_and_is_not_gone_to_a_connection(
     busy.bind(str(path))
     busy.listen(8)  # never accepts: QEMU serving another client
     monkeypatch.setattr(qmp, "CONNECT_TIMEOUT_S", 0.3)
-    monkeypatch.setattr(qmp, "PRESENCE_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(qmp_socket, "PRESENCE_TIMEOUT_S", 0.3)
     try:
         assert vm_gone(Endpoint("qmp", str(path))) is None
         with pytest.raises(BackendUnavailable) as connecting:
@@ -459,11 +459,11 @@ def test_a_monitor_whose_backlog_is_full_is_there(tmp_path: Path) -> None:
                     waiting.close()
                     break
                 held.append(waiting)
-            assert qmp.presence(str(path)) is None
+            assert qmp_socket.presence(str(path)) is None
             with pytest.raises(BlockingIOError):
-                qmp.dial(str(path), 0.05)  # waited, then said so
+                qmp_socket.dial(str(path), 0.05)  # waited, then said so
             held.append(listener.accept()[0])  # room again: one more fits
-            qmp.dial(str(path), 5).close()
+            qmp_socket.dial(str(path), 5).close()
         finally:
             for waiting in held:
                 waiting.close()

@@ -46,6 +46,10 @@ class FakeQemu:
     balloon: bool = False
     guest_used: int = 64 * MiB
     stats_interval: int = 0
+    #: QEMU's count of the balloon's statistics reports (``x-query-virtio-queue-status``,
+    #: QEMU 7.2), or None for a QEMU without that command; a new report comes at once when
+    #: the polling starts (interval 0, then not), as QEMU polls then and the guest answers
+    stats_count: Optional[int] = None
     #: connections that get a stray event before the greeting, as QEMU sometimes sends
     stray_events_before_greeting: int = 0
     commands: list[str] = field(default_factory=list)
@@ -139,8 +143,19 @@ class FakeQemu:
             and self.balloon
             and args.get("property") == "guest-stats-polling-interval"
         ):
-            self.stats_interval = int(args["value"])
+            value = int(args["value"])
+            if self.stats_count is not None and self.stats_interval == 0 and value > 0:
+                self.stats_count += 1  # hw/virtio/virtio-balloon.c: a new timer fires at once
+            self.stats_interval = value
             return {"return": {}}, []
+        if (
+            cmd == "x-query-virtio-queue-status"
+            and self.balloon
+            and self.stats_count is not None
+            and args.get("path") == "/machine/peripheral/balloon0/virtio-backend"
+            and args.get("queue") == 2
+        ):
+            return {"return": {"last-avail-idx": self.stats_count % (1 << 16)}}, []
         if cmd == "qom-set" and args.get("property") == "requested-size":
             return self._resize(str(args.get("path", "")), int(args["value"]))
         if cmd == "qom-list":

@@ -38,11 +38,20 @@ def dimm(i: int, mib: int, slot: int) -> MemoryDevice:
 VIRTIO = MemoryDevice("vm0", "virtio-mem", 256 * MiB, 256 * MiB, 1024 * MiB, 2 * MiB)
 
 
-def test_the_port_has_six_methods_and_no_release() -> None:
-    # The sixth, set_stats_interval, is the executor's to call (only the
-    # executor orders side effects; connecting and reading change nothing).
+def test_the_port_has_seven_methods_and_no_release() -> None:
+    # set_stats_interval and read_and_ask (which asks the guest for a reading) are the
+    # executor's to call (only the executor orders side effects; connecting and reading
+    # change nothing).
     methods = {n for n, v in inspect.getmembers(Backend) if callable(v) and not n.startswith("_")}
-    assert methods == {"observe", "begin", "poll", "guest_usage", "set_stats_interval", "close"}
+    assert methods == {
+        "observe",
+        "begin",
+        "poll",
+        "guest_usage",
+        "read_and_ask",
+        "set_stats_interval",
+        "close",
+    }
 
 
 def test_device_space_counts_virtio_mem_whole_and_other_devices() -> None:

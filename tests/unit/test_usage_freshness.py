@@ -51,6 +51,12 @@ class Counted:
             sequence=self.sequence,
         )
 
+    def read_and_ask(self, seconds: int) -> Optional[GuestUsage]:
+        usage = self.guest_usage()  # read first, then asked, as QMP sends them in one exchange
+        self.set_stats_interval(0)
+        self.set_stats_interval(seconds)
+        return usage
+
     def set_stats_interval(self, seconds: int) -> Optional[int]:
         before = self.intervals[-1] if self.intervals else 1
         self.intervals.append(seconds)
