@@ -41,18 +41,33 @@ def _req(tmp_path: Path, qmp: Path, **fields: Any) -> dict[str, Any]:
     )
 
 
-def _idle_visits(svc: Service) -> float:
-    """Visits of the loop that found nothing due, as /metrics counts them."""
+def _metric(svc: Service, line: str) -> float:
+    """A sample of /metrics (0 when it has none yet)."""
     metrics = svc.request("GET", "/metrics").body.decode()
-    found = re.search(r'^kata_mem_reconcile_visits_total\{action="idle"\} (\S+)$', metrics, re.M)
+    found = re.search(rf"^{re.escape(line)} (\S+)$", metrics, re.M)
     return float(found.group(1)) if found else 0.0
 
 
-def _two_idle_passes(svc: Service) -> None:
-    """Wait until the loop has visited the sandbox and left it twice from now on (at least
-    one of those passes began after this call)."""
-    seen = _idle_visits(svc)
-    wait_until(lambda: _idle_visits(svc) >= seen + 2, "two more idle visits", timeout=20)
+def _watched(svc: Service) -> None:
+    """Wait until the loop watches the sandbox's VM (a pidfd on the process listening on
+    its monitor, inotify on the socket) and has visited it once, which proves that pid
+    still listens: from then on nothing is asked of it until the kernel reports something."""
+    wait_until(
+        lambda: _metric(svc, "kata_mem_reconcile_watched_vms") == 1
+        and _metric(svc, 'kata_mem_reconcile_visits_total{action="idle"}') >= 1,
+        lambda: f"the loop watches the VM: {svc.stderr()}",
+        timeout=20,
+    )
+
+
+def _quiet(svc: Service, seconds: float) -> None:
+    """Nothing is visited for ``seconds`` (many intervals): nothing is pending."""
+    visits = svc.request("GET", "/metrics").body.decode().count("kata_mem_reconcile_visits_total{")
+    before = _metric(svc, 'kata_mem_reconcile_visits_total{action="idle"}')
+    time.sleep(seconds)
+    assert _metric(svc, 'kata_mem_reconcile_visits_total{action="idle"}') == before
+    after = svc.request("GET", "/metrics").body.decode().count("kata_mem_reconcile_visits_total{")
+    assert after == visits
 
 
 def test_a_plan_only_request_never_touches_the_vm(tmp_path: Path) -> None:
@@ -76,7 +91,8 @@ def test_the_loop_forgets_a_sandbox_whose_vm_is_gone(tmp_path: Path) -> None:
         with FakeQmpServer(tmp_path / "qmp.sock", FakeQemu()) as qmp:
             got = svc.post(_req(tmp_path, qmp.path, apply=True))
             assert (got.status, got.json()["outcome"]["status"]) == (200, "Resized"), got.body
-            _two_idle_passes(svc)  # the VM is there, nothing is due
+            _watched(svc)
+            _quiet(svc, 1.0)  # the VM is there, nothing is due: five intervals, no visit
             assert (svc.state / "sb").is_dir()
         # The VM is gone (its monitor socket with it); no request comes.
         wait_until(
@@ -105,7 +121,8 @@ def test_the_loop_retries_a_deferred_shrink_when_it_is_due(tmp_path: Path) -> No
             journal = svc.state / "sb" / "journal.json"
             doc = json.loads(journal.read_text())
             assert doc["deferred"]["retry_at"] > time.time() + 20  # the 30 s backoff
-            _two_idle_passes(svc)
+            _watched(svc)
+            time.sleep(1.0)  # five intervals
             assert json.loads(journal.read_text())["observed_mib"] == 1024  # not due: left
             fake.guest_used = 64 * MiB
             # The backoff has passed (the clock moved on, as far as the journal says).
