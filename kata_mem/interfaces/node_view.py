@@ -194,6 +194,13 @@ class NodeView:
         self._loop.remove_reader(self.inotify.fd)
         self._wake()
 
+    def poke(self, name: str) -> None:
+        """The service changed ``name`` (a request it answered): read it again. The kernel
+        says so as well once the state directory is watched; before that (it did not exist
+        when the service started, and this request made it) this is how the loop learns."""
+        self.dirty.add(name)
+        self._wake()
+
     def close(self) -> None:
         for name in list(self.vms):
             self.disarm(name)

@@ -93,8 +93,6 @@ class ReconcileLoop:
         self.full_passes = 0
         # sandbox -> when (time.time(), as the journal's retry_at) it is to be visited
         self._due: dict[str, float] = {}
-        # sandbox -> when it was last visited
-        self._visited: dict[str, float] = {}
         # sandboxes whose VM's pidfd was opened and not yet proven by a visit
         self._unproven: set[str] = set()
 
@@ -170,7 +168,6 @@ class ReconcileLoop:
         entry = self.view.entries.get(name)
         if entry is None or entry.files is None:
             self._due.pop(name, None)
-            self._visited.pop(name, None)
             self._unproven.discard(name)
             return
         proof = name in self._unproven
@@ -196,9 +193,10 @@ class ReconcileLoop:
             self._due.pop(name, None)
             return
         due = min(times)
-        last = self._visited.get(name)
-        if last is not None and not proof:
-            due = max(due, last + self.interval)  # at most one visit an interval, as before
+        if done is not None and not proof:
+            # What a visit left as it was is visited again an interval later, as each pass
+            # did; a change the kernel reports since is scheduled from what it changed.
+            due = max(due, now + self.interval)
         self._due[name] = due
 
     async def step(self) -> None:
@@ -251,10 +249,8 @@ class ReconcileLoop:
                     return
                 async with self.service.serialized(sandbox):
                     done = await self._visit(sandbox)
-                now = time.time()
-                self._visited[sandbox] = now
                 self._unproven.discard(sandbox)
-                self._schedule(sandbox, now, done=done)
+                self._schedule(sandbox, time.time(), done=done)
 
         await asyncio.gather(*(one(name) for name in names))
 

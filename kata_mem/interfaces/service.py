@@ -501,6 +501,8 @@ class Service:
                 else:
                     done = await self._run(lambda: answer(parsed, self.env, options))
         log_answer(parsed, done, peer_text(peer), time.perf_counter() - start)
+        if self.view is not None and parsed.mode != "plan":
+            self.view.poke(parsed.sandbox)  # what it changed, read now (inotify says so too)
         return self.send(done)
 
     def send(self, done: Answer, status: Optional[int] = None) -> web.Response:

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from tests.support.configs import GUEST_KERNEL_PARAMS, write_config
 from tests.support.fake_qmp import FakeQemu, FakeQmpServer
+from tests.support.paths import REPO
 from tests.support.service import Service, start
 from tests.support.shim import request
 from tests.support.waits import wait_until
@@ -53,8 +56,10 @@ def _watched(svc: Service) -> None:
     its monitor, inotify on the socket) and has visited it once, which proves that pid
     still listens: from then on nothing is asked of it until the kernel reports something."""
     wait_until(
-        lambda: _metric(svc, "kata_mem_reconcile_watched_vms") == 1
-        and _metric(svc, 'kata_mem_reconcile_visits_total{action="idle"}') >= 1,
+        lambda: (
+            _metric(svc, "kata_mem_reconcile_watched_vms") == 1
+            and _metric(svc, 'kata_mem_reconcile_visits_total{action="idle"}') >= 1
+        ),
         lambda: f"the loop watches the VM: {svc.stderr()}",
         timeout=20,
     )
@@ -141,4 +146,94 @@ def test_the_loop_retries_a_deferred_shrink_when_it_is_due(tmp_path: Path) -> No
             metrics = svc.request("GET", "/metrics").body.decode()
             assert 'kata_mem_outcomes_total{reason="",status="Resized"}' in metrics
     finally:
+        assert svc.stop() == 0, svc.stderr()
+
+
+#: A VM as a process of its own: a scripted monitor on the socket ``argv[1]``, until killed.
+_VM_PROCESS = """
+import sys, time
+from pathlib import Path
+from tests.support.fake_qmp import FakeQemu, FakeQmpServer
+from tests.support.paths import REPO
+FakeQmpServer(Path(sys.argv[1]), FakeQemu())
+print("ready", flush=True)
+time.sleep(600)
+"""
+
+#: Another process makes the deferred shrink of ``argv[1]`` (a journal) due now, as the
+#: shim answering in its own process or an operator would change it.
+_DUE_NOW = """
+import json, sys, time
+from pathlib import Path
+journal = Path(sys.argv[1])
+doc = json.loads(journal.read_text())
+doc["deferred"]["retry_at"] = time.time() - 1
+tmp = journal.with_name(".journal.json.1.tmp")
+tmp.write_text(json.dumps(doc))
+tmp.rename(journal)
+"""
+
+
+def test_the_kernel_tells_the_loop_a_vm_exited_and_a_journal_changed(tmp_path: Path) -> None:
+    # A minute between two polls, ten between two full passes: what the loop does within
+    # seconds below, it learns from the kernel (a pidfd on the VM's process, inotify on
+    # the sandbox's directory), not from reading every sandbox again.
+    svc = start(tmp_path, "--reconcile-interval", "60")
+    vm_sock = tmp_path / "vm.sock"
+    vm = subprocess.Popen(
+        [sys.executable, "-c", _VM_PROCESS, str(vm_sock)], cwd=REPO, stdout=subprocess.PIPE
+    )
+    fake = FakeQemu(balloon=True, guest_used=64 * MiB)
+    try:
+        assert vm.stdout is not None and vm.stdout.readline() == b"ready\n"
+        with FakeQmpServer(tmp_path / "qmp.sock", fake) as qmp:
+            other = request(
+                sandbox_id="vm",
+                config=str(_config(tmp_path)),
+                backend={"type": "qmp", "socket": str(vm_sock)},
+                host={"memory_bytes": 16 << 30, "cpus": 4},
+                apply=True,
+            )
+            got = svc.post(other)
+            assert (got.status, got.json()["outcome"]["status"]) == (200, "Resized"), got.body
+            # A deferred shrink of sb, as in the test above.
+            big = [{"id": "c1", "state": "running", "memory_limit_bytes": 512 * MiB}]
+            got = svc.post(_req(tmp_path, qmp.path, apply=True, containers=big))
+            assert got.json()["outcome"]["observed_mib"] == 1024, got.body
+            fake.guest_used = 700 * MiB
+            shrink = _req(tmp_path, qmp.path, apply=True, allow_shrink=True, containers=[])
+            out = svc.post(shrink).json()["outcome"]
+            assert (out["status"], out["reason"]) == ("Deferred", "UsageAboveTarget"), out
+            wait_until(
+                lambda: _metric(svc, "kata_mem_reconcile_watched_vms") == 2,
+                lambda: f"the loop watches both VMs: {svc.stderr()}",
+                timeout=20,
+            )
+            fake.guest_used = 64 * MiB
+            journal = svc.state / "sb" / "journal.json"
+            subprocess.run([sys.executable, "-c", _DUE_NOW, str(journal)], check=True)
+            wait_until(
+                lambda: json.loads(journal.read_text())["observed_mib"] == 512,
+                lambda: f"the loop retries the shrink: {svc.stderr()}",
+                timeout=20,
+            )
+            # The VM's process dies; its socket file stays (nothing removed it): only the
+            # process's exit tells.
+            vm.kill()
+            vm.wait(10)
+            assert vm_sock.exists()
+            wait_until(
+                lambda: not (svc.state / "vm").exists(),
+                lambda: f"the loop removes the state of vm: {svc.stderr()}",
+                timeout=20,
+            )
+            assert "sandbox vm: cleaned: the VM is gone" in svc.stderr()
+            assert (svc.state / "sb").is_dir()
+            assert _metric(svc, "kata_mem_reconcile_full_passes_total") == 1
+    finally:
+        if vm.poll() is None:
+            vm.kill()
+            vm.wait(10)
+        assert vm.stdout is not None
+        vm.stdout.close()
         assert svc.stop() == 0, svc.stderr()
