@@ -11,7 +11,13 @@ every size alike:
 2. the same two as ``POST /v1/shim`` to a ``kata-mem serve`` of that state directory;
 3. ``GET /v1/node`` of that service and a one-shot ``kata-mem status --all --json``;
 4. the service's resident memory (VmRSS) and, with its reconcile loop at the default
-   interval, the CPU it spends while idle.
+   interval, the CPU it spends while idle, once its start-up pass is done (that pass is
+   reported on its own, as is what the safety net's full pass every ten minutes costs,
+   timed in this process on the same state directory);
+5. admission as the node fills (``--admission``, 300 by default): a service at the
+   default interval, with a node budget on, and one ``POST /v1/shim`` grow (+256 MiB
+   DIMM) for each of that many new sandboxes in turn: the median of the first 20 and of
+   the last 20.
 
 Every VM is a scripted QMP server on a real unix socket (:class:`FakeQemu` of
 ``tests/support/fake_qmp.py`` behind an asyncio server): all of them (1,101 for the
@@ -28,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import http.client
 import json
 import os
@@ -178,19 +185,20 @@ def check_outcome(doc: dict[str, Any], want: str) -> None:
 class Size:
     """One state directory of ``count`` sandboxes, its VMs and its service."""
 
-    def __init__(self, count: int, tmp: Path, config: Path) -> None:
+    def __init__(self, count: int, tmp: Path, config: Path, tag: str = "") -> None:
         self.count = count
+        self.tag = tag or str(count)
         self.config = config
-        self.state = tmp / f"state-{count}"
+        self.state = tmp / f"state-{self.tag}"
         self.qmp = tmp / "qmp"
         self.names = [PROBE] + [f"sb-{i:04d}" for i in range(count - 1)]
-        self.sock = str(tmp / f"serve-{count}.sock")
+        self.sock = str(tmp / f"serve-{self.tag}.sock")
         self.service: Optional[subprocess.Popen[bytes]] = None
         self.conn: Optional[Unix] = None
         self.times: dict[str, list[float]] = {}
 
     def qmp_path(self, name: str) -> str:
-        return str(self.qmp / f"{self.count}-{name}.sock")
+        return str(self.qmp / f"{self.tag}-{name}.sock")
 
     def request(self, name: str, grow: bool = False, event: str = "update") -> Any:
         from kata_mem.core.request import SandboxRequest
@@ -328,10 +336,36 @@ class Size:
                 return int(line.split()[1]) / 1024
         raise SystemExit("no VmRSS")
 
+    def metric(self, name: str) -> float:
+        """A sample of the service's /metrics (0 when it has none)."""
+        assert self.conn is not None
+        for line in http_call(self.conn, "GET", "/metrics").decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+        return 0.0
+
+    def settled(self) -> None:
+        """Wait until the service's start-up pass is done (its loop counts a full pass)."""
+        assert self.conn is not None
+        if b"kata_mem_reconcile_full_passes" not in http_call(self.conn, "GET", "/metrics"):
+            time.sleep(6.0)  # a kata-mem before issue 36: its first pass, after 5 s, is done
+            return
+        for _ in range(1200):
+            if self.metric("kata_mem_reconcile_full_passes_total") >= 1:
+                return
+            time.sleep(0.1)
+        raise SystemExit(f"{self.sock}: no full pass within 120 s")
+
     def cpu_s(self) -> float:
+        """The service's CPU time so far, every thread's, in nanoseconds from the
+        scheduler (``/proc/PID/task/TID/schedstat``, its first field): clock ticks (10 ms)
+        are too coarse for an idle process over 20 s."""
         assert self.service is not None
-        fields = Path(f"/proc/{self.service.pid}/stat").read_text().rpartition(")")[2].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        total = 0
+        for task in Path(f"/proc/{self.service.pid}/task").iterdir():
+            with contextlib.suppress(OSError):  # a thread that ended meanwhile
+                total += int((task / "schedstat").read_text().split()[0])
+        return total / 1e9
 
 
 def median_ms(values: list[float]) -> float:
@@ -344,6 +378,7 @@ def main() -> None:
     parser.add_argument("--sizes", default="1,100,1000")
     parser.add_argument("--status-every", type=int, default=3, help="status --all every Nth round")
     parser.add_argument("--idle-seconds", type=float, default=20.0)
+    parser.add_argument("--admission", type=int, default=300, help="sandboxes to fill (0: none)")
     parser.add_argument("--farm", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.farm:
@@ -364,8 +399,10 @@ def main() -> None:
             kata_mem={"node_overcommit": 1.0},
         )
         sizes = [Size(c, tmp, config) for c in counts]
+        filling = Size(args.admission, tmp, config, tag="admission") if args.admission else None
         listing = tmp / "farm.txt"
-        listing.write_text("\n".join(s.qmp_path(n) for s in sizes for n in s.names))
+        every = sizes + ([filling] if filling else [])
+        listing.write_text("\n".join(s.qmp_path(n) for s in every for n in s.names))
         farm = subprocess.Popen(
             [sys.executable, __file__, "--farm", str(listing)], stdout=subprocess.PIPE
         )
@@ -373,15 +410,64 @@ def main() -> None:
             assert farm.stdout is not None
             if farm.stdout.readline().strip() != b"ready":
                 raise SystemExit("the QMP farm did not start")
-            run(sizes, args)
+            run(sizes, args, filling)
         finally:
-            for s in sizes:
+            for s in every:
                 s.stop_service()
             farm.send_signal(signal.SIGTERM)
             farm.wait(30)
 
 
-def run(sizes: list[Size], args: argparse.Namespace) -> None:
+def safety_pass_ms(state: Path) -> float:
+    """What the loop's full pass reads, in this process, on a state directory a pass read
+    before (best of 5): the listing (every sandbox directory's checks) and each entry's
+    files compared by ``stat``; no VM is asked (the kernel watches them)."""
+    from kata_mem.edges.statedir import list_state_dir
+    from kata_mem.interfaces.node_view import NodeView
+
+    view = NodeView(str(state))
+
+    async def inline(fn: Any) -> Any:
+        return fn()
+
+    async def once() -> float:
+        view.start(asyncio.get_running_loop(), lambda: None)
+        try:
+            await view.sync(inline)
+            best = float("inf")
+            for _ in range(5):
+                t0 = time.perf_counter()
+                list_state_dir(state)
+                view.everything = True
+                await view.sync(inline)
+                best = min(best, time.perf_counter() - t0)
+            return best * 1000
+        finally:
+            view.close()
+
+    return asyncio.run(once())
+
+
+def fill(s: Size) -> tuple[list[float], list[float]]:
+    """One grow through the service for each new sandbox in turn: the times of the first
+    20 and of the last 20."""
+    s.start_service(interval=5.0)  # the default interval: the loop as a node runs it
+    try:
+        s.settled()
+        assert s.conn is not None
+        times = []
+        for name in s.names:
+            body = s.doc(name, grow=True)
+            t0 = time.perf_counter()
+            data = http_call(s.conn, "POST", "/v1/shim", body)
+            times.append(time.perf_counter() - t0)
+            check_outcome(json.loads(data), "Resized")
+        return times[:20], times[-20:]
+    finally:
+        s.stop_service()
+
+
+def run(sizes: list[Size], args: argparse.Namespace, filling: Optional[Size]) -> None:
     t0 = time.perf_counter()
     for s in sizes:  # every sandbox applied once: journals, saved requests, the ledger
         for name in s.names:
@@ -409,14 +495,18 @@ def run(sizes: list[Size], args: argparse.Namespace) -> None:
             rss[s.count] = s.rss_mib()
         s.stop_service()
     # An idle service with the loop at its default interval: what it costs to keep watching.
-    idle: dict[int, tuple[float, float]] = {}
+    idle: dict[int, tuple[float, float, float, float]] = {}
     for s in sizes:
         s.start_service(interval=5.0)
+        s.settled()
+        time.sleep(1.0)  # the start-up pass's last visits logged and counted
         start = s.cpu_s()
         time.sleep(args.idle_seconds)
-        idle[s.count] = (100 * (s.cpu_s() - start) / args.idle_seconds, s.rss_mib())
+        cpu = 100 * (s.cpu_s() - start) / args.idle_seconds
+        idle[s.count] = (cpu, s.rss_mib(), start, safety_pass_ms(s.state))
         s.stop_service()
-    report(sizes, args, setup_s, rss, idle)
+    admitted = fill(filling) if filling is not None else None
+    report(sizes, args, setup_s, rss, idle, admitted)
 
 
 def report(
@@ -424,7 +514,8 @@ def report(
     args: argparse.Namespace,
     setup_s: float,
     rss: dict[int, float],
-    idle: dict[int, tuple[float, float]],
+    idle: dict[int, tuple[float, float, float, float]],
+    admitted: Optional[tuple[list[float], list[float]]],
 ) -> None:
     base = sizes[0]
     total = sum(s.count for s in sizes)
@@ -451,7 +542,7 @@ def report(
     )
     print(
         f"| idle, loop every 5 s: CPU over {args.idle_seconds:g} s | "
-        + " | ".join(f"{idle[s.count][0]:.1f} %" for s in sizes)
+        + " | ".join(f"{idle[s.count][0]:.2f} %" for s in sizes)
         + " |"
     )
     print(
@@ -459,6 +550,30 @@ def report(
         + " | ".join(f"{idle[s.count][1]:.1f} MiB" for s in sizes)
         + " |"
     )
+    print(
+        "| CPU from start to the end of the start-up pass (imports, every sandbox visited) | "
+        + " | ".join(f"{idle[s.count][2]:.2f} s" for s in sizes)
+        + " |"
+    )
+    print(
+        "| the safety net's full pass (every 600 s), in-process, best of 5 | "
+        + " | ".join(f"{idle[s.count][3]:.1f} ms" for s in sizes)
+        + " |"
+    )
+    print(
+        "| idle CPU with that pass spread over its 600 s | "
+        + " | ".join(
+            f"{idle[s.count][0] + 100 * idle[s.count][3] / 1000 / 600:.2f} %" for s in sizes
+        )
+        + " |"
+    )
+    if admitted is not None:
+        first, last = (median_ms(t) for t in admitted)
+        print(
+            f"\nadmission as the node fills ({args.admission} sandboxes, one `POST /v1/shim` "
+            f"grow each, loop every 5 s): first 20 {first:.2f} ms, last 20 {last:.2f} ms, "
+            f"{last / first:.2f}x"
+        )
 
 
 if __name__ == "__main__":

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Callable, Literal, NamedTuple, Optional, Proto
 
 from kata_mem.core.errors import ConfigError, KataMemError
 from kata_mem.edges import watch
-from kata_mem.orchestration.status import SandboxFiles, node_totals, read_sandbox
+from kata_mem.orchestration.status import Row, SandboxFiles, node_totals, read_sandbox, summary
 
 if TYPE_CHECKING:
     from kata_mem.core.model import Settings
@@ -74,6 +74,8 @@ class Entry(NamedTuple):
     has_request: bool
     #: Whether inotify watches its directory (else it is read at every interval).
     watched: bool
+    #: Its part of the node's status, against the host as probed when it was read.
+    row: Optional[Row] = None
 
 
 def _stat(path: Path) -> Stat:
@@ -100,12 +102,14 @@ def read_entry(
     name: str,
     known: Optional[Entry] = None,
     inotify: Optional[watch.Inotify] = None,
+    limit: int = 0,
 ) -> Optional[Entry]:
     """Read the entry ``name`` of the state directory ``root`` (kata-mem's; call it with
     the node lock held, as a listing is made), or None when it is not one a listing
     shows (kata-mem's own files) or is gone. ``known``: what was read before, returned as
     it is when nothing a reader checks has moved since. ``inotify``: watch the sandbox
-    directory first, so that a change made while it is read is not missed.
+    directory first, so that a change made while it is read is not missed. ``limit``:
+    the host's memory, to sum its row against (0: not now).
     """
     from kata_mem.core.model import SANDBOX_ID
     from kata_mem.edges.statedir import entry
@@ -130,7 +134,8 @@ def read_entry(
         files = read_sandbox(str(root), name)
     except KataMemError as exc:  # its journal could have been written by another user
         return Entry("refused", None, exc, sig, False, watched)
-    return Entry("ours", files, None, sig, sig[2] is not None, watched)
+    row = summary(files, limit) if limit else None
+    return Entry("ours", files, None, sig, sig[2] is not None, watched, row)
 
 
 class Vm(NamedTuple):
@@ -383,12 +388,15 @@ class NodeView:
 
         def read() -> Optional[dict[str, Optional[Entry]]]:
             from kata_mem.edges.statedir import listdir, node_lock, state_dir_state
+            from kata_mem.orchestration.handle import probe
+            from kata_mem.orchestration.status import PROBED
 
             if state_dir_state(root) != "ours":
                 return None
+            limit = probe(PROBED).memory
             with node_lock(root, shared=True):  # no sandbox directory half made or removed
                 wanted = set(known) | set(listdir(root, root)) if names is None else names
-                return {n: read_entry(root, n, known.get(n), inotify) for n in wanted}
+                return {n: read_entry(root, n, known.get(n), inotify, limit) for n in wanted}
 
         try:
             read_now = await run(read)
@@ -443,12 +451,15 @@ class NodeView:
         refused = [e.refused for _n, e in entries if e.refused is not None]
         if refused:
             raise ConfigError("; ".join(why.message for why in refused))
+        rows = [
+            e.row
+            if e.row is not None and e.row.limit == host.memory
+            else summary(files, host.memory)
+            for _n, e in entries
+            if (files := e.files) is not None
+        ]
         return node_totals(
-            settings,
-            self.state_dir,
-            host,
-            [e.files for _n, e in entries if e.files is not None],
-            [n for n, e in entries if e.kind == "foreign"],
+            settings, self.state_dir, host, rows, [n for n, e in entries if e.kind == "foreign"]
         )
 
 

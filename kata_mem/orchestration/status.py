@@ -142,8 +142,8 @@ def node_status(
     listing = list_state_dir(state_dir)
     if listing.refused:
         raise ConfigError("; ".join(why.message for _name, why in listing.refused))
-    read = [read_sandbox(state_dir, name) for name in listing.sandboxes]
-    return node_totals(settings, state_dir, host, read, listing.foreign)
+    rows = [summary(read_sandbox(state_dir, name), host.memory) for name in listing.sandboxes]
+    return node_totals(settings, state_dir, host, rows, listing.foreign)
 
 
 class SandboxFiles(NamedTuple):
@@ -177,15 +177,45 @@ def read_sandbox(state_dir: str, name: str) -> SandboxFiles:
     return SandboxFiles(name, record, notes, endpoint)
 
 
+class Row(NamedTuple):
+    """One sandbox's part of the node's status against a host of ``limit`` bytes: its
+    row, the bytes it commits, and the notes reading it made."""
+
+    summary: SandboxSummary
+    commitment: int
+    notes: tuple[Note, ...]
+    limit: int
+
+
+def summary(files: SandboxFiles, limit: int) -> Row:
+    """What :func:`node_totals` sums of one sandbox, against a host of ``limit`` bytes
+    (sizes above it are dropped as damage, and said)."""
+    name, unbounded, notes, endpoint = files
+    record, dropped = unbounded.bounded(limit)
+    if dropped:
+        notes = (*notes, Note("journal", f"sandbox {name}: {dropped}"))
+    last = record.last_outcome
+    status = "running" if record.state == "running" else (last.status if last else "unknown")
+    row = SandboxSummary(
+        name,
+        endpoint,
+        record.observed,
+        record.goal,
+        status,
+        last.reason if last and record.state != "running" else "",
+    )
+    return Row(row, record.commitment, notes, limit)
+
+
 def node_totals(
     settings: Settings,
     state_dir: str,
     host: HostFacts,
-    sandboxes: Iterable[SandboxFiles],
+    sandboxes: Iterable[Row],
     skipped: Iterable[str],
 ) -> NodeStatus:
-    """The node's status from what was read of each sandbox (in order) and the entries
-    that are not kata-mem's, against ``host``."""
+    """The node's status from each sandbox's row (:func:`summary`, in order) and the
+    entries that are not kata-mem's, against ``host``."""
     from kata_mem.core.planner import reserved_problem
     from kata_mem.edges.logs import get_logger
     from kata_mem.orchestration.guards import node_budget
@@ -193,24 +223,10 @@ def node_totals(
     rows: list[SandboxSummary] = []
     notes: list[Note] = []
     committed = 0
-    for name, unbounded, read_notes, endpoint in sandboxes:
-        record, dropped = unbounded.bounded(host.memory)
+    for row, commitment, read_notes, _limit in sandboxes:
+        rows.append(row)
         notes += read_notes
-        if dropped:
-            notes.append(Note("journal", f"sandbox {name}: {dropped}"))
-        committed += record.commitment
-        last = record.last_outcome
-        status = "running" if record.state == "running" else (last.status if last else "unknown")
-        rows.append(
-            SandboxSummary(
-                name,
-                endpoint,
-                record.observed,
-                record.goal,
-                status,
-                last.reason if last and record.state != "running" else "",
-            )
-        )
+        committed += commitment
     budget = node_budget(settings, host)
     reserved = None if budget is None else reserved_problem(settings.node_reserved, host.memory)
     if reserved is not None:
