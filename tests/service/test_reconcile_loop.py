@@ -237,3 +237,37 @@ def test_the_kernel_tells_the_loop_a_vm_exited_and_a_journal_changed(tmp_path: P
         assert vm.stdout is not None
         vm.stdout.close()
         assert svc.stop() == 0, svc.stderr()
+
+
+def test_a_vm_the_kernel_cannot_watch_is_asked_at_every_interval(tmp_path: Path) -> None:
+    # A VMM whose pid the kernel did not give (a peer in another pid namespace: no pidfd
+    # can be had, and no socket watch either): the loop asks its socket at every
+    # interval, as it asked every VM before.
+    svc = start(tmp_path, "--reconcile-interval", "0.2")
+    try:
+        with FakeQmpServer(tmp_path / "qmp.sock", FakeQemu()) as qmp:
+            got = svc.post(_req(tmp_path, qmp.path, apply=True))
+            assert (got.status, got.json()["outcome"]["status"]) == (200, "Resized"), got.body
+            _watched(svc)
+            saved = svc.state / "sb" / "request.json"
+            doc = json.loads(saved.read_text())
+            doc["backend"]["vmm"]["peer_pid"] = None
+            tmp = saved.with_name(".request.json.1.tmp")
+            tmp.write_text(json.dumps(doc))
+            tmp.rename(saved)
+            wait_until(
+                lambda: _metric(svc, "kata_mem_reconcile_watched_vms") == 0,
+                lambda: f"the loop no longer watches the VM: {svc.stderr()}",
+            )
+            idle = _metric(svc, 'kata_mem_reconcile_visits_total{action="idle"}')
+            wait_until(
+                lambda: _metric(svc, 'kata_mem_reconcile_visits_total{action="idle"}') >= idle + 2,
+                "two more visits that found it there",
+            )
+        wait_until(
+            lambda: not (svc.state / "sb").exists(),
+            lambda: f"the loop removes the state of sb: {svc.stderr()}",
+        )
+        assert "sb: cleaned: the VM is gone" in svc.stderr()
+    finally:
+        assert svc.stop() == 0, svc.stderr()
