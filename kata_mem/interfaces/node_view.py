@@ -129,7 +129,9 @@ def read_entry(
     if found == "refused":
         return Entry("refused", None, why, sig, False, watched)
     if found != "ours":  # foreign, empty, or changed while it was read (read again then)
-        return Entry("foreign", None, None, sig, False, watched)
+        # What a listing shows of it, its name, changes only with an event on the state
+        # directory: watched as that is (a file is no directory to watch).
+        return Entry("foreign", None, None, sig, False, inotify is not None)
     try:
         files = read_sandbox(str(root), name)
     except KataMemError as exc:  # its journal could have been written by another user

@@ -88,8 +88,10 @@ class ReconcileLoop:
         self._unusable: Optional[Unusable] = None
         # when the loop last checked the node's ledger against the journals (monotonic)
         self._ledger_checked = -LEDGER_CHECK_S
-        # when the last full pass began (monotonic); how many there were
+        # when the last full pass began (monotonic), when one was last tried (it may find
+        # the state directory unusable: tried again an interval later); how many there were
         self._full_at = -FULL_PASS_S
+        self._full_tried = -FULL_PASS_S
         self.full_passes = 0
         # sandbox -> when (time.time(), as the journal's retry_at) it is to be visited
         self._due: dict[str, float] = {}
@@ -110,7 +112,7 @@ class ReconcileLoop:
             while not stop.is_set():
                 wake.clear()
                 try:
-                    if time.monotonic() - self._full_at >= FULL_PASS_S:
+                    if time.monotonic() >= self._next_full():
                         await self.one_pass()
                     else:
                         await self.step()
@@ -125,15 +127,22 @@ class ReconcileLoop:
             stopped.cancel()
             self.view.close()
 
+    def _next_full(self) -> float:
+        """When (monotonic) the next full pass is to run."""
+        return max(self._full_at + FULL_PASS_S, self._full_tried + self.interval)
+
     def _timeout(self) -> float:
         """Until the next visit due, the next full pass, or (while the kernel watches
-        nothing: no inotify, or no state directory yet) the next interval."""
-        left = [FULL_PASS_S - (time.monotonic() - self._full_at)]
+        nothing: no inotify, no state directory yet, or one that cannot be used) the next
+        interval; never less than ``SETTLE_S``, so that nothing can make the loop spin."""
+        if self._unusable is not None:
+            return self.interval
+        left = [self._next_full() - time.monotonic()]
         if self._due:
             left.append(min(self._due.values()) - time.time())
         if self.view.inotify is None or self.view.root_wd is None:
             left.append(self.interval)
-        return max(0.0, min(left))
+        return max(SETTLE_S, min(left))
 
     def _said(self, exc: KataMemError) -> None:
         unusable = Unusable.of(exc)
@@ -220,6 +229,7 @@ class ReconcileLoop:
         """
         from kata_mem.edges.statedir import list_state_dir
 
+        self._full_tried = time.monotonic()
         try:
             names = await self._run(lambda: list_state_dir(self.state_dir).sandboxes)
         except KataMemError as exc:
