@@ -22,7 +22,7 @@ __version__ = "0.1.0"
 #: Public name -> the module that defines it.
 _EXPORTS = {
     "handle": "kata_mem.orchestration.handle:handle",
-    "plan": "kata_mem.core.planner:plan",
+    "plan": "kata_mem.core.plan:plan",
     "load_config": "kata_mem.edges.config:load_config",
     "find_config": "kata_mem.edges.config:find_config",
     "probe_host": "kata_mem.edges.host:probe_host",
@@ -150,7 +150,7 @@ if TYPE_CHECKING:
         VmState,
         Workload,
     )
-    from kata_mem.core.planner import plan
+    from kata_mem.core.plan import plan
     from kata_mem.core.quantity import parse_quantity, quantity_bytes
     from kata_mem.core.request import CallOptions, HostOverrides, SandboxRequest
     from kata_mem.core.results import Applied, Forgotten, Planned, Response

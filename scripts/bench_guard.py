@@ -69,7 +69,7 @@ import sys, time
 from pathlib import Path
 from kata_mem.edges.config import load_config
 from kata_mem.orchestration.guards import HostSide
-from kata_mem.edges.journal import node_admission
+from kata_mem.edges.ledger import node_admission
 from kata_mem.core.model import HostFacts, VmState
 cfg = load_config(Path(sys.argv[1]))
 host = HostFacts(memory=32 << 30, cpus=8, arch="amd64")

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from kata_mem.core.model import Container, HostFacts, Workload  # noqa: E402
-from kata_mem.core.planner import plan  # noqa: E402
+from kata_mem.core.plan import plan  # noqa: E402
 from kata_mem.core.units import MiB  # noqa: E402
 from kata_mem.edges.config import load_config  # noqa: E402
 

@@ -730,7 +730,7 @@ class QmpBackend:
     def _loose_backends(self, devices: list[MemoryDevice]) -> dict[str, int]:
         """The memory backend objects named like kata-mem's (``kmmem*``) that no device
         uses, and their sizes: the only ones that can be orphans or look-alikes, since
-        kata-mem names every object it creates so (``planner._new_ids``). Any other object
+        kata-mem names every object it creates so (``plan.steps._new_ids``). Any other object
         is only an id that new ones avoid, which the list of ``/objects`` gives.
 
         Found from that list, whose types tell memory backends (QEMU's are all

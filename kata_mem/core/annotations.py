@@ -259,7 +259,7 @@ def pod_config(cfg: SizingConfig, host: HostFacts, workload: Workload) -> Sizing
 
     :raises InputError: as :func:`sandbox_config`.
     """
-    from kata_mem.core.planner import ARCH_MAX_VCPUS
+    from kata_mem.core.plan.vcpus import ARCH_MAX_VCPUS
 
     return sandbox_config(
         cfg,

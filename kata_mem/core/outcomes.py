@@ -188,8 +188,8 @@ def before_steps(p: Plan, vm: VmState, *, shrink_allowed: bool) -> tuple[Plan, O
 
 
 #: Why a grow the plan stopped where the VM is cannot be done, by the cause of the clamp
-#: that stopped it (planner ``_grow_dimm``, ``_resize_virtio_mem``): the outcome names what
-#: the plan names, one rule for both. The guest's own ceiling stops a staged grow (kernel
+#: that stopped it (plan.steps ``grow_dimm``, ``resize_virtio_mem``): the outcome names
+#: what the plan names, one rule for both. The guest's own ceiling stops a staged grow (kernel
 #: onlining, kata_mem.core.guestmem) when its kernel-zone memory, less the headroom, holds
 #: the struct pages of no further block.
 GROW_STOPPED: dict[Cause, Reason] = {
@@ -205,7 +205,7 @@ def _nothing_to_run(p: Plan, vm: VmState) -> tuple[Status, Reason, str]:
     m = p.memory
     stays = f"the guest stays at {fmt_bytes(vm.total)}"
     if m.mechanism == "virtio-mem" and vm.virtio_mem is None and m.aligned != vm.total:
-        # No device that is the sandbox's (planner._resize_virtio_mem says why).
+        # No device that is the sandbox's (plan.steps.resize_virtio_mem says why).
         reason: Reason = "BackendCannotGrow" if m.aligned > vm.total else "BackendCannotShrink"
         why = next((c.detail for c in m.clamps if c.cause == "device_space"), "")
         return "Infeasible", reason, f"{why}: {stays}"

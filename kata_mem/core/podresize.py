@@ -10,7 +10,7 @@ answers either.
 
 :func:`settle` turns what the executor did into the answer to the kubelet: success only
 when the VM is within what the new pod limit allows (guest + VMM overhead + margin,
-:func:`kata_mem.core.planner.level_room`) and QEMU's charge fits under it, so that the
+:func:`kata_mem.core.plan.guards.level_room`) and QEMU's charge fits under it, so that the
 kubelet's cgroup write that follows cannot OOM-kill QEMU. :func:`cri_answer` is the gRPC
 status a shim returns for it (docs, "Kubernetes in-place resize").
 """

@@ -7,10 +7,10 @@ The kubelet limits a pod's cgroup to the sum of its containers' memory limits pl
 ``pkg/kubelet/cm/helpers_linux.go`` ``ResourceConfigForPod``), and with Kata's
 ``sandbox_cgroup_only`` QEMU is charged there. The guard lets a VM of ``vm`` bytes
 into a cgroup limited to ``limit`` when ``vm + vmm_overhead(vm) + margin <= limit``
-(:func:`kata_mem.core.planner.cgroup_room`), so a pod of ``limits`` needs
+(:func:`kata_mem.core.plan.guards.cgroup_room`), so a pod of ``limits`` needs
 ``podFixed >= vm(limits) + vmm_overhead(vm) + margin - limits``. kata-deploy's fixed
 160Mi is below that for Kata's own sizing (Kata issues #6129, #12786). The VM a pod
-gets is asked of the planner itself (:func:`kata_mem.core.planner.plan`, alignment and
+gets is asked of the planner itself (:func:`kata_mem.core.plan.plan`, alignment and
 the memory maximum included), so this arithmetic cannot drift from the sizing rules.
 
 The kernel keeps a cgroup's limit in pages, rounding bytes down (mm/page_counter.c
@@ -30,14 +30,9 @@ from typing import Optional
 from kata_mem.core.errors import ConfigError, InputError
 from kata_mem.core.frozen import frozen, replace
 from kata_mem.core.model import Arch, Container, HostFacts, SizingConfig, SizingModel, Workload
-from kata_mem.core.planner import (
-    block_size,
-    boot_guest_ceiling,
-    boot_memory,
-    mechanism,
-    plan,
-    vmm_overhead,
-)
+from kata_mem.core.plan import plan
+from kata_mem.core.plan.geometry import block_size, boot_guest_ceiling, boot_memory, mechanism
+from kata_mem.core.plan.guards import vmm_overhead
 from kata_mem.core.units import INT64_MAX, MiB, align_down, align_up, fmt_bytes, to_mib_nearest
 
 #: A host that never binds: the node's memory would only lower a VM (and so what its
@@ -54,7 +49,7 @@ class PodFit:
     ``asked`` is what the guard is asked to admit, in whole MiB: the VM, or, when the
     memory maximum made the planner round the VM down to a block, the size it was
     rounded from (the guard checks the target before the blocks,
-    :func:`kata_mem.core.planner._plan_memory`)."""
+    :func:`kata_mem.core.plan.memory.plan_memory`)."""
 
     limits: int
     vm: int
@@ -107,7 +102,7 @@ def _host(arch: Arch) -> HostFacts:
 
 def pod_fit(cfg: SizingConfig, arch: Arch, limits: int) -> PodFit:
     """The VM a freshly booted sandbox of ``cfg`` is grown to for a pod whose memory
-    limits add up to ``limits`` bytes, as :func:`~kata_mem.core.planner.plan` sizes it,
+    limits add up to ``limits`` bytes, as :func:`~kata_mem.core.plan.plan` sizes it,
     with the VMM overhead the guard counts for it."""
     pod = Workload(containers=(Container("pod", memory_limit=limits),))
     memory = plan(cfg, _host(arch), pod).memory
@@ -124,7 +119,7 @@ def pod_fit(cfg: SizingConfig, arch: Arch, limits: int) -> PodFit:
 def _added(cfg: SizingConfig) -> int:
     """What a VM of ``cfg`` is sized at above its pod's limits: ``default_memory`` with
     ``kata`` sizing and with the Go runtime's static sizing, ``overhead_memory`` with
-    runtime-rs's (planner ``static_size``: the model does not apply), nothing with
+    runtime-rs's (``plan.workload.static_size``: the model does not apply), nothing with
     ``pod-limit`` sizing."""
     if cfg.static_sandbox_resource_mgmt:
         return (cfg.overhead_memory or 0) if cfg.runtime == "runtime-rs" else cfg.default_memory
@@ -253,7 +248,7 @@ def cpu_overhead_millis(default_vcpus: Fraction) -> Optional[int]:
     """The CPU (in millicores) that a VM's vCPUs can run beyond its pod's CPU limits.
 
     Kata boots ``ceil(default_vcpus + limits)`` vCPUs (``calculateSandboxCPUs``, and
-    :func:`kata_mem.core.planner._plan_vcpus`), and the kubelet gives the pod cgroup a
+    :func:`kata_mem.core.plan.vcpus.plan_vcpus`), and the kubelet gives the pod cgroup a
     CFS quota of the limits + ``podFixed.cpu``. Over limits ``w`` in whole millicores
     (a quantity's resolution), ``1000 * ceil(d + w/1000) - w`` is largest just past a
     whole CPU, where it is ``1000 * d + 999`` for ``d`` in whole millicores, and the

@@ -5,7 +5,7 @@ defaults and fallbacks are applied here and every effective value records where
 it came from. kata-mem's own settings live in a ``[kata_mem]`` table of the same
 files (Kata ignores tables it does not know).
 
-One module (about 800 lines) because reading a configuration is one pass over one merged
+One module (about 900 lines) because reading a configuration is one pass over one merged
 table: find the file as Kata does, merge its drop-ins, read Kata's sizing keys with their
 defaults and origins, then ``[kata_mem]`` with its checks across keys; every error names
 the file and key that gave the value through the one ``_Reader``, which each part needs.
@@ -13,6 +13,7 @@ the file and key that gave the value through the one ``_Reader``, which each par
 
 from __future__ import annotations
 
+import copy
 import os
 import stat
 import sys
@@ -218,6 +219,14 @@ def load_raw(path: Path) -> tuple[dict[str, Any], Origins, tuple[str, ...], str]
     by name, later wins), the file each key came from, the files read in order, and the
     drop-in directory looked in (resolved once: a link retargeted meanwhile would make
     another resolution name a directory that was not read)."""
+    data, origins, files, where, _ = _load_files(path)
+    return data, origins, files, where
+
+
+def _load_files(
+    path: Path,
+) -> tuple[dict[str, Any], Origins, tuple[str, ...], str, list[dict[str, Any]]]:
+    """:func:`load_raw`, and each file's own TOML, in the order read."""
     data: dict[str, Any] = {}
     origins: Origins = {}
     files = [path]
@@ -244,9 +253,10 @@ def load_raw(path: Path) -> tuple[dict[str, Any], Origins, tuple[str, ...], str]
                     "expected drop-in files only (move it out of config.d)"
                 )
         files += found
-    for f in files:
-        _merge(data, _read_toml(f), origins, str(f))
-    return data, origins, tuple(str(f) for f in files), where
+    each = [_read_toml(f) for f in files]
+    for f, own in zip(files, each):
+        _merge(data, copy.deepcopy(own), origins, str(f))  # each file's own kept as read
+    return data, origins, tuple(str(f) for f in files), where, each
 
 
 class _Reader:
@@ -313,6 +323,87 @@ def _in_range(
         )
 
 
+def _string_list(v: Any) -> bool:
+    return isinstance(v, list) and all(is_str(p) for p in v)
+
+
+#: The sizing keys of ``[hypervisor.NAME]``: what each must be, and the range of the Go
+#: type Kata decodes it into (katautils/config.go ``type hypervisor``), or None.
+_TYPED: dict[str, tuple[Callable[[Any], bool], str, Optional[tuple[float, float, str]]]] = {
+    "default_memory": (
+        _nonneg_int,
+        "a non-negative integer (MiB)",
+        (0, UINT32_MAX, "uint32 (MiB)"),
+    ),
+    "default_maxmemory": (
+        _nonneg_int,
+        "a non-negative integer (MiB; 0 = host memory)",
+        (0, INT64_MAX, "uint64 (MiB) from a TOML integer"),
+    ),
+    "memory_slots": (_nonneg_int, "a non-negative integer", (0, UINT32_MAX, "uint32")),
+    "memory_offset": (
+        _nonneg_int,
+        "a non-negative integer (MiB)",
+        (0, INT64_MAX, "uint64 (MiB) from a TOML integer"),
+    ),
+    "enable_virtio_mem": (is_bool, "true or false", None),
+    "enable_hugepages": (is_bool, "true or false", None),
+    "default_vcpus": (is_number, "a number of vCPUs (<0 = all host CPUs)", None),
+    "default_maxvcpus": (
+        _nonneg_int,
+        "a non-negative integer (0 = host CPUs)",
+        (0, UINT32_MAX, "uint32"),
+    ),
+    "enable_annotations": (
+        _string_list,
+        "a list of strings (patterns of hypervisor annotation names)",
+        None,
+    ),
+    "kernel_params": (is_str, "a string (the guest kernel's parameters)", None),
+    "shared_fs": (is_str, "a string (the file system shared with the guest)", None),
+}
+
+
+def _typed(reader: _Reader, key: str, default: Any) -> Any:
+    """The value of the sizing key ``key`` (``default`` when unset), refused unless it is
+    of its type and range (:data:`_TYPED`)."""
+    check, expected, bounds = _TYPED[key]
+    value = reader.get(key, default, check, expected)
+    if key == "default_vcpus" and key in reader.table:
+        # A float32: an integer decoded into one must be exact (BurntSushi
+        # ``maxSafeFloat32Int``), a float within float32's range (``unifyFloat64``).
+        if is_int(value):
+            _in_range(reader, key, value, -FLOAT32_SAFE_INT, FLOAT32_SAFE_INT, "float32")
+        else:
+            _in_range(reader, key, value, -FLOAT32_MAX, FLOAT32_MAX, "float32")
+    elif bounds is not None and key in reader.table:
+        _in_range(reader, key, value, *bounds)
+    return value
+
+
+def _each_file_typed(each: list[dict[str, Any]], files: tuple[str, ...]) -> None:
+    """Kata's Go runtime decodes the file and then each drop-in on its own into its typed
+    structs (katautils/config.go ``decodeConfig``, ``updateFromDropIn``: ``toml.Decode``),
+    so a value of the wrong type or range is refused even where a later file sets the
+    key again; runtime-rs merges the files first and decodes once (kata-types
+    ``drop_in.rs``), as :func:`_load_config` reads the merged table.
+
+    :raises ConfigError: naming the file and key."""
+    for own, file in zip(each, files):
+        hypervisors = own.get("hypervisor", {})
+        tables = hypervisors.items() if isinstance(hypervisors, dict) else ()
+        for name, table in tables:
+            if isinstance(table, dict):
+                reader = _Reader(table, ("hypervisor", name), {}, file)
+                for key in _TYPED.keys() & table.keys():
+                    _typed(reader, key, None)
+        runtime = own.get("runtime", {})
+        if isinstance(runtime, dict):
+            _Reader(runtime, ("runtime",), {}, file).get(
+                "static_sandbox_resource_mgmt", False, is_bool, "true or false"
+            )
+
+
 #: (file identity, the drop-in directory's, each file read's) -> what they gave; for
 #: ``kata-mem serve``, which would otherwise parse the TOML on every request.
 _Signature = tuple[tuple[int, ...], ...]
@@ -364,6 +455,21 @@ def load_config(path: str | Path) -> SizingConfig:
     return cfg
 
 
+def _not_one_table(
+    tables: Mapping[str, Any], origins: Origins, files: tuple[str, ...], first: str
+) -> ConfigError:
+    read, names = first, ", ".join(f"[hypervisor.{n}]" for n in sorted(tables))
+    if len(files) > 1:
+        # Each named with its files: often a drop-in added one, not the main file.
+        read = f"{first} with its drop-ins"
+        names = ", ".join(
+            f"[hypervisor.{n}] (in {_table_file(origins, n, first)})" for n in sorted(tables)
+        )
+    return ConfigError(
+        f"{read}: expected exactly one [hypervisor.NAME] section, found {names or 'none'}"
+    )
+
+
 def _table_file(origins: Origins, name: str, first: str) -> str:
     """The files that set keys of ``[hypervisor.NAME]``, first the one that added it."""
     files = dict.fromkeys(f for key, f in origins.items() if key[:2] == ("hypervisor", name))
@@ -394,7 +500,7 @@ def _misplaced_settings(data: Mapping[str, Any], origins: Origins, first: str) -
 
 def _load_config(path: Path) -> tuple[SizingConfig, str]:
     """The configuration of ``path`` and the drop-in directory it was read with."""
-    data, origins, files, dropins = load_raw(path)
+    data, origins, files, dropins, each = _load_files(path)
     first = str(path)
     _misplaced_settings(data, origins, first)
     hypervisors = data.get("hypervisor", {})
@@ -404,59 +510,35 @@ def _load_config(path: Path) -> tuple[SizingConfig, str]:
             f"{where}: no [hypervisor.NAME] section (expected one, e.g. [hypervisor.qemu])"
         )
     tables = {k: v for k, v in hypervisors.items() if isinstance(v, dict)}
-    if len(tables) != 1:
-        read, names = first, ", ".join(f"[hypervisor.{n}]" for n in sorted(tables))
-        if len(files) > 1:
-            # Each named with its files: often a drop-in added one, not the main file.
-            read = f"{first} with its drop-ins"
-            names = ", ".join(
-                f"[hypervisor.{n}] (in {_table_file(origins, n, first)})" for n in sorted(tables)
-            )
-        raise ConfigError(
-            f"{read}: expected exactly one [hypervisor.NAME] section, found {names or 'none'}"
-        )
-    name, table = next(iter(tables.items()))
+    # The Go runtime takes from a drop-in only the keys it sets (katautils/config.go
+    # updateFromDropIn: applyKey skips a key of fewer than three parts), so a
+    # [hypervisor.NAME] that only a drop-in opens, setting nothing, is no table of its;
+    # runtime-rs merges the tables, empty ones included (kata-types drop_in.rs).
+    kept = {k: v for k, v in tables.items() if v or origins.get(("hypervisor", k)) == first}
+    only_go = len(tables) > 1 and len(kept) == 1
+    if len(tables) != 1 and not only_go:
+        raise _not_one_table(tables, origins, files, first)
+    name, table = next(iter(kept.items() if only_go else tables.items()))
     hv = _Reader(table, ("hypervisor", name), origins, first)
 
-    mem = hv.get(
-        "default_memory", KATA_DEFAULT_MEMORY_MIB, _nonneg_int, "a non-negative integer (MiB)"
-    )
-    _in_range(hv, "default_memory", mem, 0, UINT32_MAX, "uint32 (MiB)")
+    mem = _typed(hv, "default_memory", KATA_DEFAULT_MEMORY_MIB)
     if mem < KATA_MIN_MEMORY_MIB:
         hv.note(
             "default_memory",
             f"below {KATA_MIN_MEMORY_MIB} MiB, Kata uses {KATA_DEFAULT_MEMORY_MIB}",
         )
         mem = KATA_DEFAULT_MEMORY_MIB
-    max_mem = hv.get(
-        "default_maxmemory", 0, _nonneg_int, "a non-negative integer (MiB; 0 = host memory)"
-    )
-    _in_range(hv, "default_maxmemory", max_mem, 0, INT64_MAX, "uint64 (MiB) from a TOML integer")
-    slots = hv.get("memory_slots", KATA_DEFAULT_SLOTS, _nonneg_int, "a non-negative integer")
-    _in_range(hv, "memory_slots", slots, 0, UINT32_MAX, "uint32")
+    max_mem = _typed(hv, "default_maxmemory", 0)
+    slots = _typed(hv, "memory_slots", KATA_DEFAULT_SLOTS)
     if slots == 0:
         hv.note("memory_slots", f"0 means {KATA_DEFAULT_SLOTS}")
         slots = KATA_DEFAULT_SLOTS
-    offset = hv.get("memory_offset", 0, _nonneg_int, "a non-negative integer (MiB)")
-    _in_range(hv, "memory_offset", offset, 0, INT64_MAX, "uint64 (MiB) from a TOML integer")
-    virtio_mem = hv.get("enable_virtio_mem", False, is_bool, "true or false")
-    hugepages = hv.get("enable_hugepages", False, is_bool, "true or false")
-    vcpus = hv.get("default_vcpus", 1, is_number, "a number of vCPUs (<0 = all host CPUs)")
-    if is_int(vcpus):
-        # An integer decoded into a float32 must be exact (BurntSushi ``maxSafeFloat32Int``).
-        _in_range(hv, "default_vcpus", vcpus, -FLOAT32_SAFE_INT, FLOAT32_SAFE_INT, "float32")
-    else:
-        _in_range(hv, "default_vcpus", vcpus, -FLOAT32_MAX, FLOAT32_MAX, "float32")
-    max_vcpus = hv.get("default_maxvcpus", 0, _nonneg_int, "a non-negative integer (0 = host CPUs)")
-    _in_range(hv, "default_maxvcpus", max_vcpus, 0, UINT32_MAX, "uint32")
-    patterns = tuple(
-        hv.get(
-            "enable_annotations",
-            [],
-            lambda v: isinstance(v, list) and all(is_str(p) for p in v),
-            "a list of strings (patterns of hypervisor annotation names)",
-        )
-    )
+    offset = _typed(hv, "memory_offset", 0)
+    virtio_mem = _typed(hv, "enable_virtio_mem", False)
+    hugepages = _typed(hv, "enable_hugepages", False)
+    vcpus = _typed(hv, "default_vcpus", 1)
+    max_vcpus = _typed(hv, "default_maxvcpus", 0)
+    patterns = tuple(_typed(hv, "enable_annotations", []))
     # Not compiled here: Kata's Go runtime compiles each pattern as Go's regexp when a pod
     # names an annotation, and a pattern that does not compile allows nothing there
     # (regexpContains drops the error), so a node whose pods name no annotation runs as
@@ -476,7 +558,7 @@ def _load_config(path: Path) -> tuple[SizingConfig, str]:
     # The guest kernel's command line: how it onlines hot-added memory (the guest's own
     # ceiling, kata_mem/core/guestmem.py). Kata decodes it as a string (config.go
     # ``KernelParams string``); the upstream configuration-qemu.toml sets no memhp option.
-    kernel_params = hv.get("kernel_params", "", is_str, "a string (the guest kernel's parameters)")
+    kernel_params = _typed(hv, "kernel_params", "")
 
     runtime_table = data.get("runtime", {})
     if not isinstance(runtime_table, dict):
@@ -491,6 +573,18 @@ def _load_config(path: Path) -> tuple[SizingConfig, str]:
     else:
         runtime, why = which_runtime(path, runtime_table, name, table)
         runtime_origin = Origin("default", value=runtime, note=why)
+    if only_go and runtime != "go":
+        raise _not_one_table(tables, origins, files, first)
+    if name not in HYPERVISORS[runtime]:
+        runtime_name = "Go runtime" if runtime == "go" else "runtime-rs"
+        raise ConfigError(
+            f"{_table_file(origins, name, first)}: [hypervisor.{name}] is not a hypervisor "
+            f"Kata's {runtime_name} drives (it refuses the configuration: invalid hypervisor "
+            f"section {name!r}); expected one of "
+            + ", ".join(f"[hypervisor.{n}]" for n in HYPERVISORS[runtime])
+        )
+    if runtime == "go":
+        _each_file_typed(each, files)
     # What a hot-added DIMM's memory must be (kata_mem.core.backing): the file system the
     # VM shares with the host, whose default is the runtime's, and the Go runtime's
     # file_mem_backend of Kata before 3.32.
@@ -560,7 +654,7 @@ def _shared_fs(hv: _Reader, table: Mapping[str, Any], hypervisor: str, runtime: 
         )
         hv.sources.append(("shared_fs", Origin("default", value=default, note=why)))
         return default
-    value: str = hv.get("shared_fs", "", is_str, "a string (the file system shared with the guest)")
+    value: str = _typed(hv, "shared_fs", "")
     if hypervisor == "qemu" and value and value not in SHARED_FS[runtime]:
         runtime_name = "Go runtime" if runtime == "go" else "runtime-rs"
         raise ConfigError(
@@ -598,7 +692,15 @@ def _file_mem_backend(hv: _Reader, table: Mapping[str, Any]) -> str:
 #: runtime's ``runtime`` struct (src/runtime/pkg/katautils/config.go) has none of them.
 RUNTIME_RS_KEYS = ("name", "hypervisor_name", "agent_name")
 #: The hypervisors only runtime-rs drives.
-RUNTIME_RS_HYPERVISORS = ("dragonball",)
+RUNTIME_RS_HYPERVISORS = ("dragonball", "openvmm")
+#: The [hypervisor.NAME] tables each runtime reads, and refuses any other: Go katautils/
+#: config.go ``updateRuntimeConfigHypervisor`` ("configuration file contains invalid
+#: hypervisor section"); runtime-rs, the plugins kata-types registers
+#: (config/hypervisor/: ``HYPERVISOR_NAME_*``).
+HYPERVISORS: dict[Runtime, tuple[str, ...]] = {
+    "go": ("clh", "dragonball", "firecracker", "qemu", "remote", "stratovirt"),
+    "runtime-rs": ("clh", "dragonball", "firecracker", "openvmm", "qemu", "remote"),
+}
 
 
 def which_runtime(

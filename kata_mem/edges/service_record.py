@@ -22,7 +22,7 @@ from kata_mem.core.frozen import frozen
 from kata_mem.core.units import KiB
 from kata_mem.edges.files import read_open
 from kata_mem.edges.ownership import check_way, who
-from kata_mem.edges.statedir import CREATE, READ, os_error_text
+from kata_mem.edges.statefiles import CREATE, READ, os_error_text
 
 SERVICE_SCHEMA = "kata-mem/service/v1"
 #: A record is a few hundred bytes: anything larger is not one serve wrote.

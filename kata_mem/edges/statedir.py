@@ -1,33 +1,20 @@
-"""The state directory: what in it is kata-mem's, who may have written it, and the
-node-wide lock on it (docs, "State, locking and recovery").
-
-Layout (mode 0700, files 0600)::
-
-    <state_dir>/.kata-mem-state                 marker: kata-mem created or adopted this directory
-    <state_dir>/.kata-mem-ledger                the node's commitments (kata_mem.edges.ledger)
-    <state_dir>/<sandbox>/.kata-mem-sandbox     marker: kata-mem created this sandbox directory
-    <state_dir>/<sandbox>/lock                  flock(2): one resize of a sandbox at a time
-    <state_dir>/<sandbox>/journal.json          the intent record (schema kata-mem/journal/v1)
-    <state_dir>/<sandbox>/request.json          the last request, for ``kata-mem reconcile``
-    <state_dir>/.kata-mem.sock.service          serve's record, when its socket is here
-                                                (kata_mem.edges.service_record)
+"""The state directory and its sandbox directories: which are kata-mem's (the markers),
+making them, the node-wide lock, and one sandbox's directory made, locked, probed and
+removed (:class:`SandboxDirectory`) (docs/design/state.md). The files' names, the
+refusals and the atomic writes are :mod:`kata_mem.edges.statefiles`'.
 
 kata-mem only reads, changes or removes what it provably created: a state
 directory with its marker (it writes one when it creates the directory or finds
 it empty), and inside it only sandbox directories with their own marker, and in
-those only the files named above. Anything else is left alone and reported. A
-state directory that is not a directory, or is not empty and has no marker, is a
-configuration error: kata-mem cannot tell its own state from someone else's.
+those only the files :mod:`~kata_mem.edges.statefiles` names. Anything else is left alone
+and reported. A state directory that is not a directory, or is not empty and has no marker,
+is a configuration error: kata-mem cannot tell its own state from someone else's.
 
-It runs as root, so it also trusts only what no other user could have written
-(as sshd's ``StrictModes`` and sudo treat their files): the state directory, a
-sandbox directory, a marker, journal, saved request, ledger or lock is used only when
-the calling uid owns it and neither group nor others may write it, checked on the
-opened descriptor (``O_NOFOLLOW``, ``fstat``) rather than by path; every directory
+It runs as root, so it also trusts only what no other user could have written, checked on
+the opened descriptor (:func:`~kata_mem.edges.statefiles.refusal`); every directory
 above the state directory, and every symlink on the way to it, belongs to root or
 the caller and is not writable by others (unless sticky, as ``/tmp``), so that no
-one else can swap the directory between a check and a use. Anything else is a
-configuration error naming the path, its owner and its mode, and nothing is written.
+one else can swap the directory between a check and a use.
 """
 
 from __future__ import annotations
@@ -37,139 +24,39 @@ import errno
 import fcntl
 import json
 import os
-import re
 import stat
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal, Optional, Union
 
 from kata_mem.core.errors import ConfigError, KataMemError
 from kata_mem.core.frozen import frozen
-from kata_mem.core.model import SANDBOX_ID, SERVICE_ENTRIES
+from kata_mem.core.model import SANDBOX_ID, Note, NoteCode, check_sandbox_id
 from kata_mem.edges.files import read_open
-from kata_mem.edges.locks import same_file
-from kata_mem.edges.ownership import check_way, others_could_write, who
-
-STATE_DIR_SCHEMA = "kata-mem/state-dir/v1"
-SANDBOX_DIR_SCHEMA = "kata-mem/sandbox-dir/v1"
-STATE_MARKER = ".kata-mem-state"
-SANDBOX_MARKER = ".kata-mem-sandbox"
-#: The node's commitments (:mod:`kata_mem.edges.ledger`), at the root of the state directory.
-LEDGER = ".kata-mem-ledger"
-#: The record ``kata-mem serve`` keeps beside its socket
-#: (:func:`kata_mem.edges.service_record.publish_service`), when
-#: the socket lies in the state directory, as the defaults put it (its name there is
-#: ``SERVICE_ENTRIES[0]``): kata-mem's own entry, like the socket and its lock.
-SERVICE_RECORD = f".{SERVICE_ENTRIES[0]}.service"
-#: The files kata-mem writes in a sandbox directory: the only ones it ever removes.
-OWN_FILES = ("journal.json", "request.json", "lock")
-#: Its temporary files (``.<name>.<pid>.tmp``, and a sandbox directory being removed as
-#: ``.removing.<sandbox>.<pid>.tmp``), left behind only by a crash.
-TEMP = re.compile(
-    r"\.(?:journal\.json|request\.json|kata-mem-state|kata-mem-sandbox|kata-mem-ledger|probe"
-    r"|kata-mem\.sock\.service|removing\.[A-Za-z0-9][A-Za-z0-9_.-]*)\.\d+\.tmp"
+from kata_mem.edges.locks import flock_until, same_file
+from kata_mem.edges.ownership import check_way, others_could_write
+from kata_mem.edges.statefiles import (
+    CREATE,
+    LEDGER,
+    LOCK,
+    OWN_FILES,
+    READ,
+    SANDBOX_DIR_SCHEMA,
+    SANDBOX_MARKER,
+    SERVICE_OWN,
+    STATE_DIR_SCHEMA,
+    STATE_MARKER,
+    TEMP,
+    WHAT_TO_DO,
+    StateDirError,
+    atomic_write,
+    cannot_write,
+    refusal,
+    what_to_do,
 )
-WHAT_TO_DO = (
-    "Set [kata_mem] state_dir (or the command's --state-dir) to a directory kata-mem "
-    "created, an empty directory, or a path that does not exist yet"
-)
-
-
-#: The entries of ``kata-mem serve`` in a state directory that holds its socket.
-_SERVICE_OWN = (*SERVICE_ENTRIES, SERVICE_RECORD)
-
-
-def what_to_do(exc: OSError) -> str:
-    """The advice for a state directory the caller cannot open or write: a refusal of
-    permission to a user other than root is most often kata-mem run without root (the
-    node's state directory is root's, as Kata's shim and QEMU are)."""
-    if exc.errno in (errno.EACCES, errno.EPERM) and os.geteuid() != 0:
-        return (
-            f"kata-mem runs as root on a node, and this is uid {os.geteuid()}: run it as "
-            "root (preview, host, config check and runtimeclass need no root), or "
-            + WHAT_TO_DO[0].lower()
-            + WHAT_TO_DO[1:]
-        )
-    return WHAT_TO_DO
-
 
 DirState = Literal["absent", "empty", "ours"]
-
-#: Why the state directory cannot be used, as a value (:class:`StateDirError`): a directory
-#: or symlink on the way to it another user could change (``way``), a symlink to nothing
-#: (``dangling``), not a directory, not opened or not listed (``unopenable``, ``unreadable``),
-#: changed while kata-mem looked, it or a marker another user could have written
-#: (``refused``), not empty and without a marker (``not_ours``), not created or not written
-#: (``uncreatable``, ``unwritable``), its file system full (``full``).
-StateDirFault = Literal[
-    "way",
-    "dangling",
-    "not_directory",
-    "unopenable",
-    "unreadable",
-    "changed",
-    "refused",
-    "not_ours",
-    "uncreatable",
-    "unwritable",
-    "full",
-]
-
-
-class StateDirError(ConfigError):
-    """The state directory cannot be used (exit 3, as any :class:`ConfigError`): the
-    message names the path and what to do, ``fault`` says which of the
-    :data:`StateDirFault` it is, for callers that decide by it (serve's reconcile loop logs
-    a fault once, not every pass) without reading the message."""
-
-    def __init__(self, message: str, fault: StateDirFault) -> None:
-        super().__init__(message)
-        self.fault: StateDirFault = fault
-
-
-# -- who could have written it: the trust rule ------------------------------------------------
-
-#: How a state file is opened to be read: never through a symlink, never blocking on a FIFO.
-READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
-#: How a temporary file is made: a new file, never one that was there (a link to another file).
-CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
-def refusal(root: Path, path: Path, info: os.stat_result) -> StateDirError:
-    return StateDirError(
-        f"state_dir {root}: {path} is owned by {who(info.st_uid)}, mode "
-        f"{stat.S_IMODE(info.st_mode):04o}; kata-mem, running as {who(os.geteuid())}, uses "
-        "only state that it owns and that no group or other user can write, so nothing was "
-        "read or changed. Remove it, or chown it and chmod go-w if it is kata-mem's",
-        "refused",
-    )
-
-
-def cannot_write(root: Path, what: str, exc: OSError, done: str) -> StateDirError:
-    """Why kata-mem cannot write ``what`` under the state directory ``root``, and what to do:
-    a full file system (ENOSPC, or EDQUOT for a quota) is said so, with room to make there;
-    only other failures advise another ``state_dir``. ``done`` says what was changed."""
-    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        return StateDirError(
-            f"state_dir {root}: cannot write {what}: the file system is full "
-            f"({exc.strerror or exc}); {done}. Free space on it (or raise the quota), then "
-            "call again",
-            "full",
-        )
-    return StateDirError(
-        f"state_dir {root}: cannot write {what} ({exc.strerror or exc}); {done}. "
-        + what_to_do(exc),
-        "unwritable",
-    )
-
-
-def os_error_text(exc: OSError) -> str:
-    if exc.errno == errno.ELOOP:
-        return "is a symlink, expected a regular file"
-    if exc.errno == errno.ENXIO:
-        return "is a socket, expected a regular file"
-    return exc.strerror or str(exc)
-
 
 # -- what kata-mem created: the markers ------------------------------------------------------
 
@@ -218,43 +105,6 @@ def listdir(path: Path, root: Path) -> list[str]:
             f"state_dir {root}: cannot read {path} ({exc.strerror or exc}); nothing was changed",
             "unreadable",
         ) from exc
-
-
-def atomic_write(
-    directory: Path, path: Path, data: bytes, root: Path, *, replace: bool = True
-) -> None:
-    """Write ``path`` (in ``directory``) atomically and durably; with ``replace=False``
-    an existing ``path`` is kept as it is (its inode too: the root marker is a lock).
-
-    :raises StateDirError: when the directory cannot be written.
-    """
-    tmp = directory / f".{path.name.lstrip('.')}.{os.getpid()}.tmp"
-    try:
-        try:
-            fd = os.open(tmp, CREATE, 0o600)
-        except FileExistsError:
-            tmp.unlink()  # left by a crashed call that had this pid: kata-mem's own name
-            fd = os.open(tmp, CREATE, 0o600)
-        try:
-            os.write(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        if replace:
-            os.replace(tmp, path)
-        else:
-            with contextlib.suppress(FileExistsError):
-                os.link(tmp, path)
-            tmp.unlink()
-        dfd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise cannot_write(root, str(path), exc, "it was not written") from exc
 
 
 def state_dir_state(state_dir: str | Path) -> DirState:
@@ -322,7 +172,7 @@ def _root_state(root: Path, fd: int) -> Optional[DirState]:
     if STATE_MARKER in names:
         if mark == "missing":
             return None  # made while we looked: look again
-    elif not [n for n in names if not (TEMP.fullmatch(n) or n in _SERVICE_OWN)]:
+    elif not [n for n in names if not (TEMP.fullmatch(n) or n in SERVICE_OWN)]:
         return "empty"
     raise StateDirError(
         f"state_dir {root}: is a directory that kata-mem did not create (it has no valid "
@@ -448,14 +298,14 @@ def sandboxes(root: Path) -> Listing:
 
 def entry(
     root: Path, name: str
-) -> tuple[Union[SandboxDir, Literal["own"]], Optional[StateDirError]]:
+) -> tuple[Union[SandboxDirState, Literal["own"]], Optional[StateDirError]]:
     """What the entry ``name`` of the state directory ``root`` is, as a listing sorts it:
     kata-mem's own (its marker, ledger, the service's files, a temporary file: ``own``,
     never listed), a sandbox directory (:func:`sandbox_dir`: ``ours``, ``refused`` with
     its error), or anything else (listed as not kata-mem's). ``absent`` and ``changed``
     (gone or replaced while it was read) are left to the caller, which reads it again
     or lists it as not kata-mem's. Call it with the node lock held, as :func:`sandboxes`."""
-    if name in (STATE_MARKER, LEDGER) or name in _SERVICE_OWN or TEMP.fullmatch(name):
+    if name in (STATE_MARKER, LEDGER) or name in SERVICE_OWN or TEMP.fullmatch(name):
         return "own", None
     if SANDBOX_ID.fullmatch(name):
         return sandbox_dir(root, name)
@@ -464,10 +314,13 @@ def entry(
 
 # -- one sandbox directory ----------------------------------------------------------------
 
-SandboxDir = Literal["absent", "empty", "ours", "foreign", "changed", "refused"]
+SandboxDirState = Literal["absent", "empty", "ours", "foreign", "changed", "refused"]
+
+#: How long a second call for the same sandbox waits for the first to finish.
+LOCK_WAIT_S = 120.0
 
 
-def sandbox_dir(root: Path, sandbox: str) -> tuple[SandboxDir, Optional[StateDirError]]:
+def sandbox_dir(root: Path, sandbox: str) -> tuple[SandboxDirState, Optional[StateDirError]]:
     """What the sandbox directory ``root/sandbox`` is, and the error that refuses it when
     another user could have written it (None: no such refusal). ``refused``: it carries
     kata-mem's marker, but it, the marker or one of kata-mem's files in it could have
@@ -489,7 +342,7 @@ def sandbox_dir(root: Path, sandbox: str) -> tuple[SandboxDir, Optional[StateDir
         os.close(fd)
 
 
-def _look(root: Path, sandbox: str, fd: int) -> tuple[SandboxDir, Optional[StateDirError]]:
+def _look(root: Path, sandbox: str, fd: int) -> tuple[SandboxDirState, Optional[StateDirError]]:
     directory = root / sandbox
     info = os.fstat(fd)
     try:
@@ -518,3 +371,221 @@ def _look(root: Path, sandbox: str, fd: int) -> tuple[SandboxDir, Optional[State
         if others_could_write(entry):
             return "refused", refusal(root, directory / name, entry)
     return "ours", None
+
+
+class SandboxDirectory:
+    """One sandbox's directory: what it is, made, locked, probed and removed. Its files
+    are :class:`kata_mem.edges.journal.SandboxState`'s."""
+
+    def __init__(self, state_dir: str | Path, sandbox: str) -> None:
+        self.root = Path(state_dir)
+        self.sandbox = check_sandbox_id(sandbox)
+        self.dir = self.root / sandbox
+        self.notes: list[Note] = []
+
+    def _dir_state(self, refuse: tuple[SandboxDirState, ...] = ("refused",)) -> SandboxDirState:
+        """What the sandbox directory is (:func:`sandbox_dir`).
+
+        :raises StateDirError: it is one of ``refuse`` because another user could have
+            written it (a ``foreign`` directory others can write, say).
+        """
+        found, refused = sandbox_dir(self.root, self.sandbox)
+        if refused is not None and found in refuse:
+            raise refused
+        return found
+
+    def owned(self) -> bool:
+        """Whether the sandbox directory exists and kata-mem created it. Reads only.
+
+        :raises StateDirError: it carries kata-mem's marker, but another user could have
+            written it, its marker or one of its files.
+        """
+        return self._dir_state() == "ours"
+
+    def _ensure_dir(self) -> None:
+        """Make the sandbox directory (or adopt an empty one, left by a crash), marked as
+        kata-mem's. Call it with the root lock held.
+
+        :raises StateDirError: it is someone else's, changed while it was read, or cannot
+            be written; nothing was changed.
+        """
+        # An empty directory others can write is refused too: adopted, it would be theirs.
+        found = self._dir_state(refuse=("refused", "foreign"))
+        if found == "ours":
+            return
+        if found == "changed":
+            raise StateDirError(
+                f"state_dir {self.root}: {self.dir} was removed or replaced while kata-mem "
+                "read it (another process than kata-mem: kata-mem's own calls wait for its "
+                "lock); nothing was changed. Try again",
+                "changed",
+            )
+        if found not in {"absent", "empty"}:
+            raise StateDirError(
+                f"state_dir {self.root}: {self.dir} exists but kata-mem did not create it "
+                f"(no valid {SANDBOX_MARKER} marker); nothing in it was read or changed. "
+                "Move it away, or use another sandbox id or state_dir",
+                "not_ours",
+            )
+        if found == "absent":
+            try:
+                self.dir.mkdir(mode=0o700)
+            except OSError as exc:
+                raise cannot_write(
+                    self.root, "the sandbox state", exc, "nothing was changed"
+                ) from exc
+            with contextlib.suppress(OSError):
+                os.chmod(self.dir, 0o700)
+        doc = {"schema": SANDBOX_DIR_SCHEMA, "sandbox": self.sandbox}
+        try:
+            atomic_write(self.dir, self.dir / SANDBOX_MARKER, json.dumps(doc).encode(), self.root)
+        except ConfigError:
+            if found == "absent":
+                # Made just now and still empty (atomic_write removed its temporary file):
+                # left, it would be an unmarked directory no later call could tell from
+                # another tool's, reported as "not created by kata-mem" for good.
+                with contextlib.suppress(OSError):
+                    self.dir.rmdir()
+            raise
+
+    def _probe(self) -> None:
+        """Fail before anything is changed when the sandbox directory is not writable."""
+        probe = self.dir / f".probe.{os.getpid()}.tmp"
+        try:
+            with contextlib.suppress(FileNotFoundError):
+                probe.unlink()  # left by a crashed call that had this pid
+            os.close(os.open(probe, CREATE, 0o600))
+            probe.unlink()
+        except OSError as exc:
+            raise cannot_write(self.root, "the sandbox state", exc, "nothing was changed") from exc
+
+    def _open_lock(self) -> int:
+        """The sandbox's lock file, opened (made when missing).
+
+        :raises ConfigError: it cannot be made, is not a regular file, or another user
+            could have written it.
+        """
+        lock = self.dir / LOCK
+        try:
+            fd = os.open(
+                lock,
+                os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                0o600,
+            )
+        except OSError as exc:
+            raise cannot_write(self.root, "the sandbox state", exc, "nothing was changed") from exc
+        info = os.fstat(fd)
+        if others_could_write(info) or not stat.S_ISREG(info.st_mode):
+            os.close(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise ConfigError(
+                    f"state_dir {self.root}: {lock} is not a regular file, so kata-mem did not "
+                    "make it; nothing was changed. Move it away"
+                )
+            raise refusal(self.root, lock, info)
+        return fd
+
+    @contextlib.contextmanager
+    def locked(self, wait_s: float) -> Iterator[bool]:
+        """Hold the sandbox lock; yields False if it could not be had within ``wait_s``.
+
+        A caller that did not get the lock has changed nothing (it may have created the
+        directories, if there were none). The lock is the file at its path when it is
+        taken: :meth:`clear` moves the directory away, and a waiter that then gets the
+        old file starts again.
+
+        :raises ConfigError: the state is someone else's or cannot be written.
+        """
+        deadline = time.monotonic() + wait_s
+        while True:
+            ensure_state_dir(self.root)
+            with node_lock(self.root):
+                self._ensure_dir()
+                fd = self._open_lock()
+            try:
+                got = flock_until(fd, deadline)
+                # Removed (and maybe made anew) while we waited: the lock is the file at the path.
+                if got and same_file(fd, self.dir / LOCK):
+                    break
+            except BaseException:
+                os.close(fd)
+                raise
+            os.close(fd)
+            if not got:
+                yield False
+                return
+        try:
+            self._probe()
+            yield True
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+    def remove(self, wait_s: float) -> Literal["removed", "absent", "not-ours", "busy"]:
+        """Forget the sandbox (it is gone): delete its state under the lock. Its entry in
+        the node's ledger is its caller's to release (:func:`kata_mem.edges.ledger.release`),
+        once this has removed its journal.
+
+        Only a directory kata-mem created is touched; when the lock is not had within
+        ``wait_s`` nothing is changed ("busy").
+
+        :raises ConfigError: it carries kata-mem's marker, but another user could have
+            written it (nothing is changed).
+        """
+        found = self._dir_state()
+        if found == "absent":
+            return "absent"
+        if found != "ours":
+            return "not-ours"
+        with self.locked(wait_s) as got:
+            if not got:
+                return "busy"
+            self.clear()
+        return "removed"
+
+    def clear(self) -> None:
+        """Delete kata-mem's files and then the directory, if nothing else is in it.
+
+        Call it with the lock held. The directory is first renamed out of the way, so
+        that a concurrent caller finds either the whole marked directory or none (and
+        makes a new one), never one half removed.
+        """
+        names = set(listdir(self.dir, self.root))
+        removable = {n for n in names if (n in OWN_FILES or TEMP.fullmatch(n))}
+        removable = {n for n in removable if _is_file(self.dir / n)}
+        for name in sorted(removable - {LOCK}):
+            with contextlib.suppress(FileNotFoundError):
+                (self.dir / name).unlink()
+        others = names - removable - {SANDBOX_MARKER}
+        if others:
+            self._warn(
+                "state",
+                f"kata-mem's files were removed, but the directory {self.dir} was kept because "
+                "it holds entries kata-mem did not create: " + ", ".join(sorted(others)[:5]),
+            )
+            return
+        away = self.root / f".removing.{self.sandbox}.{os.getpid()}.tmp"
+        try:
+            with node_lock(self.root):
+                os.rename(self.dir, away)
+        except OSError as exc:
+            self._warn("state", f"{self.dir}: could not be removed ({exc.strerror or exc})")
+            return
+        for name in os.listdir(away):
+            if (name in (LOCK, SANDBOX_MARKER) or TEMP.fullmatch(name)) and _is_file(away / name):
+                (away / name).unlink()
+        with contextlib.suppress(OSError):
+            away.rmdir()
+
+    def _warn(self, code: NoteCode, text: str) -> None:
+        from kata_mem.edges.logs import get_logger
+
+        get_logger(__name__).warning("%s", text)
+        self.notes.append(Note(code, text))
+
+
+def _is_file(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False

@@ -235,12 +235,12 @@ def config_check(file: Optional[str], as_json: bool) -> None:
     cfg, why = read_config(file)
     if cfg.settings.node_overcommit is not None:
         # A value Kata and kata-mem take, that leaves this node no budget at all.
-        from kata_mem.core.planner import reserved_problem
+        from kata_mem.core.plan.guards import reserved_problem
 
         problem = reserved_problem(cfg.settings.node_reserved, probe(HostOverrides()).memory)
         if problem is not None:
             log.warning("%s: %s", cfg.path, problem)
-    from kata_mem.core.planner import guest_ceiling_problem
+    from kata_mem.core.plan.geometry import guest_ceiling_problem
 
     beyond = guest_ceiling_problem(cfg, probe(HostOverrides()))
     if beyond is not None:

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Callable, Literal, NamedTuple, Optional, Proto
 
 from kata_mem.core.errors import ConfigError, KataMemError
 from kata_mem.edges import watch
+from kata_mem.edges.statefiles import JOURNAL, LOCK, REQUEST, SANDBOX_MARKER
 from kata_mem.orchestration.status import Row, SandboxFiles, node_totals, read_sandbox, summary
 
 if TYPE_CHECKING:
@@ -50,7 +51,7 @@ Stat = Optional[tuple[int, int, int, int, int]]
 Signature = tuple[Stat, Stat, Stat, Stat, Stat]
 #: The files of a sandbox directory whose change the view reads (the lock only for its
 #: mode and owner: every call opens and closes it).
-_READ_ON = ("journal.json", "request.json", ".kata-mem-sandbox", "")
+_READ_ON = (JOURNAL, REQUEST, SANDBOX_MARKER, "")
 
 
 class Run(Protocol):
@@ -90,10 +91,10 @@ def signature(directory: Path) -> Signature:
     """What a full pass compares to tell whether an entry changed without reading it."""
     return (
         _stat(directory),
-        _stat(directory / "journal.json"),
-        _stat(directory / "request.json"),
-        _stat(directory / "lock"),
-        _stat(directory / ".kata-mem-sandbox"),
+        _stat(directory / JOURNAL),
+        _stat(directory / REQUEST),
+        _stat(directory / LOCK),
+        _stat(directory / SANDBOX_MARKER),
     )
 
 
@@ -231,7 +232,7 @@ class NodeView:
 
     def drain(self) -> None:
         """Take the kernel's events: what to read again, which VMs went."""
-        from kata_mem.edges.statedir import LEDGER
+        from kata_mem.edges.statefiles import LEDGER
 
         inotify = self.inotify
         if inotify is None:
@@ -254,7 +255,7 @@ class NodeView:
                 elif event.name and event.name != LEDGER:
                     self.dirty.add(event.name)
             elif kind == "sandbox":
-                if event.name == "lock":
+                if event.name == LOCK:
                     if not event.mask & watch.IN_ATTRIB:
                         continue  # opened and closed by every call: its mode and owner only
                 elif event.name not in _READ_ON:

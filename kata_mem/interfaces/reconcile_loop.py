@@ -36,7 +36,7 @@ from kata_mem.interfaces.node_view import NodeView
 from kata_mem.interfaces.service import Service
 
 if TYPE_CHECKING:
-    from kata_mem.edges.statedir import StateDirFault
+    from kata_mem.edges.statefiles import StateDirFault
 
 # One logger for every line of serve (its modules are one service to an operator).
 log = get_logger("kata_mem.interfaces.service")
@@ -69,7 +69,7 @@ class Unusable(NamedTuple):
 
     @classmethod
     def of(cls, exc: KataMemError) -> Unusable:
-        from kata_mem.edges.statedir import StateDirError
+        from kata_mem.edges.statefiles import StateDirError
 
         return cls(type(exc), exc.fault if isinstance(exc, StateDirError) else None)
 

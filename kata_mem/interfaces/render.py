@@ -246,8 +246,8 @@ def guest_policy_json(g: Optional[GuestPolicy]) -> Optional[dict[str, Any]]:
 
 def _requested(m: MemoryPlan, cfg: SizingConfig) -> str:
     """What ``requested`` is: ``pod-overhead`` without a known overhead is sized as
-    ``kata`` (planner ``sized``, which warns); Kata's static sizing replaces the model
-    (planner ``static_size``)."""
+    ``kata`` (``plan.memory.sized``, which warns); Kata's static sizing replaces the model
+    (``plan.workload.static_size``)."""
     if m.static_sizing and cfg.runtime == "runtime-rs":
         return "runtime-rs static sizing: overhead_memory + limits, default_memory without any"
     if m.static_sizing:
@@ -280,7 +280,7 @@ def _vcpu_clamp_text(clamp: Clamp, host: int) -> str:
         return f"clamped to the host's {host} CPUs"
     if clamp.cause == "default_maxvcpus":
         return f"clamped to default_maxvcpus {clamp.limit}"
-    # Kata's own cap per architecture (planner.ARCH_MAX_VCPUS).
+    # Kata's own cap per architecture (plan.vcpus.ARCH_MAX_VCPUS).
     return f"clamped to {clamp.limit}, the most vCPUs Kata gives a VM on this architecture"
 
 
@@ -302,7 +302,7 @@ def plan_text(plan: Plan, cfg: SizingConfig, title: str = "") -> str:
         if m.configured_max
         else f"default_maxmemory 0 = host {to_mib_floor(m.host)} MiB"
     )
-    # What set the maximum, as the planner recorded it (planner._plan_memory): the names
+    # What set the maximum, as the planner recorded it (plan.memory.maximum): the names
     # above say default_maxmemory and the host; the pool and a raise are added.
     if m.max_cause == "hugepages":
         max_note += f"; the hugepage pool holds {to_mib_floor(m.max_limit)} MiB"
@@ -387,7 +387,7 @@ def plan_text(plan: Plan, cfg: SizingConfig, title: str = "") -> str:
             f"{to_mib_ceil(m.node.committed_others or 0)} MiB"
         )
     vc = "".join(f", {_vcpu_clamp_text(c, v.host)}" for c in v.clamps)
-    # What the containers' CPUs were added to (planner._plan_vcpus): default_vcpus, or
+    # What the containers' CPUs were added to (plan.vcpus.plan_vcpus): default_vcpus, or
     # runtime-rs static sizing's overhead_vcpus, whose sum boots as at least 1 vCPU. The
     # numbers are the float32s Kata holds, as Go prints them: 2.0000002, not 2.
     summed = format_float32(v.requested)

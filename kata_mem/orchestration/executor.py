@@ -49,21 +49,18 @@ from kata_mem.core.model import (
     Workload,
 )
 from kata_mem.core.outcomes import Stop
-from kata_mem.core.planner import assumed_vm, level_room
-from kata_mem.core.planner import plan as make_plan
+from kata_mem.core.plan import plan as make_plan
+from kata_mem.core.plan.geometry import assumed_vm
+from kata_mem.core.plan.guards import level_room
 from kata_mem.core.record import PendingGrow, Phase, Record
 from kata_mem.core.reports import owned_view, still_owned
 from kata_mem.core.request import SandboxRequest
 from kata_mem.core.units import fmt_bytes
 from kata_mem.edges.host import mem_available
-from kata_mem.edges.journal import (
-    LOCK_WAIT_S,
-    SandboxState,
-    node_admission,
-    record_commitment,
-    vm_owner,
-)
+from kata_mem.edges.journal import SandboxState, vm_owner
+from kata_mem.edges.ledger import node_admission, record_commitment
 from kata_mem.edges.logs import get_logger
+from kata_mem.edges.statedir import LOCK_WAIT_S
 from kata_mem.orchestration.connect import Opened
 from kata_mem.orchestration.guards import HostSide
 from kata_mem.orchestration.repair import repair

@@ -8,7 +8,7 @@ one more limit. A cgroup kata-mem looked for and cannot see is :class:`Unseen` (
 planner holds the grow, docs "Host-side guards"); one the user named and kata-mem
 cannot read is an input error. The
 node's total comes from the state directory, under the node-wide admission lock
-(:func:`kata_mem.edges.journal.node_admission`).
+(:func:`kata_mem.edges.ledger.node_admission`).
 """
 
 from __future__ import annotations

@@ -34,7 +34,8 @@ from kata_mem.core.model import (
     SizingConfig,
     Workload,
 )
-from kata_mem.core.planner import assumed_vm, current_problem, plan
+from kata_mem.core.plan import plan
+from kata_mem.core.plan.geometry import assumed_vm, current_problem
 from kata_mem.core.request import CallOptions, HostOverrides, SandboxRequest
 from kata_mem.core.results import Applied, Forgotten, Planned, Response
 from kata_mem.edges.config import DEFAULT_PATHS, config_path, load_config
@@ -252,12 +253,14 @@ def forget(sandbox: str, state_dir: str) -> tuple[Note, ...]:
     :raises ConfigError: the state directory is not kata-mem's, or it or the sandbox's
         directory could have been written by another user (nothing is changed).
     """
-    from kata_mem.edges.journal import LOCK_WAIT_S, SandboxState
-    from kata_mem.edges.statedir import state_dir_state
+    from kata_mem.edges.ledger import release
+    from kata_mem.edges.statedir import LOCK_WAIT_S, SandboxDirectory, state_dir_state
 
-    state = SandboxState(state_dir, sandbox)
+    state = SandboxDirectory(state_dir, sandbox)
     # state_dir_state refuses (exit 3) a state dir that is not kata-mem's, and creates nothing.
     found = state.remove(LOCK_WAIT_S) if state_dir_state(state_dir) == "ours" else "absent"
+    if found == "removed":
+        release(state_dir, sandbox)  # its journal is gone: the node's total falls now
     said = {
         "removed": [],
         "absent": [f"no state for sandbox {sandbox}"],

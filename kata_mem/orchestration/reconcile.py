@@ -22,7 +22,8 @@ from kata_mem.core.errors import BackendUnavailable, KataMemError
 from kata_mem.core.record import Record
 from kata_mem.core.request import CallOptions
 from kata_mem.core.results import Applied, Visit
-from kata_mem.edges.journal import SandboxState, check_ledger
+from kata_mem.edges.journal import SandboxState
+from kata_mem.edges.ledger import check_ledger, release
 from kata_mem.edges.statedir import list_state_dir
 from kata_mem.orchestration.connect import vm_gone
 from kata_mem.orchestration.handle import handle
@@ -38,8 +39,11 @@ def _visit(
     sandbox = state.sandbox
 
     def forget(why: str) -> Visit:
-        if state.remove(0.0) == "busy":
+        found = state.remove(0.0)
+        if found == "busy":
             return Visit(sandbox, "waiting", f"{why}; another call holds its lock, left for now")
+        if found == "removed":
+            release(state_dir, sandbox)  # its journal is gone: the node's total falls now
         # clear() says what it kept, and why; else everything went.
         done = "; ".join(n.text for n in state.notes) or "its state was removed"
         return Visit(sandbox, "cleaned", f"{why}; {done}")

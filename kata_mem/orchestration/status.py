@@ -216,7 +216,7 @@ def node_totals(
 ) -> NodeStatus:
     """The node's status from each sandbox's row (:func:`summary`, in order) and the
     entries that are not kata-mem's, against ``host``."""
-    from kata_mem.core.planner import reserved_problem
+    from kata_mem.core.plan.guards import reserved_problem
     from kata_mem.edges.logs import get_logger
     from kata_mem.orchestration.guards import node_budget
 

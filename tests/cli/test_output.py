@@ -98,7 +98,7 @@ def _run_with_bug(argv: list[str], stdin: str = "") -> subprocess.CompletedProce
     """kata-mem as a real process with the planner made to fail as a bug would."""
     probe = (
         "import sys\n"
-        "import kata_mem.core.planner as planner\n"
+        "import kata_mem.core.plan as planner\n"
         "def broken(*args, **kwargs):\n"
         "    raise TimeoutError()\n"
         "planner.plan = broken\n"

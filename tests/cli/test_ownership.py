@@ -33,7 +33,8 @@ import pytest
 from kata_mem.core.errors import ConfigError
 from kata_mem.core.record import Record
 from kata_mem.edges.journal import SandboxState
-from kata_mem.edges.statedir import STATE_MARKER, ensure_state_dir, state_dir_state
+from kata_mem.edges.statedir import ensure_state_dir, state_dir_state
+from kata_mem.edges.statefiles import STATE_MARKER
 from tests.support.cli import CliResult, Run, kata_mem_process
 from tests.support.configs import write_config
 from tests.support.fake_qmp import FakeQemu, FakeQmpServer

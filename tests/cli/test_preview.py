@@ -301,7 +301,7 @@ def test_the_vcpu_line_holds_default_vcpus_as_kata_does(run_cli: Run, tmp_path: 
 
 def test_the_vcpu_line_of_runtime_rs_static_sizing_adds_up(run_cli: Run) -> None:
     """runtime-rs static sizing boots overhead_vcpus + the containers' CPUs instead of
-    default_vcpus (planner.runtime_rs_static): the line read "default 2.7 + containers 0
+    default_vcpus (plan.workload.runtime_rs_static): the line read "default 2.7 + containers 0
     = 2.7" for --cpu 2.5, the containers already folded into the default."""
     static = KATA_CONFIGS / "configuration-qemu-runtime-rs.toml"
     text = static.read_text()

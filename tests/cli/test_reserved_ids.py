@@ -12,7 +12,7 @@ import pytest
 
 from kata_mem.core.errors import InputError
 from kata_mem.core.model import SANDBOX_ID, SERVICE_ENTRIES, check_sandbox_id
-from kata_mem.edges.statedir import LEDGER, SANDBOX_MARKER, STATE_MARKER
+from kata_mem.edges.statefiles import LEDGER, SANDBOX_MARKER, STATE_MARKER
 from tests.support.cli import Run, kata_mem_process
 from tests.support.fake_qmp import FakeQemu, FakeQmpServer
 from tests.support.state_dir import apply, config_for

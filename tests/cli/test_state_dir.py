@@ -25,7 +25,8 @@ import pytest
 from kata_mem.core.errors import ConfigError
 from kata_mem.core.record import Record
 from kata_mem.edges.journal import SandboxState
-from kata_mem.edges.statedir import STATE_MARKER, ensure_state_dir
+from kata_mem.edges.statedir import ensure_state_dir
+from kata_mem.edges.statefiles import STATE_MARKER
 from tests.support.cli import Run, kata_mem_process
 from tests.support.fake_qmp import FakeQemu, FakeQmpServer
 from tests.support.state_dir import Snapshot, apply, config_for, snapshot, still_locked
@@ -251,7 +252,7 @@ def test_shim_delete_that_does_not_get_the_lock_removes_nothing(
         sandbox.save_request({"any": 1})
     lock_holder(state / "sb" / "lock")
     before = snapshot(state)
-    monkeypatch.setattr("kata_mem.edges.journal.LOCK_WAIT_S", WAIT_S)
+    monkeypatch.setattr("kata_mem.edges.statedir.LOCK_WAIT_S", WAIT_S)
     request = {"schema": "kata-mem/shim-request/v1", "sandbox_id": "sb", "event": "delete"}
     out = io.StringIO()
     started = time.monotonic()

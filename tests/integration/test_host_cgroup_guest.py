@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from kata_mem.edges.statedir import STATE_MARKER
+from kata_mem.edges.statefiles import STATE_MARKER
 from tests.support.cli import kata_mem_process
 from tests.support.configs import guest_config
 from tests.support.guestvm import GuestError, GuestSpec, GuestVM

@@ -8,15 +8,15 @@ from hypothesis import strategies as st
 
 from kata_mem.core.frozen import replace
 from kata_mem.core.model import HostFacts, MemoryDevice, SizingConfig, Workload
-from kata_mem.core.planner import (
+from kata_mem.core.plan import plan
+from kata_mem.core.plan.geometry import (
     assumed_vm,
     block_size,
     boot_memory,
-    crooked_regions,
     current_problem,
     max_memory,
-    plan,
 )
+from kata_mem.core.plan.steps import crooked_regions
 from kata_mem.core.units import GiB, MiB, align_up
 from tests.strategies import configs, hosts, workloads
 

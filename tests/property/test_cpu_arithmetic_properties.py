@@ -21,13 +21,8 @@ from kata_mem.core.model import (
     SizingConfig,
     Workload,
 )
-from kata_mem.core.planner import (
-    ARCH_MAX_VCPUS,
-    _peaks,
-    _plan_vcpus,
-    containers_peak,
-    demand,
-)
+from kata_mem.core.plan.vcpus import ARCH_MAX_VCPUS, plan_vcpus
+from kata_mem.core.plan.workload import _peaks, containers_peak, demand
 from kata_mem.core.units import INT64_MAX
 from tests.strategies import configs, examples
 
@@ -146,7 +141,7 @@ def test_vcpus_compared_in_integers_as_in_fractions(
     elif want > ceiling:
         want = Fraction(ceiling)
         summed = round_float32(want + round_float32(work))
-    plan, _ = _plan_vcpus(cfg, host, Demand(cpu=work))
+    plan, _ = plan_vcpus(cfg, host, Demand(cpu=work))
     assert (plan.default, plan.requested) == (want, summed)
     assert plan.target == min(math.ceil(summed), ceiling)
 
@@ -191,7 +186,7 @@ def test_a_share_just_above_a_bound_is_brought_to_it(
     8 (or 4), not the hair more: the boundaries the random shares seldom meet."""
     host = HostFacts(memory=1 << 34, cpus=8, arch="amd64")
     bound = 8 if static or maxvcpus == 0 else 4
-    plan, _ = _plan_vcpus(_config(bound + above, maxvcpus, static), host, Demand())
+    plan, _ = plan_vcpus(_config(bound + above, maxvcpus, static), host, Demand())
     assert plan.default == bound
-    plan, _ = _plan_vcpus(_config(Fraction(bound), maxvcpus, static), host, Demand())
+    plan, _ = plan_vcpus(_config(Fraction(bound), maxvcpus, static), host, Demand())
     assert plan.default == bound

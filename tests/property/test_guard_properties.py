@@ -17,14 +17,9 @@ from kata_mem.core.model import (
     SizingConfig,
     Workload,
 )
-from kata_mem.core.planner import (
-    GUARD_NAMES,
-    assumed_vm,
-    block_size,
-    max_memory,
-    plan,
-    vmm_overhead,
-)
+from kata_mem.core.plan import plan
+from kata_mem.core.plan.geometry import assumed_vm, block_size, max_memory
+from kata_mem.core.plan.guards import GUARD_NAMES, vmm_overhead
 from kata_mem.core.units import MiB, align_down
 from tests.strategies import configs, hosts, workloads
 

@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 
 from kata_mem.core.frozen import replace
 from kata_mem.core.model import HostFacts, MemoryPlan, SizingConfig, Workload
-from kata_mem.core.planner import assumed_vm, plan
+from kata_mem.core.plan import plan
+from kata_mem.core.plan.geometry import assumed_vm
 from kata_mem.core.units import MiB
 from tests.strategies import configs, hosts, workloads
 

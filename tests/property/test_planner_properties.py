@@ -7,14 +7,10 @@ from hypothesis import strategies as st
 
 from kata_mem.core.frozen import replace
 from kata_mem.core.model import MemoryDevice, SizingConfig, VmState, Workload
-from kata_mem.core.planner import (
-    ACPI_HOTPLUG_FACTOR,
-    demand,
-    max_memory,
-    plan,
-    runtime_rs_static,
-    static_size,
-)
+from kata_mem.core.plan import plan
+from kata_mem.core.plan.geometry import max_memory
+from kata_mem.core.plan.steps import ACPI_HOTPLUG_FACTOR
+from kata_mem.core.plan.workload import demand, runtime_rs_static, static_size
 from kata_mem.core.request import MIN_HOST_MEMORY
 from kata_mem.core.units import MiB
 from kata_mem.edges.host import probe_host
@@ -114,7 +110,7 @@ def _after(vm: VmState, cfg: SizingConfig, host: object, req: Workload) -> VmSta
 def test_replanning_the_reached_state_is_a_no_op(
     cfg: SizingConfig, host: object, first: Workload, second: Workload
 ) -> None:
-    from kata_mem.core.planner import assumed_vm
+    from kata_mem.core.plan.geometry import assumed_vm
 
     vm = assumed_vm(cfg, host)  # type: ignore[arg-type]
     vm = _after(vm, cfg, host, first)
@@ -128,7 +124,7 @@ def test_replanning_the_reached_state_is_a_no_op(
 def test_virtio_mem_shrink_steps_are_bounded(
     cfg: SizingConfig, host: object, req: Workload, blocks: int
 ) -> None:
-    from kata_mem.core.planner import assumed_vm
+    from kata_mem.core.plan.geometry import assumed_vm
 
     vm = assumed_vm(cfg, host)  # type: ignore[arg-type]
     dev = vm.virtio_mem

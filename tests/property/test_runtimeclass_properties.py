@@ -20,7 +20,8 @@ from kata_mem.core.model import (
     SizingModel,
     Workload,
 )
-from kata_mem.core.planner import cgroup_room, plan
+from kata_mem.core.plan import plan
+from kata_mem.core.plan.guards import cgroup_room
 from kata_mem.core.runtimeclass import _host, pod_fit, runtime_class_overhead
 from kata_mem.core.units import MiB, align_down
 from tests.strategies import configs, examples

@@ -15,7 +15,7 @@ import pytest
 from kata_mem.core.errors import ConfigError, KataMemError
 from kata_mem.core.model import Settings, Unseen
 from kata_mem.edges import statedir
-from kata_mem.edges.statedir import StateDirError
+from kata_mem.edges.statefiles import StateDirError
 from kata_mem.interfaces.reconcile_loop import ReconcileLoop
 from kata_mem.interfaces.service import Service
 

@@ -40,6 +40,7 @@ TABLES = {
     "go-parsers": "annotation-cases/go-parsers.json",
     "runtimeclass": "runtimeclass-cases",
     "pod": "pod-cases",
+    "kata-go": "kata-cases/go-runtime.json",
 }
 
 

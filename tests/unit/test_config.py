@@ -443,3 +443,66 @@ def test_file_mem_backend_is_read_as_an_absolute_directory(tmp_path: Path) -> No
         ConfigError, match=r"\[hypervisor.qemu\] file_mem_backend: expected an absolute path"
     ):
         load_config(path)
+
+
+def _with_dropin(tmp_path: Path, main: str, dropin: str) -> Path:
+    path = tmp_path / "configuration.toml"
+    path.write_text('[hypervisor.qemu]\npath = "/usr/bin/qemu"\n' + main)
+    (tmp_path / "config.d").mkdir()
+    (tmp_path / "config.d" / "50-x.toml").write_text(dropin)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("main", "dropin", "named"),
+    [
+        ("default_vcpus = true\n", "[hypervisor.qemu]\ndefault_vcpus = 2\n", "default_vcpus"),
+        (
+            "[runtime]\nstatic_sandbox_resource_mgmt = 1\n",
+            "[runtime]\nstatic_sandbox_resource_mgmt = true\n",
+            "static_sandbox_resource_mgmt",
+        ),
+        ("memory_slots = 4294967296\n", "[hypervisor.qemu]\nmemory_slots = 4\n", "memory_slots"),
+    ],
+)
+def test_a_value_a_drop_in_sets_again_is_still_checked_in_its_own_file(
+    tmp_path: Path, main: str, dropin: str, named: str
+) -> None:
+    # Kata's Go runtime decodes the file, then each drop-in, on its own (katautils
+    # decodeConfig, updateFromDropIn: toml.Decode), and refuses the wrong value where it
+    # is; kata-mem checked only the merged value (the Kata oracle's cases, issue 34).
+    with pytest.raises(ConfigError, match=rf"configuration.toml: \[\w+(\.qemu)?\] {named}: "):
+        load_config(_with_dropin(tmp_path, main, dropin))
+
+
+def test_runtime_rs_reads_the_merged_value(tmp_path: Path) -> None:
+    # kata-types drop_in.rs merges the TOML values first and decodes once.
+    path = _with_dropin(
+        tmp_path,
+        'default_vcpus = true\n[runtime]\nname = "virt_container"\n',
+        "[hypervisor.qemu]\ndefault_vcpus = 2\n",
+    )
+    assert load_config(path).default_vcpus == 2
+
+
+def test_a_hypervisor_table_a_drop_in_only_opens_is_none_for_the_go_runtime(
+    tmp_path: Path,
+) -> None:
+    # Go applies a drop-in's keys only (updateFromDropIn: applyKey), so an empty
+    # [hypervisor.clh] there adds no hypervisor; kata-mem refused two tables.
+    path = _with_dropin(tmp_path, "default_memory = 4096\n", "[hypervisor.clh]\n")
+    assert (load_config(path).hypervisor, load_config(path).default_memory) == ("qemu", 4096 * MiB)
+    (tmp_path / "config.d" / "60-y.toml").write_text("[hypervisor.clh]\ndefault_memory = 1024\n")
+    with pytest.raises(ConfigError, match=r"expected exactly one \[hypervisor.NAME\] section"):
+        load_config(path)
+
+
+def test_a_hypervisor_kata_does_not_drive_is_refused(tmp_path: Path) -> None:
+    # Go updateRuntimeConfigHypervisor: "configuration file contains invalid hypervisor
+    # section"; kata-mem planned for [hypervisor.foo].
+    with pytest.raises(ConfigError, match=r"\[hypervisor.foo\] is not a hypervisor Kata's Go"):
+        load_config(write_config(tmp_path / "c.toml", name="foo"))
+    with pytest.raises(
+        ConfigError, match=r"\[hypervisor.stratovirt\] is not a hypervisor Kata's runtime-rs"
+    ):
+        load_config(write_config(tmp_path / "c.toml", {"overhead_memory": 32}, name="stratovirt"))

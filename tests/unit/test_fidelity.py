@@ -24,7 +24,8 @@ from kata_mem.core.endpoint import Endpoint
 from kata_mem.core.errors import ConfigError, InputError
 from kata_mem.core.frozen import replace
 from kata_mem.core.model import ARCHES, Container, HostFacts, SizingConfig, Workload
-from kata_mem.core.planner import assumed_vm, boot_memory, current_problem, plan
+from kata_mem.core.plan import plan
+from kata_mem.core.plan.geometry import assumed_vm, boot_memory, current_problem
 from kata_mem.core.request import SandboxRequest
 from kata_mem.core.units import GiB, MiB
 from kata_mem.edges.config import load_config

@@ -10,7 +10,7 @@ import pytest
 
 from kata_mem.core.errors import ConfigError
 from kata_mem.core.model import Container, HostFacts, SizingConfig, Workload
-from kata_mem.core.planner import plan
+from kata_mem.core.plan import plan
 from kata_mem.core.units import GiB, MiB
 
 HOST = HostFacts(memory=64 * GiB, cpus=4, arch="amd64")

@@ -16,8 +16,9 @@ from kata_mem.core.errors import InputError
 from kata_mem.core.model import CgroupLevel, HostFacts, Origin, Settings, VmState
 from kata_mem.core.record import Record
 from kata_mem.core.units import GiB, MiB
-from kata_mem.edges.journal import SandboxState, node_admission
-from kata_mem.edges.statedir import STATE_MARKER
+from kata_mem.edges.journal import SandboxState
+from kata_mem.edges.ledger import node_admission
+from kata_mem.edges.statefiles import STATE_MARKER
 from kata_mem.orchestration.guards import HARD_LIMIT, HostSide, node_budget, read_cgroup
 from tests.support.configs import HOST
 from tests.support.paths import REPO
@@ -229,7 +230,7 @@ def test_host_side_read_gives_the_node_view(pod: Path) -> None:
 
 HOLD = """
 import sys
-from kata_mem.edges.journal import node_admission
+from kata_mem.edges.ledger import node_admission
 with node_admission(sys.argv[1], 1 << 40) as ledger:
     print("held", ledger.others("x"), flush=True)
     sys.stdin.readline()

@@ -30,7 +30,7 @@ TOP_LEVEL = {"__init__": "interfaces", "__main__": "interfaces"}
 
 
 def layer_of(module: str) -> str:
-    """A module's layer is its folder (``core/planner`` is core), or for the two files at
+    """A module's layer is its folder (``core/plan/memory`` is core), or for the two files at
     the top of the package, interfaces."""
     return TOP_LEVEL.get(module, module.split("/", maxsplit=1)[0])
 
@@ -128,24 +128,28 @@ def _only_a_docstring(path: Path) -> bool:
 
 def test_the_readme_draws_these_layers() -> None:
     """The drawing on the design page (docs/design/layers.md): one line per layer, its name and
-    then its modules (file names without ``.py``), top layer first, as the folders hold them."""
+    then its modules (file names without ``.py``), top layer first, as the folders hold them.
+    A package inside a layer (``core/plan``) is one name on its layer's line (its
+    ``__init__``) and a line of its own under the layer's: its path, then its modules."""
     design = doc("design/layers.md")
     drawing = "".join(design.split("```")[1::2])
     drawn = {
         words[0]: sorted(words[1:])
         for words in (line.split() for line in drawing.splitlines())
-        if words and words[0] in RANK
+        if words and layer_of(words[0]) in RANK
     }
-    assert list(drawn) == list(reversed(LAYER_ORDER))
-    on_disk: dict[str, list[str]] = {layer: [] for layer in LAYER_ORDER}
+    assert [name for name in drawn if name in RANK] == list(reversed(LAYER_ORDER))
+    on_disk: dict[str, list[str]] = {}
     for m, path in modules().items():
         if _only_a_docstring(path):  # a layer folder's own __init__: its description
             continue
-        layer = layer_of(m)
-        name = m if m in TOP_LEVEL else (m.split("/", 1)[1] if "/" in m else "__init__")
-        on_disk[layer].append(name)
-    for layer in LAYER_ORDER:
-        assert drawn[layer] == sorted(on_disk[layer]), layer
+        if m in TOP_LEVEL:
+            on_disk.setdefault(TOP_LEVEL[m], []).append(m)
+            continue
+        folder, _, name = m.rpartition("/")
+        # A folder's own __init__ is "__init__" on its line, a package's its name on its parent's.
+        on_disk.setdefault(folder or m, []).append(name if folder else "__init__")
+    assert drawn == {folder: sorted(names) for folder, names in on_disk.items()}
 
 
 def test_the_checks_see_function_level_and_type_checking_imports() -> None:

@@ -16,9 +16,14 @@ from kata_mem.core.frozen import replace
 from kata_mem.core.model import Container, SizingConfig, VmState, Workload
 from kata_mem.core.record import Record
 from kata_mem.core.units import GiB, MiB
-from kata_mem.edges import journal
-from kata_mem.edges.journal import SandboxState, check_ledger, node_admission
-from kata_mem.edges.statedir import LEDGER
+from kata_mem.edges.journal import SandboxState
+from kata_mem.edges.ledger import (
+    check_ledger,
+    journal_commitments,
+    node_admission,
+    record_commitment,
+)
+from kata_mem.edges.statefiles import LEDGER
 from kata_mem.orchestration.executor import Options, run_locked
 from kata_mem.orchestration.guards import HostSide
 from tests.support.configs import HOST
@@ -149,13 +154,34 @@ def _mk(tmp_path: Path) -> SizingConfig:
 
 
 def test_forgetting_a_sandbox_takes_it_out_of_the_ledger(tmp_path: Path) -> None:
+    # The shim's delete forgets the sandbox, and releases its entry once its journal is gone.
+    from kata_mem.orchestration.handle import forget
+
     state = tmp_path / "state"
     _sandboxes(state, 2)
     assert check_ledger(state, HOST.memory) == []  # none yet: nothing to mend, none made
     assert not (state / LEDGER).exists()
     with node_admission(state, HOST.memory):  # made from the journals
         pass
-    assert SandboxState(state, "sb0").remove(5) == "removed"
+    assert forget("sb0", str(state)) == ()
+    assert not (state / "sb0").exists()
+    assert _ledger(state)["commitments"] == {"sb1": GiB}
+    # Removing the directory alone leaves the entry: its release is the forgetter's.
+    assert SandboxState(state, "sb1").remove(5) == "removed"
+    assert _ledger(state)["commitments"] == {"sb1": GiB}
+
+
+def test_reconcile_forgetting_a_sandbox_takes_it_out_of_the_ledger(tmp_path: Path) -> None:
+    # Its journal gone (by hand) and no request saved: reconcile forgets it, and its entry.
+    from kata_mem.orchestration.reconcile import visit
+
+    state = tmp_path / "state"
+    _sandboxes(state, 2)
+    with node_admission(state, HOST.memory):
+        pass
+    (state / "sb0" / "journal.json").unlink()
+    done = visit(str(state), "sb0", {})
+    assert done.action == "cleaned", done
     assert _ledger(state)["commitments"] == {"sb1": GiB}
 
 
@@ -173,7 +199,7 @@ def test_reconcile_mends_a_ledger_that_counts_too_much(tmp_path: Path) -> None:
     assert [n.code for n in notes] == ["journal"]
     assert "gone, sb0" in notes[0].text
     assert _ledger(state)["commitments"] == {"sb0": GiB, "sb1": GiB}
-    assert journal.journal_commitments(state, HOST.memory) == {"sb0": GiB, "sb1": GiB}
+    assert journal_commitments(state, HOST.memory) == {"sb0": GiB, "sb1": GiB}
 
 
 def test_without_a_budget_no_ledger_is_made_but_one_that_exists_is_kept(tmp_path: Path) -> None:
@@ -185,7 +211,7 @@ def test_without_a_budget_no_ledger_is_made_but_one_that_exists_is_kept(tmp_path
     assert not (state / LEDGER).exists()  # no budget needs it: nothing is written
     with node_admission(state, HOST.memory, budget=True):
         pass  # a budget: made from the journals
-    journal.record_commitment(state, "sb0", 3 * GiB, HOST.memory)
+    record_commitment(state, "sb0", 3 * GiB, HOST.memory)
     assert _ledger(state)["commitments"] == {"sb0": 3 * GiB, "sb1": GiB}
 
 

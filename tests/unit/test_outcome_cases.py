@@ -26,7 +26,8 @@ from kata_mem.core.model import (
     VmState,
     Workload,
 )
-from kata_mem.core.planner import assumed_vm, plan
+from kata_mem.core.plan import plan
+from kata_mem.core.plan.geometry import assumed_vm
 from kata_mem.core.reports import StepProgress
 from kata_mem.core.units import GiB, MiB
 from kata_mem.interfaces.render import warnings_json

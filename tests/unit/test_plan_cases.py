@@ -25,7 +25,8 @@ from kata_mem.core.model import (
     VmState,
     Workload,
 )
-from kata_mem.core.planner import assumed_vm, plan
+from kata_mem.core.plan import plan
+from kata_mem.core.plan.geometry import assumed_vm
 from kata_mem.core.quantity import parse_quantity, quantity_bytes
 from kata_mem.core.units import MiB
 from kata_mem.interfaces.render import plan_json, warnings_json
@@ -204,19 +205,19 @@ def test_a_plan_sizes_its_workload_once(
 ) -> None:
     # Memory and vCPUs size the same workload: the plan-only answer computed it twice.
     # Counted on a real plan, which must stay what it was.
-    from kata_mem.core import planner
+    import kata_mem.core.plan as front
+    from kata_mem.core.plan.workload import demand as real
     from tests.support.configs import HOST
 
     cfg = make_config()
     work = Workload((Container("c1", memory_limit=512 * MiB, cpu=Fraction(1, 2)),))
     want = plan(cfg, HOST, work)
     calls: list[Workload] = []
-    real = planner.demand
 
     def counted(cfg: SizingConfig, workload: Workload) -> Any:
         calls.append(workload)
         return real(cfg, workload)
 
-    monkeypatch.setattr(planner, "demand", counted)
+    monkeypatch.setattr(front, "demand", counted)
     assert plan(cfg, HOST, work) == want
     assert calls == [work]

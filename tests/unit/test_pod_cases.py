@@ -16,7 +16,7 @@ from kubernetes_validate.utils import validate
 
 from kata_mem.core.errors import InputError
 from kata_mem.core.model import SizingConfig
-from kata_mem.core.planner import demand
+from kata_mem.core.plan.workload import demand
 from kata_mem.core.quantity import format_quantity
 from kata_mem.core.units import MiB
 from kata_mem.edges.pod import load_pod

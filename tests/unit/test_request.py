@@ -213,7 +213,7 @@ def test_hugepage_limits_per_size_bound_each_size_on_its_own(tmp_path: Path) -> 
     """A shim (or a saved request) can give each page size's limit: the pod-level 2 MiB
     limit then bounds 2 MiB pages only (kubelet HugePageLimits), and the request reads
     back the same when written (a reconcile repeats it)."""
-    from kata_mem.core.planner import demand
+    from kata_mem.core.plan.workload import demand
 
     base = {"schema": "kata-mem/shim-request/v1", "sandbox_id": "sb", "event": "update"}
     container: dict[str, Any] = {

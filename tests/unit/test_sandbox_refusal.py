@@ -1,5 +1,5 @@
 """A sandbox directory another user could have written is refused with the error that
-says so, a value (:class:`~kata_mem.edges.statedir.StateDirError`, fault ``refused``),
+says so, a value (:class:`~kata_mem.edges.statefiles.StateDirError`, fault ``refused``),
 kept from where it is found to where it is raised or listed; "no refusal" is None, never
 an empty text."""
 
@@ -11,13 +11,8 @@ from pathlib import Path
 import pytest
 
 from kata_mem.edges.journal import SandboxState
-from kata_mem.edges.statedir import (
-    SANDBOX_MARKER,
-    StateDirError,
-    ensure_state_dir,
-    list_state_dir,
-    sandbox_dir,
-)
+from kata_mem.edges.statedir import ensure_state_dir, list_state_dir, sandbox_dir
+from kata_mem.edges.statefiles import SANDBOX_MARKER, StateDirError
 
 
 def _mode_message(state: Path, path: Path, mode: int) -> str:

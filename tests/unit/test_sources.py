@@ -11,7 +11,7 @@ import pytest
 
 from kata_mem.core.errors import InputError, QuantityError
 from kata_mem.core.model import SizingConfig
-from kata_mem.core.planner import containers_peak, demand
+from kata_mem.core.plan.workload import containers_peak, demand
 from kata_mem.core.units import MiB
 from kata_mem.edges.pod import read_pod
 from kata_mem.edges.sources import build_workload, read_oci

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from kata_mem.core.errors import ConfigError
-from kata_mem.edges.statedir import STATE_MARKER, ensure_state_dir, state_dir_state
+from kata_mem.edges.statedir import ensure_state_dir, state_dir_state
+from kata_mem.edges.statefiles import STATE_MARKER
 
 
 def _count_listings(monkeypatch: pytest.MonkeyPatch) -> list[object]:

@@ -12,7 +12,7 @@ import pytest
 
 from kata_mem.core.errors import ConfigError
 from kata_mem.core.model import Workload
-from kata_mem.core.planner import plan
+from kata_mem.core.plan import plan
 from kata_mem.edges.config import load_config
 from kata_mem.interfaces.render import plan_json
 from tests.support.configs import HOST, write_config
