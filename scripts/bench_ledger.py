@@ -14,18 +14,11 @@ every size alike:
    interval, the CPU it spends while idle, once its start-up pass is done (that pass is
    reported on its own, as is what the safety net's full pass every ten minutes costs,
    timed in this process on the same state directory);
-5. admission as the node fills (``--admission``, 300 by default): a service at the
-   default interval, with a node budget on, and one ``POST /v1/shim`` grow (+256 MiB
-   DIMM) for each of that many new sandboxes in turn: the median of the first 20 and of
-   the last 20.
-
-Every VM is a scripted QMP server on a real unix socket (:class:`FakeQemu` of
-``tests/support/fake_qmp.py`` behind an asyncio server): all of them (1,101 for the
-default sizes) in one process of their own, the farm, which answers what an apply asks
-(the greeting, ``qmp_capabilities``, the queries, ``object-add``/``device_add`` with the
-guest's ``ACPI_DEVICE_OST``). Between rounds the probe sandbox is forgotten (a ``delete``
-request), its VM emptied by the farm's own ``x-bench-reset`` (a command kata-mem never
-sends) and set up again, untimed.
+5. admission against the node's other sandboxes (``--admission 20,300``): two services at
+   the default interval, their loops running as on a node, with a node budget on, over
+   state directories of 20 and of 300 sandboxes; round by round, alternating, each is asked
+   one ``POST /v1/shim`` grow (+256 MiB DIMM) of a new sandbox, forgotten again untimed
+   (``--admission-only``: this part alone).
 
     .venv/bin/python scripts/bench_ledger.py [--rounds 30] [--sizes 1,100,1000]
 """
@@ -63,6 +56,8 @@ BOOT_MIB = 256
 HOST_MEMORY = 512 * GiB
 #: Sockets of one size: the probe (measured) and the others (in the state directory).
 PROBE = "probe"
+#: A VM of no sandbox of the node, for the admission part's new sandboxes.
+SPARE = "spare"
 
 
 # -- the farm: many scripted QMP servers in one process ------------------------------------
@@ -376,7 +371,9 @@ def main() -> None:
     parser.add_argument("--sizes", default="1,100,1000")
     parser.add_argument("--status-every", type=int, default=3, help="status --all every Nth round")
     parser.add_argument("--idle-seconds", type=float, default=20.0)
-    parser.add_argument("--admission", type=int, default=300, help="sandboxes to fill (0: none)")
+    parser.add_argument("--admission", default="20,300", help="the two node sizes ('': none)")
+    parser.add_argument("--admission-rounds", type=int, default=40)
+    parser.add_argument("--admission-only", action="store_true")
     parser.add_argument("--farm", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.farm:
@@ -397,10 +394,12 @@ def main() -> None:
             kata_mem={"node_overcommit": 1.0},
         )
         sizes = [Size(c, tmp, config) for c in counts]
-        filling = Size(args.admission, tmp, config, tag="admission") if args.admission else None
+        pair = [Size(int(c), tmp, config, tag=f"a{c}") for c in args.admission.split(",") if c]
+        if args.admission_only:
+            sizes = []
         listing = tmp / "farm.txt"
-        every = sizes + ([filling] if filling else [])
-        listing.write_text("\n".join(s.qmp_path(n) for s in every for n in s.names))
+        every = sizes + pair
+        listing.write_text("\n".join(s.qmp_path(n) for s in every for n in [*s.names, SPARE]))
         farm = subprocess.Popen(
             [sys.executable, __file__, "--farm", str(listing)], stdout=subprocess.PIPE
         )
@@ -408,7 +407,7 @@ def main() -> None:
             assert farm.stdout is not None
             if farm.stdout.readline().strip() != b"ready":
                 raise SystemExit("the QMP farm did not start")
-            run(sizes, args, filling)
+            run(sizes, args, pair)
         finally:
             for s in every:
                 s.stop_service()
@@ -449,34 +448,42 @@ def safety_pass_ms(state: Path) -> float:
     return asyncio.run(once())
 
 
-def fill(s: Size) -> tuple[list[float], list[float]]:
-    """One grow through the service for each new sandbox in turn: the times of the first
-    20 and of the last 20."""
-    s.start_service(interval=5.0)  # the default interval: the loop as a node runs it
-    try:
+def admission(pair: list[Size], rounds: int) -> dict[int, list[float]]:
+    """A grow of a new sandbox through each service in turn, round by round (its VM the
+    probe's, emptied again after), with the others of its node watched by the loop."""
+    for s in pair:
+        s.start_service(interval=5.0)  # the default interval: the loop as a node runs it
         s.settled()
-        assert s.conn is not None
-        times = []
-        for name in s.names:
-            body = s.doc(name, grow=True)
-            t0 = time.perf_counter()
-            data = http_call(s.conn, "POST", "/v1/shim", body)
-            times.append(time.perf_counter() - t0)
-            check_outcome(json.loads(data), "Resized")
-        return times[:20], times[-20:]
+    times: dict[int, list[float]] = {s.count: [] for s in pair}
+    try:
+        for i in range(rounds + 1):  # round 0 warms up and is not counted
+            for s in pair[i % 2 :] + pair[: i % 2]:
+                assert s.conn is not None
+                name = f"grow-{i:04d}"
+                body = shim_doc(name, s.qmp_path(SPARE), s.config, grow=True)
+                t0 = time.perf_counter()
+                data = http_call(s.conn, "POST", "/v1/shim", body)
+                if i:
+                    times[s.count].append(time.perf_counter() - t0)
+                check_outcome(json.loads(data), "Resized")
+                forget = shim_doc(name, s.qmp_path(SPARE), s.config, False, "delete")
+                http_call(s.conn, "POST", "/v1/shim", forget)
+                bench_reset(s.qmp_path(SPARE))
     finally:
-        s.stop_service()
+        for s in pair:
+            s.stop_service()
+    return times
 
 
-def run(sizes: list[Size], args: argparse.Namespace, filling: Optional[Size]) -> None:
+def run(sizes: list[Size], args: argparse.Namespace, pair: list[Size]) -> None:
     t0 = time.perf_counter()
-    for s in sizes:  # every sandbox applied once: journals, saved requests, the ledger
+    for s in sizes + pair:  # every sandbox applied once: journals, saved requests, the ledger
         for name in s.names:
             assert s.handle(name) == "NoChange"
     setup_s = time.perf_counter() - t0
     for s in sizes:
         s.start_service(interval=3600)  # the loop's cost is measured on its own, below
-    for i in range(args.rounds + 1):  # round 0 warms up and is not counted
+    for i in range(args.rounds + 1 if sizes else 0):  # round 0 warms up, not counted
         order = sizes[i % len(sizes) :] + sizes[: i % len(sizes)]
         for s in order:
             s.in_process(counted=i > 0)
@@ -504,7 +511,7 @@ def run(sizes: list[Size], args: argparse.Namespace, filling: Optional[Size]) ->
         cpu = 100 * (s.cpu_s() - start) / args.idle_seconds
         idle[s.count] = (cpu, s.rss_mib(), start, safety_pass_ms(s.state))
         s.stop_service()
-    admitted = fill(filling) if filling is not None else None
+    admitted = admission(pair, args.admission_rounds) if pair else None
     report(sizes, args, setup_s, rss, idle, admitted)
 
 
@@ -514,7 +521,26 @@ def report(
     setup_s: float,
     rss: dict[int, float],
     idle: dict[int, tuple[float, float, float, float]],
-    admitted: Optional[tuple[list[float], list[float]]],
+    admitted: Optional[dict[int, list[float]]],
+) -> None:
+    if sizes:
+        report_sizes(sizes, args, setup_s, rss, idle)
+    if admitted is not None:
+        (small, few), (large, many) = sorted(admitted.items())
+        a, b = median_ms(few), median_ms(many)
+        print(
+            f"\nadmission: a `POST /v1/shim` grow of a new sandbox, loop every 5 s, "
+            f"{len(few)} rounds: {small} sandboxes on the node {a:.2f} ms, {large} "
+            f"sandboxes {b:.2f} ms, {b / a:.2f}x"
+        )
+
+
+def report_sizes(
+    sizes: list[Size],
+    args: argparse.Namespace,
+    setup_s: float,
+    rss: dict[int, float],
+    idle: dict[int, tuple[float, float, float, float]],
 ) -> None:
     base = sizes[0]
     total = sum(s.count for s in sizes)
@@ -566,13 +592,6 @@ def report(
         )
         + " |"
     )
-    if admitted is not None:
-        first, last = (median_ms(t) for t in admitted)
-        print(
-            f"\nadmission as the node fills ({args.admission} sandboxes, one `POST /v1/shim` "
-            f"grow each, loop every 5 s): first 20 {first:.2f} ms, last 20 {last:.2f} ms, "
-            f"{last / first:.2f}x"
-        )
 
 
 if __name__ == "__main__":

@@ -243,10 +243,10 @@ class ReconcileLoop:
         self.view.gone.clear()  # every sandbox is visited, or scheduled, below
         now = time.time()
         first = self.full_passes == 0
-        self.full_passes += 1
-        self.service.metrics.full_passes.inc()
         await self._visit_all([n for n in names if first or self._due.get(n, now + 1) <= now])
         await self._mend(every=self.view.inotify is None)
+        self.full_passes += 1
+        self.service.metrics.full_passes.inc()  # counted once done
 
     async def _visit_all(self, names: list[str]) -> None:
         room = asyncio.Semaphore(RECONCILE_WORKERS)
