@@ -17,8 +17,9 @@ every size alike:
 5. admission against the node's other sandboxes (``--admission 20,300``): two services at
    the default interval, their loops running as on a node, with a node budget on, over
    state directories of 20 and of 300 sandboxes; round by round, alternating, each is asked
-   one ``POST /v1/shim`` grow (+256 MiB DIMM) of a new sandbox, forgotten again untimed
-   (``--admission-only``: this part alone).
+   for a ``POST /v1/shim`` grow (+256 MiB DIMM) of one of its sandboxes, and for the first
+   request of a new one (a grow as well), each undone again untimed (``--admission-only``:
+   this part alone).
 
     .venv/bin/python scripts/bench_ledger.py [--rounds 30] [--sizes 1,100,1000]
 """
@@ -58,6 +59,8 @@ HOST_MEMORY = 512 * GiB
 PROBE = "probe"
 #: A VM of no sandbox of the node, for the admission part's new sandboxes.
 SPARE = "spare"
+GROW = "a grow (+256 MiB DIMM) of a sandbox of the node"
+FIRST = "the first request of a new sandbox (a grow too)"
 
 
 # -- the farm: many scripted QMP servers in one process ------------------------------------
@@ -448,27 +451,30 @@ def safety_pass_ms(state: Path) -> float:
     return asyncio.run(once())
 
 
-def admission(pair: list[Size], rounds: int) -> dict[int, list[float]]:
-    """A grow of a new sandbox through each service in turn, round by round (its VM the
-    probe's, emptied again after), with the others of its node watched by the loop."""
+def admission(pair: list[Size], rounds: int) -> dict[str, dict[int, list[float]]]:
+    """Through each service in turn, round by round: a grow of a sandbox of the node (the
+    probe; emptied again after, untimed), and the first request of a new sandbox, a grow
+    too (its VM a spare one; forgotten again after, untimed)."""
     for s in pair:
         s.start_service(interval=5.0)  # the default interval: the loop as a node runs it
         s.settled()
-    times: dict[int, list[float]] = {s.count: [] for s in pair}
+    times: dict[str, dict[int, list[float]]] = {GROW: {}, FIRST: {}}
     try:
         for i in range(rounds + 1):  # round 0 warms up and is not counted
             for s in pair[i % 2 :] + pair[: i % 2]:
-                assert s.conn is not None
-                name = f"grow-{i:04d}"
-                body = shim_doc(name, s.qmp_path(SPARE), s.config, grow=True)
-                t0 = time.perf_counter()
-                data = http_call(s.conn, "POST", "/v1/shim", body)
-                if i:
-                    times[s.count].append(time.perf_counter() - t0)
-                check_outcome(json.loads(data), "Resized")
-                forget = shim_doc(name, s.qmp_path(SPARE), s.config, False, "delete")
-                http_call(s.conn, "POST", "/v1/shim", forget)
-                bench_reset(s.qmp_path(SPARE))
+                with s.awake():  # a fresh connection: the other service's turn was long
+                    assert s.conn is not None
+                    for what, name, vm in ((GROW, PROBE, PROBE), (FIRST, f"new-{i:04d}", SPARE)):
+                        body = shim_doc(name, s.qmp_path(vm), s.config, grow=True)
+                        t0 = time.perf_counter()
+                        data = http_call(s.conn, "POST", "/v1/shim", body)
+                        if i:
+                            times[what].setdefault(s.count, []).append(time.perf_counter() - t0)
+                        check_outcome(json.loads(data), "Resized")
+                    s.reset_probe(via_service=True)
+                    forget = shim_doc(f"new-{i:04d}", s.qmp_path(SPARE), s.config, False, "delete")
+                    http_call(s.conn, "POST", "/v1/shim", forget)
+                    bench_reset(s.qmp_path(SPARE))
     finally:
         for s in pair:
             s.stop_service()
@@ -521,18 +527,19 @@ def report(
     setup_s: float,
     rss: dict[int, float],
     idle: dict[int, tuple[float, float, float, float]],
-    admitted: Optional[dict[int, list[float]]],
+    admitted: Optional[dict[str, dict[int, list[float]]]],
 ) -> None:
     if sizes:
         report_sizes(sizes, args, setup_s, rss, idle)
     if admitted is not None:
-        (small, few), (large, many) = sorted(admitted.items())
-        a, b = median_ms(few), median_ms(many)
-        print(
-            f"\nadmission: a `POST /v1/shim` grow of a new sandbox, loop every 5 s, "
-            f"{len(few)} rounds: {small} sandboxes on the node {a:.2f} ms, {large} "
-            f"sandboxes {b:.2f} ms, {b / a:.2f}x"
-        )
+        print("\nadmission, `POST /v1/shim`, the loop every 5 s (medians):\n")
+        counts = sorted(admitted[GROW])
+        print("| | " + " | ".join(f"{c} sandboxes" for c in counts) + " | ratio |")
+        print("| --- |" + " --- |" * (len(counts) + 1))
+        for what, by in admitted.items():
+            values = [median_ms(by[c]) for c in counts]
+            cells = " | ".join(f"{v:.2f} ms" for v in values)
+            print(f"| {what} | {cells} | {values[-1] / values[0]:.2f}x |")
 
 
 def report_sizes(
