@@ -69,6 +69,7 @@ def _quiet(svc: Service, seconds: float) -> None:
     """Nothing is visited for ``seconds`` (many intervals): nothing is pending."""
     visits = svc.request("GET", "/metrics").body.decode().count("kata_mem_reconcile_visits_total{")
     before = _metric(svc, 'kata_mem_reconcile_visits_total{action="idle"}')
+    # not a wait: that nothing happens for this long is what is checked
     time.sleep(seconds)
     assert _metric(svc, 'kata_mem_reconcile_visits_total{action="idle"}') == before
     after = svc.request("GET", "/metrics").body.decode().count("kata_mem_reconcile_visits_total{")
@@ -127,7 +128,7 @@ def test_the_loop_retries_a_deferred_shrink_when_it_is_due(tmp_path: Path) -> No
             doc = json.loads(journal.read_text())
             assert doc["deferred"]["retry_at"] > time.time() + 20  # the 30 s backoff
             _watched(svc)
-            time.sleep(1.0)  # five intervals
+            time.sleep(1.0)  # not a wait: five intervals in which it must not be retried
             assert json.loads(journal.read_text())["observed_mib"] == 1024  # not due: left
             fake.guest_used = 64 * MiB
             # The backoff has passed (the clock moved on, as far as the journal says).
