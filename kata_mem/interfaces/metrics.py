@@ -157,8 +157,8 @@ class Metrics:
         )
         self.full_passes = Counter(
             "kata_mem_reconcile_full_passes",
-            "Full passes of the reconcile loop over every sandbox: one at start, then one "
-            "every ten minutes (between them, only what the kernel reports is read).",
+            "Full passes of the reconcile loop over every sandbox: one an interval after start, "
+            "then one every ten minutes (between them, only what the kernel reports is read).",
             registry=self.registry,
         )
 

@@ -14,9 +14,9 @@ kernel cannot watch (a libvirt domain, no pid in this namespace, no pidfd) is vi
 every interval, as every sandbox was before (issue 36: 13 % of a CPU at 1,000 idle
 sandboxes).
 
-A full pass, as the loop used to make every interval, runs at start (every sandbox
-visited: what a restart after a crash must settle) and then every ``FULL_PASS_S`` as a
-safety net: it lists the state directory and reads again each entry whose files moved
+A full pass, as the loop used to make every interval, runs one interval after start (every
+sandbox visited: what a restart after a crash must settle) and then every ``FULL_PASS_S``
+as a safety net: it lists the state directory and reads again each entry whose files moved
 (a ``stat`` each), so what no event reported is still found (a state directory mounted
 over or moved with its parent, which inotify does not follow, or a bug here), at a
 cost of about 0.1 ms a sandbox every ten minutes. The node's ledger is checked against
@@ -102,11 +102,14 @@ class ReconcileLoop:
         return await asyncio.get_running_loop().run_in_executor(self.service.pool, fn)
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Until ``stop``: a full pass at start and every ``FULL_PASS_S``, and the visits
+        """Until ``stop``: a full pass an interval after start and every ``FULL_PASS_S``, and the visits
         that are due or that the kernel's events call for in between; a visit under way
         is finished (a step in flight), never cut."""
         wake = asyncio.Event()
         self.view.start(asyncio.get_running_loop(), wake.set)
+        # The first full pass one interval after start, as the first pass was before; the
+        # view is read, and the kernel's events acted on, from the start.
+        self._full_tried = time.monotonic()
         stopped = asyncio.ensure_future(stop.wait())
         try:
             while not stop.is_set():
@@ -179,7 +182,8 @@ class ReconcileLoop:
             self._due.pop(name, None)
             self._unproven.discard(name)
             return
-        proof = name in self._unproven
+        # Proven by the first full pass, which visits every sandbox, until it has run.
+        proof = name in self._unproven and self.full_passes > 0
         times = [now] if proof else []
         if done in ("failed", "waiting"):
             times.append(now + self.interval)
