@@ -628,13 +628,6 @@ BREAKS = (
         'return Entry("foreign", None, None, sig, False, watched)',
     ),
     Break(
-        "refused-journal-shown",
-        NODE_VIEW,
-        "    except KataMemError as exc:  # its journal could have been written by another user\n"
-        '        return Entry("refused", None, exc, sig, False, watched)\n',
-        "    except KataMemError:\n        return None\n",
-    ),
-    Break(
         "deferred-retry-not-scheduled",
         LOOP,
         "times.append(record.deferred.retry_at)",
