@@ -11,15 +11,15 @@ every size alike:
 2. the same two as ``POST /v1/shim`` to a ``kata-mem serve`` of that state directory;
 3. ``GET /v1/node`` of that service and a one-shot ``kata-mem status --all --json``;
 4. the service's resident memory (VmRSS) and, with its reconcile loop at the default
-   interval, the CPU it spends while idle.
-
-Every VM is a scripted QMP server on a real unix socket (:class:`FakeQemu` of
-``tests/support/fake_qmp.py`` behind an asyncio server): all of them (1,101 for the
-default sizes) in one process of their own, the farm, which answers what an apply asks
-(the greeting, ``qmp_capabilities``, the queries, ``object-add``/``device_add`` with the
-guest's ``ACPI_DEVICE_OST``). Between rounds the probe sandbox is forgotten (a ``delete``
-request), its VM emptied by the farm's own ``x-bench-reset`` (a command kata-mem never
-sends) and set up again, untimed.
+   interval, the CPU it spends while idle, once its start-up pass is done (that pass is
+   reported on its own, as is what the safety net's full pass every ten minutes costs,
+   timed in this process on the same state directory);
+5. admission against the node's other sandboxes (``--admission 20,300``): two services at
+   the default interval, their loops running as on a node, with a node budget on, over
+   state directories of 20 and of 300 sandboxes; round by round, alternating, each is asked
+   for a ``POST /v1/shim`` grow (+256 MiB DIMM) of one of its sandboxes, and for the first
+   request of a new one (a grow as well), each undone again untimed (``--admission-only``:
+   this part alone).
 
     .venv/bin/python scripts/bench_ledger.py [--rounds 30] [--sizes 1,100,1000]
 """
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import http.client
 import json
 import os
@@ -56,6 +57,10 @@ BOOT_MIB = 256
 HOST_MEMORY = 512 * GiB
 #: Sockets of one size: the probe (measured) and the others (in the state directory).
 PROBE = "probe"
+#: A VM of no sandbox of the node, for the admission part's new sandboxes.
+SPARE = "spare"
+GROW = "a grow (+256 MiB DIMM) of a sandbox of the node"
+FIRST = "the first request of a new sandbox (a grow too)"
 
 
 # -- the farm: many scripted QMP servers in one process ------------------------------------
@@ -178,19 +183,20 @@ def check_outcome(doc: dict[str, Any], want: str) -> None:
 class Size:
     """One state directory of ``count`` sandboxes, its VMs and its service."""
 
-    def __init__(self, count: int, tmp: Path, config: Path) -> None:
+    def __init__(self, count: int, tmp: Path, config: Path, tag: str = "") -> None:
         self.count = count
+        self.tag = tag or str(count)
         self.config = config
-        self.state = tmp / f"state-{count}"
+        self.state = tmp / f"state-{self.tag}"
         self.qmp = tmp / "qmp"
         self.names = [PROBE] + [f"sb-{i:04d}" for i in range(count - 1)]
-        self.sock = str(tmp / f"serve-{count}.sock")
+        self.sock = str(tmp / f"serve-{self.tag}.sock")
         self.service: Optional[subprocess.Popen[bytes]] = None
         self.conn: Optional[Unix] = None
         self.times: dict[str, list[float]] = {}
 
     def qmp_path(self, name: str) -> str:
-        return str(self.qmp / f"{self.count}-{name}.sock")
+        return str(self.qmp / f"{self.tag}-{name}.sock")
 
     def request(self, name: str, grow: bool = False, event: str = "update") -> Any:
         from kata_mem.core.request import SandboxRequest
@@ -306,20 +312,18 @@ class Size:
 
     @contextmanager
     def awake(self) -> Iterator[None]:
-        """The service runs only while its own size is measured: a stopped process takes
-        no CPU from the others' measurements."""
+        """A fresh connection to the service for its own size's measurements. The services
+        run throughout, as on a node (they read what the in-process applies change in
+        their state directories): stopping one with SIGSTOP could leave it holding the
+        state directory's shared node lock, which an apply then waits for forever."""
         assert self.service is not None
-        self.service.send_signal(signal.SIGCONT)
         # A new connection: the kept-alive one may have outlived the service's keep-alive
-        # timeout while it was stopped, and be closed as the next request is sent.
+        # timeout since it was last used, and be closed as the next request is sent.
         if self.conn is not None:
             self.conn.close()
         self.conn = Unix(self.sock)
         http_call(self.conn, "GET", "/healthz")  # connected, untimed
-        try:
-            yield
-        finally:
-            self.service.send_signal(signal.SIGSTOP)
+        yield
 
     def rss_mib(self) -> float:
         assert self.service is not None
@@ -328,10 +332,36 @@ class Size:
                 return int(line.split()[1]) / 1024
         raise SystemExit("no VmRSS")
 
+    def metric(self, name: str) -> float:
+        """A sample of the service's /metrics (0 when it has none)."""
+        assert self.conn is not None
+        for line in http_call(self.conn, "GET", "/metrics").decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+        return 0.0
+
+    def settled(self) -> None:
+        """Wait until the service's start-up pass is done (its loop counts a full pass)."""
+        assert self.conn is not None
+        if b"kata_mem_reconcile_full_passes" not in http_call(self.conn, "GET", "/metrics"):
+            time.sleep(6.0)  # a kata-mem before issue 36: its first pass, after 5 s, is done
+            return
+        for _ in range(1200):
+            if self.metric("kata_mem_reconcile_full_passes_total") >= 1:
+                return
+            time.sleep(0.1)
+        raise SystemExit(f"{self.sock}: no full pass within 120 s")
+
     def cpu_s(self) -> float:
+        """The service's CPU time so far, every thread's, in nanoseconds from the
+        scheduler (``/proc/PID/task/TID/schedstat``, its first field): clock ticks (10 ms)
+        are too coarse for an idle process over 20 s."""
         assert self.service is not None
-        fields = Path(f"/proc/{self.service.pid}/stat").read_text().rpartition(")")[2].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        total = 0
+        for task in Path(f"/proc/{self.service.pid}/task").iterdir():
+            with contextlib.suppress(OSError):  # a thread that ended meanwhile
+                total += int((task / "schedstat").read_text().split()[0])
+        return total / 1e9
 
 
 def median_ms(values: list[float]) -> float:
@@ -344,6 +374,9 @@ def main() -> None:
     parser.add_argument("--sizes", default="1,100,1000")
     parser.add_argument("--status-every", type=int, default=3, help="status --all every Nth round")
     parser.add_argument("--idle-seconds", type=float, default=20.0)
+    parser.add_argument("--admission", default="20,300", help="the two node sizes ('': none)")
+    parser.add_argument("--admission-rounds", type=int, default=40)
+    parser.add_argument("--admission-only", action="store_true")
     parser.add_argument("--farm", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.farm:
@@ -364,8 +397,12 @@ def main() -> None:
             kata_mem={"node_overcommit": 1.0},
         )
         sizes = [Size(c, tmp, config) for c in counts]
+        pair = [Size(int(c), tmp, config, tag=f"a{c}") for c in args.admission.split(",") if c]
+        if args.admission_only:
+            sizes = []
         listing = tmp / "farm.txt"
-        listing.write_text("\n".join(s.qmp_path(n) for s in sizes for n in s.names))
+        every = sizes + pair
+        listing.write_text("\n".join(s.qmp_path(n) for s in every for n in [*s.names, SPARE]))
         farm = subprocess.Popen(
             [sys.executable, __file__, "--farm", str(listing)], stdout=subprocess.PIPE
         )
@@ -373,25 +410,86 @@ def main() -> None:
             assert farm.stdout is not None
             if farm.stdout.readline().strip() != b"ready":
                 raise SystemExit("the QMP farm did not start")
-            run(sizes, args)
+            run(sizes, args, pair)
         finally:
-            for s in sizes:
+            for s in every:
                 s.stop_service()
             farm.send_signal(signal.SIGTERM)
             farm.wait(30)
 
 
-def run(sizes: list[Size], args: argparse.Namespace) -> None:
+def safety_pass_ms(state: Path) -> float:
+    """What the loop's full pass reads, in this process, on a state directory a pass read
+    before (best of 5): the listing (every sandbox directory's checks) and each entry's
+    files compared by ``stat``; no VM is asked (the kernel watches them)."""
+    from kata_mem.edges.statedir import list_state_dir
+
+    try:
+        from kata_mem.interfaces.node_view import NodeView
+    except ImportError:  # a kata-mem before issue 36: every pass was a full one
+        return float("nan")
+    view = NodeView(str(state))
+
+    async def inline(fn: Any) -> Any:
+        return fn()
+
+    async def once() -> float:
+        view.start(asyncio.get_running_loop(), lambda: None)
+        try:
+            await view.sync(inline)
+            best = float("inf")
+            for _ in range(5):
+                t0 = time.perf_counter()
+                list_state_dir(state)
+                view.everything = True
+                await view.sync(inline)
+                best = min(best, time.perf_counter() - t0)
+            return best * 1000
+        finally:
+            view.close()
+
+    return asyncio.run(once())
+
+
+def admission(pair: list[Size], rounds: int) -> dict[str, dict[int, list[float]]]:
+    """Through each service in turn, round by round: a grow of a sandbox of the node (the
+    probe; emptied again after, untimed), and the first request of a new sandbox, a grow
+    too (its VM a spare one; forgotten again after, untimed)."""
+    for s in pair:
+        s.start_service(interval=5.0)  # the default interval: the loop as a node runs it
+        s.settled()
+    times: dict[str, dict[int, list[float]]] = {GROW: {}, FIRST: {}}
+    try:
+        for i in range(rounds + 1):  # round 0 warms up and is not counted
+            for s in pair[i % 2 :] + pair[: i % 2]:
+                with s.awake():  # a fresh connection: the other service's turn was long
+                    assert s.conn is not None
+                    for what, name, vm in ((GROW, PROBE, PROBE), (FIRST, f"new-{i:04d}", SPARE)):
+                        body = shim_doc(name, s.qmp_path(vm), s.config, grow=True)
+                        t0 = time.perf_counter()
+                        data = http_call(s.conn, "POST", "/v1/shim", body)
+                        if i:
+                            times[what].setdefault(s.count, []).append(time.perf_counter() - t0)
+                        check_outcome(json.loads(data), "Resized")
+                    s.reset_probe(via_service=True)
+                    forget = shim_doc(f"new-{i:04d}", s.qmp_path(SPARE), s.config, False, "delete")
+                    http_call(s.conn, "POST", "/v1/shim", forget)
+                    bench_reset(s.qmp_path(SPARE))
+    finally:
+        for s in pair:
+            s.stop_service()
+    return times
+
+
+def run(sizes: list[Size], args: argparse.Namespace, pair: list[Size]) -> None:
     t0 = time.perf_counter()
-    for s in sizes:  # every sandbox applied once: journals, saved requests, the ledger
+    for s in sizes + pair:  # every sandbox applied once: journals, saved requests, the ledger
         for name in s.names:
             assert s.handle(name) == "NoChange"
     setup_s = time.perf_counter() - t0
     for s in sizes:
         s.start_service(interval=3600)  # the loop's cost is measured on its own, below
-        assert s.service is not None
-        s.service.send_signal(signal.SIGSTOP)
-    for i in range(args.rounds + 1):  # round 0 warms up and is not counted
+    for i in range(args.rounds + 1 if sizes else 0):  # round 0 warms up, not counted
         order = sizes[i % len(sizes) :] + sizes[: i % len(sizes)]
         for s in order:
             s.in_process(counted=i > 0)
@@ -409,14 +507,18 @@ def run(sizes: list[Size], args: argparse.Namespace) -> None:
             rss[s.count] = s.rss_mib()
         s.stop_service()
     # An idle service with the loop at its default interval: what it costs to keep watching.
-    idle: dict[int, tuple[float, float]] = {}
+    idle: dict[int, tuple[float, float, float, float]] = {}
     for s in sizes:
         s.start_service(interval=5.0)
+        s.settled()
+        time.sleep(1.0)  # the start-up pass's last visits logged and counted
         start = s.cpu_s()
         time.sleep(args.idle_seconds)
-        idle[s.count] = (100 * (s.cpu_s() - start) / args.idle_seconds, s.rss_mib())
+        cpu = 100 * (s.cpu_s() - start) / args.idle_seconds
+        idle[s.count] = (cpu, s.rss_mib(), start, safety_pass_ms(s.state))
         s.stop_service()
-    report(sizes, args, setup_s, rss, idle)
+    admitted = admission(pair, args.admission_rounds) if pair else None
+    report(sizes, args, setup_s, rss, idle, admitted)
 
 
 def report(
@@ -424,7 +526,28 @@ def report(
     args: argparse.Namespace,
     setup_s: float,
     rss: dict[int, float],
-    idle: dict[int, tuple[float, float]],
+    idle: dict[int, tuple[float, float, float, float]],
+    admitted: Optional[dict[str, dict[int, list[float]]]],
+) -> None:
+    if sizes:
+        report_sizes(sizes, args, setup_s, rss, idle)
+    if admitted is not None:
+        print("\nadmission, `POST /v1/shim`, the loop every 5 s (medians):\n")
+        counts = sorted(admitted[GROW])
+        print("| | " + " | ".join(f"{c} sandboxes" for c in counts) + " | ratio |")
+        print("| --- |" + " --- |" * (len(counts) + 1))
+        for what, by in admitted.items():
+            values = [median_ms(by[c]) for c in counts]
+            cells = " | ".join(f"{v:.2f} ms" for v in values)
+            print(f"| {what} | {cells} | {values[-1] / values[0]:.2f}x |")
+
+
+def report_sizes(
+    sizes: list[Size],
+    args: argparse.Namespace,
+    setup_s: float,
+    rss: dict[int, float],
+    idle: dict[int, tuple[float, float, float, float]],
 ) -> None:
     base = sizes[0]
     total = sum(s.count for s in sizes)
@@ -451,12 +574,29 @@ def report(
     )
     print(
         f"| idle, loop every 5 s: CPU over {args.idle_seconds:g} s | "
-        + " | ".join(f"{idle[s.count][0]:.1f} %" for s in sizes)
+        + " | ".join(f"{idle[s.count][0]:.2f} %" for s in sizes)
         + " |"
     )
     print(
         "| idle: VmRSS after it | "
         + " | ".join(f"{idle[s.count][1]:.1f} MiB" for s in sizes)
+        + " |"
+    )
+    print(
+        "| CPU from start to the end of the start-up pass (imports, every sandbox visited) | "
+        + " | ".join(f"{idle[s.count][2]:.2f} s" for s in sizes)
+        + " |"
+    )
+    print(
+        "| the safety net's full pass (every 600 s), in-process, best of 5 | "
+        + " | ".join(f"{idle[s.count][3]:.1f} ms" for s in sizes)
+        + " |"
+    )
+    print(
+        "| idle CPU with that pass spread over its 600 s | "
+        + " | ".join(
+            f"{idle[s.count][0] + 100 * idle[s.count][3] / 1000 / 600:.2f} %" for s in sizes
+        )
         + " |"
     )
 

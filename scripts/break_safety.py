@@ -85,6 +85,14 @@ GUARDS: dict[str, tuple[str, ...]] = {
     "kata_mem/edges/cgroups.py": ("tests/unit/test_cgroups.py", "tests/unit/test_host_side.py"),
     "kata_mem/core/endpoint.py": ("tests/unit/test_values.py", "tests/unit/test_request.py"),
     "kata_mem/core/request.py": ("tests/unit/test_values.py", "tests/unit/test_request.py"),
+    # The reconcile loop's guarantees (docs/design/state.md): what the kernel reports is
+    # read and acted on, what it cannot watch is asked at every interval, and an entry
+    # another user could have written is refused, not shown.
+    "kata_mem/interfaces/node_view.py": (
+        "tests/unit/test_node_view.py",
+        "tests/service/test_reconcile_loop.py",
+    ),
+    "kata_mem/interfaces/reconcile_loop.py": ("tests/service/test_reconcile_loop.py",),
     "kata_mem/core/golang.py": (
         "tests/unit/test_golang.py",
         "tests/unit/test_annotation_cases.py",
@@ -166,6 +174,8 @@ GOLANG = "kata_mem/core/golang.py"
 GOSYNTAX = "kata_mem/core/gosyntax.py"
 CONFIG = "kata_mem/edges/config.py"
 INSTALL = "scripts/install-node.sh"
+NODE_VIEW = "kata_mem/interfaces/node_view.py"
+LOOP = "kata_mem/interfaces/reconcile_loop.py"
 ANNOTATIONS = "kata_mem/core/annotations.py"
 
 BREAKS = (
@@ -621,6 +631,38 @@ BREAKS = (
         RECORD,
         "self.deferred.retry_at <= now",
         "self.deferred.retry_at >= now",
+    ),
+    # The reconcile loop: a VM that exits, a journal another process changes, a VM the
+    # kernel cannot watch, a deferred shrink's retry time, and the ownership proof.
+    Break(
+        "vm-exit-not-visited",
+        NODE_VIEW,
+        "        self.gone |= names\n",
+        "        names.clear()\n",
+    ),
+    Break(
+        "sandbox-change-not-read",
+        NODE_VIEW,
+        "                self.changed = True\n                self.dirty.add(sandbox)\n",
+        "                self.changed = True\n",
+    ),
+    Break(
+        "refused-sandbox-shown",
+        NODE_VIEW,
+        'return Entry("refused", None, why, sig, False, watched)',
+        'return Entry("foreign", None, None, sig, False, watched)',
+    ),
+    Break(
+        "deferred-retry-not-scheduled",
+        LOOP,
+        "times.append(record.deferred.retry_at)",
+        "pass",
+    ),
+    Break(
+        "unwatched-vm-not-asked",
+        LOOP,
+        "            if not self.view.watched(name):\n",
+        "            if False:\n",
     ),
     # A VMM cgroup that cannot be seen read as "no limit" (the DaemonSet in a pod's own
     # cgroup namespace grew QEMU into an OOM kill), and the proof that a directory is the

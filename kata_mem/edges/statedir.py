@@ -28,7 +28,7 @@ import stat
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Literal, Optional, Union
 
 from kata_mem.core.errors import ConfigError, KataMemError
 from kata_mem.core.model import SANDBOX_ID, Note, NoteCode, check_sandbox_id
@@ -282,19 +282,33 @@ def sandboxes(root: Path) -> Listing:
     held (shared or exclusive), so that no sandbox directory is half made or half removed."""
     ours, refused, foreign = [], [], []
     for name in sorted(listdir(root, root)):
-        if name in (STATE_MARKER, LEDGER) or name in SERVICE_OWN or TEMP.fullmatch(name):
+        found, why = entry(root, name)
+        if found == "own":
             continue
-        if SANDBOX_ID.fullmatch(name):
-            found, why = sandbox_dir(root, name)
-            if found == "ours":
-                ours.append(name)
-                continue
-            if found == "refused":
-                assert why is not None  # sandbox_dir: a refused directory comes with its error
-                refused.append((name, why))
-                continue
-        foreign.append(name)
+        if found == "ours":
+            ours.append(name)
+        elif found == "refused":
+            assert why is not None  # sandbox_dir: a refused directory comes with its error
+            refused.append((name, why))
+        else:
+            foreign.append(name)
     return Listing(ours, refused, foreign)
+
+
+def entry(
+    root: Path, name: str
+) -> tuple[Union[SandboxDirState, Literal["own"]], Optional[StateDirError]]:
+    """What the entry ``name`` of the state directory ``root`` is, as a listing sorts it:
+    kata-mem's own (its marker, ledger, the service's files, a temporary file: ``own``,
+    never listed), a sandbox directory (:func:`sandbox_dir`: ``ours``, ``refused`` with
+    its error), or anything else (listed as not kata-mem's). ``absent`` and ``changed``
+    (gone or replaced while it was read) are left to the caller, which reads it again
+    or lists it as not kata-mem's. Call it with the node lock held, as :func:`sandboxes`."""
+    if name in (STATE_MARKER, LEDGER) or name in SERVICE_OWN or TEMP.fullmatch(name):
+        return "own", None
+    if SANDBOX_ID.fullmatch(name):
+        return sandbox_dir(root, name)
+    return "foreign", None
 
 
 # -- one sandbox directory ----------------------------------------------------------------

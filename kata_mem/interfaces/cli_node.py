@@ -172,8 +172,10 @@ def reconcile(config_path: Optional[str], state_dir: Optional[str], as_json: boo
     default=5.0,
     show_default=True,
     metavar="SECONDS",
-    help="How often to retry deferred shrinks that are due, settle pending unplugs and "
-    "forget sandboxes whose VM is gone.",
+    help="How often to look again at a sandbox with something pending (a pending unplug, a "
+    "step a crash cut short, a grow held by the pod cgroup) or whose VM the kernel cannot "
+    "watch; the rest is visited when the kernel reports a change (a journal written, a VM's "
+    "process exited), a deferred shrink when it is due.",
 )
 @click.option(
     "--metrics-address",

@@ -1,14 +1,16 @@
 """The metrics of ``kata-mem serve`` (``GET /metrics``, Prometheus text format).
 
 Two kinds: what the state directory says now (each sandbox's current and target
-memory, deferred shrinks pending), read from the journals at every scrape so that
-a CLI call or a restart never leaves them stale; and what the service answered
+memory, deferred shrinks pending), from the node's view that the kernel's events keep
+current (:mod:`kata_mem.interfaces.node_view`: a CLI call or the shim's own answer is
+seen too), else read from the journals at the scrape; and what the service answered
 since it started (clamps, outcomes, backend errors, latency), counted from the
 response documents it sent. One registry of its own, never the global one.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Optional
 
@@ -22,6 +24,8 @@ from kata_mem.core.results import Applied, Planned
 if TYPE_CHECKING:
     from kata_mem.core.errors import KataMemError
     from kata_mem.core.model import Outcome, Unseen
+    from kata_mem.core.record import Record
+    from kata_mem.interfaces.node_view import Entry
     from kata_mem.interfaces.protocol import Answer
 
 #: Backend error kinds (``error.kind`` of an error document); an outcome whose reason
@@ -35,11 +39,29 @@ class _Journals(Collector):
 
     def __init__(self, state_dir: str) -> None:
         self.state_dir = state_dir
+        #: The node view's entries at the scrape (:meth:`Metrics.text`), None: read the files.
+        self.entries: Optional[tuple[tuple[str, Entry], ...]] = None
 
-    def collect(self) -> Iterator[Metric]:
+    def records(self) -> Iterator[tuple[str, Record]]:
         from kata_mem.core.errors import KataMemError
         from kata_mem.edges.journal import SandboxState
         from kata_mem.edges.statedir import list_state_dir
+
+        if self.entries is not None:
+            # Refused entries are left out, as below: GET /v1/node says why.
+            yield from ((n, e.files.record) for n, e in self.entries if e.files is not None)
+            return
+        try:
+            names = list_state_dir(self.state_dir).sandboxes
+        except KataMemError:
+            names = []  # not kata-mem's: GET /v1/node says why
+        for name in names:
+            try:
+                yield name, SandboxState(self.state_dir, name).load(read_only=True)
+            except KataMemError:
+                continue  # refused (another user could have written it): GET /v1/node says so
+
+    def collect(self) -> Iterator[Metric]:
 
         current = GaugeMetricFamily(
             "kata_mem_sandbox_current_bytes",
@@ -53,15 +75,7 @@ class _Journals(Collector):
             labels=["sandbox"],
         )
         deferred = 0
-        try:
-            names = list_state_dir(self.state_dir).sandboxes
-        except KataMemError:
-            names = []  # not kata-mem's: GET /v1/node says why
-        for name in names:
-            try:
-                record = SandboxState(self.state_dir, name).load(read_only=True)
-            except KataMemError:
-                continue  # refused (another user could have written it): GET /v1/node says so
+        for name, record in self.records():
             deferred += record.deferred is not None
             if record.observed is not None:
                 current.add_metric([name], record.observed)
@@ -80,7 +94,8 @@ class Metrics:
 
     def __init__(self, state_dir: str) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        self.registry.register(_Journals(state_dir))
+        self._journals = _Journals(state_dir)
+        self.registry.register(self._journals)
         self.clamps = Counter(
             "kata_mem_clamps",
             "Plans whose memory target was clamped, by cause.",
@@ -107,6 +122,7 @@ class Metrics:
             registry=self.registry,
         )
         self._latency: dict[tuple[str, str], Histogram] = {}
+        self._scrape = threading.Lock()
 
         self.malformed = Counter(
             "kata_mem_malformed_requests",
@@ -131,6 +147,18 @@ class Metrics:
             "kata_mem_reconcile_visits",
             "Sandboxes the reconcile loop visited, by what it did (idle: nothing was due).",
             ["action"],
+            registry=self.registry,
+        )
+        self.watched = Gauge(
+            "kata_mem_reconcile_watched_vms",
+            "Sandboxes whose VM the kernel watches (a pidfd on its QEMU, inotify on its "
+            "monitor socket); the others are asked at every --reconcile-interval.",
+            registry=self.registry,
+        )
+        self.full_passes = Counter(
+            "kata_mem_reconcile_full_passes",
+            "Full passes of the reconcile loop over every sandbox: one an interval after start, "
+            "then one every ten minutes (between them, only what the kernel reports is read).",
             registry=self.registry,
         )
 
@@ -175,5 +203,10 @@ class Metrics:
         if exc.kind in BACKEND_KINDS:
             self.backend_errors.labels(exc.kind).inc()
 
-    def text(self) -> bytes:
-        return generate_latest(self.registry)
+    def text(self, entries: Optional[tuple[tuple[str, Entry], ...]] = None) -> bytes:
+        """The exposition, the sandboxes' gauges from ``entries`` (the node view's, taken
+        on the event loop) when given, else from the journals. Scrapes run one at a time
+        (the registry's collectors are not made for two at once with different views)."""
+        with self._scrape:
+            self._journals.entries = entries
+            return generate_latest(self.registry)

@@ -64,6 +64,7 @@ from kata_mem.interfaces.aiohttp_adapter import (
 )
 from kata_mem.interfaces.listener import Peer, Port, Remote, peer_allowed, peer_text
 from kata_mem.interfaces.metrics import CONTENT_TYPE, Metrics
+from kata_mem.interfaces.node_view import NodeView
 from kata_mem.interfaces.protocol import Answer, answer, as_served, parse
 
 # One logger for every line of serve (its modules are one service to an operator).
@@ -217,6 +218,9 @@ class Service:
         self.metrics = Metrics(state_dir)
         # sandbox id -> why its last resize could not see QEMU's host cgroup (/healthz)
         self.unseen: dict[str, Unseen] = {}
+        #: The node as the reconcile loop keeps it (GET /v1/node, /metrics); None: read
+        #: from the files at each request.
+        self.view: Optional[NodeView] = None
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[self._guard], client_max_size=MAX_REQUEST_BYTES)
@@ -437,6 +441,8 @@ class Service:
             on_loop=small and served.mode == "plan",
         )
         log_answer(served, done, peer_text(peer), time.perf_counter() - start)
+        if self.view is not None and served.mode != "plan":
+            self.view.poke(served.sandbox)  # what it changed, read now (inotify says so too)
         return self.send(done)
 
     def send(self, done: Answer, status: Optional[int] = None) -> web.Response:
@@ -450,7 +456,12 @@ class Service:
     async def node(self, request: web.Request) -> web.StreamResponse:
         from kata_mem.orchestration.status import node_status
 
+        view = self.view
+        entries = None if view is None else await view.current(self._run)
+
         def read() -> dict[str, Any]:
+            if view is not None and entries is not None:
+                return render_node.node_status_json(view.status(self.settings, entries))
             return render_node.node_status_json(node_status(self.settings, self.state_dir))
 
         try:
@@ -498,7 +509,8 @@ class Service:
     # --- the reconcile loop ------------------------------------------------------------
 
     async def metrics_text(self, request: web.Request) -> web.StreamResponse:
-        body = await self._run(self.metrics.text)
+        entries = None if self.view is None else await self.view.current(self._run)
+        body = await self._run(lambda: self.metrics.text(entries))
         resp = web.Response(body=body)
         resp.headers["Content-Type"] = CONTENT_TYPE
         return resp

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Mapping
-from typing import Literal, Optional, Union
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Literal, NamedTuple, Optional, Union
 
 from kata_mem.core.endpoint import Endpoint
 from kata_mem.core.errors import ConfigError
@@ -21,6 +21,9 @@ from kata_mem.core.record import Record
 from kata_mem.core.request import HostOverrides
 from kata_mem.core.results import NodeStatus, SandboxSummary
 from kata_mem.core.values import Frozen
+
+if TYPE_CHECKING:
+    from kata_mem.core.model import HostFacts
 
 
 class SandboxStatus(Frozen):
@@ -123,50 +126,105 @@ def node_status(
 ) -> NodeStatus:
     """What ``status --all`` and GET /v1/node show: read from the state directory, which
     is left as it is, against the host as probed (each fact from ``overrides`` when
-    given: ``status --all --host-memory``).
+    given: ``status --all --host-memory``). ``kata-mem serve`` keeps what this reads in
+    memory (:mod:`kata_mem.interfaces.node_view`) and sums it with :func:`node_totals`.
 
     :raises ConfigError: the state directory is not kata-mem's, or it or a sandbox
         directory in it could have been written by another user (named, with its
         owner and mode: a listing that leaves it out would hide it).
     """
-    from kata_mem.core.errors import KataMemError
-    from kata_mem.core.plan.guards import reserved_problem
-    from kata_mem.edges.journal import SandboxState
-    from kata_mem.edges.logs import get_logger
     from kata_mem.edges.statedir import list_state_dir
-    from kata_mem.orchestration.guards import node_budget
     from kata_mem.orchestration.handle import probe
 
     host = probe(overrides)
     listing = list_state_dir(state_dir)
     if listing.refused:
         raise ConfigError("; ".join(why.message for _name, why in listing.refused))
+    rows = [summary(read_sandbox(state_dir, name), host.memory) for name in listing.sandboxes]
+    return node_totals(settings, state_dir, host, rows, listing.foreign)
+
+
+class SandboxFiles(NamedTuple):
+    """What the node's view reads of one sandbox: its journal as it is (a fresh record,
+    with a note, when it is missing or unreadable), the notes reading it made, and the
+    backend of its saved request (None when it has none, or it cannot be read:
+    ``reconcile`` reports that)."""
+
+    sandbox: str
+    record: Record
+    notes: tuple[Note, ...]
+    endpoint: Optional[Endpoint]
+
+
+def read_sandbox(state_dir: str, name: str) -> SandboxFiles:
+    """Read one sandbox of the node, kata-mem's (the caller listed it so), as
+    :func:`node_status` shows it. Reads only.
+
+    :raises ConfigError: another user could have written its journal.
+    """
+    from kata_mem.core.errors import KataMemError
+    from kata_mem.edges.journal import SandboxState
+
+    state = SandboxState(state_dir, name)
+    record = state.load(read_only=True)
+    notes = tuple(state.notes)
+    endpoint = None
+    # An unreadable saved request leaves the backend unknown; reconcile reports it.
+    with contextlib.suppress(KataMemError):
+        endpoint = state.saved_endpoint()
+    return SandboxFiles(name, record, notes, endpoint)
+
+
+class Row(NamedTuple):
+    """One sandbox's part of the node's status against a host of ``limit`` bytes: its
+    row, the bytes it commits, and the notes reading it made."""
+
+    summary: SandboxSummary
+    commitment: int
+    notes: tuple[Note, ...]
+    limit: int
+
+
+def summary(files: SandboxFiles, limit: int) -> Row:
+    """What :func:`node_totals` sums of one sandbox, against a host of ``limit`` bytes
+    (sizes above it are dropped as damage, and said)."""
+    name, unbounded, notes, endpoint = files
+    record, dropped = unbounded.bounded(limit)
+    if dropped:
+        notes = (*notes, Note("journal", f"sandbox {name}: {dropped}"))
+    last = record.last_outcome
+    status = "running" if record.state == "running" else (last.status if last else "unknown")
+    row = SandboxSummary(
+        name,
+        endpoint,
+        record.observed,
+        record.goal,
+        status,
+        last.reason if last and record.state != "running" else "",
+    )
+    return Row(row, record.commitment, notes, limit)
+
+
+def node_totals(
+    settings: Settings,
+    state_dir: str,
+    host: HostFacts,
+    sandboxes: Iterable[Row],
+    skipped: Iterable[str],
+) -> NodeStatus:
+    """The node's status from each sandbox's row (:func:`summary`, in order) and the
+    entries that are not kata-mem's, against ``host``."""
+    from kata_mem.core.plan.guards import reserved_problem
+    from kata_mem.edges.logs import get_logger
+    from kata_mem.orchestration.guards import node_budget
+
     rows: list[SandboxSummary] = []
     notes: list[Note] = []
     committed = 0
-    for name in listing.sandboxes:
-        state = SandboxState(state_dir, name)
-        record, dropped = state.load(read_only=True).bounded(host.memory)
-        notes += state.notes
-        if dropped:
-            notes.append(Note("journal", f"sandbox {name}: {dropped}"))
-        committed += record.commitment
-        endpoint = None
-        # An unreadable saved request leaves the backend unknown; reconcile reports it.
-        with contextlib.suppress(KataMemError):
-            endpoint = state.saved_endpoint()
-        last = record.last_outcome
-        status = "running" if record.state == "running" else (last.status if last else "unknown")
-        rows.append(
-            SandboxSummary(
-                name,
-                endpoint,
-                record.observed,
-                record.goal,
-                status,
-                last.reason if last and record.state != "running" else "",
-            )
-        )
+    for row, commitment, read_notes, _limit in sandboxes:
+        rows.append(row)
+        notes += read_notes
+        committed += commitment
     budget = node_budget(settings, host)
     reserved = None if budget is None else reserved_problem(settings.node_reserved, host.memory)
     if reserved is not None:
@@ -178,7 +236,7 @@ def node_status(
         budget=budget,
         committed=committed,
         sandboxes=tuple(rows),
-        skipped=tuple(listing.foreign),
+        skipped=tuple(skipped),
         state_dir=state_dir,
         found=os.path.lexists(state_dir),
         notes=tuple(notes),

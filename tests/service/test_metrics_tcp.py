@@ -271,8 +271,11 @@ def test_a_bad_address_is_a_usage_error(tmp_path: Path) -> None:
     assert "--metrics-address" in done.stderr and "give 127.0.0.1:9464" in done.stderr
 
 
-def _some_requests(svc: Service, tmp_path: Path) -> None:
-    """A clamped plan, an applied resize (an outcome) and a VM that is gone (a backend error)."""
+@contextlib.contextmanager
+def _some_requests(svc: Service, tmp_path: Path) -> Iterator[None]:
+    """A clamped plan, an applied resize (an outcome) and a VM that is gone (a backend error).
+    The resized VM runs until the block ends: the service's loop forgets a sandbox as soon
+    as its VM goes (its monitor socket removed), and its gauges with it."""
     boom = request(
         containers=[{"id": "boom", "memory_limit_bytes": 1000 * 2**30}],
         host={"memory_bytes": 31753 * 2**20, "cpus": 8},
@@ -287,15 +290,16 @@ def _some_requests(svc: Service, tmp_path: Path) -> None:
             host={"memory_bytes": 16 << 30, "cpus": 4},
         )
         assert svc.post(applied).json()["outcome"]["status"] == "Resized"
-    gone = request(apply=True, backend={"type": "qmp", "socket": str(tmp_path / "gone.sock")})
-    assert svc.post(gone).status == 503
+        gone = request(apply=True, backend={"type": "qmp", "socket": str(tmp_path / "gone.sock")})
+        assert svc.post(gone).status == 503
+        yield
 
 
 @pytest.mark.prometheus
 def test_promtool_accepts_the_exposition(scraped: tuple[Service, int], tmp_path: Path) -> None:
     svc, port = scraped
-    _some_requests(svc, tmp_path)
-    status, body = tcp(port, "GET", "/metrics")
+    with _some_requests(svc, tmp_path):
+        status, body = tcp(port, "GET", "/metrics")
     assert status == 200
     assert b"kata_mem_clamps_total{" in body and b"kata_mem_outcomes_total{" in body
     done = subprocess.run(
@@ -360,14 +364,14 @@ def test_prometheus_scrapes_kata_mem(tmp_path: Path) -> None:
         up = 'up{job="kata-mem"} == 1'
         wait_until(lambda: _query(web, up), lambda: f"{up}: {prometheus_log()}", timeout=30)
 
-        _some_requests(svc, tmp_path)
-        for promql in (
-            'kata_mem_outcomes_total{job="kata-mem",status="Resized",reason=""} >= 1',
-            'kata_mem_clamps_total{job="kata-mem",cause="host_memtotal"} >= 1',
-            'kata_mem_backend_errors_total{job="kata-mem",kind="backend-unavailable"} >= 1',
-            'kata_mem_sandbox_current_bytes{job="kata-mem",sandbox="sb-scraped"} == 768 * 2^20',
-        ):
-            wait_until(_holds(web, promql), promql, timeout=30)
+        with _some_requests(svc, tmp_path):
+            for promql in (
+                'kata_mem_outcomes_total{job="kata-mem",status="Resized",reason=""} >= 1',
+                'kata_mem_clamps_total{job="kata-mem",cause="host_memtotal"} >= 1',
+                'kata_mem_backend_errors_total{job="kata-mem",kind="backend-unavailable"} >= 1',
+                'kata_mem_sandbox_current_bytes{job="kata-mem",sandbox="sb-scraped"} == 768 * 2^20',
+            ):
+                wait_until(_holds(web, promql), promql, timeout=30)
     finally:
         if prometheus is not None:
             prometheus.terminate()
