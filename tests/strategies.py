@@ -322,3 +322,191 @@ def examples(times: float) -> int:
     """``times`` the examples per test of the loaded hypothesis profile (tests/conftest.py),
     at least 1: for a test whose examples cost much less (more) than most."""
     return max(1, round(settings().max_examples * times))
+
+
+# -- the oracles' inputs (tests/oracle): Go's and Kubernetes' syntax, valid, at the
+# boundaries, and hostile ---------------------------------------------------------------
+
+
+def _with_underscores(draw: st.DrawFn, digits: str) -> str:
+    """``digits`` with a few underscores put in, anywhere (underscoreOK decides)."""
+    if not digits or draw(st.integers(min_value=0, max_value=7)) != 0:
+        return digits
+    at = draw(st.integers(min_value=0, max_value=len(digits)))
+    return digits[:at] + draw(st.sampled_from(["_", "__"])) + digits[at:]
+
+
+_dec_digits = st.text("0123456789", max_size=12) | st.text("0", max_size=900).map(lambda z: z + "1")
+_hex_digits = st.text("0123456789abcdefABCDEF", max_size=10)
+_signs = st.sampled_from(["", "", "+", "-"])
+
+
+@st.composite
+def go_float_texts(draw: st.DrawFn) -> str:
+    """Texts for ``strconv.ParseFloat``: decimal and hexadecimal numbers with signs, points,
+    exponents and underscores, the special words in any case, the float32 boundaries, and
+    text that is almost a number."""
+    kind = draw(st.sampled_from(["decimal", "decimal", "hex", "special", "boundary", "hostile"]))
+    if kind == "special":
+        word = draw(st.sampled_from(["inf", "infinity", "nan", "infin", "infinit", "na", "in"]))
+        cased = "".join(c.upper() if draw(st.booleans()) else c for c in word)
+        return draw(_signs) + cased
+    if kind == "boundary":
+        return draw(
+            st.sampled_from(
+                [
+                    "3.4028234663852886e38",  # the largest float32
+                    "3.4028235677973366e38",  # just under half an ulp above it
+                    "3.4028235677973367e38",  # just over
+                    "3.40282356779733661637539395458142568448e38",  # exactly half an ulp above
+                    "0x1.fffffep127",
+                    "0x1.ffffffp127",
+                    "0x1p128",
+                    "0x1p-149",
+                    "0x1p-150",
+                    "0x1.8p-150",
+                    "1.401298464324817e-45",  # the least subnormal
+                    "7.006492321624085e-46",  # half of it: ties to even, 0
+                    "7.006492321624086e-46",
+                    "1e-46",
+                    "1e999999",
+                    "1e-999999",
+                    "16777217",  # 2^24 + 1: ties to even
+                    "16777219",
+                    "0." + "0" * 44 + "1401298464324817",
+                    "1" * 800 + "e-762",
+                    "1" * 801,
+                ]
+            )
+        )
+    if kind == "hostile":
+        return draw(st.text("0123456789.eEpPxX+-_ inftyINFTYa", max_size=10))
+    sign = draw(_signs)
+    if kind == "hex":
+        prefix = draw(st.sampled_from(["0x", "0X"]))
+        mantissa = draw(_hex_digits)
+        if draw(st.booleans()):
+            mantissa += "." + draw(_hex_digits)
+        exponent = ""
+        if draw(st.integers(min_value=0, max_value=5)):
+            exponent = (
+                draw(st.sampled_from("pP"))
+                + draw(_signs)
+                + str(draw(st.integers(min_value=0, max_value=200)))
+            )
+        return sign + prefix + _with_underscores(draw, mantissa) + exponent
+    whole = draw(_dec_digits)
+    text = whole
+    if draw(st.booleans()):
+        text += "." + draw(st.text("0123456789", max_size=12))
+    text = _with_underscores(draw, text)
+    if draw(st.booleans()):
+        exp = draw(
+            st.integers(min_value=0, max_value=60) | st.integers(min_value=0, max_value=10**6)
+        )
+        text += draw(st.sampled_from("eE")) + draw(_signs) + _with_underscores(draw, str(exp))
+    return sign + text
+
+
+@st.composite
+def go_integer_texts(draw: st.DrawFn) -> tuple[str, int, int]:
+    """``(text, base, bits)`` for ``strconv.ParseUint``/``ParseInt``: the bases kata-mem
+    reads (0, 2, 8, 10, 16), signs, prefixes, underscores, leading zeros and the edges of
+    each size."""
+    base = draw(st.sampled_from([0, 0, 2, 8, 10, 10, 16]))
+    bits = draw(st.sampled_from([8, 16, 32, 64, 64]))
+    kind = draw(st.sampled_from(["number", "number", "edge", "hostile"]))
+    if kind == "hostile":
+        return draw(st.text("0123456789abfoxABFOX+-_ ", max_size=12)), base, bits
+    if kind == "edge":
+        value = draw(
+            st.sampled_from([1 << bits, (1 << bits) - 1, 1 << (bits - 1), (1 << (bits - 1)) - 1])
+        ) + draw(st.integers(min_value=-1, max_value=1))
+        value = -value if draw(st.booleans()) else value
+    else:
+        value = draw(st.integers(min_value=-(1 << 70), max_value=1 << 70))
+    radix = base or draw(st.sampled_from([2, 8, 10, 16]))
+    digits = {2: "b", 8: "o", 10: "d", 16: "x"}[radix]
+    text = format(abs(value), digits)
+    if draw(st.booleans()):
+        text = text.upper()
+    prefix = ""
+    if base == 0 and radix != 10:
+        prefix = draw(
+            st.sampled_from({2: ["0b", "0B"], 8: ["0o", "0O", "0"], 16: ["0x", "0X"]}[radix])
+        )
+    zeros = "0" * draw(st.integers(min_value=0, max_value=2) | st.just(30))
+    body = _with_underscores(draw, prefix + zeros + text)
+    sign = "-" if value < 0 else draw(st.sampled_from(["", "", "+"]))
+    return sign + body, base, bits
+
+
+#: Texts for ``strconv.ParseBool``: its spellings, their near misses, anything short.
+go_bool_texts = st.sampled_from(
+    ["1", "t", "T", "TRUE", "true", "True", "0", "f", "F", "FALSE", "false", "False"]
+) | st.text("01tTrRuUeEfFaAlLsS yYnN", max_size=6)
+
+# Go's regexp syntax (regexp/syntax, the RE2 syntax), and what RE2 and Go may take
+# differently: \C, one-letter and named Unicode classes, case folding of classes, the
+# ungreedy flag, possessive and nested repeats, the (?<name>) group, repeat counts.
+_RE_ATOMS = [
+    "a", "b", "k", "s", "_", "-", "0", "é", "\u03a3", "\u017f", "\u212a", " ",
+    ".", "\\.", "\\d", "\\D", "\\w", "\\W", "\\s", "\\S", "\\pL", "\\pN", "\\pZ", "\\PL",
+    "\\p{Greek}", "\\p{Lu}", "\\p{^Lu}", "\\P{Ll}", "\\p{Any}", "\\p{Han}", "\\p{Kawi}",
+    "\\p{Nag_Mundari}", "\\p{L&}", "\\p{Latin}",
+    "[[:lower:]]", "[[:upper:]_]", "[[:^digit:]]", "[[:word:]]", "[a-z]", "[^a-z_]",
+    "[\\d_]", "[a-]", "[]a]", "[^]]", "[\\pL\\d]", "[a-\\d]", "[z-a]", "[[:foo:]]",
+    "\\x41", "\\x{263a}", "\\x{110000}", "\\101", "\\0", "\\a", "\\f", "\\v", "\\e",
+    "\\Q.*\\E", "\\Qa\\C\\E", "\\Q", "\\E",
+    "\\C", "\\z", "\\Z", "\\A", "^", "$", "\\b", "\\B", "\\1", "\\8", "\\<", "\\G", "\\K",
+    "\\X", "\\R", "\\N", "\\h", "\\_", "\\-", "\\ ", "\\é",
+]  # fmt: skip
+_RE_REPEATS = [
+    "*", "+", "?", "*?", "+?", "??", "{2}", "{0,}", "{1,3}", "{1,3}?", "{,3}", "{3,1}",
+    "{1000}", "{1001}", "{0,1000}", "*+", "++", "?+", "**", "{2}{3}", "{2}*", "{",
+]  # fmt: skip
+_RE_GROUPS = [
+    "({})", "(?:{})", "(?P<n>{})", "(?<n>{})", "(?P<1n>{})", "(?P<n>{})(?P<n>x)", "(?i){}",
+    "(?i:{})", "(?U){}", "(?s){}", "(?m){}", "(?-i){}", "(?i-s:{})", "(?=x){}",
+    "(?!{})", "(?<={})", "(?#c){}", "(?x){}", "({}", "{})", "(?:{})|", "|{}",
+]  # fmt: skip
+
+
+@st.composite
+def go_regexps(draw: st.DrawFn, depth: int = 3) -> str:
+    """A pattern in Go's regexp syntax, or one of its near misses."""
+    parts = []
+    for _ in range(draw(st.integers(min_value=1, max_value=4))):
+        if depth > 0 and draw(st.integers(min_value=0, max_value=3)) == 0:
+            inner = draw(go_regexps(depth - 1))
+            atom = draw(st.sampled_from(_RE_GROUPS)).replace("{}", inner, 1)
+        else:
+            atom = draw(st.sampled_from(_RE_ATOMS))
+        if draw(st.integers(min_value=0, max_value=2)) == 0:
+            atom += draw(st.sampled_from(_RE_REPEATS))
+        parts.append(atom)
+    pattern = (
+        "|".join(parts) if draw(st.integers(min_value=0, max_value=4)) == 0 else "".join(parts)
+    )
+    return pattern if draw(st.integers(min_value=0, max_value=9)) else draw(mutated_text(pattern))
+
+
+@st.composite
+def mutated_text(draw: st.DrawFn, text: str) -> str:
+    """``text`` with a character dropped, doubled or replaced."""
+    if not text:
+        return text
+    at = draw(st.integers(min_value=0, max_value=len(text) - 1))
+    op = draw(st.sampled_from(["drop", "double", "replace"]))
+    if op == "drop":
+        return text[:at] + text[at + 1 :]
+    if op == "double":
+        return text[: at + 1] + text[at:]
+    return text[:at] + draw(st.sampled_from("()[]{}\\|*+?^$.-:")) + text[at + 1 :]
+
+
+#: Texts to match: annotation names as Kata has them, and text with the characters the
+#: patterns above name (case folding: K, k and the Kelvin sign; s, S and the long s).
+go_regexp_texts = st.sampled_from(
+    ["default_memory", "default_vcpus", "enable_virtio_mem", "kernel_params", "", "memorymemory"]
+) | st.text("abkKsS_-0 .\u212a\u017f\u03a3\u03c3\u03c2\u00e9\u6f22\n", max_size=8)
