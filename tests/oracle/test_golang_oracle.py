@@ -121,6 +121,8 @@ def _table_answer(case: dict[str, Any], go: dict[str, Any]) -> Any:
         return "nan" if math.isnan(value) else "inf" if value > 0 else "-inf"
     if case["go"] == "ParseUint":
         return int(go["value"]) if go["ok"] else None
+    if case["go"] == "FormatFloat32":
+        return go["value"] if go["ok"] else None
     if case["go"] == "ParseBool":
         return go["value"] == "true" if go["ok"] else None
     return go["match"] if go["ok"] else None

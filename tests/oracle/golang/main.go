@@ -13,6 +13,8 @@
 //	{"op": "ParseBool", "text": "T"}                          -> {"ok": true, "value": "true"}
 //	{"op": "MatchString", "pattern": "^a", "text": "ab"}      -> {"ok": true, "match": true}
 //	    -> {"ok": false, "err": "error parsing regexp: ..."}  (the pattern does not compile)
+//	{"op": "FormatFloat32", "text": "3/2"}                  -> {"ok": true, "value": "1.5"}
+//	    (the float32 nearest the exact fraction, as fmt's %v prints it)
 //	{"op": "version"}                                         -> {"ok": true, "value": "go1.26.8"}
 //
 // Integers travel as decimal strings: a uint64 does not fit a JSON number's float64.
@@ -26,6 +28,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/big"
 	"os"
 	"regexp"
 	"runtime"
@@ -100,6 +103,13 @@ func decide(r request) answer {
 			return answer{Err: err.Error()}
 		}
 		return answer{Ok: true, Match: &m}
+	case "FormatFloat32":
+		exact, ok := new(big.Rat).SetString(r.Text)
+		if !ok {
+			return answer{Err: "not a fraction"}
+		}
+		f, _ := exact.Float32()
+		return answer{Ok: true, Value: strconv.FormatFloat(float64(f), 'g', -1, 32)}
 	case "version":
 		return answer{Ok: true, Value: runtime.Version()}
 	}
