@@ -510,3 +510,68 @@ def mutated_text(draw: st.DrawFn, text: str) -> str:
 go_regexp_texts = st.sampled_from(
     ["default_memory", "default_vcpus", "enable_virtio_mem", "kernel_params", "", "memorymemory"]
 ) | st.text("abkKsS_-0 .\u212a\u017f\u03a3\u03c3\u03c2\u00e9\u6f22\n", max_size=8)
+
+
+_QUANTITY_SUFFIXES = ["Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "n", "u", "m", "", "k", "M", "G", "T", "P", "E"]  # fmt: skip
+#: Exponents whose int32 (apimachinery's suffixer keeps ``int32(parsed)``) is small, so
+#: that Go answers at once: Go computes 10^exponent, and 1e2147483647 would take hours.
+_WRAPPED_EXPONENTS = [2**32, 2**32 + 3, 2**33 - 9, -(2**32) + 1, 2**63 - 1, 2**63]
+
+
+@st.composite
+def quantity_texts(draw: st.DrawFn) -> str:
+    """Texts for ``resource.ParseQuantity``: numbers with every suffix, exponents, signs,
+    points and leading zeros, the int64 and nano boundaries, and near misses."""
+    kind = draw(st.sampled_from(["number", "number", "number", "boundary", "hostile"]))
+    if kind == "hostile":
+        return draw(st.text("0123456789.+-eEiKMGTPnumk _", max_size=8))
+    if kind == "boundary":
+        return draw(
+            st.sampled_from(
+                [
+                    "8Ei", "7.999999999999999999Ei", "9223372036854775807", "9223372036854775808",
+                    "9223372036854775807m", "9223372036854775.807k", "-9223372036854775808",
+                    "0.5n", "1e-9", "1e-10", "0.0000000001", "0.000000001", "1e18", "1e19",
+                    "999999999999999999999999999999999999999999", "1e40", "1e41", "0e99",
+                    "0.1Ki", "0.0000001Ki", "1n", "1.5n", "123456789.123456789123", "0Ei",
+                    "00000000000000000000000000000000000000000000001", "1" + "0" * 5000,
+                    "0." + "0" * 5000 + "1", "1.G", ".5", "5.", "-.5Gi", "+0", "-0", "0.",
+                ]
+            )
+        )  # fmt: skip
+    sign = draw(st.sampled_from(["", "", "", "+", "-"]))
+    whole = draw(st.text("0123456789", max_size=22))
+    text = whole
+    if draw(st.booleans()):
+        text += "." + draw(st.text("0123456789", max_size=12))
+    if draw(st.integers(min_value=0, max_value=3)) == 0:
+        exponent = draw(
+            st.integers(min_value=-60, max_value=60) | st.sampled_from(_WRAPPED_EXPONENTS)
+        )
+        suffix = (
+            draw(st.sampled_from("eE"))
+            + (draw(st.sampled_from(["", "+"])) if exponent >= 0 else "")
+            + str(exponent)
+        )
+    else:
+        suffix = draw(st.sampled_from(_QUANTITY_SUFFIXES))
+    return sign + text + suffix
+
+
+@st.composite
+def quantity_json_values(draw: st.DrawFn) -> str:
+    """The JSON text of a manifest's quantity: a string (surrounding white space, escapes),
+    a number (exponents, points, signs), ``null``, or another JSON value."""
+    kind = draw(st.sampled_from(["string", "string", "number", "other"]))
+    if kind == "number":
+        return draw(
+            st.from_regex(
+                r"-?(0|[1-9][0-9]{0,20})(\.[0-9]{1,12})?([eE][-+]?[0-9]{1,2})?", fullmatch=True
+            )
+        )
+    if kind == "other":
+        return draw(
+            st.sampled_from(["null", "true", "false", "[]", "{}", '"\\u0031Gi"', '"1\\u0047i"'])
+        )
+    space = st.sampled_from(["", "", " ", "\\t", "\\n", "\u00a0", "\u3000", "\\u0020"])
+    return '"' + draw(space) + draw(quantity_texts()) + draw(space) + '"'
