@@ -49,11 +49,11 @@ def documented(text: str, ours: Optional[Fraction], go: dict[str, Any]) -> Optio
     digits = mantissa is not None and bool(mantissa[1] or mantissa[2])
     if ours is None and theirs == 0 and not digits:
         return "a quantity without a digit"  # ".", "+", "Mi", "e5": Go reads 0
-    big = ours is not None and theirs is not None and abs(ours) == INT64_MAX + 1
-    if big and abs(theirs) == INT64_MAX and _BINARY.match(text):
-        return "a binary quantity above int64"  # Go caps it at 2^63-1, kata-mem refuses it
-    if ours is not None and abs(ours) == 10**40 and theirs is not None and abs(theirs) >= 10**40:
-        return "a quantity of 10^40 or more"  # kata-mem's readers refuse it as Go's would
+    if ours is not None and theirs is not None:
+        if abs(ours) == INT64_MAX + 1 and abs(theirs) == INT64_MAX and _BINARY.match(text):
+            return "a binary quantity above int64"  # Go caps it at 2^63-1; kata-mem refuses it
+        if abs(ours) == 10**40 and abs(theirs) >= 10**40:
+            return "a quantity of 10^40 or more"  # kata-mem's readers refuse it as Go's would
     if ours is None and theirs is not None and re.search(r"[eE][+-]?[0-9]{10,}$", text):
         return "an exponent beyond int32"  # Go keeps int32(exponent): 1e4294967297 is 10
     return None
