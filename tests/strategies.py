@@ -3,8 +3,9 @@ and mutated inputs; and the example counts of tests that are not like most."""
 
 from __future__ import annotations
 
+import json
 from fractions import Fraction
-from typing import Any
+from typing import Any, Optional
 
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -575,3 +576,137 @@ def quantity_json_values(draw: st.DrawFn) -> str:
         )
     space = st.sampled_from(["", "", " ", "\\t", "\\n", "\u00a0", "\u3000", "\\u0020"])
     return '"' + draw(space) + draw(quantity_texts()) + draw(space) + '"'
+
+
+#: The resources of a Pod that kata-mem reads (amd64's hugepage sizes), and the values
+#: a manifest gives them: whole sizes mostly, fractions, zeros, negatives, odd texts.
+POD_RESOURCES = ["cpu", "memory", "hugepages-2Mi", "hugepages-1Gi"]
+
+
+def _one_in(n: int) -> st.SearchStrategy[bool]:
+    """True once in about ``n`` draws: a value in the middle of the range, which
+    hypothesis does not favour as it favours the ends."""
+    return st.integers(min_value=0, max_value=n - 1).map(lambda k: k == n // 2)
+
+
+#: Values each resource usually has in a manifest, smallest first.
+_USUAL = {
+    "cpu": ["0", "100m", "250m", "500m", "1", "1500m", "2", "4"],
+    "memory": ["0", "64Mi", "128Mi", "256Mi", "512Mi", "1000M", "1Gi", "1.5Gi", "2Gi", "4Gi"],
+    "hugepages-2Mi": ["0", "2Mi", "4Mi", "64Mi", "128Mi", "1Gi"],
+    "hugepages-1Gi": ["0", "1Gi", "2Gi"],
+}
+#: Values that are odd for any of them: fractions, exponents, negatives, not page sizes.
+_ODD = st.sampled_from(["1", "0.5", "1k", "1e9", "3Mi", "100m", "-1", "-128Mi", "1.5n"]) | (
+    quantity_texts().filter(lambda t: "e" not in t.lower() or len(t) < 12)
+)
+
+
+@st.composite
+def _quantity_of(
+    draw: st.DrawFn, name: str, at_most: Optional[str] = None, high: bool = False
+) -> str:
+    """A value of resource ``name``: usually one of its usual values (at most ``at_most``'s
+    place among them, for a request under its limit), now and then an odd one."""
+    if draw(_one_in(10)):
+        return draw(_ODD)
+    usual = _USUAL[name]
+    top = usual.index(at_most) if at_most in usual else len(usual) - 1
+    low = len(usual) // 2 if high and top == len(usual) - 1 else 0
+    return usual[draw(st.integers(min_value=low, max_value=top))]
+
+
+@st.composite
+def _requirements(draw: st.DrawFn, high: bool = False) -> dict[str, Any]:
+    """Limits and requests of cpu, memory and hugepages; a request usually at most its
+    limit (a hugepage request usually equal to it), now and then above, or alone;
+    ``high``: the upper half of the usual values (a pod's, above its containers')."""
+    out: dict[str, Any] = {}
+    limits = {
+        name: draw(_quantity_of(name, high=high))
+        for name in draw(st.lists(st.sampled_from(POD_RESOURCES), unique=True, max_size=3))
+    }
+    empty_limits = draw(st.booleans())  # "limits: {}"
+    if limits or empty_limits:
+        out["limits"] = limits
+    if draw(st.integers(min_value=0, max_value=2)) == 0:
+        return out
+    requests = {}
+    for name in draw(st.lists(st.sampled_from(POD_RESOURCES), unique=True, max_size=3)):
+        limit = limits.get(name)
+        if name.startswith("hugepages-") and (limit is None or not draw(_one_in(5))):
+            if limit is not None:
+                requests[name] = limit
+            elif draw(_one_in(8)):
+                requests[name] = draw(_quantity_of(name))  # without its limit
+        elif limit is not None and draw(st.integers(min_value=0, max_value=4)):
+            requests[name] = draw(_quantity_of(name, at_most=limit, high=high))
+        else:
+            requests[name] = draw(_quantity_of(name, high=high))
+    out["requests"] = requests
+    return out
+
+
+@st.composite
+def pod_specs(draw: st.DrawFn) -> dict[str, Any]:
+    """A Pod's spec: app containers, init containers and sidecars (``restartPolicy:
+    Always``), each with or without requests and limits of cpu, memory and hugepages, and
+    pod-level resources (KEP-2837) or none; names unique but now and then."""
+
+    def container(i: int, init: bool) -> dict[str, Any]:
+        c: dict[str, Any] = {"name": f"c{i}", "image": "registry.example/app:1"}
+        if draw(st.integers(min_value=0, max_value=4)):
+            c["resources"] = draw(_requirements())
+        if init and draw(st.booleans()):
+            c["restartPolicy"] = draw(st.sampled_from(["Always", "Always", "Always", "Never"]))
+        return c
+
+    inits = [container(i, True) for i in range(draw(st.integers(min_value=0, max_value=2)))]
+    apps = [
+        container(i + len(inits), False) for i in range(draw(st.integers(min_value=1, max_value=3)))
+    ]
+    if draw(_one_in(30)):
+        apps[-1]["name"] = (inits + apps)[0]["name"]  # a name given twice
+    spec: dict[str, Any] = {"containers": apps}
+    if inits:
+        spec["initContainers"] = inits
+    if draw(st.booleans()):
+        spec["resources"] = draw(_requirements(high=True))
+    return spec
+
+
+def _yaml_scalar(value: str) -> str:
+    """``value`` as a YAML plain scalar where it can be one (go-yaml then types it: 1e3
+    and 0.5 are numbers, 012 octal, 1_000 an int), else double-quoted."""
+    plain = value not in ("", "-") and all(c.isalnum() or c in "+-._" for c in value)
+    return value if plain else json.dumps(value)
+
+
+def _yaml_lines(value: Any, indent: int, plain: bool) -> list[str]:
+    pad = " " * indent
+    lines: list[str] = []
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(item, (dict, list)):
+                lines.append(f"{pad}{key}:" + (" {}" if not item else ""))
+                lines += _yaml_lines(item, indent + 2, plain)
+            else:
+                text = _yaml_scalar(item) if plain else json.dumps(item)
+                lines.append(f"{pad}{key}: {text}")
+    else:
+        for item in value:
+            inner = _yaml_lines(item, indent + 2, plain)
+            lines.append(f"{pad}- {inner[0].lstrip()}")
+            lines += inner[1:]
+    return lines
+
+
+@st.composite
+def pod_manifests(draw: st.DrawFn) -> str:
+    """A Pod manifest with a generated spec: JSON, or YAML whose quantities are quoted or,
+    where they can be, plain scalars that go-yaml types by itself."""
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": draw(pod_specs())}
+    form = draw(st.sampled_from(["json", "yaml", "yaml-plain"]))
+    if form == "json":
+        return json.dumps(pod)
+    return "\n".join(_yaml_lines(pod, 0, form == "yaml-plain")) + "\n"
