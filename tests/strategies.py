@@ -4,6 +4,7 @@ and mutated inputs; and the example counts of tests that are not like most."""
 from __future__ import annotations
 
 import json
+import re
 from fractions import Fraction
 from typing import Any, Optional
 
@@ -595,6 +596,7 @@ _USUAL = {
     "memory": ["0", "64Mi", "128Mi", "256Mi", "512Mi", "1000M", "1Gi", "1.5Gi", "2Gi", "4Gi"],
     "hugepages-2Mi": ["0", "2Mi", "4Mi", "64Mi", "128Mi", "1Gi"],
     "hugepages-1Gi": ["0", "1Gi", "2Gi"],
+    "hugepages-1Mi": ["0", "1Mi", "64Mi"],  # s390x's, not amd64's
 }
 #: Values that are odd for any of them: fractions, exponents, negatives, not page sizes.
 _ODD = st.sampled_from(["1", "0.5", "1k", "1e9", "3Mi", "100m", "-1", "-128Mi", "1.5n"]) | (
@@ -622,9 +624,12 @@ def _requirements(draw: st.DrawFn, high: bool = False) -> dict[str, Any]:
     limit (a hugepage request usually equal to it), now and then above, or alone;
     ``high``: the upper half of the usual values (a pod's, above its containers')."""
     out: dict[str, Any] = {}
+    names = st.sampled_from(POD_RESOURCES) | _one_in(40).map(
+        lambda odd: "hugepages-1Mi" if odd else "memory"
+    )
     limits = {
         name: draw(_quantity_of(name, high=high))
-        for name in draw(st.lists(st.sampled_from(POD_RESOURCES), unique=True, max_size=3))
+        for name in draw(st.lists(names, unique=True, max_size=3))
     }
     empty_limits = draw(st.booleans())  # "limits: {}"
     if limits or empty_limits:
@@ -632,7 +637,7 @@ def _requirements(draw: st.DrawFn, high: bool = False) -> dict[str, Any]:
     if draw(st.integers(min_value=0, max_value=2)) == 0:
         return out
     requests = {}
-    for name in draw(st.lists(st.sampled_from(POD_RESOURCES), unique=True, max_size=3)):
+    for name in draw(st.lists(names, unique=True, max_size=3)):
         limit = limits.get(name)
         if name.startswith("hugepages-") and (limit is None or not draw(_one_in(5))):
             if limit is not None:
@@ -658,7 +663,9 @@ def pod_specs(draw: st.DrawFn) -> dict[str, Any]:
         if draw(st.integers(min_value=0, max_value=4)):
             c["resources"] = draw(_requirements())
         if init and draw(st.booleans()):
-            c["restartPolicy"] = draw(st.sampled_from(["Always", "Always", "Always", "Never"]))
+            c["restartPolicy"] = draw(
+                st.sampled_from(["Always", "Always", "Always", "Never", "OnFailure", "Sometimes"])
+            )
         return c
 
     inits = [container(i, True) for i in range(draw(st.integers(min_value=0, max_value=2)))]
@@ -708,5 +715,8 @@ def pod_manifests(draw: st.DrawFn) -> str:
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": draw(pod_specs())}
     form = draw(st.sampled_from(["json", "yaml", "yaml-plain"]))
     if form == "json":
-        return json.dumps(pod)
+        text = json.dumps(pod)
+        if draw(_one_in(4)):  # quantities as JSON numbers where they can be: 0.5, 1e9, -1
+            text = re.sub(r'"(-?[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?)"', r"\1", text)
+        return text
     return "\n".join(_yaml_lines(pod, 0, form == "yaml-plain")) + "\n"
