@@ -75,6 +75,15 @@ GUARDS: dict[str, tuple[str, ...]] = {
     "kata_mem/edges/cgroups.py": ("tests/unit/test_cgroups.py", "tests/unit/test_host_side.py"),
     "kata_mem/core/frozen.py": ("tests/unit/test_frozen.py",),
     "kata_mem/backends/libvirt.py": ("tests/integration/test_vmm_pid.py",),
+    # The rules kata-mem takes from upstream: the differential tests run upstream's own
+    # code (tests/oracle, built by scripts/build-oracles.sh) beside it, then the tables.
+    "kata_mem/core/quantity.py": (
+        "tests/oracle/test_quantity_oracle.py",
+        "tests/oracle/test_pod_oracle.py",
+        "tests/unit/test_quantity.py",
+    ),
+    "kata_mem/edges/pod.py": ("tests/oracle/test_pod_oracle.py", "tests/unit/test_pod_cases.py"),
+    "kata_mem/core/golang.py": ("tests/oracle/test_golang_oracle.py", "tests/unit/test_golang.py"),
     "kata_mem/core/record.py": (
         "tests/unit/test_record.py",
         "tests/unit/test_host_side.py",
@@ -104,6 +113,9 @@ RECORD = "kata_mem/core/record.py"
 GUESTMEM = "kata_mem/core/guestmem.py"
 EXECUTOR = "kata_mem/orchestration/executor.py"
 FROZEN = "kata_mem/core/frozen.py"
+QUANTITY = "kata_mem/core/quantity.py"
+POD = "kata_mem/edges/pod.py"
+GOLANG = "kata_mem/core/golang.py"
 
 BREAKS = (
     # -- the shrink-safety rule (safety.py, model.py) ------------------------------------
@@ -569,6 +581,78 @@ BREAKS = (
         "        if k > m or (k < m and len(root) > m):",
         "        if k != m:",
     ),
+    # -- what kata-mem takes from upstream, which the oracles run beside it (tests/oracle) ---
+    # Kubernetes' quantities (apimachinery ParseQuantity).
+    Break("quantity-gi-is-2-to-the-29", QUANTITY, '"Gi": 30,', '"Gi": 29,'),
+    Break(
+        "quantity-rounds-down-to-nano",
+        QUANTITY,
+        "nanos = -(-value.numerator * 10**9 // value.denominator)",
+        "nanos = value.numerator * 10**9 // value.denominator",
+    ),
+    Break(
+        "quantity-exponent-sign-lost",
+        QUANTITY,
+        "exp = int(suffix[1:])",
+        "exp = abs(int(suffix[1:]))",
+    ),
+    # The API server's Pod defaulting and validation (pkg/apis/core/v1/defaults.go,
+    # pkg/api/pod/util.go, pkg/apis/core/validation/validation.go).
+    Break(
+        "pod-limit-default-ignores-the-request",
+        POD,
+        "limits[key] = max(request, container_limits[key])",
+        "limits[key] = container_limits[key]",
+    ),
+    Break(
+        "pod-request-not-defaulted-from-containers",
+        POD,
+        "requests[key] = from_containers[key] = total",
+        "from_containers[key] = total",
+    ),
+    Break(
+        "container-request-not-defaulted-to-its-limit",
+        POD,
+        "requests = {**limits, **given}",
+        "requests = dict(given)",
+    ),
+    Break(
+        "quantity-not-rounded-to-a-thousandth",
+        POD,
+        "    if thousandths.denominator == 1:\n        return amount",
+        "    if True:\n        return amount",
+    ),
+    Break(
+        "hugepages-any-number-of-bytes",
+        POD,
+        "            if whole % size:",
+        "            if False:",
+    ),
+    # Go's strconv.ParseFloat(s, 32) and regexp.MatchString, as Kata reads annotations.
+    Break(
+        "float-hex-exponent-of-ten",
+        GOLANG,
+        "value *= Fraction(2 if hexa else 10) ** exponent",
+        "value *= Fraction(10) ** exponent",
+    ),
+    Break(
+        "float-underscores-anywhere",
+        GOLANG,
+        "if i != n or (underscores and not underscore_ok(text)):",
+        "if i != n:",
+    ),
+    Break(
+        "regexp-anchored-at-the-start",
+        GOLANG,
+        "compiled.search(_SURROGATE.sub",
+        "compiled.match(_SURROGATE.sub",
+    ),
+    Break(
+        "regexp-any-byte-escape-allowed",
+        GOLANG,
+        "    if _has_any_byte_escape(pattern):\n",
+        "    if False:\n",
+    ),
     # -- frozen records (frozen.py): what every value's __init__, __eq__ and __hash__ do -----
     Break(
         "frozen-stale-init-used",
@@ -596,6 +680,13 @@ BREAKS = (
     ),
 )
 
+
+#: The copies share the tree's oracles (tests/oracle): a copy has no .cache, and its Go
+#: sources are the tree's, so scripts/build-oracles.sh finds them built there.
+ORACLE_ENV = {
+    **os.environ,
+    "KATA_MEM_ORACLE_DIR": os.environ.get("KATA_MEM_ORACLE_DIR") or str(ROOT / ".cache" / "oracle"),
+}
 
 #: The control: no change at all. It must pass, or every "killed" would mean nothing.
 CONTROL = Break("none (control)", SAFETY, "", "")
@@ -630,6 +721,7 @@ def run_break(brk: Break, tests: tuple[str, ...], python: str) -> tuple[str, flo
         proc = subprocess.run(
             [python, "-m", "pytest", "-p", "no:cacheprovider", "-x", "-q", *FAST, *tests],
             cwd=work,
+            env=ORACLE_ENV,
             capture_output=True,
             text=True,
             check=False,
