@@ -27,7 +27,9 @@ from tests.strategies import (
 from tests.support.cases import case_params, load_cases
 from tests.support.oracle import ORACLE_EXAMPLES, Oracle, float32_nearest, go_float32
 
-pytestmark = [pytest.mark.go, pytest.mark.oracle]
+# The first test of a session may build the oracles: minutes on a machine whose Go caches
+# are cold (docs/contributing/tests.md, "Differential tests").
+pytestmark = [pytest.mark.go, pytest.mark.oracle, pytest.mark.timeout(900)]
 
 #: RE2's refusal of a pattern whose program is beyond its memory budget (google-re2's
 #: default ``max_mem``, 8 MiB), which Go compiles: a documented difference.

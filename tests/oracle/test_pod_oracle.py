@@ -34,7 +34,9 @@ from tests.strategies import pod_manifests
 from tests.support.cases import case_params
 from tests.support.oracle import Oracle, oracle_examples
 
-pytestmark = [pytest.mark.go, pytest.mark.oracle]
+# The first test of a session may build the oracles: minutes on a machine whose Go caches
+# are cold (docs/contributing/tests.md, "Differential tests").
+pytestmark = [pytest.mark.go, pytest.mark.oracle, pytest.mark.timeout(900)]
 
 ORACLE = settings(
     max_examples=oracle_examples(10),  # each case: two API servers and a file

@@ -25,7 +25,9 @@ from kata_mem.core.units import INT64_MAX
 from tests.strategies import quantity_json_values, quantity_texts
 from tests.support.oracle import ORACLE_EXAMPLES, Oracle
 
-pytestmark = [pytest.mark.go, pytest.mark.oracle]
+# The first test of a session may build the oracles: minutes on a machine whose Go caches
+# are cold (docs/contributing/tests.md, "Differential tests").
+pytestmark = [pytest.mark.go, pytest.mark.oracle, pytest.mark.timeout(900)]
 
 ORACLE = settings(
     max_examples=ORACLE_EXAMPLES,
