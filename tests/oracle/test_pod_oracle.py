@@ -27,12 +27,14 @@ from hypothesis import HealthCheck, given, settings
 from kata_mem.core.errors import InputError, QuantityError
 from kata_mem.core.manifest import kubernetes_quantity, load_documents
 from kata_mem.core.model import Container, Workload
-from kata_mem.core.planner import _peaks
+from kata_mem.core.planner import _peaks, demand
 from kata_mem.core.units import INT64_MAX
+from kata_mem.edges.config import load_config
 from kata_mem.edges.pod import load_pod
 from tests.strategies import pod_manifests
 from tests.support.cases import case_params
 from tests.support.oracle import Oracle, oracle_examples
+from tests.support.paths import REPO
 
 # The first test of a session may build the oracles: minutes on a machine whose Go caches
 # are cold (docs/contributing/tests.md, "Differential tests").
@@ -117,6 +119,33 @@ def pod_level_differences(ours: Workload, go: dict[str, Any], given: dict[str, A
     return found
 
 
+#: A configuration to plan with: the demand of a Pod does not depend on it.
+CONFIG = REPO / "configs" / "configuration-qemu.toml"
+
+
+def demand_differences(ours: Workload, go: dict[str, Any], given: dict[str, Any]) -> list[str]:
+    """The row "the pod's size" (compared-with-kata.md, Kubernetes): under a pod-level
+    memory or cpu limit, kata-mem's demand is component-helpers ``PodLimits`` (the pod
+    cgroup's size) when some container has no limit of it, else the smaller of that and
+    the containers' peak."""
+    found = []
+    limits = (given.get("resources") or {}).get("limits") or {}
+    need, _ = demand(load_config(CONFIG), ours)
+    peak_memory, peak_cpu = _peaks(ours.containers, lambda c: c.cpu, lambda c: c.memory_limit)
+    for name, got, peak, unlimited in (
+        ("memory", need.memory, peak_memory, any(c.memory_limit <= 0 for c in ours.containers)),
+        ("cpu", need.cpu, peak_cpu, any(c.cpu <= 0 for c in ours.containers)),
+    ):
+        if name not in limits or name not in go["limits"]:
+            continue
+        exact = _exact(go["limits"][name])
+        pod = min(Fraction(math.ceil(exact)) if name == "memory" else exact, Fraction(INT64_MAX))
+        want = pod if unlimited else min(pod, peak, INT64_MAX)
+        if min(got, INT64_MAX) != want:
+            found.append(f"demand {name}: kata-mem {got}, PodLimits {pod}, expected {want}")
+    return found
+
+
 #: kata-mem's refusal of a quantity with no digit (".", "Ki", "e5"), which Go reads as 0.
 _NO_DIGIT = re.compile(r"invalid quantity '[+-]?\.?(?:[eE][+-]?[0-9]*|[a-zA-Z]*)'")
 
@@ -191,7 +220,9 @@ def pod_differences(
     spec = _spec(manifest)
     return [
         f"{release}: {d}"
-        for d in aggregate_differences(ours, go) + pod_level_differences(ours, go, spec)
+        for d in aggregate_differences(ours, go)
+        + pod_level_differences(ours, go, spec)
+        + demand_differences(ours, go, spec)
     ]
 
 
