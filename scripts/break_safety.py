@@ -599,25 +599,25 @@ BREAKS = (
     # The API server's Pod defaulting and validation (pkg/apis/core/v1/defaults.go,
     # pkg/api/pod/util.go, pkg/apis/core/validation/validation.go).
     Break(
-        "pod-limit-default-ignores-the-request",
+        "pod-limit-ignores-pod-request",
         POD,
         "limits[key] = max(request, container_limits[key])",
         "limits[key] = container_limits[key]",
     ),
     Break(
-        "pod-request-not-defaulted-from-containers",
+        "pod-request-not-from-containers",
         POD,
         "requests[key] = from_containers[key] = total",
         "from_containers[key] = total",
     ),
     Break(
-        "container-request-not-defaulted-to-its-limit",
+        "container-request-not-its-limit",
         POD,
         "requests = {**limits, **given}",
         "requests = dict(given)",
     ),
     Break(
-        "quantity-not-rounded-to-a-thousandth",
+        "quantity-not-rounded-to-milli",
         POD,
         "    if thousandths.denominator == 1:\n        return amount",
         "    if True:\n        return amount",
