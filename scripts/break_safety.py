@@ -648,10 +648,10 @@ BREAKS = (
         "compiled.match(_SURROGATE.sub",
     ),
     Break(
-        "regexp-any-byte-escape-allowed",
+        "float-plus-infinity-refused",
         GOLANG,
-        "    if _has_any_byte_escape(pattern):\n",
-        "    if False:\n",
+        'if lower in ("inf", "+inf", "infinity", "+infinity"):',
+        'if lower in ("inf", "infinity"):',
     ),
     # -- frozen records (frozen.py): what every value's __init__, __eq__ and __hash__ do -----
     Break(

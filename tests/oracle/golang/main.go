@@ -13,6 +13,7 @@
 //	{"op": "ParseBool", "text": "T"}                          -> {"ok": true, "value": "true"}
 //	{"op": "MatchString", "pattern": "^a", "text": "ab"}      -> {"ok": true, "match": true}
 //	    -> {"ok": false, "err": "error parsing regexp: ..."}  (the pattern does not compile)
+//	{"op": "Compile", "text": "a("}                          -> {"ok": false, "err": "error parsing regexp: ..."}
 //	{"op": "FormatFloat32", "text": "3/2"}                  -> {"ok": true, "value": "1.5"}
 //	    (the float32 nearest the exact fraction, as fmt's %v prints it)
 //	{"op": "version"}                                         -> {"ok": true, "value": "go1.26.8"}
@@ -103,6 +104,11 @@ func decide(r request) answer {
 			return answer{Err: err.Error()}
 		}
 		return answer{Ok: true, Match: &m}
+	case "Compile":
+		if _, err := regexp.Compile(r.Text); err != nil {
+			return answer{Err: err.Error()}
+		}
+		return answer{Ok: true}
 	case "FormatFloat32":
 		exact, ok := new(big.Rat).SetString(r.Text)
 		if !ok {
