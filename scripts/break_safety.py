@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""Break the sizing and shrink-safety rules on purpose and check that the fast tests notice.
+"""Break the rules on purpose (sizing, shrink safety, the node install) and see the tests notice.
 
 Each break is one small textual change to a copy of the package (the tree itself is
 never touched): an off-by-one, a flipped comparison, a dropped term, a wrong field, in
 the shrink-safety rule, the usage readings it is judged on, the outcomes, the planner's
-clamps and the journal's record. For each, the test modules that guard the broken
+clamps and the journal's record; and the node install's rule that it touches only what
+it wrote (scripts/install-node.sh). For each, the test modules that guard the broken
 module (``GUARDS``; with ``--full`` the whole fast suite: everything but the real-guest
 and libvirt tests) run against the copy, stopping at the first failure. A break that no
 test fails "survives": the suite does not guard that part of the rule. A control run
@@ -74,7 +75,34 @@ GUARDS: dict[str, tuple[str, ...]] = {
     ),
     "kata_mem/edges/cgroups.py": ("tests/unit/test_cgroups.py", "tests/unit/test_host_side.py"),
     "kata_mem/core/frozen.py": ("tests/unit/test_frozen.py",),
+    "kata_mem/core/golang.py": (
+        "tests/oracle/test_golang_oracle.py",
+        "tests/unit/test_golang.py",
+        "tests/unit/test_annotation_cases.py",
+        "tests/unit/test_config.py",
+    ),
+    "kata_mem/core/gosyntax.py": (
+        "tests/unit/test_gosyntax.py",
+        "tests/unit/test_golang.py",
+        "tests/unit/test_annotation_cases.py",
+    ),
+    "kata_mem/edges/config.py": ("tests/unit/test_plan_cases.py", "tests/unit/test_config.py"),
+    "kata_mem/interfaces/render.py": ("tests/cli/test_preview.py",),
     "kata_mem/backends/libvirt.py": ("tests/integration/test_vmm_pid.py",),
+    "kata_mem/interfaces/service.py": ("tests/service/test_lifecycle.py",),
+    "kata_mem/interfaces/shim_client.py": ("tests/service/test_shim_client.py",),
+    "kata_mem/interfaces/shim.py": ("tests/service/test_shim_client.py",),
+    "kata_mem/interfaces/serve.py": ("tests/service/test_shim_client.py",),
+    "kata_mem/interfaces/main.py": (
+        "tests/service/test_shim_client.py",
+        "tests/cli/test_errors.py",
+    ),
+    "kata_mem/edges/service_record.py": ("tests/service/test_shim_client.py",),
+    "kata_mem/backends/qmp.py": (
+        "tests/integration/test_vm_presence.py",
+        "tests/service/test_lifecycle.py",
+    ),
+    "scripts/install-node.sh": ("tests/cli/test_install_layout.py",),
     # The rules kata-mem takes from upstream: the differential tests run upstream's own
     # code (tests/oracle, built by scripts/build-oracles.sh) beside it, then the tables.
     "kata_mem/core/quantity.py": (
@@ -83,7 +111,6 @@ GUARDS: dict[str, tuple[str, ...]] = {
         "tests/unit/test_quantity.py",
     ),
     "kata_mem/edges/pod.py": ("tests/oracle/test_pod_oracle.py", "tests/unit/test_pod_cases.py"),
-    "kata_mem/core/golang.py": ("tests/oracle/test_golang_oracle.py", "tests/unit/test_golang.py"),
     "kata_mem/core/record.py": (
         "tests/unit/test_record.py",
         "tests/unit/test_host_side.py",
@@ -116,6 +143,9 @@ FROZEN = "kata_mem/core/frozen.py"
 QUANTITY = "kata_mem/core/quantity.py"
 POD = "kata_mem/edges/pod.py"
 GOLANG = "kata_mem/core/golang.py"
+GOSYNTAX = "kata_mem/core/gosyntax.py"
+CONFIG = "kata_mem/edges/config.py"
+INSTALL = "scripts/install-node.sh"
 
 BREAKS = (
     # -- the shrink-safety rule (safety.py, model.py) ------------------------------------
@@ -228,8 +258,20 @@ BREAKS = (
     Break(
         "no-free-slots-wrong-cause",
         OUTCOMES,
-        'if "slots" in {c.cause for c in m.clamps}:',
-        'if "device_space" in {c.cause for c in m.clamps}:',
+        '    "slots": "NoFreeSlots",',
+        '    "slots": "NoDeviceSpace",',
+    ),
+    Break(
+        "guest-memmap-stop-not-named",
+        OUTCOMES,
+        '    "guest_memmap": "NoMemmapRoom",\n',
+        "",
+    ),
+    Break(
+        "grow-stop-any-clamp",
+        OUTCOMES,
+        "c.cause in GROW_STOPPED and c.limit == vm.total",
+        "c.cause in GROW_STOPPED",
     ),
     Break(
         "below-base-by-target",
@@ -653,6 +695,140 @@ BREAKS = (
         'if lower in ("inf", "+inf", "infinity", "+infinity"):',
         'if lower in ("inf", "infinity"):',
     ),
+    # -- the QMP monitor's connection (qmp.py): a full backlog is waited for (issue 33) ------
+    Break(
+        "qmp-full-backlog-not-waited",
+        "kata_mem/backends/qmp.py",
+        "        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)\n",
+        "        sock.setblocking(False)\n",
+    ),
+    # -- serve's connections (service.py): a half-closed client is answered (issue 33) ------
+    Break(
+        "half-closed-client-not-answered",
+        "kata_mem/interfaces/service.py",
+        "        self.close()\n        return True\n",
+        "        return False\n",
+    ),
+    Break(
+        "half-closed-cut-body-begun",
+        "kata_mem/interfaces/service.py",
+        "        if any(not body.is_eof() for body in self._arriving):",
+        "        if False:",
+    ),
+    # -- kata-mem-shim (shim_client.py, shim.py, main.py): issue 33 -------------------------
+    Break(
+        "shim-answer-unbounded",
+        "kata_mem/interfaces/shim_client.py",
+        "            if size > MAX_ANSWER_BYTES:",
+        "            if False:",
+    ),
+    Break(
+        "shim-answer-waited-for-ever",
+        "kata_mem/interfaces/shim_client.py",
+        "            sock.settimeout(_left(deadline, sent))\n            chunk",
+        "            sock.settimeout(None)\n            chunk",
+    ),
+    Break(
+        "shim-refusal-not-on-stderr",
+        "kata_mem/interfaces/shim_client.py",
+        "        _say_error(document)",
+        "        pass",
+    ),
+    Break(
+        "shim-second-signal-handled-again",
+        "kata_mem/interfaces/shim_client.py",
+        "    if _CALL.answering or _CALL.stopping:",
+        "    if _CALL.answering:",
+    ),
+    Break(
+        "stops-second-signal-handled-again",
+        "kata_mem/interfaces/main.py",
+        "        if self.stopping:\n            return\n",
+        "",
+    ),
+    Break(
+        "fallback-in-its-own-state",
+        "kata_mem/interfaces/shim.py",
+        "    return answer(as_served(request, record.config), env, CallOptions(state_dir=record.state_dir))",
+        "    return answer(request, env)",
+    ),
+    Break(
+        "fallback-without-record-applies",
+        "kata_mem/interfaces/shim.py",
+        "        if record is None and os.path.lexists(socket):",
+        "        if False:",
+    ),
+    Break(
+        "service-record-not-published",
+        "kata_mem/interfaces/serve.py",
+        "        _publish(listener, state_dir, config)\n",
+        "        pass\n",
+    ),
+    Break(
+        "service-record-trusted-from-anyone",
+        "kata_mem/edges/service_record.py",
+        "        if info.st_uid not in (0, os.geteuid()) or info.st_mode & 0o022:",
+        "        if False:",
+    ),
+    # -- vCPUs as Kata holds them, float32 (issue 33, item 5) ------------------------------
+    Break(
+        "vcpus-added-exactly",
+        PLANNER,
+        "    requested = _float32(default + work_cpu)",
+        "    requested = default + work_cpu",
+    ),
+    Break(
+        "default-vcpus-read-as-a-decimal",
+        CONFIG,
+        "        default_vcpus=toml_float32(vcpus),",
+        "        default_vcpus=Fraction(repr(vcpus)) if isinstance(vcpus, float) else Fraction(vcpus),",
+    ),
+    Break(
+        "annotation-float-not-rounded",
+        GOLANG,
+        "    value = round_float32(value)\n",
+        "    pass\n",
+    ),
+    Break(
+        "float32-ties-away-from-zero",
+        GOLANG,
+        "significand = round(Fraction(n << max(-unit, 0), d << max(unit, 0)))",
+        "significand = int(Fraction(n << max(-unit, 0), d << max(unit, 0)) + Fraction(1, 2))",
+    ),
+    Break(
+        "float32-without-subnormals",
+        GOLANG,
+        "_FLOAT32_TINY_EXPONENT = -149",
+        "_FLOAT32_TINY_EXPONENT = -1000",
+    ),
+    Break(
+        "float32-printed-with-six-digits",
+        "kata_mem/interfaces/render.py",
+        'f"containers {format_float32(v.containers)} = {summed}), max {v.max}, host {v.host}{vc}"',
+        'f"containers {format_float32(v.containers)} = {float(v.requested):g}), max {v.max}, '
+        'host {v.host}{vc}"',
+    ),
+    # -- Go's regexp limits (gosyntax.py, golang.py; issue 33, item 15) --------------------
+    Break("go-nesting-unlimited", GOSYNTAX, "MAX_HEIGHT = 1000", "MAX_HEIGHT = 100_000"),
+    Break(
+        "go-size-unlimited",
+        GOSYNTAX,
+        "MAX_SIZE = (128 << 20) // 40",
+        "MAX_SIZE = (128 << 30) // 40",
+    ),
+    Break(
+        "go-runes-unlimited",
+        GOSYNTAX,
+        "MAX_RUNES = (128 << 20) // 4",
+        "MAX_RUNES = (128 << 30) // 4",
+    ),
+    Break("go-group-is-a-level", GOSYNTAX, "        if re2.cap == 0:", "        if False:"),
+    Break(
+        "go-refusal-left-to-re2",
+        GOLANG,
+        "    refused = parse_error(pattern)\n    if refused is not None:",
+        "    refused = parse_error(pattern)\n    if False:",
+    ),
     # -- frozen records (frozen.py): what every value's __init__, __eq__ and __hash__ do -----
     Break(
         "frozen-stale-init-used",
@@ -677,6 +853,44 @@ BREAKS = (
         FROZEN,
         'value = f"F[{factories}]() if {name} is __frozen_missing else {name}"',
         'value = f"F[{factories}] if {name} is __frozen_missing else {name}"',
+    ),
+    # -- the node install touches only what it wrote (install-node.sh, issue 33) ----------
+    Break(
+        "install-takes-a-path-it-did-not-write",
+        INSTALL,
+        'theirs) refusals+=("$p: not written by install-node.sh',
+        'theirs) true+=("$p: not written by install-node.sh',
+    ),
+    Break("install-rewrites-an-edited-unit", INSTALL, "            keep[$p]=1\n", ""),
+    Break(
+        "install-takes-a-prefix-of-files",
+        INSTALL,
+        'stop "PREFIX $prefix: holds files install-node.sh did not write',
+        'true "PREFIX $prefix: holds files install-node.sh did not write',
+    ),
+    Break(
+        "manifest-hash-not-checked",
+        INSTALL,
+        '[ "${m_hash[$p]-}" = "$value" ] || {',
+        "true || {",
+    ),
+    Break(
+        "another-users-file-taken",
+        INSTALL,
+        'if [ "${m_uid[$p]}" != 0 ] && [ "${m_uid[$p]}" != "$me" ]; then',
+        "if false; then",
+    ),
+    Break(
+        "uninstall-removes-what-changed",
+        INSTALL,
+        'elif as_written "$p" && inside_sound "$p"; then',
+        "elif true; then",
+    ),
+    Break(
+        "same-version-wheel-not-reinstalled",
+        INSTALL,
+        '"$prefix/bin/python" -I -m pip install -q --disable-pip-version-check \\\n',
+        "true \\\n",
     ),
 )
 

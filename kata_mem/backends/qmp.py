@@ -221,14 +221,14 @@ def presence(
     """
     try:
         st = check_socket(path, expect, unpinned=unpinned)
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        try:
+            sock = dial(path, PRESENCE_TIMEOUT_S)
+        except BlockingIOError:
+            return None  # a backlog still full: the monitor is busy, its VM is there
+        except OSError as exc:
+            raise _not_dialed(path, exc) from exc
+        with sock:
             sock.settimeout(PRESENCE_TIMEOUT_S)
-            try:
-                sock.connect(path)
-            except socket.timeout:
-                return None  # a full backlog: the monitor is busy, its VM is there
-            except OSError as exc:
-                raise _not_dialed(path, exc) from exc
             _identify(path, st, sock, expect, unpinned)
             # Take the greeting before hanging up, as a client does; a monitor busy with
             # another client sends none within the timeout, and that is fine too.
@@ -285,6 +285,38 @@ def _no_session(cause: BaseException) -> str:
     return f"no QMP session: {describe(cause)}"
 
 
+def dial(path: str, timeout: float) -> socket.socket:
+    """A unix stream socket connected to ``path``, non-blocking once connected; while the
+    listener's backlog is full, ``connect(2)`` waits in the kernel for room, up to
+    ``timeout`` (``SO_SNDTIMEO``, which a unix socket's connect waits by: net/unix/af_unix.c
+    ``unix_stream_connect``, ``unix_wait_for_peer``), as QEMU's monitor keeps other clients
+    waiting while it serves one.
+
+    Not asyncio's ``sock_connect``, nor a socket with a Python timeout: both connect a
+    non-blocking socket, whose ``connect(2)`` on a full backlog fails with EAGAIN, not with
+    EINPROGRESS as a TCP connection under way does (connect(2), "EAGAIN"). With a Python
+    timeout ``connect`` raises it at once (python/cpython#117208); asyncio
+    (Lib/asyncio/selector_events.py ``_sock_connect``) takes it for a connection under way
+    and returns the socket unconnected, whose first read fails with EINVAL (the same bug in
+    Rust: tokio-rs/mio#1560). Every call beyond the backlog then failed with "no QMP
+    session: [Errno 22] Invalid argument" (issue 33, item 12).
+
+    :raises BlockingIOError: the backlog stayed full for ``timeout``.
+    :raises OSError: ``connect(2)`` failed otherwise (refused, no such file).
+    """
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        whole = int(timeout)
+        tv = struct.pack("ll", whole, int((timeout - whole) * 1_000_000))  # struct timeval
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
+        sock.connect(path)
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
 def peer_credentials(sock: socket.socket) -> tuple[int, Optional[int]]:
     """The uid and pid of the process at the other end of a connected unix socket
     (``SO_PEERCRED``: for a listening socket, the process that called ``listen``).
@@ -300,13 +332,15 @@ def peer_credentials(sock: socket.socket) -> tuple[int, Optional[int]]:
 
 async def _open(
     path: str,
+    sock: socket.socket,
     st: os.stat_result,
     expect: Optional[VmmIdentity],
     made: list[QMPClient],
     unpinned: bool = False,
 ) -> tuple[QMPClient, EventListener, VmmIdentity]:
-    """A client connected over a socket of our own, so that its peer can be asked who it
-    is (:func:`_identify`) before the QMP session starts; with its event listener, and
+    """A client on ``sock``, a socket of our own connected to ``path`` (:func:`dial`), so
+    that its peer can be asked who it is (:func:`_identify`) before the QMP session
+    starts; with its event listener, and
     the VMM it reached. The client is put in ``made`` as soon as it exists, so that a
     caller whose wait ran out can ask how far it got.
 
@@ -317,19 +351,13 @@ async def _open(
     service's workers). 3.10 binds it to the running loop at first use instead
     (Lib/asyncio/mixins.py, ``_LoopBoundMixin``: python/cpython#23420, bpo-42392).
 
-    :raises BackendUnavailable: ``connect(2)`` failed, or another VMM than ``expect`` listens.
+    :raises BackendUnavailable: another VMM than ``expect`` listens.
     """
     client = QMPClient("kata-mem")
     made.append(client)
     events = EventListener()
     client.register_listener(events)
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        sock.setblocking(False)
-        try:
-            await asyncio.get_running_loop().sock_connect(sock, path)
-        except OSError as exc:
-            raise _not_dialed(path, exc) from exc
         vmm = _identify(path, st, sock, expect, unpinned)
         await client.connect(sock)
     except BaseException:
@@ -429,12 +457,27 @@ class QmpBackend:
         """
         st = check_socket(path, vmm, unpinned=unpinned)
         for attempt in range(CONNECT_ATTEMPTS):
+            ends = time.monotonic() + CONNECT_TIMEOUT_S
+            try:
+                sock = dial(path, CONNECT_TIMEOUT_S)
+            except BlockingIOError as exc:
+                raise BackendUnavailable(
+                    f"QMP socket {path}: its backlog stayed full for {CONNECT_TIMEOUT_S:g} s: "
+                    "other clients wait for the monitor (QEMU serves one at a time); retry later"
+                ) from exc
+            except OSError as exc:
+                raise _not_dialed(path, exc) from exc
             loop = asyncio.new_event_loop()
             made: list[QMPClient] = []
             try:
-                client, events, reached = loop.run_until_complete(
-                    asyncio.wait_for(_open(path, st, vmm, made, unpinned), CONNECT_TIMEOUT_S)
-                )
+                left = max(ends - time.monotonic(), 0.0)
+                try:
+                    client, events, reached = loop.run_until_complete(
+                        asyncio.wait_for(_open(path, sock, st, vmm, made, unpinned), left)
+                    )
+                except BaseException:
+                    sock.close()  # also when the wait ran out before _open began
+                    raise
                 break
             except asyncio.TimeoutError as exc:  # an OSError too: caught first
                 loop.close()

@@ -68,7 +68,9 @@ def _not_compiled(patterns: tuple[str, ...]) -> str:
     """What Go says of each pattern it does not compile, for the refusal's message."""
     refused = [(p, golang.compile_regexp(p)[1]) for p in patterns]
     return "".join(
-        f"; {p!r} is not a Go regexp ({why}), so it allows nothing" for p, why in refused if why
+        f"; {golang.shorten(p)!r} is not a Go regexp ({why}), so it allows nothing"
+        for p, why in refused
+        if why
     )
 
 
@@ -111,7 +113,8 @@ def _vcpus(where: str, key: str, value: str) -> Fraction:
     """``setFloat32WithCheck``: Go ``strconv.ParseFloat(value, 32)``
     (:func:`golang.parse_float32`: hexadecimal ``0x1p1``, underscores, ``Inf``), refused
     when it fails or is negative, and infinity as above the largest float32. The value is
-    kept exact (0.1 is 1/10), as the configuration's ``default_vcpus`` is."""
+    the float32 Go rounds it to (``float32Value := float32(float64Value)``): 2.00000001 is
+    2, compared with the host's CPUs and planned as such, as Kata does."""
     parsed = golang.parse_float32(value)
     if parsed is None or parsed < 0:
         raise _fail(
@@ -159,7 +162,7 @@ def sandbox_config(
         return cfg
     for key, value in hv:  # Go checks every name before any value (addAnnotations)
         if not enabled(cfg.enable_annotations, key):
-            allowed = ", ".join(map(repr, cfg.enable_annotations)) or "none"
+            allowed = ", ".join(repr(golang.shorten(p)) for p in cfg.enable_annotations) or "none"
             raise _fail(
                 where,
                 key,

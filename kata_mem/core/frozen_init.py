@@ -45,6 +45,13 @@ def make_kata_mem_core_fields_Fields(D, F):
     return __init__
 
 
+def make_kata_mem_core_gosyntax_GoSyntaxError(D, F):
+    def __init__(self, code, expr):
+        __frozen_set(self, 'code', code)
+        __frozen_set(self, 'expr', expr)
+    return __init__
+
+
 def make_kata_mem_core_guestmem_KernelParam(D, F):
     def __init__(self, name, value, given):
         __frozen_set(self, 'name', name)
@@ -384,7 +391,7 @@ def make_kata_mem_core_model_Unseen(D, F):
 
 
 def make_kata_mem_core_model_VcpuPlan(D, F):
-    def __init__(self, host, max, default, requested, target, clamps, added_to=D[0], base=D[1], containers=D[2]):
+    def __init__(self, host, max, default, requested, target, clamps, added_to=D[0], base=D[1], containers=D[2], raised_from=D[3]):
         __frozen_set(self, 'host', host)
         __frozen_set(self, 'max', max)
         __frozen_set(self, 'default', default)
@@ -394,6 +401,7 @@ def make_kata_mem_core_model_VcpuPlan(D, F):
         __frozen_set(self, 'added_to', added_to)
         __frozen_set(self, 'base', base)
         __frozen_set(self, 'containers', containers)
+        __frozen_set(self, 'raised_from', raised_from)
     return __init__
 
 
@@ -669,6 +677,13 @@ def make_kata_mem_edges_pod__Read(D, F):
     return __init__
 
 
+def make_kata_mem_edges_service_record_ServiceRecord(D, F):
+    def __init__(self, state_dir, config):
+        __frozen_set(self, 'state_dir', state_dir)
+        __frozen_set(self, 'config', config)
+    return __init__
+
+
 def make_kata_mem_edges_statedir_Listing(D, F):
     def __init__(self, sandboxes, refused, foreign):
         __frozen_set(self, 'sandboxes', sandboxes)
@@ -777,6 +792,7 @@ MAKERS: dict = {
     'kata_mem.core.endpoint.Endpoint': (((('kind', 'required'), ('target', 'required'), ('domain', 'default'), ('vmm', 'default'), ('saved', 'default')), True), make_kata_mem_core_endpoint_Endpoint),
     'kata_mem.core.endpoint.VmmIdentity': (((('device', 'required'), ('inode', 'required'), ('owner_uid', 'required'), ('peer_uid', 'required'), ('peer_pid', 'default')), False), make_kata_mem_core_endpoint_VmmIdentity),
     'kata_mem.core.fields.Fields': (((('where', 'required'), ('error', 'default'), ('show', 'default')), False), make_kata_mem_core_fields_Fields),
+    'kata_mem.core.gosyntax.GoSyntaxError': (((('code', 'required'), ('expr', 'required')), False), make_kata_mem_core_gosyntax_GoSyntaxError),
     'kata_mem.core.guestmem.KernelParam': (((('name', 'required'), ('value', 'required'), ('given', 'required')), False), make_kata_mem_core_guestmem_KernelParam),
     'kata_mem.core.manifest.JsonNumber': (((('text', 'required'),), False), make_kata_mem_core_manifest_JsonNumber),
     'kata_mem.core.model.BackendObject': (((('id', 'required'), ('size', 'required')), False), make_kata_mem_core_model_BackendObject),
@@ -804,7 +820,7 @@ MAKERS: dict = {
     'kata_mem.core.model.SizingConfig': (((('path', 'required'), ('hypervisor', 'required'), ('default_memory', 'required'), ('default_maxmemory', 'required'), ('memory_slots', 'required'), ('memory_offset', 'required'), ('enable_virtio_mem', 'required'), ('enable_hugepages', 'required'), ('static_sandbox_resource_mgmt', 'required'), ('default_vcpus', 'required'), ('default_maxvcpus', 'required'), ('settings', 'factory'), ('enable_annotations', 'default'), ('overhead_vcpus', 'default'), ('overhead_memory', 'default'), ('runtime', 'default'), ('sources', 'default'), ('files', 'default'), ('kernel_params', 'default'), ('shared_fs', 'default'), ('file_mem_backend', 'default')), False), make_kata_mem_core_model_SizingConfig),
     'kata_mem.core.model.Step': (((('action', 'required'), ('device', 'required'), ('size', 'required'), ('delta', 'required'), ('total_after', 'required'), ('memdev', 'default')), False), make_kata_mem_core_model_Step),
     'kata_mem.core.model.Unseen': (((('reason', 'required'), ('detail', 'required')), False), make_kata_mem_core_model_Unseen),
-    'kata_mem.core.model.VcpuPlan': (((('host', 'required'), ('max', 'required'), ('default', 'required'), ('requested', 'required'), ('target', 'required'), ('clamps', 'required'), ('added_to', 'default'), ('base', 'default'), ('containers', 'default')), False), make_kata_mem_core_model_VcpuPlan),
+    'kata_mem.core.model.VcpuPlan': (((('host', 'required'), ('max', 'required'), ('default', 'required'), ('requested', 'required'), ('target', 'required'), ('clamps', 'required'), ('added_to', 'default'), ('base', 'default'), ('containers', 'default'), ('raised_from', 'default')), False), make_kata_mem_core_model_VcpuPlan),
     'kata_mem.core.model.VmState': (((('base', 'required'), ('devices', 'default'), ('slots', 'default'), ('device_space', 'default'), ('loose', 'default'), ('other_ids', 'default'), ('backend_objects', 'default'), ('orphans', 'default'), ('unproven', 'default'), ('vmm_pid', 'default'), ('vmm_pid_hidden', 'default'), ('vmm_hard_limit', 'default'), ('other_regions', 'default')), False), make_kata_mem_core_model_VmState),
     'kata_mem.core.model.Workload': (((('containers', 'default'), ('sizing', 'default'), ('overhead', 'default'), ('overhead_origin', 'default'), ('pod', 'default'), ('hypervisor', 'default'), ('hypervisor_origin', 'default')), False), make_kata_mem_core_model_Workload),
     'kata_mem.core.outcomes.Stop': (((('status', 'required'), ('reason', 'required'), ('message', 'required')), False), make_kata_mem_core_outcomes_Stop),
@@ -831,6 +847,7 @@ MAKERS: dict = {
     'kata_mem.core.sandbox_resources.SandboxResources': (((('memory_limit', 'default'), ('cpu_quota', 'default'), ('cpu_period', 'default')), False), make_kata_mem_core_sandbox_resources_SandboxResources),
     'kata_mem.edges.cgroups.Mount': (((('root', 'required'), ('point', 'required'), ('fstype', 'required'), ('options', 'required')), False), make_kata_mem_edges_cgroups_Mount),
     'kata_mem.edges.pod._Read': (((('container', 'required'), ('at', 'required'), ('limits', 'required'), ('requests', 'required')), False), make_kata_mem_edges_pod__Read),
+    'kata_mem.edges.service_record.ServiceRecord': (((('state_dir', 'required'), ('config', 'required')), False), make_kata_mem_edges_service_record_ServiceRecord),
     'kata_mem.edges.statedir.Listing': (((('sandboxes', 'required'), ('refused', 'required'), ('foreign', 'required')), False), make_kata_mem_edges_statedir_Listing),
     'kata_mem.interfaces.listener.MetricsAddress': (((('host', 'required'), ('port', 'required')), False), make_kata_mem_interfaces_listener_MetricsAddress),
     'kata_mem.interfaces.listener.Peer': (((('pid', 'required'), ('uid', 'required'), ('gid', 'required')), False), make_kata_mem_interfaces_listener_Peer),

@@ -1,8 +1,9 @@
 """Go's parsers where Go code that kata-mem follows reads a value with them: ``strconv``'s
-``ParseBool``, ``ParseUint`` and ``ParseInt`` and ``ParseFloat`` (32 bits), as Kata's Go runtime
+``ParseBool``, ``ParseUint`` and ``ParseInt`` and ``ParseFloat`` (32 bits), and a float32 as Go
+rounds (``float32(x)``) and prints it (``%v``), as Kata's Go runtime
 reads a pod's annotations and go-yaml resolves a Pod's plain scalars
-(:func:`kata_mem.core.manifest.go_yaml_scalar`), and ``regexp``'s ``MatchString`` for
-``enable_annotations``. Pure.
+(:func:`kata_mem.core.manifest.go_yaml_scalar`), and ``regexp``'s ``Compile`` and
+``MatchString`` for ``enable_annotations`` (Go's parser: kata_mem.core.gosyntax). Pure.
 
 Written from Go's rules (src/strconv/atoi.go ``ParseUint``, ``underscoreOK``;
 src/strconv/atof.go ``special``, ``readFloat``, ``atofHex``; src/strconv/atob.go
@@ -16,7 +17,10 @@ from __future__ import annotations
 import functools
 import re
 from fractions import Fraction
-from typing import Any, Optional, Union
+from typing import TYPE_CHECKING, Any, Optional, Union
+
+if TYPE_CHECKING:  # the parser is imported only when a pattern is checked
+    from kata_mem.core.gosyntax import GoSyntaxError
 
 #: ``strconv.ParseBool``: exactly these spellings (src/strconv/atob.go).
 BOOLS = {
@@ -127,10 +131,87 @@ def _special(text: str) -> Optional[float]:
     return None
 
 
+#: A float32's significand (24 bits, the leading one implied) and its smallest unit, the
+#: smallest subnormal 2^-149 (IEEE 754 binary32).
+_FLOAT32_BITS = 24
+_FLOAT32_TINY_EXPONENT = -149
+
+
+def round_float32(value: Fraction) -> Fraction:
+    """The float32 nearest ``value``, half-way to the even significand, exactly: what Go's
+    ``float32(x)`` makes of a float64 (and ``strconv.ParseFloat(s, 32)`` of a decimal,
+    src/strconv/atof.go), Rust's ``as f32`` and C's ``(float)``, with subnormals down to
+    2^-149 and 0 below half of it. Kata holds ``default_vcpus`` and every vCPU sum as
+    float32 (katautils/config.go ``NumVCPUs float32``, virtcontainers ``NumVCPUsF``;
+    runtime-rs kata-types ``CpuInfo.default_vcpus: f32``).
+
+    :raises OverflowError: ``value`` rounds beyond the largest float32 (Go: ``+Inf``,
+        which no caller lets through: each checks Kata's range first).
+    """
+    if not value:
+        return value
+    n, d = abs(value.numerator), value.denominator
+    # The exponent e of the leading bit: 2^e <= n/d < 2^(e + 1).
+    e = n.bit_length() - d.bit_length()
+    if (n << max(-e, 0)) < (d << max(e, 0)):
+        e -= 1
+    unit = max(e - (_FLOAT32_BITS - 1), _FLOAT32_TINY_EXPONENT)
+    # Python's round() of a Fraction rounds half to even, as IEEE 754 does.
+    significand = round(Fraction(n << max(-unit, 0), d << max(unit, 0)))
+    rounded = Fraction(significand << max(unit, 0), 1 << max(-unit, 0))
+    if rounded > FLOAT32_MAX:
+        raise OverflowError(f"{value} is beyond the largest float32")
+    return rounded if value > 0 else -rounded
+
+
+def toml_float32(number: Union[int, float]) -> Fraction:
+    """A TOML number decoded into a float32 field, as Kata's Go runtime decodes
+    ``default_vcpus`` (BurntSushi/toml v1.6.0 decode.go ``unifyFloat64``: the float was
+    read as a float64, ``strconv.ParseFloat(s, 64)`` as Python's ``float`` reads it, then
+    ``reflect.Value.SetFloat`` converts it; an integer within ``maxSafeFloat32Int`` is
+    exact) and runtime-rs its ``f32`` keys (the toml crate reads an f64, serde converts it
+    ``as f32``). Two roundings, so a float64 half-way between two float32s goes to the even
+    one: 2.0000001192092896 is 2 here and 2.0000002 as an annotation
+    (:func:`parse_float32`). The caller checks Kata's range first."""
+    return round_float32(Fraction(number))
+
+
+def format_float32(value: Fraction) -> str:
+    """A float32 as Go prints it with ``%v`` (``strconv.FormatFloat(f, 'g', -1, 32)``,
+    src/strconv/ftoa.go): the fewest significant digits that read back as the same float32,
+    as a decimal, or as ``d.ddde±XX`` when the decimal exponent is below -4 or 6 and above
+    (``eprec`` 6 for the shortest digits). How Kata's own logs and messages write vCPUs,
+    and so kata-mem's: ``2.0000002``, not a float64's ``2.0000002384185791``."""
+    if not value:
+        return "0"
+    sign = "-" if value < 0 else ""
+    magnitude = abs(value)
+    if magnitude >= FLOAT32_OVERFLOW:
+        # No float32: a workload beyond its range, which the planner keeps as it is
+        # (Kata's would be +Inf); written as Go writes a float64 (%v).
+        return f"{float(value):g}"
+    # float() of a float32 is exact; 9 significant digits always read back as the same.
+    for digits in range(1, 10):
+        text = f"{float(magnitude):.{digits - 1}e}"
+        read = Fraction(text)  # rounded up past the largest float32, it reads as +Inf
+        if read < FLOAT32_OVERFLOW and round_float32(read) == magnitude:
+            break
+    mantissa, _, exp_text = text.partition("e")
+    exponent = int(exp_text)
+    figures = mantissa.replace(".", "")
+    if exponent < -4 or exponent >= 6:
+        rest = figures[1:]
+        return f"{sign}{figures[0]}{'.' + rest if rest else ''}e{exp_text[0]}{abs(exponent):02d}"
+    if exponent < 0:
+        return f"{sign}0.{'0' * (-exponent - 1)}{figures}"
+    whole, frac = figures[: exponent + 1], figures[exponent + 1 :]
+    return f"{sign}{whole.ljust(exponent + 1, '0')}{'.' + frac if frac else ''}"
+
+
 def parse_float32(text: str) -> Optional[GoFloat]:
-    """``strconv.ParseFloat(text, 32)``, the value kept exact (a Fraction) rather than
-    rounded to a float32; ``None`` where Go answers an error: a syntax error, or a finite
-    value that rounds beyond the largest float32 (``ErrRange``).
+    """``strconv.ParseFloat(text, 32)``: the float32 Go rounds the number to, held exactly
+    (a Fraction: :func:`round_float32`); ``None`` where Go answers an error: a syntax
+    error, or a finite value that rounds beyond the largest float32 (``ErrRange``).
 
     Go's syntax: an optional sign; decimal digits with an optional point and ``e``
     exponent, or ``0x`` hexadecimal digits with an optional point and a *required* ``p``
@@ -206,22 +287,57 @@ def parse_float32(text: str) -> Optional[GoFloat]:
         value *= Fraction(2 if hexa else 10) ** exponent
     if value >= FLOAT32_OVERFLOW:
         return None
+    # Rounded from the digits kept and the sticky one, as Go rounds from its own
+    # truncated decimal: one rounding, straight to 24 bits.
+    value = round_float32(value)
     return -value if negative else value
+
+
+#: What RE2 may use for one pattern: enough for every pattern Go's parser accepts. Go stops
+#: at ``maxSize``, 3,355,443 instructions (kata_mem.core.gosyntax); RE2's default budget,
+#: 8 MiB, refuses patterns far smaller, which Kata matches (one of 3.35 million Go
+#: instructions compiles in about 200 MiB: measured with google-re2 1.1).
+RE2_MAX_MEM = 512 << 20
+#: How much of a long pattern a message shows.
+SHOWN = 60
+
+
+def shorten(text: str) -> str:
+    """``text`` as a message shows it: whole, or its first characters and its length (a
+    pattern refused for its size can be a megabyte)."""
+    if len(text) <= SHOWN + 20:
+        return text
+    return f"{text[:SHOWN]}... ({len(text)} characters)"
+
+
+def go_reason(error: GoSyntaxError) -> str:
+    """Why Go refuses a pattern, in Go's words (its ``*syntax.Error`` without the
+    ``error parsing regexp:`` in front), the expression shortened."""
+    return f"{error.code}: `{shorten(error.expr)}`"
 
 
 @functools.lru_cache(maxsize=256)
 def compile_regexp(pattern: str) -> tuple[Any, str]:
     """A Go ``regexp.Compile(pattern)``: the compiled RE2 expression and ``""``, or
-    ``None`` and why Go refuses the pattern.
+    ``None`` and why Go refuses the pattern (:func:`go_reason`).
 
-    RE2 is the syntax of Go's regexp (the C++ library that Go's package was written
-    from): no lookaround, no backreference, POSIX classes such as ``[[:lower:]]``.
-    google-re2 is Google's own binding of it; ``\\C`` (any byte), which the C++
-    library alone accepts, is refused as Go refuses it.
+    Whether Go compiles it is Go's parser's to say (kata_mem.core.gosyntax): its syntax
+    errors and its limits, a tree nested beyond 1000 levels, a program or classes too
+    large, which RE2 does not have. The matching is RE2's, the C++ library Go's package was
+    written from (no lookaround, no backreference, POSIX classes such as ``[[:lower:]]``),
+    through Google's binding google-re2, with memory for any pattern Go accepts.
 
+    :raises ConfigError: Go compiles the pattern and RE2 does not (a Unicode class name only
+        Go 1.25 and later reads, ``\\p{greek}`` or ``\\p{Letter}``): kata-mem cannot tell what
+        it allows, and says so rather than guess.
     :raises MissingDependency: google-re2 is not installed (only the platforms it has
-        wheels for depend on it: pyproject.toml).
+        wheels for depend on it: pyproject.toml) and a pattern Go compiles must be matched.
     """
+    from kata_mem.core.gosyntax import parse_error
+
+    refused = parse_error(pattern)
+    if refused is not None:
+        return None, go_reason(refused)
     try:
         import re2
     except ImportError as exc:  # a platform without google-re2 wheels
@@ -232,33 +348,21 @@ def compile_regexp(pattern: str) -> tuple[Any, str]:
             f"syntax (RE2), from google-re2, which cannot be imported ({exc}); install it "
             "with: pip install 'google-re2>=1.1'"
         ) from exc
-    if _has_any_byte_escape(pattern):
-        return None, "invalid escape sequence: \\C"
     options = re2.Options()
     options.log_errors = False  # else RE2 writes its own line to stderr
+    options.max_mem = RE2_MAX_MEM
     try:
         return re2.compile(pattern, options=options), ""  # type: ignore[no-untyped-call]
     except re2.error as exc:
+        from kata_mem.core.errors import ConfigError
+
         why = exc.args[0] if exc.args else exc
-        return None, why.decode("utf-8", "replace") if isinstance(why, bytes) else str(why)
-
-
-def _has_any_byte_escape(pattern: str) -> bool:
-    """Whether ``pattern`` uses ``\\C`` outside a ``\\Q...\\E`` literal."""
-    i, n = 0, len(pattern)
-    while i < n:
-        if pattern[i] != "\\" or i + 1 >= n:
-            i += 1
-            continue
-        escaped = pattern[i + 1]
-        if escaped == "C":
-            return True
-        if escaped == "Q":
-            end = pattern.find("\\E", i + 2)
-            i = n if end < 0 else end + 2
-            continue
-        i += 2
-    return False
+        said = why.decode("utf-8", "replace") if isinstance(why, bytes) else str(why)
+        raise ConfigError(
+            f"enable_annotations pattern {shorten(pattern)!r} is a Go regexp, but RE2, which "
+            f"kata-mem matches annotations with, refuses it ({said}): kata-mem cannot tell "
+            "which annotations it allows; write it in the syntax both read"
+        ) from exc
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")

@@ -789,6 +789,10 @@ class VcpuPlan:
     added_to: VcpuBase = "default_vcpus"
     base: Fraction = Fraction(0)
     containers: Fraction = Fraction(0)
+    #: ``base + containers`` when the VM boots more than that (runtime-rs static sizing's
+    #: at least 1 vCPU), else None: ``requested`` is the sum. Every number here is a
+    #: float32, as Kata holds vCPUs (planner._plan_vcpus).
+    raised_from: Optional[Fraction] = None
 
 
 @frozen
@@ -858,6 +862,7 @@ Reason = Literal[
     "BackendCannotGrow",
     "NoFreeSlots",
     "NoDeviceSpace",
+    "NoMemmapRoom",
     "ShrinkNotAllowed",
     "ChargeAboveLimit",
 ]

@@ -19,7 +19,16 @@ from typing import Optional
 
 from kata_mem.core.frozen import frozen, replace
 from kata_mem.core.guestmem import kernel_zone_dimms, kernel_zone_text
-from kata_mem.core.model import Note, Outcome, Plan, Reason, Status, Step, VmState
+from kata_mem.core.model import (
+    Cause,
+    Note,
+    Outcome,
+    Plan,
+    Reason,
+    Status,
+    Step,
+    VmState,
+)
 from kata_mem.core.reports import StepProgress
 from kata_mem.core.units import fmt_bytes
 
@@ -178,6 +187,19 @@ def before_steps(p: Plan, vm: VmState, *, shrink_allowed: bool) -> tuple[Plan, O
     return p, None
 
 
+#: Why a grow the plan stopped where the VM is cannot be done, by the cause of the clamp
+#: that stopped it (planner ``_grow_dimm``, ``_resize_virtio_mem``): the outcome names what
+#: the plan names, one rule for both. The guest's own ceiling stops a staged grow (kernel
+#: onlining, kata_mem.core.guestmem) when its kernel-zone memory, less the headroom, holds
+#: the struct pages of no further block.
+GROW_STOPPED: dict[Cause, Reason] = {
+    "slots": "NoFreeSlots",
+    "device_space": "NoDeviceSpace",
+    "alignment": "BackendCannotGrow",  # a DIMM QEMU would place off a block
+    "guest_memmap": "NoMemmapRoom",
+}
+
+
 def _nothing_to_run(p: Plan, vm: VmState) -> tuple[Status, Reason, str]:
     """No steps: at the target, or the target cannot be reached, and why."""
     m = p.memory
@@ -188,14 +210,13 @@ def _nothing_to_run(p: Plan, vm: VmState) -> tuple[Status, Reason, str]:
         why = next((c.detail for c in m.clamps if c.cause == "device_space"), "")
         return "Infeasible", reason, f"{why}: {stays}"
     if m.aligned > vm.total:
-        if "slots" in {c.cause for c in m.clamps}:
-            return "Infeasible", "NoFreeSlots", f"no free DIMM slot: {stays}"
-        # The planner's refusal to plug off a block (planner.crooked_regions) stops at the
-        # VM's own size; a rounding down never stops below the aligned target.
-        crooked = [c for c in m.clamps if c.cause == "alignment" and c.limit == vm.total]
-        if crooked:
-            return "Infeasible", "BackendCannotGrow", f"{crooked[0].detail}: {stays}"
-        return "Infeasible", "NoDeviceSpace", f"no hotplug space left: {stays}"
+        # The plan stopped the grow where the VM is: the clamp that stopped it, at the VM's
+        # own size, is the reason (a rounding down never stops below the aligned target,
+        # and a guard or a ceiling lowers the target itself: NoChange below).
+        stop = next((c for c in m.clamps if c.cause in GROW_STOPPED and c.limit == vm.total), None)
+        if stop is None:  # no cause the planner gives: nothing to name but the plan's
+            return "Infeasible", "BackendCannotGrow", f"the plan adds nothing: {stays}"
+        return "Infeasible", GROW_STOPPED[stop.cause], f"{stop.detail}: {stays}"
     if m.aligned < vm.total:
         if m.requested < vm.base:
             why = (

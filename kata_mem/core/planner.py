@@ -5,7 +5,7 @@ No I/O, no clock, no environment. ``preview`` prints exactly the plan that
 ``apply`` carries out. Each rule names the Kata behaviour it mirrors; where
 kata-mem deliberately differs, the docstring says why (docs, "Compared with Kata").
 
-One module (about 1,300 lines) because the memory plan is one computation:
+One module (about 1,400 lines) because the memory plan is one computation:
 :func:`_plan_memory` applies every bound (maximum, host, slots, device space, host-side
 guards, the guest's own ceiling, the node's budget) to one target in turn and records
 each clamp with its cause, and the rules above it compute the block size, boot memory and
@@ -24,6 +24,7 @@ from fractions import Fraction
 from typing import Callable, Optional, TypeVar, Union
 
 from kata_mem.core.errors import ConfigError, InputError
+from kata_mem.core.golang import FLOAT32_OVERFLOW, round_float32
 from kata_mem.core.guestmem import ceiling_at, formula, guest_policy
 from kata_mem.core.model import (
     ARCHES,
@@ -1351,12 +1352,31 @@ def _resize_virtio_mem(
     return tuple(steps), vm.base + others + want
 
 
+def _float32(cpus: Fraction) -> Fraction:
+    """A number of vCPUs as Kata holds it, a float32 (:func:`round_float32`); a sum of two
+    is their float32 addition (IEEE 754: the exact sum rounded once). Beyond float32's
+    range, where Kata's would be +Inf, it stays as it is: no such workload reaches Kata
+    (the kubelet's CFS quota is an int64 of microseconds), and the vCPU maximum clamps it
+    either way."""
+    return round_float32(cpus) if abs(cpus) < FLOAT32_OVERFLOW else cpus
+
+
 def _plan_vcpus(cfg: SizingConfig, host: HostFacts, need: Demand) -> tuple[VcpuPlan, list[Note]]:
     """Kata ``defaultMaxVCPUs``/``defaultVCPUs``; target = ceil(default + sum of quota/period).
 
     ``default`` is the value the VM actually boots with: never above the maximum
     (runtime-rs ``CpuInfo::adjust_config``; the Go runtime would pass QEMU
     ``-smp default,maxcpus=max``, which QEMU refuses).
+
+    In float32, as Kata holds vCPUs (virtcontainers ``NumVCPUsF``, runtime-rs ``f32``):
+    ``default_vcpus`` was read as one (:func:`kata_mem.core.golang.toml_float32`,
+    ``parse_float32``); the containers' CPUs, summed exactly (:func:`containers_peak`), are
+    rounded to one once, as runtime-rs rounds its exact sum (``calc_cpu_resources``:
+    ``quota_vcpu as f32``; the Go runtime adds float32 shares one by one,
+    ``calculateSandboxCPUs``, which can end a hair above a whole CPU: docs/design/
+    compared-with-kata.md, "vCPU sums"); the two are added in float32 (Go ``updateResources``
+    ``sandboxVCPUs += NumVCPUsF``, ``oci.SandboxConfig``; runtime-rs ``setup_config``) and
+    rounded up (``RoundUpNumVCPUs``). So ``default_vcpus = 2.00000001`` boots 2.
 
     With static sizing both runtimes boot ceil(default + workload) vCPUs and set
     the maximum to that, even above ``default_maxvcpus`` or the host's CPUs
@@ -1375,6 +1395,7 @@ def _plan_vcpus(cfg: SizingConfig, host: HostFacts, need: Demand) -> tuple[VcpuP
     if arch_cap < ceiling:
         ceiling, cause = arch_cap, "arch"
     default = cfg.default_vcpus
+    work_cpu = _float32(work_cpu)
     usable = min(host.cpus, arch_cap)
     # Compared in integers: n/d > k exactly when n > k * d (d > 0), without a Fraction.
     if default.numerator < 0 or default.numerator > usable * default.denominator:
@@ -1382,6 +1403,7 @@ def _plan_vcpus(cfg: SizingConfig, host: HostFacts, need: Demand) -> tuple[VcpuP
     elif default.numerator == 0:
         default = _ONE
     notes: list[Note] = []
+    raised_from: Optional[Fraction] = None
     added_to: VcpuBase = "default_vcpus"
     base, containers = default, work_cpu
     static = runtime_rs_static(cfg, need)
@@ -1392,7 +1414,9 @@ def _plan_vcpus(cfg: SizingConfig, host: HostFacts, need: Demand) -> tuple[VcpuP
         mem, cpu = static
         if cpu > 0 or mem > 0:
             added_to, base = "overhead_vcpus", cfg.overhead_vcpus or _ZERO
-            default = max(base + cpu, _ONE)
+            default = _float32(base + work_cpu)
+            if default < _ONE:
+                raised_from, default = default, _ONE
         boot = math.ceil(default)
         if boot != ceiling and boot <= arch_cap:
             notes.append(
@@ -1406,7 +1430,7 @@ def _plan_vcpus(cfg: SizingConfig, host: HostFacts, need: Demand) -> tuple[VcpuP
         ceiling, cause = min(boot, arch_cap), "arch"
         work_cpu = _ZERO  # in the boot vCPUs now
     elif cfg.static_sandbox_resource_mgmt:
-        boot = max(math.ceil(default + work_cpu), 1)
+        boot = max(math.ceil(_float32(default + work_cpu)), 1)
         if boot > ceiling and boot <= arch_cap:
             notes.append(
                 Note(
@@ -1418,7 +1442,7 @@ def _plan_vcpus(cfg: SizingConfig, host: HostFacts, need: Demand) -> tuple[VcpuP
         ceiling, cause = min(boot, arch_cap), "arch"
     elif default.numerator > ceiling * default.denominator:
         default = base = Fraction(ceiling)
-    requested = default + work_cpu
+    requested = _float32(default + work_cpu)
     target = math.ceil(requested)
     clamps: tuple[Clamp, ...] = ()
     if target > ceiling:
@@ -1439,6 +1463,7 @@ def _plan_vcpus(cfg: SizingConfig, host: HostFacts, need: Demand) -> tuple[VcpuP
             added_to=added_to,
             base=base,
             containers=containers,
+            raised_from=raised_from,
         ),
         notes,
     )

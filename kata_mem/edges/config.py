@@ -33,6 +33,7 @@ from kata_mem.core.fields import (
     toml_value,
 )
 from kata_mem.core.frozen import fields, replace
+from kata_mem.core.golang import toml_float32
 from kata_mem.core.model import (
     ONLININGS,
     RUNTIMES,
@@ -466,7 +467,7 @@ def _load_config(path: Path) -> tuple[SizingConfig, str]:
     if "overhead_vcpus" in table:
         raw = hv.get("overhead_vcpus", 0, is_number, "a number of vCPUs, e.g. 0.2")
         _in_range(hv, "overhead_vcpus", raw, 0, FLOAT32_MAX, "float32 of 0 or more")
-        overhead_vcpus = Fraction(repr(raw)) if isinstance(raw, float) else Fraction(raw)
+        overhead_vcpus = toml_float32(raw)  # kata-types CpuInfo.overhead_vcpus: f32
     if "overhead_memory" in table:
         raw = hv.get("overhead_memory", 0, _nonneg_int, "a non-negative integer (MiB)")
         _in_range(hv, "overhead_memory", raw, 0, UINT32_MAX, "uint32 (MiB)")
@@ -509,8 +510,9 @@ def _load_config(path: Path) -> tuple[SizingConfig, str]:
         enable_virtio_mem=virtio_mem,
         enable_hugepages=hugepages,
         static_sandbox_resource_mgmt=static,
-        # Kata reads this as a float; repr() keeps 0.1 as 1/10, not its binary expansion.
-        default_vcpus=Fraction(repr(vcpus)) if isinstance(vcpus, float) else Fraction(vcpus),
+        # Kata holds it as a float32 (katautils/config.go ``NumVCPUs float32``): 2.00000001
+        # is 2.0, and 0.1 is 0.100000001490116.
+        default_vcpus=toml_float32(vcpus),
         default_maxvcpus=max_vcpus,
         settings=settings,
         enable_annotations=patterns,

@@ -9,6 +9,8 @@ Layout (mode 0700, files 0600)::
     <state_dir>/<sandbox>/lock                  flock(2): one resize of a sandbox at a time
     <state_dir>/<sandbox>/journal.json          the intent record (schema kata-mem/journal/v1)
     <state_dir>/<sandbox>/request.json          the last request, for ``kata-mem reconcile``
+    <state_dir>/.kata-mem.sock.service          serve's record, when its socket is here
+                                                (kata_mem.edges.service_record)
 
 kata-mem only reads, changes or removes what it provably created: a state
 directory with its marker (it writes one when it creates the directory or finds
@@ -54,18 +56,27 @@ STATE_MARKER = ".kata-mem-state"
 SANDBOX_MARKER = ".kata-mem-sandbox"
 #: The node's commitments (:mod:`kata_mem.edges.ledger`), at the root of the state directory.
 LEDGER = ".kata-mem-ledger"
+#: The record ``kata-mem serve`` keeps beside its socket
+#: (:func:`kata_mem.edges.service_record.publish_service`), when
+#: the socket lies in the state directory, as the defaults put it (its name there is
+#: ``SERVICE_ENTRIES[0]``): kata-mem's own entry, like the socket and its lock.
+SERVICE_RECORD = f".{SERVICE_ENTRIES[0]}.service"
 #: The files kata-mem writes in a sandbox directory: the only ones it ever removes.
 OWN_FILES = ("journal.json", "request.json", "lock")
 #: Its temporary files (``.<name>.<pid>.tmp``, and a sandbox directory being removed as
 #: ``.removing.<sandbox>.<pid>.tmp``), left behind only by a crash.
 TEMP = re.compile(
     r"\.(?:journal\.json|request\.json|kata-mem-state|kata-mem-sandbox|kata-mem-ledger|probe"
-    r"|removing\.[A-Za-z0-9][A-Za-z0-9_.-]*)\.\d+\.tmp"
+    r"|kata-mem\.sock\.service|removing\.[A-Za-z0-9][A-Za-z0-9_.-]*)\.\d+\.tmp"
 )
 WHAT_TO_DO = (
     "Set [kata_mem] state_dir (or the command's --state-dir) to a directory kata-mem "
     "created, an empty directory, or a path that does not exist yet"
 )
+
+
+#: The entries of ``kata-mem serve`` in a state directory that holds its socket.
+_SERVICE_OWN = (*SERVICE_ENTRIES, SERVICE_RECORD)
 
 
 def what_to_do(exc: OSError) -> str:
@@ -311,7 +322,7 @@ def _root_state(root: Path, fd: int) -> Optional[DirState]:
     if STATE_MARKER in names:
         if mark == "missing":
             return None  # made while we looked: look again
-    elif not [n for n in names if not (TEMP.fullmatch(n) or n in SERVICE_ENTRIES)]:
+    elif not [n for n in names if not (TEMP.fullmatch(n) or n in _SERVICE_OWN)]:
         return "empty"
     raise StateDirError(
         f"state_dir {root}: is a directory that kata-mem did not create (it has no valid "
@@ -422,7 +433,7 @@ def sandboxes(root: Path) -> Listing:
     held (shared or exclusive), so that no sandbox directory is half made or half removed."""
     ours, refused, foreign = [], [], []
     for name in sorted(listdir(root, root)):
-        if name in (STATE_MARKER, LEDGER) or name in SERVICE_ENTRIES or TEMP.fullmatch(name):
+        if name in (STATE_MARKER, LEDGER) or name in _SERVICE_OWN or TEMP.fullmatch(name):
             continue
         if SANDBOX_ID.fullmatch(name):
             found, why = sandbox_dir(root, name)

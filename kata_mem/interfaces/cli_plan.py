@@ -70,8 +70,9 @@ def preview(
     allow_shrink: bool,
     as_json: bool,
 ) -> None:
-    """Show the memory and vCPUs a sandbox would get, the steps, and why: what apply
-    would do with the same flags. Changes nothing."""
+    """Show the memory and vCPUs a sandbox would get, the steps from its boot memory (or
+    --current), and why, planned as apply plans with the same flags. Reads no VM: apply
+    --dry-run shows the steps on a live one. Changes nothing."""
     config, overrides, workload = described(
         config_path,
         pod,

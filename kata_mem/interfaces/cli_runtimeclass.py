@@ -36,14 +36,15 @@ from kata_mem.interfaces.cli_params import DnsName, FileName, Text
     "--name",
     type=DnsName(subdomain=True),
     metavar="NAME",
-    help="The RuntimeClass's name (default: kata-deploy's for the configuration's "
-    "hypervisor: kata-qemu, kata-clh, kata-fc, ...).",
+    help="The RuntimeClass's name (default: kata-mem's for the configuration's hypervisor: "
+    "kata-mem-qemu, kata-mem-clh, kata-mem-fc, ...; never kata-deploy's own).",
 )
 @click.option(
     "--handler",
     type=DnsName(subdomain=False),
     metavar="HANDLER",
-    help="The runtime handler the CRI runtime knows Kata by (default: the name).",
+    help="The runtime handler the CRI runtime knows Kata by (default: kata-deploy's for the "
+    "configuration's hypervisor: kata-qemu, kata-clh, kata-fc, ...).",
 )
 @click.option(
     "--size-classes",
@@ -75,6 +76,7 @@ def runtimeclass(
     clamping a pod up to --max-pod-memory (its arithmetic in comments)."""
     from kata_mem.core.runtimeclass import runtime_class_overhead
     from kata_mem.interfaces.runtimeclass import (
+        default_handler,
         default_name,
         runtimeclass_json,
         runtimeclass_yaml,
@@ -83,8 +85,9 @@ def runtimeclass(
     bounds = None if size_classes is None else _size_classes(size_classes, max_pod_memory)
     cfg, _ = read_config(config_path)
     name = name or default_name(cfg.hypervisor)
+    handler = handler or default_handler(cfg.hypervisor)
     if bounds is not None:
-        _runtimeclasses(cfg, bounds, sizing, name, handler or name, cpu_policy, as_json)
+        _runtimeclasses(cfg, bounds, sizing, name, handler, cpu_policy, as_json)
         return
     most = (
         None
@@ -92,7 +95,7 @@ def runtimeclass(
         else quantity_bytes(max_pod_memory, "--max-pod-memory", 1, "1 byte")
     )
     found = runtime_class_overhead(cfg, machine_arch(), most, sizing)
-    shown = (found, cfg.path, cfg.hypervisor, name, handler or name, cpu_policy)
+    shown = (found, cfg.path, cfg.hypervisor, name, handler, cpu_policy)
     if as_json:
         emit(runtimeclass_json(*shown))
     else:

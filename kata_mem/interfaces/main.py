@@ -3,15 +3,19 @@ it runs on every container event and must start fast."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
 import sys
 from types import FrameType
-from typing import Optional
+from typing import TYPE_CHECKING, NoReturn, Optional
 
 from kata_mem.edges import logs
 from kata_mem.interfaces.pipes import ResultLost, flush, lost, own_stdio, stdout_used, write_now
+
+if TYPE_CHECKING:
+    from kata_mem.core.errors import KataMemError
 
 #: Where the JSON Schemas of the shim protocol are installed (package data).
 SCHEMA_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "schemas")
@@ -68,52 +72,82 @@ def _shim_usage(message: str) -> int:
     return 2
 
 
-#: Whether this process is ``kata-mem shim``: SIGINT and SIGTERM answer with its document.
-_shim = False
+class Stops:
+    """What SIGINT and SIGTERM do in this process, and what they need to know: one object,
+    installed by :func:`run` (``kata-mem-shim`` calls :meth:`stop` from its own handler)."""
+
+    def __init__(self) -> None:
+        #: Whether this process is ``kata-mem shim``: a signal answers with its document.
+        self.shim = False
+        #: Whether a first signal is being answered: a second one (a runtime that sends
+        #: SIGTERM twice) changes nothing, rather than run this again half way through the
+        #: first (a traceback from an import cut short: issue 33, item 9).
+        self.stopping = False
+
+    def install(self) -> None:
+        signal.signal(signal.SIGINT, self.stop)
+        signal.signal(signal.SIGTERM, self.stop)
+
+    def stop(self, signum: int, frame: Optional[FrameType]) -> None:
+        """SIGINT (Ctrl-C) or SIGTERM: end the call where it is, as a kill would, once it
+        is reported: one line on stderr and, for the shim, its error document on stdout,
+        exit 130 or 143 (128 + the signal's number, as a shell reports it). Raising
+        KeyboardInterrupt instead would unwind through qemu.qmp's event loop and the
+        executor's ``finally`` blocks half way through a step (a traceback per coroutine
+        left pending, asyncio's "Task was destroyed"); ending here leaves the journal as a
+        kill does, which the next call or ``kata-mem reconcile`` settles from the
+        hypervisor (docs/design/state.md). A shim whose answer is already on its way
+        finishes it and exits with its code: the work is done. ``kata-mem serve`` installs
+        its own handlers (a graceful stop)."""
+        if self.stopping:
+            return
+        self.stopping = True
+        from kata_mem.core.errors import Interrupted, Terminated
+
+        if self.shim and stdout_used():
+            return
+        then = (
+            "stopped where it was; a step cut short is settled from the VM by the next call "
+            "on the sandbox or kata-mem reconcile"
+        )
+        error = (
+            Terminated(f"terminated (SIGTERM): {then}")
+            if signum == signal.SIGTERM
+            else Interrupted(f"interrupted (SIGINT): {then}")
+        )
+        shim = self.shim
+        logger, prefix = ("kata_mem.shim", "kata-mem shim") if shim else ("kata_mem", "kata-mem")
+        line = logs.line(
+            "error",
+            error.message,
+            logger=logger,
+            prefix=prefix,
+            kind=error.kind,
+            exit_code=error.exit_code,
+        )
+        write_now(2, line + "\n")
+        if shim:
+            from kata_mem.interfaces.protocol import Answer
+
+            write_now(1, json.dumps(Answer(error=error).document()) + "\n")
+        os._exit(error.exit_code)
 
 
-def _interrupted(signum: int, frame: Optional[FrameType]) -> None:
-    """SIGINT (Ctrl-C) or SIGTERM: end the call where it is, as a kill would, once it is
-    reported: one line on stderr and, for the shim, its error document on stdout, exit
-    130 or 143 (128 + the signal's number, as a shell reports it). Raising
-    KeyboardInterrupt instead would unwind through qemu.qmp's event loop and the
-    executor's ``finally`` blocks half way through a step (a traceback per coroutine
-    left pending, asyncio's "Task was destroyed"); ending here leaves the journal as a
-    kill does, which the next call or ``kata-mem reconcile`` settles from the hypervisor
-    (docs/design/state.md). A shim whose answer is already on its way finishes it and
-    exits with its code: the work is done. ``kata-mem serve`` installs its own handlers
-    (a graceful stop)."""
-    from kata_mem.core.errors import Interrupted, Terminated
-
-    if _shim and stdout_used():
-        return
-    then = (
-        "stopped where it was; a step cut short is settled from the VM by the next call on "
-        "the sandbox or kata-mem reconcile"
-    )
-    error = (
-        Terminated(f"terminated (SIGTERM): {then}")
-        if signum == signal.SIGTERM
-        else Interrupted(f"interrupted (SIGINT): {then}")
-    )
-    logger, prefix = ("kata_mem.shim", "kata-mem shim") if _shim else ("kata_mem", "kata-mem")
-    line = logs.line(
-        "error",
-        error.message,
-        logger=logger,
-        prefix=prefix,
-        kind=error.kind,
-        exit_code=error.exit_code,
-    )
-    write_now(2, line + "\n")
-    if _shim:
-        from kata_mem.interfaces.protocol import Answer
-
-        write_now(1, json.dumps(Answer(error=error).document()) + "\n")
-    os._exit(error.exit_code)
+#: This process's.
+STOPS = Stops()
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def main(
+    argv: Optional[list[str]] = None,
+    stdin: Optional[bytes] = None,
+    *,
+    service: Optional[str] = None,
+    refusal: Optional[KataMemError] = None,
+) -> int:
+    """``kata-mem ARGV``. For the shim: its request in ``stdin`` when it was read already
+    (else it reads its own), and, from ``kata-mem-shim``, the socket of the service it
+    answers for (``service``) or the error that refuses it (``refusal``): see
+    :func:`~kata_mem.interfaces.shim.run_shim`."""
     args = sys.argv[1:] if argv is None else argv
     # Global options may come before or after the command. click handles them for
     # every other command; the shim, dispatched before click is imported, here.
@@ -133,21 +167,28 @@ def main(argv: Optional[list[str]] = None) -> int:
             return _print_schema(args[1:])
         if len(args) > 1:
             return _shim_usage(f"unexpected argument {args[1]!r}; a request goes on stdin")
-        global _shim  # noqa: PLW0603 - what this process is, decided once
-        _shim = True
+        STOPS.shim = True
         from kata_mem.interfaces.shim import run_shim
 
-        return run_shim(sys.stdin.buffer, sys.stdout, dict(os.environ))
+        request = sys.stdin.buffer if stdin is None else io.BytesIO(stdin)
+        env = dict(os.environ)
+        return run_shim(request, sys.stdout, env, service=service, refusal=refusal)
     from kata_mem.interfaces.cli import run_cli
 
     return run_cli(args)
 
 
-def run() -> None:
-    """The ``kata-mem`` process: stdin, stdout and stderr as kata-mem needs them
-    (:func:`~kata_mem.interfaces.pipes.own_stdio`), then :func:`main`."""
-    signal.signal(signal.SIGINT, _interrupted)
-    signal.signal(signal.SIGTERM, _interrupted)
+def run(
+    argv: Optional[list[str]] = None,
+    stdin: Optional[bytes] = None,
+    *,
+    service: Optional[str] = None,
+    refusal: Optional[KataMemError] = None,
+) -> NoReturn:
+    """The ``kata-mem`` process: SIGINT and SIGTERM (:data:`STOPS`), stdin, stdout and
+    stderr as kata-mem needs them (:func:`~kata_mem.interfaces.pipes.own_stdio`), then
+    :func:`main` with the same arguments."""
+    STOPS.install()
     own_stdio()
-    code = main()
+    code = main(argv, stdin, service=service, refusal=refusal)
     sys.exit(flush() or code)

@@ -103,7 +103,21 @@ def parse(raw: bytes) -> Union[SandboxRequest, Answer]:
     try:
         return SandboxRequest.from_json(raw)
     except KataMemError as exc:
-        return replace(refused(exc), cri=answers_cri(_asked_event(raw)))
+        return refusing(raw, exc)
+
+
+def refusing(raw: bytes, exc: KataMemError) -> Answer:
+    """``exc`` refusing the request in ``raw``, read or not, with its line on stderr; with
+    ``cri`` when the event it asks for answers a CRI call (the status of ``exc``'s exit code)."""
+    return replace(refused(exc), cri=answers_cri(_asked_event(raw)))
+
+
+def as_served(request: SandboxRequest, default_config: Optional[str]) -> SandboxRequest:
+    """``request`` as ``kata-mem serve`` answers it: a null ``config`` is the service's
+    ``--config`` when it has one (else where Kata looks, as for ``kata-mem shim``)."""
+    if request.config is None and default_config is not None:
+        return replace(request, config=default_config)
+    return request
 
 
 def _asked_event(raw: bytes) -> object:

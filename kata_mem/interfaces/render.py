@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from typing import Any, Optional
 
 from kata_mem.core.errors import KataMemError
+from kata_mem.core.golang import format_float32
 from kata_mem.core.guestmem import PAGE_SIZE, STRUCT_PAGE, formula
 from kata_mem.core.model import (
     Clamp,
@@ -118,8 +119,10 @@ def plan_json(plan: Plan, cfg: SizingConfig) -> dict[str, Any]:
         "vcpus": {
             "host": v.host,
             "max": v.max,
-            "default": float(v.default),
-            "requested": float(v.requested),
+            # As Go's encoding/json writes a float32: the shortest digits that read back
+            # as it (2.0000002, not a float64's 2.0000002384185791).
+            "default": float(format_float32(v.default)),
+            "requested": float(format_float32(v.requested)),
             "target": v.target,
             "clamped_by": [c.cause for c in v.clamps],
         },
@@ -385,14 +388,14 @@ def plan_text(plan: Plan, cfg: SizingConfig, title: str = "") -> str:
         )
     vc = "".join(f", {_vcpu_clamp_text(c, v.host)}" for c in v.clamps)
     # What the containers' CPUs were added to (planner._plan_vcpus): default_vcpus, or
-    # runtime-rs static sizing's overhead_vcpus, whose sum boots as at least 1 vCPU.
-    added = v.base + v.containers
-    summed = f"{float(added):g}" + (
-        "" if added == v.requested else f", at least {float(v.requested):g}"
-    )
+    # runtime-rs static sizing's overhead_vcpus, whose sum boots as at least 1 vCPU. The
+    # numbers are the float32s Kata holds, as Go prints them: 2.0000002, not 2.
+    summed = format_float32(v.requested)
+    if v.raised_from is not None:
+        summed = f"{format_float32(v.raised_from)}, at least {summed}"
     lines.append(
-        f"vCPUs: target {v.target} ({_VCPU_BASE[v.added_to]} {float(v.base):g} + containers "
-        f"{float(v.containers):g} = {summed}), max {v.max}, host {v.host}{vc}"
+        f"vCPUs: target {v.target} ({_VCPU_BASE[v.added_to]} {format_float32(v.base)} + "
+        f"containers {format_float32(v.containers)} = {summed}), max {v.max}, host {v.host}{vc}"
     )
     # The clamps are shown above ("why:", and the vCPU line).
     lines += [

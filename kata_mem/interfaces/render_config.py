@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from kata_mem.core.backing import dimm_backend
+from kata_mem.core.golang import format_float32
 from kata_mem.core.model import HostFacts, SizingConfig
 from kata_mem.core.units import to_kib_floor, to_mib_floor
 
@@ -102,7 +103,8 @@ def config_json(cfg: SizingConfig, chosen_by: str) -> dict[str, Any]:
             "enable_virtio_mem": cfg.enable_virtio_mem,
             "enable_hugepages": cfg.enable_hugepages,
             "static_sandbox_resource_mgmt": cfg.static_sandbox_resource_mgmt,
-            "default_vcpus": float(cfg.default_vcpus),
+            # The float32 Kata holds, as Go's encoding/json writes one.
+            "default_vcpus": float(format_float32(cfg.default_vcpus)),
             "default_maxvcpus": cfg.default_maxvcpus,
             "runtime": cfg.runtime,
             "shared_fs": cfg.shared_fs,

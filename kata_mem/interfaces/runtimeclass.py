@@ -3,10 +3,12 @@ comments) and the same as JSON (``kata-mem/runtimeclass/v1``)."""
 
 from __future__ import annotations
 
+from fractions import Fraction
 from typing import Any, Optional
 
 import yaml
 
+from kata_mem.core.golang import format_float32
 from kata_mem.core.runtimeclass import PodFit, RuntimeClassOverhead, fmt_limits
 from kata_mem.core.units import fmt_bytes, to_mib_ceil
 
@@ -17,6 +19,10 @@ NODE_LABEL = "katacontainers.io/kata-runtime"
 #: where it is not ``kata-`` + the section's name (tools/packaging/kata-deploy/
 #: runtimeclasses: kata-qemu.yaml, kata-clh.yaml, kata-fc.yaml, kata-dragonball.yaml).
 SHORT_NAMES = {"firecracker": "fc"}
+#: What kata-mem's RuntimeClasses are called, before the hypervisor's short name: never a
+#: name of kata-deploy's, whose RuntimeClass applying ours would replace (and deleting ours,
+#: delete).
+NAME_PREFIX = "kata-mem-"
 
 #: ``--cpu-policy``: what ``podFixed.cpu`` reserves beyond the pod's CPU limits.
 CPU_POLICIES = ("kata", "all-vcpus", "none")
@@ -25,9 +31,15 @@ CPU_POLICIES = ("kata", "all-vcpus", "none")
 KATA_POD_FIXED_CPU_MILLIS = 250
 
 
-def default_name(hypervisor: str) -> str:
-    """kata-deploy's name for a RuntimeClass of this hypervisor (``kata-qemu``, ``kata-clh``)."""
+def default_handler(hypervisor: str) -> str:
+    """kata-deploy's runtime handler (and RuntimeClass name) for this hypervisor
+    (``kata-qemu``, ``kata-clh``): what the node's CRI runtime knows Kata by."""
     return f"kata-{SHORT_NAMES.get(hypervisor, hypervisor)}"
+
+
+def default_name(hypervisor: str) -> str:
+    """kata-mem's RuntimeClass for this hypervisor (``kata-mem-qemu``), beside kata-deploy's."""
+    return f"{NAME_PREFIX}{SHORT_NAMES.get(hypervisor, hypervisor)}"
 
 
 def pod_fixed_cpu(o: RuntimeClassOverhead, policy: str) -> Optional[int]:
@@ -86,14 +98,28 @@ def _pod(f: PodFit) -> str:
     )
 
 
+def _naming(name: str, handler: str) -> str:
+    """Whose RuntimeClass this is beside kata-deploy's, which has the handler's name."""
+    if name == handler:
+        return (
+            f"Named as its handler {handler}, as kata-deploy names its own RuntimeClass: "
+            "applying this replaces that one."
+        )
+    return (
+        f"Pods name it (runtimeClassName: {name}); it runs the handler {handler} and leaves "
+        f"the RuntimeClass {handler} (kata-deploy's) as it is."
+    )
+
+
 def explanation(
-    o: RuntimeClassOverhead, config: str, hypervisor: str, cpu_policy: str
+    o: RuntimeClassOverhead, config: str, hypervisor: str, name: str, handler: str, cpu_policy: str
 ) -> list[str]:
     """The arithmetic, one line each (the YAML's comments)."""
     lines = [
         f"RuntimeClass for Kata with {hypervisor}: kata-mem runtimeclass --config {config}",
         f"sizing {o.sizing}, pods with memory limits up to {fmt_limits(o.max_pod_memory)} "
         f"({o.max_pod_memory_from}).",
+        _naming(name, handler),
         "",
         "podFixed.memory: the kubelet limits a pod's cgroup to its memory limits + podFixed,",
         "and kata-mem's host-side guard lets the VM grow only while",
@@ -114,7 +140,8 @@ def explanation(
 
 
 def _cpu_lines(o: RuntimeClassOverhead, policy: str) -> list[str]:
-    vcpus = f"Kata boots ceil(default_vcpus {float(o.default_vcpus or 1):g} + CPU limits) vCPUs"
+    default = format_float32(o.default_vcpus or Fraction(1))  # a float32, as Kata prints it
+    vcpus = f"Kata boots ceil(default_vcpus {default} + CPU limits) vCPUs"
     every = (
         "unknown here (default_vcpus is negative: the node's CPUs)"
         if o.cpu_millis is None
@@ -146,7 +173,7 @@ def _cpu_lines(o: RuntimeClassOverhead, policy: str) -> list[str]:
 def runtimeclass_yaml(
     o: RuntimeClassOverhead, config: str, hypervisor: str, name: str, handler: str, cpu_policy: str
 ) -> str:
-    lines = explanation(o, config, hypervisor, cpu_policy)
+    lines = explanation(o, config, hypervisor, name, handler, cpu_policy)
     comments = "".join(f"# {line}".rstrip() + "\n" for line in lines)
     body = yaml.safe_dump(
         manifest(o, name, handler, cpu_policy), sort_keys=False, default_flow_style=False
@@ -192,13 +219,15 @@ def runtimeclass_json(
             "smallest": _fit_json(o.smallest),
             "largest": _fit_json(o.largest),
         },
-        "explanation": [line for line in explanation(o, config, hypervisor, cpu_policy) if line],
+        "explanation": [
+            line for line in explanation(o, config, hypervisor, name, handler, cpu_policy) if line
+        ],
     }
 
 
 def class_name(name: str, bound_text: str) -> str:
     """The RuntimeClass of a size class: ``NAME-BOUND``, the bound as typed, lowercased
-    (``kata-qemu-2gi``)."""
+    (``kata-mem-qemu-2gi``)."""
     return f"{name}-{bound_text.lower()}"
 
 

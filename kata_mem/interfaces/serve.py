@@ -52,6 +52,22 @@ def _raise_open_files() -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (min(want, 65536), hard))
 
 
+def _publish(listener: Listener, state_dir: str, config: Optional[str]) -> None:
+    """Record beside the socket (bound here, or passed by systemd) the state directory
+    and configuration this service answers with: what ``kata-mem-shim`` answers with in
+    its own process when the service does not answer, so that a VM keeps one state wherever
+    its call is answered (:func:`kata_mem.edges.service_record.publish_service`; issue 33, item 2).
+    A socket with no path (an abstract one) has no shim to read it.
+
+    :raises ConfigError: it cannot be written where no other user could replace it.
+    """
+    from kata_mem.edges.service_record import publish_service
+
+    path = listener.path or listener.sock.getsockname()
+    if isinstance(path, str) and path.startswith("/"):
+        publish_service(path, state_dir, config)
+
+
 async def _serve(
     service: Service,
     reconciler: ReconcileLoop,
@@ -150,14 +166,15 @@ def run_service(
             metrics_sock.close()
         raise
     where = "the socket systemd passed" if passed is not None else str(listener.path)
-    service = Service(
-        state_dir,
-        settings,
-        gid,
-        os.environ,
-        idle_timeout,
-        None if default_config is None else os.path.abspath(default_config),
-    )
+    config = None if default_config is None else os.path.abspath(default_config)
+    try:
+        _publish(listener, state_dir, config)
+    except BaseException:
+        listener.close()
+        if metrics_sock is not None:
+            metrics_sock.close()
+        raise
+    service = Service(state_dir, settings, gid, os.environ, idle_timeout, config)
     reconciler = ReconcileLoop(service, reconcile_interval)
     try:
         asyncio.run(_serve(service, reconciler, listener.sock, where, metrics_sock))

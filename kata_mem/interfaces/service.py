@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import logging
 import time
@@ -37,11 +38,10 @@ from collections.abc import AsyncIterator, Awaitable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Optional, TypeVar, Union, cast
 
-from aiohttp import HttpVersion11, web
+from aiohttp import HttpVersion11, StreamReader, web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from kata_mem.core.errors import BackendUnavailable, InputError, KataMemError
-from kata_mem.core.frozen import replace
 from kata_mem.core.model import Settings, Unseen, check_sandbox_id
 from kata_mem.core.request import MAX_REQUEST_BYTES, CallOptions, SandboxRequest
 from kata_mem.core.results import Applied, Planned
@@ -58,7 +58,7 @@ from kata_mem.interfaces.listener import (
     remote_of_transport,
 )
 from kata_mem.interfaces.metrics import CONTENT_TYPE, Metrics
-from kata_mem.interfaces.protocol import Answer, answer, parse
+from kata_mem.interfaces.protocol import Answer, answer, as_served, parse
 
 # One logger for every line of serve (its modules are one service to an operator).
 log = get_logger("kata_mem.interfaces.service")
@@ -142,6 +142,8 @@ class Connection(web.RequestHandler):
         self.port = port
         self.peer: Union[Peer, Remote, None] = None
         self._first_request: Optional[asyncio.TimerHandle] = None
+        #: The bodies still arriving (``data_received``).
+        self._arriving: list[StreamReader] = []
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # SO_PEERCRED is the peer as it connected: read once, for every request it sends.
@@ -159,7 +161,34 @@ class Connection(web.RequestHandler):
         if self._first_request is not None:
             self._first_request.cancel()
             self._first_request = None
+        queued = len(self._messages)
         super().data_received(data)
+        # The bodies of the requests read so far that have not arrived whole (the requests
+        # this call parsed are the last ones queued), for ``eof_received``.
+        self._arriving = [body for body in self._arriving if not body.is_eof()]
+        fresh = itertools.islice(self._messages, queued, None)
+        self._arriving += [body for _, body in fresh if not body.is_eof()]
+
+    def eof_received(self) -> bool:  # type: ignore[override]  # asyncio.Protocol's signature
+        # The client closed its sending side (shutdown(SHUT_WR), as `nc -N` does): it still
+        # reads. aiohttp returns None here (web_protocol ``RequestHandler.eof_received``),
+        # which makes asyncio close the whole transport (selector_events
+        # ``_SelectorSocketTransport._read_ready__on_eof``), so a request already read was
+        # carried out and its answer lost (issue 33, item 4). True keeps the sending side
+        # open, and ``close`` ends the connection once the requests read are answered
+        # (docs/design/state.md: answered). Not when a body was cut short: that request is
+        # never begun, and closing the connection as before ends the handler's wait for
+        # it. Nor between requests (aiohttp's ``start`` waiting for one: ``_waiter``
+        # pending, ``_messages`` empty, aiohttp's own from 3.9 on), where ``close`` would
+        # only cancel that wait, which aiohttp 3.14 no longer turns into closing the
+        # transport.
+        if any(not body.is_eof() for body in self._arriving):
+            return False
+        waiter = self._waiter
+        if waiter is not None and not waiter.done() and not self._messages:
+            return False
+        self.close()
+        return True
 
     def connection_lost(self, exc: Optional[BaseException]) -> None:
         if self._first_request is not None:
@@ -454,8 +483,7 @@ class Service:
         parsed = parse(body) if inline else await self._run(lambda: parse(body))
         if not isinstance(parsed, SandboxRequest):
             return self.send(parsed)
-        if parsed.config is None and self.default_config is not None:
-            parsed = replace(parsed, config=self.default_config)
+        parsed = as_served(parsed, self.default_config)
         options = self.options
         if parsed.mode == "plan" and inline and not self.busy(parsed.sandbox):
             # The sandbox's lock is free and this answer never yields to the loop: taking

@@ -76,7 +76,7 @@ def _signalled(monkeypatch: pytest.MonkeyPatch, signum: int) -> tuple[str, int]:
     monkeypatch.setattr(main, "write_now", lambda fd, text: None)
     monkeypatch.setattr("os._exit", exit_now)
     with pytest.raises(_Exited) as ended:
-        main._interrupted(signum, None)
+        main.Stops().stop(signum, None)
     return str(said["kind"]), ended.value.args[0]
 
 

@@ -474,3 +474,23 @@ def test_a_damaged_journal_step_is_not_reported_as_none(
     # A step without action or device is corruption: rebuilt from the hypervisor, said in words.
     notes = [w for w in doc["warnings"] if "journal" in w and "rebuilt" in w]
     assert notes and not any("None" in w for w in doc["warnings"]), doc["warnings"]
+
+
+def test_preview_and_apply_name_the_same_stop(run_cli: Run, tmp_path: Path) -> None:
+    """A small guest onlining to a kernel zone (Kata's own, assumed when kernel_params say
+    nothing) whose headroom leaves no room for one more block's struct pages: the preview
+    said ``clamped: guest_memmap`` and ``apply`` answered ``Infeasible (NoDeviceSpace): no
+    hotplug space left`` (issue 33, item 13). Both now give the plan's cause and words."""
+    cfg = write_config(
+        tmp_path / "configuration.toml",
+        {"default_memory": 256},
+        kata_mem={"headroom_min_mib": 200, "state_dir": str(tmp_path / "state")},
+    )
+    args = ("--config", str(cfg), "--limit", "1Gi", *HOST_ARGS)
+    preview = run_cli("preview", *args)
+    assert preview.code == 0, preview.err
+    why = next(line for line in preview.out.splitlines() if "why: guest_memmap: " in line)
+    stop = why.split("why: guest_memmap: ", 1)[1]
+    applied = run_cli("apply", "--dry-run", "--sandbox", "sb", *args)
+    assert applied.code == 0, applied.err
+    assert f"Infeasible (NoMemmapRoom): {stop}: the guest stays at 256 MiB" in applied.out

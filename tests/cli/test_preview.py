@@ -261,6 +261,44 @@ def test_the_vcpu_line_adds_up_and_says_why_it_is_clamped(run_cli: Run, tmp_path
     )
 
 
+def test_the_vcpu_line_holds_default_vcpus_as_kata_does(run_cli: Run, tmp_path: Path) -> None:
+    """Kata reads default_vcpus as a float32 (a TOML's, katautils/config.go ``NumVCPUs
+    float32``; an annotation's, ``strconv.ParseFloat(v, 32)``): 2.00000001 is 2.0 and boots
+    2 vCPUs. The line read "target 3 (default 2 + containers 0 = 2)": it planned with the
+    decimal and printed it rounded to six digits (issue 33, item 5)."""
+    host = ("--host-memory", "16Gi", "--host-cpus", "8", "--host-arch", "amd64")
+    for written, line in (
+        ("2.00000001", "vCPUs: target 2 (default 2 + containers 0 = 2), max 8, host 8"),
+        # The float32 2 + 2^-22 is above 2: 3 vCPUs, and the line shows why.
+        ("2.0000002", "vCPUs: target 3 (default 2.0000002 + containers 0 = 2.0000002), max 8, "
+         "host 8"),
+    ):  # fmt: skip
+        cfg = tmp_path / f"{written}.toml"
+        cfg.write_text(
+            Path(QEMU)
+            .read_text()
+            .replace("\ndefault_vcpus = 1\n", f"\ndefault_vcpus = {written}\n")
+        )
+        r = run_cli("preview", "--config", str(cfg), *host)
+        assert r.code == 0, r.err
+        assert _line(r.out, "vCPUs:") == line
+    # The annotation, read as Kata's Go runtime reads it (setFloat32WithCheck).
+    cfg = write_config(tmp_path / "ann.toml", {"enable_annotations": ["default_vcpus"]})
+    pod = tmp_path / "pod.yaml"
+    pod.write_text(
+        "kind: Pod\nmetadata:\n  annotations:\n"
+        '    io.katacontainers.config.hypervisor.default_vcpus: "2.00000001"\n'
+        "spec:\n  containers:\n  - name: a\n    resources:\n      limits: {cpu: 500m}\n"
+    )
+    r = run_cli("preview", "--config", str(cfg), *host, "--pod", str(pod))
+    assert r.code == 0, r.err
+    assert _line(r.out, "vCPUs:") == (
+        "vCPUs: target 3 (default 2 + containers 0.5 = 2.5), max 8, host 8"
+    )
+    r = run_cli("preview", "--config", str(cfg), *host, "--pod", str(pod), "--json")
+    assert json.loads(r.out)["vcpus"]["default"] == 2
+
+
 def test_the_vcpu_line_of_runtime_rs_static_sizing_adds_up(run_cli: Run) -> None:
     """runtime-rs static sizing boots overhead_vcpus + the containers' CPUs instead of
     default_vcpus (planner.runtime_rs_static): the line read "default 2.7 + containers 0

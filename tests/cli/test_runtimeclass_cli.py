@@ -104,29 +104,42 @@ def test_refusals_are_one_line_and_an_exit_code(
 # -- name, handler and CPU policy -------------------------------------------------------------
 
 
+def test_the_name_is_kata_mem_s_own_and_the_handler_kata_deploy_s() -> None:
+    """The RuntimeClass was named as kata-deploy names its own (kata-qemu): applied, it
+    replaced kata-deploy's, and deleting it deleted theirs. The name is kata-mem's
+    (kata-mem-qemu); the handler stays kata-deploy's for the hypervisor, the runtime handler
+    the node knows Kata by, whatever the name."""
+    text, doc = runtimeclass("--config", str(QEMU), "--max-pod-memory", "4Gi")
+    manifest = yaml.safe_load(text)
+    assert (manifest["metadata"]["name"], manifest["handler"]) == ("kata-mem-qemu", "kata-qemu")
+    assert doc["runtimeclass"] == manifest
+    _, named = runtimeclass("--config", str(QEMU), "--max-pod-memory", "4Gi", "--name", "small")
+    assert (named["runtimeclass"]["metadata"]["name"], named["runtimeclass"]["handler"]) == (
+        "small",
+        "kata-qemu",
+    )
+
+
 def test_the_name_and_handler_follow_the_configurations_hypervisor(tmp_path: Path) -> None:
-    """kata-deploy names a RuntimeClass after the hypervisor (kata-qemu, kata-clh, kata-fc):
-    a Cloud Hypervisor configuration's is not kata-qemu."""
+    """kata-deploy names a RuntimeClass and its handler after the hypervisor (kata-qemu,
+    kata-clh, kata-fc): a Cloud Hypervisor configuration's handler is not kata-qemu, and its
+    RuntimeClass is kata-mem's for that hypervisor."""
     clh = tmp_path / "configuration-clh.toml"
     clh.write_text(QEMU.read_text().replace("[hypervisor.qemu]", "[hypervisor.clh]"))
     text, _ = runtimeclass("--config", str(clh), "--max-pod-memory", "4Gi")
     manifest = yaml.safe_load(text)
-    assert (manifest["metadata"]["name"], manifest["handler"]) == ("kata-clh", "kata-clh")
+    assert (manifest["metadata"]["name"], manifest["handler"]) == ("kata-mem-clh", "kata-clh")
     assert text.startswith("# RuntimeClass for Kata with clh: ")
     fc = tmp_path / "configuration-fc.toml"
     fc.write_text(QEMU.read_text().replace("[hypervisor.qemu]", "[hypervisor.firecracker]"))
-    assert (
-        runtimeclass("--config", str(fc), "--max-pod-memory", "4Gi")[1]["runtimeclass"]["metadata"][
-            "name"
-        ]
-        == "kata-fc"
-    )
+    fc_class = runtimeclass("--config", str(fc), "--max-pod-memory", "4Gi")[1]["runtimeclass"]
+    assert (fc_class["metadata"]["name"], fc_class["handler"]) == ("kata-mem-fc", "kata-fc")
     _, named = runtimeclass(
         *("--config", str(QEMU), "--max-pod-memory", "4Gi"),
-        *("--name", "kata-qemu-small", "--handler", "kata-qemu"),
+        *("--name", "kata-qemu-small", "--handler", "kata-qemu-other"),
     )
     assert named["runtimeclass"]["metadata"]["name"] == "kata-qemu-small"
-    assert named["runtimeclass"]["handler"] == "kata-qemu"
+    assert named["runtimeclass"]["handler"] == "kata-qemu-other"
     validate(named["runtimeclass"], "1.35", strict=True)
 
 
@@ -177,9 +190,9 @@ def test_size_classes_are_one_runtimeclass_per_bound_with_the_split_arithmetic()
     header, *manifests = text.split("---\n")
     classes = [yaml.safe_load(m) for m in manifests]
     assert [c["metadata"]["name"] for c in classes] == [
-        "kata-qemu-2gi",
-        "kata-qemu-8gi",
-        "kata-qemu-256gi",
+        "kata-mem-qemu-2gi",
+        "kata-mem-qemu-8gi",
+        "kata-mem-qemu-256gi",
     ]
     for c, bound in zip(classes, ("2Gi", "8Gi", "256Gi")):
         validate(c, "1.35", strict=True)

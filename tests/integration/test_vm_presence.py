@@ -436,3 +436,34 @@ def test_a_request_saved_without_a_vmm_is_pinned_to_roots_vmm(run_cli: Run, tmp_
         assert again.seen()["commands"] != []
     finally:
         again.stop()
+
+
+def test_a_monitor_whose_backlog_is_full_is_there(tmp_path: Path) -> None:
+    """A listener that accepts no one, its backlog full (QEMU's monitor serving another
+    client, others waiting): the VM is there, and a connect waits for room rather than
+    fail. Before, a full backlog's EAGAIN was an error of presence's own ("no QMP
+    session: BlockingIOError"), and connecting went on with an unconnected socket (issue
+    33, item 12)."""
+    path = tmp_path / "qmp.sock"
+    with socket.socket(socket.AF_UNIX) as listener:
+        listener.bind(str(path))
+        listener.listen(0)
+        held = []
+        try:
+            while True:  # fill the backlog, whatever its length
+                waiting = socket.socket(socket.AF_UNIX)
+                waiting.setblocking(False)
+                try:
+                    waiting.connect(str(path))
+                except BlockingIOError:
+                    waiting.close()
+                    break
+                held.append(waiting)
+            assert qmp.presence(str(path)) is None
+            with pytest.raises(BlockingIOError):
+                qmp.dial(str(path), 0.05)  # waited, then said so
+            held.append(listener.accept()[0])  # room again: one more fits
+            qmp.dial(str(path), 5).close()
+        finally:
+            for waiting in held:
+                waiting.close()

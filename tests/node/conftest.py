@@ -10,11 +10,16 @@
   be a pod's ``cgroup_parent`` (``hierarchy_path(pod_cgroup.path)``); removed after the
   node is stopped.
 * ``node`` (function): a started :class:`Node` of ``series``, stopped at the end.
+* ``kata_mem_image`` (session): kata-mem's image built, or found built, by
+  ``scripts/build_image.py`` into ``$KATA_MEM_IMAGE_DIR`` (default ``<repo>/.cache/image``):
+  the path of its OCI layout tar. A failed build is a failure.
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -32,6 +37,10 @@ from tests.support.node import (
     containerd_version,
     running_node,
 )
+from tests.support.paths import REPO
+
+#: The image's builder (the node runtime's is scripts/build-node-rig.sh, run by ``rig``).
+IMAGE_BUILD = REPO / "scripts" / "build_image.py"
 
 
 @pytest.fixture(scope="session")
@@ -66,3 +75,23 @@ def node(rig: Rig, series: str, pod_cgroup: MemoryCgroup) -> Iterator[Node]:
     # pod_cgroup first: it is removed after the node, whose pods' cgroups are in it.
     with running_node(rig, series) as started:
         yield started
+
+
+@pytest.fixture(scope="session")
+def kata_mem_image(rig: Rig) -> Path:
+    # After the rig: a machine that cannot run a node skips before anything is built.
+    out = Path(os.environ.get("KATA_MEM_IMAGE_DIR") or REPO / ".cache" / "image")
+    done = subprocess.run(
+        [sys.executable, str(IMAGE_BUILD), str(out)],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        pytest.fail(
+            f"{IMAGE_BUILD.relative_to(REPO)} {out} failed (exit {done.returncode}):\n"
+            f"{done.stderr[-4000:]}",
+            pytrace=False,
+        )
+    return Path(done.stdout.strip())

@@ -106,6 +106,41 @@ def test_a_slow_guest_delays_only_its_own_sandbox(tmp_path: Path) -> None:
         assert svc.stop() == 0, svc.stderr()
 
 
+def test_an_answer_does_not_depend_on_the_requests_beside_it(tmp_path: Path) -> None:
+    """Requests of new sandboxes for a VM another sandbox sizes are refused (400), however
+    many come at once: each waits its turn at the monitor (QEMU's, and the fake's, serve
+    one client at a time, with a short backlog). Before, a connect(2) that found the
+    backlog full (EAGAIN) was taken by asyncio for one under way, and all but a few got
+    503 ``[Errno 22] Invalid argument`` from the unconnected socket (issue 33, item 12)."""
+    svc = start(tmp_path)
+    try:
+        with FakeQmpServer(tmp_path / "qmp.sock", FakeQemu()) as qmp:
+            first = svc.post(_apply_request(tmp_path, "sb0", qmp.path))
+            assert first.status == 200, first.body
+            alone = svc.post(_apply_request(tmp_path, "sbx", qmp.path))
+            assert alone.status == 400, alone.body
+            answers: dict[str, Answer] = {}
+            # Made first: each writes the configuration file again.
+            asks = {f"sb{i}": _apply_request(tmp_path, f"sb{i}", qmp.path) for i in range(1, 33)}
+
+            def ask(sandbox: str) -> None:
+                answers[sandbox] = svc.post(asks[sandbox], 120)
+
+            threads = [threading.Thread(target=ask, args=(sandbox,)) for sandbox in asks]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(150)
+        expected = alone.json()["error"]["message"]
+        got = {
+            sandbox: (a.status, a.json()["error"]["message"].replace(f"'{sandbox}'", "'sbx'"))
+            for sandbox, a in answers.items()
+        }
+        assert got == {sandbox: (400, expected) for sandbox in answers} and len(got) == 32
+    finally:
+        assert svc.stop() == 0, svc.stderr()
+
+
 def test_sigterm_finishes_the_request_in_flight_then_exits_0(tmp_path: Path) -> None:
     svc = start(tmp_path)
     guest = SlowQemu()
@@ -334,3 +369,43 @@ def test_serve_help_names_every_endpoint_it_routes(tmp_path: Path) -> None:
     assert r.returncode == 0
     named = set(re.findall(r"/[\w/]+", r.stdout.split("Options:")[0]))
     assert paths <= named, r.stdout
+
+
+def test_a_client_that_closes_its_sending_side_is_answered(tmp_path: Path) -> None:
+    """A client that half-closes its connection once its request is sent
+    (``shutdown(SHUT_WR)``, as ``nc -N`` does) reads the answer, and the connection is
+    closed once it is sent. Before, the end of its input closed the whole connection: the
+    request was carried out (the apply below resized the VM) and its answer was lost
+    (issue 33, item 4). docs/design/state.md says which: answered."""
+
+    def half_closed(doc: dict[str, Any], cut: int = 0) -> bytes:
+        """The reply to ``doc`` sent whole (less its last ``cut`` bytes), then half-closed."""
+        body = json.dumps(doc).encode()
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(60)  # how long the test waits, not a speed asked for
+            sock.connect(str(svc.socket))
+            sock.sendall(
+                b"POST /v1/shim HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                + f"Content-Length: {len(body)}\r\n\r\n".encode()
+                + body[: len(body) - cut]
+            )
+            sock.shutdown(socket.SHUT_WR)
+            reply = b""
+            while chunk := sock.recv(65536):
+                reply += chunk
+        return reply
+
+    svc = start(tmp_path)
+    try:
+        qemu = FakeQemu()
+        with FakeQmpServer(tmp_path / "qmp.sock", qemu) as qmp:
+            # A body cut short is never begun: closed unanswered, the VM left alone.
+            assert half_closed(_apply_request(tmp_path, "sb", qmp.path), cut=1) == b""
+            assert not qemu.devices
+            for doc in (request(sandbox_id="plan"), _apply_request(tmp_path, "sb", qmp.path)):
+                head, _, answer = half_closed(doc).partition(b"\r\n\r\n")
+                assert head.startswith(b"HTTP/1.1 200"), head
+                assert json.loads(answer)["sandbox_id"] == doc["sandbox_id"]
+        assert json.loads(answer)["outcome"]["status"] == "Resized" and qemu.devices
+    finally:
+        assert svc.stop() == 0, svc.stderr()

@@ -81,8 +81,8 @@ def _apply_request(tmp_path: Path, qmp: Path) -> dict[str, Any]:
 
 
 def test_the_socket_may_live_in_the_state_dir_as_by_default(tmp_path: Path) -> None:
-    """The defaults put both in /run/kata-mem: the socket and its lock are kata-mem's
-    entries of the state directory, neither someone else's nor sandboxes."""
+    """The defaults put both in /run/kata-mem: the socket, its lock and serve's record
+    are kata-mem's entries of the state directory, neither someone else's nor sandboxes."""
     state = tmp_path / "run"
     state.mkdir(mode=0o755)
     svc = start(tmp_path, "--state-dir", str(state), sock=state / "kata-mem.sock")
@@ -98,7 +98,7 @@ def test_the_socket_may_live_in_the_state_dir_as_by_default(tmp_path: Path) -> N
         assert node.json()["skipped"] == []
     finally:
         assert svc.stop() == 0, svc.stderr()
-    assert sorted(os.listdir(state)) == [".kata-mem-state", "sb-here"]
+    assert sorted(os.listdir(state)) == [".kata-mem-state", ".kata-mem.sock.service", "sb-here"]
 
 
 def test_a_socket_systemd_made_in_the_state_dir_is_served(tmp_path: Path) -> None:

@@ -197,12 +197,16 @@ def test_a_crashed_serve_leaves_a_lock_that_proves_its_socket(tmp_path: Path) ->
         assert svc.stop() == 0, svc.stderr()
 
 
-def test_a_clean_stop_leaves_the_directory_as_it_was(tmp_path: Path) -> None:
+def test_a_clean_stop_leaves_the_directory_as_it_was_but_for_the_record(tmp_path: Path) -> None:
+    """The socket and its lock go; the record of the state directory stays, for the shims
+    that answer in their own process meanwhile (docs/design/state.md, "One state per VM")."""
     before = _listing(tmp_path)
     svc = start(tmp_path)
     assert (tmp_path / "kata-mem.sock.lock").exists()
     assert svc.stop() == 0, svc.stderr()
-    assert _listing(tmp_path).keys() == before.keys()
+    record = ".kata-mem.sock.service"
+    assert _listing(tmp_path).keys() == {*before.keys(), record}
+    assert json.loads((tmp_path / record).read_text())["state_dir"] == str(svc.state)
 
 
 def _way_refused(sock: Path, here: Path, owner: str, mode: int) -> str:

@@ -12,6 +12,7 @@ and two cases with one id. Every case is named by its ``id``.
 from __future__ import annotations
 
 import json
+import struct
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -183,3 +184,11 @@ def build_vm(spec: dict[str, Any]) -> VmState:
         other_ids=tuple(spec.get("other_ids", ())),
         unproven=tuple(spec.get("unproven", ())),
     )
+
+
+def float32(number: Union[int, float]) -> float:
+    """A case's number as Kata holds it: a float32 (the C conversion ``struct`` does, round
+    to nearest, ties to even; written here apart from kata_mem's own rounding, which the
+    cases check). The number is a float64 first, as a configuration file's is (BurntSushi
+    toml reads a float64), and a case's decimals are chosen so that the two roundings agree."""
+    return float(struct.unpack("f", struct.pack("f", number))[0])

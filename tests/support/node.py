@@ -15,7 +15,8 @@ plugin that records what it gets). Nothing is faked.
 
 Each :class:`Node` lives in its own directory (``/tmp/kmnode-*``: short, because unix
 socket paths are, and the shims' socket directory may be at most 42 characters): containerd's
-root and state, its socket, the NRI socket ``nri.sock``, NRI's plugin directories, runc's
+root and state, its socket, the NRI socket ``nri.sock`` (in a directory of its own,
+``run-nri``: a node's ``/var/run/nri``, which the DaemonSet mounts), NRI's plugin directories, runc's
 root, the shims' sockets (``socket_dir`` of ``io.containerd.shim.v1.manager``: unset, it is
 ``/run/containerd/s`` whatever the state directory), CNI's directories (empty: no CNI),
 CDI's spec directory (v2.4 has CDI always on: its ``enable_cdi`` is gone), logs.
@@ -31,8 +32,10 @@ Pods run in the host's network namespace without a hostname (no CNI config: the 
 NetworkReady false, and host-network pods run all the same). The pause image is the sandbox
 image (``pinned_images.sandbox``) and every container's image, so nothing is ever pulled.
 Two runtime handlers, both runc (``io.containerd.runc.v2``, cgroupfs: ``SystemdCgroup =
-false``): ``runc`` and :data:`KATA_HANDLER`, named as kata-deploy 4.x names its runtime-rs
-QEMU handler, with its ``pod_annotations``.
+false``): ``runc``, :data:`KATA_HANDLER`, named as kata-deploy 4.x names its runtime-rs
+QEMU handler, and :data:`KATA_GO_HANDLER`, its Go runtime's (the one the DaemonSet's plugin
+is given), both with kata-deploy's ``pod_annotations``. :meth:`Node.import_image` imports
+any other image (an OCI layout tar) as the pause image is.
 """
 
 from __future__ import annotations
@@ -62,6 +65,8 @@ from tests.support.waits import wait_until
 SERIES = ("v2.3", "v2.4")
 #: kata-deploy 4.x's handler of Kata's runtime-rs with QEMU; here runc is behind it.
 KATA_HANDLER = "kata-qemu-runtime-rs"
+#: kata-deploy's handler of Kata's Go runtime with QEMU; here runc is behind it too.
+KATA_GO_HANDLER = "kata-qemu"
 RUNC_HANDLER = "runc"
 PAUSE_IMAGE = "localhost/kata-mem-test/pause:1"
 NRI_MODULE = "github.com/containerd/nri"
@@ -427,7 +432,7 @@ class Node:
 
     @property
     def nri_socket(self) -> Path:
-        return self.dir / "nri.sock"
+        return self.dir / "run-nri" / "nri.sock"
 
     @property
     def config_path(self) -> Path:
@@ -447,13 +452,11 @@ class Node:
             "SystemdCgroup = false\n"
         )
         runtimes = ""
+        kata = 'pod_annotations = ["io.katacontainers.*"]\nprivileged_without_host_devices = true\n'
         for handler, extra in (
             (RUNC_HANDLER, ""),
-            (
-                KATA_HANDLER,
-                'pod_annotations = ["io.katacontainers.*"]\n'
-                "privileged_without_host_devices = true\n",
-            ),
+            (KATA_HANDLER, kata),
+            (KATA_GO_HANDLER, kata),
         ):
             table = f"plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.'{handler}'"
             runtimes += (
@@ -519,7 +522,17 @@ default_runtime_name = {_toml(RUNC_HANDLER)}
     def start(self, timeout: float = 30) -> Node:
         """Make the directory, start containerd and import the pause image."""
         self.dir = Path(tempfile.mkdtemp(prefix="kmnode-", dir="/tmp"))
-        for sub in ("root", "state", "tmp", "opt", "runc", "s", "nri/plugins", "nri/conf.d"):
+        for sub in (
+            "root",
+            "state",
+            "tmp",
+            "opt",
+            "runc",
+            "s",
+            "nri/plugins",
+            "nri/conf.d",
+            "run-nri",
+        ):
             (self.dir / sub).mkdir(parents=True)
         for sub in ("cni/bin", "cni/net.d", "cdi", "image-verifier", "pods", "logs", "recorders"):
             (self.dir / sub).mkdir(parents=True)
@@ -530,12 +543,17 @@ default_runtime_name = {_toml(RUNC_HANDLER)}
             "timeout: 30\npull-image-on-create: false\ndisable-pull-on-run: true\n"
         )
         self._spawn(timeout)
-        self.ctr("images", "import", "--platform", "linux/" + go_arch(), str(self.rig.pause_tar))
-        # The CRI's image store learns of the import from an event, after ctr returned.
-        seen = self.cri_call("image-status", "-image", PAUSE_IMAGE, "-wait", f"{timeout:g}s")
-        if not seen.get("found"):
-            raise NodeError(f"the CRI never saw {PAUSE_IMAGE} after ctr's import: {seen}")
+        self.import_image(self.rig.pause_tar, PAUSE_IMAGE, timeout)
         return self
+
+    def import_image(self, tar: Path, ref: str, timeout: float = 30) -> None:
+        """``ctr images import`` of an OCI layout tar into the CRI's namespace, and wait
+        until the CRI sees ``ref`` (its image store learns of the import from an event,
+        after ctr returned). The image stays in the node's directory."""
+        self.ctr("images", "import", "--platform", "linux/" + go_arch(), str(tar), timeout=120)
+        seen = self.cri_call("image-status", "-image", ref, "-wait", f"{timeout:g}s")
+        if not seen.get("found"):
+            raise NodeError(f"the CRI never saw {ref} after ctr's import of {tar}: {seen}")
 
     def _spawn(self, timeout: float) -> None:
         self._log = self.log_path.open("ab")
@@ -684,13 +702,13 @@ default_runtime_name = {_toml(RUNC_HANDLER)}
             raise NodeError(f"crictl {' '.join(args)}: exit {done.returncode}: {done.stderr}")
         return done.stdout
 
-    def ctr(self, *args: str) -> str:
+    def ctr(self, *args: str, timeout: float = 60) -> str:
         done = subprocess.run(
             [str(self.bin / "ctr"), "--address", str(self.socket), "-n", K8S_NAMESPACE, *args],
             stdin=subprocess.DEVNULL,
             capture_output=True,
             text=True,
-            timeout=60,
+            timeout=timeout,
             check=False,
         )
         if done.returncode != 0:
@@ -749,8 +767,16 @@ default_runtime_name = {_toml(RUNC_HANDLER)}
             "labels": dict(labels or {}),
             "linux": linux,
         }
-        path = self.dir / "pods" / f"{name}-{uid}.json"
+        return self.run_sandbox(config, handler)
+
+    def run_sandbox(self, config: Mapping[str, Any], handler: str = RUNC_HANDLER) -> str:
+        """RunPodSandbox (crictl runp) of a PodSandboxConfig as JSON (crictl's snake_case
+        names), whose ``linux.cgroup_parent`` is a path inside the cgroup hierarchies; its
+        id. The cgroups made for it, and the pod's, are removed when the node stops."""
+        meta = config["metadata"]
+        path = self.dir / "pods" / f"{meta['name']}-{meta['uid']}.json"
         path.write_text(json.dumps(config, indent=1))
+        cgroup_parent = config["linux"]["cgroup_parent"]
         self._cgroup_parents.add(cgroup_parent)
         with made_cgroups() as made:
             # runc makes the directories of cgroup_parent that are missing, in every
@@ -780,12 +806,18 @@ default_runtime_name = {_toml(RUNC_HANDLER)}
                 "security_context": {"namespace_options": {"network": 2, "pid": 1}},
             },
         }
-        path = self.dir / "pods" / f"{pod[:12]}-{name}.json"
+        ctr = self.create(pod, config)
+        if start:
+            self.crictl("start", ctr)
+        return ctr
+
+    def create(self, pod: str, config: Mapping[str, Any]) -> str:
+        """CreateContainer (crictl create) of a ContainerConfig as JSON in ``pod`` (one of
+        :meth:`run_sandbox`'s); its id."""
+        path = self.dir / "pods" / f"{pod[:12]}-{config['metadata']['name']}.json"
         path.write_text(json.dumps(config, indent=1))
         ctr = self.crictl("create", pod, str(path), str(self._pod_configs[pod])).strip()
         self._ids.add(ctr)
-        if start:
-            self.crictl("start", ctr)
         return ctr
 
     def update_container(

@@ -276,6 +276,41 @@ def test_the_runtimeclass_is_what_kata_mem_computes_for_them(tmp_path: Path) -> 
     assert manifest("RuntimeClass")["handler"] == "kata-qemu"
 
 
+def test_the_runtimeclass_is_kata_mem_s_own_beside_kata_deploy_s() -> None:
+    """The kustomization's RuntimeClass was named kata-qemu, as kata-deploy's own: `kubectl
+    apply -k` replaced kata-deploy's, and `kubectl delete -k` deleted it. It has a name of
+    kata-mem's own, and runs kata-deploy's handler, the one the NRI plugin is given."""
+    from kata_mem.interfaces.runtimeclass import SHORT_NAMES
+
+    rc = manifest("RuntimeClass")
+    name, handler = rc["metadata"]["name"], rc["handler"]
+    (plugin,) = [c for c in pod_spec()["containers"] if c["name"] == "kata-mem-nri"]
+    (handlers,) = [a.split("=", 2)[1] for a in plugin["command"] if a.startswith("-handler=")]
+    assert handler == handlers == "kata-qemu"
+    kata_deploy = {f"kata-{SHORT_NAMES.get(h, h)}" for h in ("qemu", "clh", "firecracker")}
+    kata_deploy |= {f"{n}-runtime-rs" for n in kata_deploy} | {"kata-dragonball"}
+    assert name not in kata_deploy and name == "kata-mem-qemu"
+    guide = " ".join((REPO / "docs" / "guide" / "kubernetes.md").read_text().split())
+    assert f"RuntimeClass `{name}` (kata-deploy's handler `{handler}`)" in guide
+    assert f"runtimeClassName: {name}" in guide
+
+
+def test_every_object_a_kustomization_deletes_is_kata_mem_s() -> None:
+    """`kubectl delete -k` deletes every object the kustomization names: each is kata-mem's
+    by its name (a cluster-scoped object) or its namespace (kata-mem's own)."""
+    for kust in (DEPLOY, UNINSTALL):
+        (doc,) = [d for d in yaml.safe_load_all((kust / "kustomization.yaml").read_text()) if d]
+        for name in doc["resources"]:
+            for obj in yaml.safe_load_all((kust / name).read_text()):
+                if obj is None:
+                    continue
+                meta = obj["metadata"]
+                if obj["kind"] in CLUSTER_SCOPED:
+                    assert meta["name"].startswith("kata-mem"), (kust, obj["kind"], meta["name"])
+                else:
+                    assert meta["namespace"].startswith("kata-mem"), (kust, obj["kind"])
+
+
 def test_the_containerfile_installs_the_wheel_it_is_given() -> None:
     """No version in the wheel's name: the one wheel in dist/, whatever it is;
     the base image's Python is one the package supports."""

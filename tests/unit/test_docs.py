@@ -52,6 +52,9 @@ def test_the_site_builds_in_strict_mode(tmp_path: Path) -> None:
     assert "table:not([class]) code" in css and "word-break: normal" in css
     page = (tmp_path / "site" / "guide" / "kubernetes" / "index.html").read_text()
     assert 'href="../../stylesheets/extra.css"' in page
+    # A table held wider than the page by a code span it may not wrap is cut off at the
+    # page's edge (the in-place resize page's flags, 77 characters of a path).
+    assert wide_table_code(tmp_path / "site") == []
 
 
 def test_nested_lists_are_indented_as_python_markdown_reads_them() -> None:
@@ -199,3 +202,190 @@ def test_make_unit_is_not_said_to_need_no_system_packages() -> None:
     for path in (REPO / "CONTRIBUTING.md", DOCS / "guide" / "quick-start.md"):
         text = " ".join(path.read_text().split())
         assert "scripts/install-system-deps.sh libvirt" in text, path
+
+
+def prose_lines(page: Path) -> list[tuple[int, str]]:
+    """The lines of a page outside fenced code, numbered."""
+    lines, fence = [], False
+    for number, line in enumerate(page.read_text().splitlines(), 1):
+        if line.lstrip().startswith("```"):
+            fence = not fence
+        elif not fence:
+            lines.append((number, line))
+    return lines
+
+
+#: What Python-Markdown reads as a heading: one to six '#' at the start of a line, with or
+#: without a space after them (its HashHeaderProcessor), inside a paragraph too.
+HEADING = re.compile(r"^#{1,6}(?!#)")
+
+
+def stray_headings(pages: list[Path], root: Path) -> list[str]:
+    """Lines that Python-Markdown makes headings and that are not written as one: '#' then a
+    space, after a blank line."""
+    found = []
+    for page in pages:
+        previous = ""
+        for number, line in prose_lines(page):
+            if HEADING.match(line) and (
+                not re.match(r"^#{1,6} \S", line) or (previous.strip() != "" and number > 1)
+            ):
+                found.append(f"{page.relative_to(root)}:{number}: {line[:40]}")
+            previous = line
+    return found
+
+
+def test_a_line_begins_with_a_hash_only_when_it_is_a_heading(tmp_path: Path) -> None:
+    """ "kubernetes PR\\n#137555, the kubelet resizes..." rendered "137555, the kubelet..." as
+    a heading: a number wrapped to the start of a line. A line that begins with '#' is a
+    heading, '#' then a space, after a blank line; a PR number never begins one."""
+    assert stray_headings(sorted(DOCS.rglob("*.md")), DOCS) == []
+    # The check finds that line, as the in-place resize page had it.
+    page = tmp_path / "page.md"
+    page.write_text("# Title\n\nSince 1.35 and kubernetes PR\n#137555, the kubelet resizes\n")
+    assert stray_headings([page], tmp_path) == ["page.md:4: #137555, the kubelet resizes"]
+
+
+def table_cells(row: str) -> list[str]:
+    """The cells of a Markdown table row, as Python-Markdown's tables extension splits them: at
+    each '|' that is neither escaped nor inside a code span."""
+    cells, cell, code, i = [], "", "", 0
+    text = row.strip()
+    text = text[1:] if text.startswith("|") else text
+    text = text[:-1] if text.endswith("|") and not text.endswith("\\|") else text
+    while i < len(text):
+        char = text[i]
+        if char == "\\" and i + 1 < len(text):
+            cell += text[i : i + 2]
+            i += 2
+            continue
+        if char == "`":
+            ticks = re.match(r"`+", text[i:])
+            assert ticks is not None
+            run = ticks.group(0)
+            if not code:
+                closing = text.find(run, i + len(run))
+                if closing != -1:
+                    code = run
+            elif run == code:
+                code = ""
+            cell += run
+            i += len(run)
+            continue
+        if char == "|" and not code:
+            cells.append(cell)
+            cell = ""
+        else:
+            cell += char
+        i += 1
+    return [*cells, cell]
+
+
+#: The row under a table's header: dashes, colons and pipes.
+DELIMITER = re.compile(r"^\s*\|?\s*:?-+:?\s*(\|\s*:?-+:?\s*)*\|?\s*$")
+
+
+def broken_tables(pages: list[Path], root: Path) -> list[str]:
+    """Tables without their header and delimiter rows, and rows without the header's cells."""
+    broken = []
+    for page in pages:
+        lines = prose_lines(page)
+        i = 0
+        while i < len(lines):
+            number, line = lines[i]
+            if not line.lstrip().startswith("|"):
+                i += 1
+                continue
+            block = []
+            while i < len(lines) and lines[i][1].lstrip().startswith("|"):
+                block.append(lines[i])
+                i += 1
+            if len(block) < 2 or not DELIMITER.match(block[1][1]):
+                broken.append(f"{page.relative_to(root)}:{number}: no header and delimiter row")
+                continue
+            width = len(table_cells(block[0][1]))
+            broken += [
+                f"{page.relative_to(root)}:{n}: {len(table_cells(row))} cells, header {width}"
+                for n, row in block[1:]
+                if len(table_cells(row)) != width
+            ]
+    return broken
+
+
+def test_every_table_is_whole(tmp_path: Path) -> None:
+    """A row with fewer cells than its header renders its last cells empty, one with more
+    loses what is past the header's; a table broken by a line that is not a row goes on as
+    text, and its rest as text too (no header, no delimiter row). Every table here starts
+    with its header and delimiter, and each row has the header's cells ('|' in code and
+    escaped '\\|' do not count)."""
+    assert broken_tables([REPO / "README.md", *sorted(DOCS.rglob("*.md"))], REPO) == []
+    # The check finds both: a row short of a cell, and a table's rest after a line.
+    page = tmp_path / "page.md"
+    page.write_text("| a | b |\n| --- | --- |\n| `x|y` | z \\| w |\n| short |\nbroken\n| c | d |\n")
+    assert broken_tables([page], tmp_path) == [
+        "page.md:4: 1 cells, header 2",
+        "page.md:6: no header and delimiter row",
+    ]
+
+
+#: The longest code span a table cell may hold: extra.css keeps a table's code on one line
+#: (`white-space: nowrap`, so that a file name is never broken), so the table is at least
+#: that wide. Material's content column is about 590 px between its two sidebars, and its
+#: table code about 8 px a character: 60 characters and the other cells' words fit.
+TABLE_CODE_MAX = 60
+
+
+def wide_table_code(site: Path) -> list[str]:
+    """The code spans of the built site's tables longer than TABLE_CODE_MAX characters."""
+    from html import unescape
+
+    wide = []
+    for page in sorted(site.rglob("*.html")):
+        for table in re.findall(r"<table>(.*?)</table>", page.read_text(), re.S):
+            for code in re.findall(r"<code>(.*?)</code>", table, re.S):
+                text = unescape(re.sub(r"<[^>]+>", "", code))
+                if len(text) > TABLE_CODE_MAX:
+                    wide.append(f"{page.relative_to(site).parent}: {text}")
+    return wide
+
+
+def exit_code_row(page: str, code: str) -> str:
+    (row,) = [
+        line for line in (DOCS / page).read_text().splitlines() if line.startswith(f"| {code} |")
+    ]
+    return " ".join(row.split())
+
+
+def test_troubleshooting_sends_a_plug_timeout_to_its_cause() -> None:
+    """Exit 8 was "did not finish in time: the next call settles it". A grow the guest does
+    not show (PlugTimeout) is not settled by waiting: a guest that leaves the memory offline
+    keeps it so (the next call answers NoChange, QEMU having it), and a staged grow, which
+    kernel onlining brings and which kata-mem assumes when nothing says how the guest
+    onlines (guest_onlining unset), waits on room the guest may never show. The row quotes
+    both of apply's waits and names where the onlining is said."""
+    executor = (REPO / "kata_mem" / "orchestration" / "executor.py").read_text()
+    waits = ["the guest did not show", "the memory of", "room for the next step above the headroom"]
+    assert all(w in executor for w in waits)
+    row = exit_code_row("guide/troubleshooting.md", "8")
+    for said in [*waits, "`guest onlining:`", "`[kata_mem] guest_onlining`", "`kernel_params`"]:
+        assert said in row, said
+    assert "NoChange" in row and "UnplugTimeout" in row
+
+
+def test_only_apply_dry_run_is_said_to_show_the_steps_apply_would_run() -> None:
+    """The README said `kata-mem preview` shows the exact steps `apply` would run: a preview
+    never sees a VM (it plans from the boot memory, or --current), so only `apply --dry-run`,
+    which reads the live VM and changes nothing, shows those. The front pages and preview's
+    own help say which shows what."""
+    from kata_mem.interfaces.cli import cli as group
+
+    for page in (REPO / "README.md", DOCS / "index.md"):
+        text = " ".join(page.read_text().split())
+        assert "preview` shows the exact steps" not in text, page
+        (bullet,) = [p for p in page.read_text().split("\n- ") if "Previews come first" in p]
+        bullet = " ".join(bullet.split())
+        assert "`kata-mem apply --dry-run`" in bullet and "live VM" in bullet, page
+    commands = " ".join((DOCS / "reference" / "commands.md").read_text().split())
+    assert "`preview` shows what `apply` would do" not in commands
+    help_text = " ".join((group.commands["preview"].help or "").split())
+    assert "apply --dry-run" in help_text and "what apply would do" not in help_text

@@ -5,14 +5,20 @@ tests/fixtures/schemas/go-parsers.schema.json)."""
 from __future__ import annotations
 
 import math
+import struct
 import sys
 from fractions import Fraction
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from kata_mem.core import golang
+from kata_mem.core import golang, gosyntax
 from tests.support.cases import case_params
+
+#: The largest float32: beyond it (by half a unit) a conversion overflows.
+FLOAT32_LIMIT = float(golang.FLOAT32_MAX)
 
 
 def _shown(value: Any) -> Any:
@@ -29,6 +35,12 @@ def test_go_parser_case(case: dict[str, Any]) -> None:
     text = case["input"]
     if case["go"] == "ParseFloat32":
         got: Any = _shown(golang.parse_float32(text))
+    elif case["go"] == "FormatFloat32":
+        assert golang.round_float32(Fraction(text)) == Fraction(text), "not a float32"
+        got = golang.format_float32(Fraction(text))
+    elif case["go"] == "Compile":
+        refused = gosyntax.parse_error(text)
+        got = "" if refused is None else str(refused)
     elif case["go"] == "ParseUint":
         got = golang.parse_uint(text)
     elif case["go"] == "ParseBool":
@@ -41,7 +53,11 @@ def test_go_parser_case(case: dict[str, Any]) -> None:
 def test_a_value_of_thousands_of_digits_is_read_not_refused_by_python() -> None:
     # int() refuses more than 4300 digits; Go reads leading zeros and long fractions.
     assert golang.parse_uint("0" * 5000 + "20") == 20
-    assert golang.parse_float32("0." + "0" * 5000 + "1") == Fraction(1, 10**5001)
+    # Read in full, then rounded to float32 as Go does: far below the smallest, 0.
+    assert golang.parse_float32("0." + "0" * 5000 + "1") == 0
+    assert golang.parse_float32("0." + "0" * 5000 + "1" + "e5000") == golang.round_float32(
+        Fraction(1, 10)
+    )
     assert golang.parse_float32("1" * 5000) is None  # beyond float32: ErrRange
 
 
@@ -49,7 +65,7 @@ def test_a_pattern_go_refuses_writes_nothing_to_stderr(capfd: pytest.CaptureFixt
     # RE2 logs its parse errors to stderr unless told not to; the shim's stderr is the
     # runtime's log, and the refusal says it in its own words.
     assert golang.regexp_match("(?=x)", "x") is None
-    assert golang.compile_regexp("(?=x)")[1] == "invalid perl operator: (?="
+    assert golang.compile_regexp("(?=x)")[1] == "invalid or unsupported Perl syntax: `(?=`"
     assert capfd.readouterr().err == ""
 
 
@@ -94,3 +110,19 @@ def test_base_0_takes_underscores_where_go_does(text: str, value: int | None) ->
     assert golang.parse_uint(text, base=0) == value
     assert golang.parse_int(text, 0) == value
     assert golang.parse_int("-" + text, 0) == (None if value is None else -value)
+
+
+@given(st.floats(min_value=-FLOAT32_LIMIT, max_value=FLOAT32_LIMIT, allow_subnormal=True))
+def test_round_float32_is_the_c_conversion(number: float) -> None:
+    # C's (float), which struct.pack does, is IEEE 754 round to nearest, ties to even:
+    # Go's float32(x) of a float64. Subnormals included; above the limit both overflow.
+    c_float = struct.unpack("f", struct.pack("f", number))[0]
+    assert golang.round_float32(Fraction(number)) == Fraction(c_float)
+    # And the text Go prints reads back as the same float32.
+    assert golang.round_float32(Fraction(golang.format_float32(Fraction(c_float)))) == c_float
+
+
+def test_a_number_beyond_float32_is_written_as_a_float64() -> None:
+    # A workload of 1e40 CPUs is no float32 (Kata's would be +Inf); the vCPU line wrote
+    # "1.00000000e+40", the longest of the float32 attempts.
+    assert golang.format_float32(Fraction(10) ** 40) == "1e+40"

@@ -5,22 +5,28 @@ may hold: tests/fixtures/schemas/{before-steps,after-steps,step-stopped}.schema.
 from __future__ import annotations
 
 from fractions import Fraction
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import pytest
 
 from kata_mem.core import outcomes
 from kata_mem.core.model import (
     Clamp,
+    Container,
     GuestPolicy,
+    HostFacts,
+    MemoryDevice,
     MemoryPlan,
     Note,
     Outcome,
     Plan,
+    SizingConfig,
     Step,
     VcpuPlan,
     VmState,
+    Workload,
 )
+from kata_mem.core.planner import assumed_vm, plan
 from kata_mem.core.reports import StepProgress
 from kata_mem.core.units import GiB, MiB
 from kata_mem.interfaces.render import warnings_json
@@ -43,6 +49,13 @@ def build_policy(spec: Optional[dict[str, Any]]) -> Optional[GuestPolicy]:
     return GuestPolicy(spec["onlining"], spec["from"], False, "off", spec.get("movable_ratio"))
 
 
+def build_clamp(spec: Any, target: int) -> Clamp:
+    """A cause (at the plan's target), or ``[cause, limit_mib]``; its detail is the cause."""
+    if isinstance(spec, str):
+        return Clamp(spec, target, spec)  # type: ignore[arg-type]  # the schema's causes
+    return Clamp(spec[0], spec[1] * MiB, spec[0])
+
+
 def build_plan(spec: dict[str, Any], vm: VmState) -> Plan:
     target = spec["target_mib"] * MiB
     memory = MemoryPlan(
@@ -56,7 +69,7 @@ def build_plan(spec: dict[str, Any], vm: VmState) -> Plan:
         current=vm.total,
         mechanism=spec.get("mechanism", "pc-dimm"),
         block=128 * MiB,
-        clamps=tuple(Clamp(cause, target, cause) for cause in spec.get("clamps", [])),
+        clamps=tuple(build_clamp(c, target) for c in spec.get("clamps", [])),
         steps=build_steps(spec.get("steps", []), vm.total),
         guest_policy=build_policy(spec.get("onlining")),
         static_sizing=spec.get("static_sizing", False),
@@ -129,3 +142,58 @@ def test_step_stopped(case: dict[str, Any]) -> None:
     want = case["expect"]["stop"]
     assert (stop.status, stop.reason) == (want["status"], want["reason"]), stop
     assert want["message"] in stop.message, stop.message
+
+
+#: A configuration (make_config's keys) and a VM (None: the one Kata boots) whose grow the
+#: plan stops where the VM is, by the clamp's cause, and the outcome's reason for it.
+STOPS: dict[str, tuple[dict[str, Any], Optional[VmState], str, str]] = {
+    # A small guest onlining to a kernel zone (Kata's own, kata-mem's default) whose
+    # headroom leaves no room for one more block's struct pages.
+    "guest-memmap-dimm": (
+        {"default_memory": 256, "kata_mem": {"headroom_min_mib": 200}},
+        None,
+        "guest_memmap",
+        "NoMemmapRoom",
+    ),
+    "guest-memmap-virtio-mem": (
+        {"default_memory": 256, "enable_virtio_mem": True, "kata_mem": {"headroom_min_mib": 200}},
+        None,
+        "guest_memmap",
+        "NoMemmapRoom",
+    ),
+    "slots": (
+        {"default_memory": 256, "memory_slots": 1},
+        VmState(256 * MiB, (MemoryDevice("other", "dimm", 128 * MiB, slot=0),), 1),
+        "slots",
+        "NoFreeSlots",
+    ),
+    "device-space": (
+        {"default_memory": 256},
+        VmState(256 * MiB, (), 8, 0),
+        "device_space",
+        "NoDeviceSpace",
+    ),
+}
+
+
+@pytest.mark.parametrize("stop", list(STOPS.values()), ids=list(STOPS))
+def test_a_grow_stopped_where_the_vm_is_is_answered_with_the_plans_cause(
+    make_config: Callable[..., SizingConfig],
+    stop: tuple[dict[str, Any], Optional[VmState], str, str],
+) -> None:
+    """The real planner's stops and the outcome agree: a small kernel-onlining guest was
+    stopped by the plan with ``guest_memmap`` and the apply answered ``NoDeviceSpace``
+    (issue 33, item 13). Each cause that stops a grow where the VM is has its reason, and
+    the outcome says what the plan says."""
+    keys, given, cause, reason = stop
+    cfg = make_config(**keys)
+    host = HostFacts(memory=16 * GiB, cpus=8, arch="amd64")
+    work = Workload((Container("c", memory_limit=GiB),))
+    vm = given or assumed_vm(cfg, host, None, work)
+    p = plan(cfg, host, work, vm)
+    (clamp,) = [c for c in p.memory.clamps if c.cause == cause]
+    assert p.memory.steps == () and clamp.limit == vm.total
+    _, outcome = outcomes.before_steps(p, vm, shrink_allowed=False)
+    assert outcome is not None
+    assert (outcome.status, outcome.reason) == ("Infeasible", reason)
+    assert outcome.message.startswith(clamp.detail), outcome.message

@@ -29,7 +29,7 @@ from kata_mem.core.planner import assumed_vm, plan
 from kata_mem.core.quantity import parse_quantity, quantity_bytes
 from kata_mem.core.units import MiB
 from kata_mem.interfaces.render import plan_json, warnings_json
-from tests.support.cases import build_vm, case_params
+from tests.support.cases import build_vm, case_params, float32
 
 
 def build_host(spec: dict[str, Any]) -> HostFacts:
@@ -186,8 +186,8 @@ def test_plan_case(case: dict[str, Any], make_config: Callable[..., SizingConfig
                 "clamped_by": [c.cause for c in v.clamps],
             }
             for vkey, vwant in want.items():
-                # A case's 1.7 vCPUs is the decimal 17/10, as the loader reads a TOML 1.7.
-                exact = Fraction(str(vwant)) if vkey == "default" else vwant
+                # A case's 1.7 vCPUs is the float32 Kata holds for the TOML's 1.7.
+                exact = Fraction(float32(vwant)) if vkey == "default" else vwant
                 assert got_v[vkey] == exact, f"vcpus.{vkey}"
         elif key == "warning":
             assert any(want in w for w in warnings_json(result.notes)), result.notes
