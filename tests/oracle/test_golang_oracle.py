@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 
 from kata_mem.core import golang
 from kata_mem.core.errors import ConfigError
+from kata_mem.core.gosyntax import parse_error
 from tests.strategies import (
     go_bool_texts,
     go_float_texts,
@@ -27,15 +28,11 @@ from tests.strategies import (
     go_regexps,
 )
 from tests.support.cases import case_params, load_cases
-from tests.support.oracle import ORACLE_EXAMPLES, Oracle, float32_nearest, go_float32
+from tests.support.oracle import ORACLE_EXAMPLES, Oracle, go_float32
 
 # The first test of a session may build the oracles: minutes on a machine whose Go caches
 # are cold (docs/contributing/tests.md, "Differential tests").
 pytestmark = [pytest.mark.go, pytest.mark.oracle, pytest.mark.timeout(900)]
-
-#: RE2's refusal of a pattern whose program is beyond its memory budget (google-re2's
-#: default ``max_mem``, 8 MiB), which Go compiles: a documented difference.
-RE2_TOO_LARGE = "pattern too large - compile failed"
 
 ORACLE = settings(
     max_examples=ORACLE_EXAMPLES,
@@ -49,9 +46,8 @@ ORACLE = settings(
 
 def float32_differences(text: str, go: dict[str, Any]) -> Optional[str]:
     """How kata-mem's ``parse_float32(text)`` differs from Go's ``ParseFloat(text, 32)``:
-    the same refusals, and where both read a number, Go's float32 is the float32 nearest
-    kata-mem's exact value (kata-mem keeps the exact value, a documented difference:
-    compared-with-kata.md "annotation values")."""
+    the same refusals, and where both read a number, the same float32 (kata-mem holds it
+    as a Fraction, exactly)."""
     ours = golang.parse_float32(text)
     if ours is None:
         return None if not go["ok"] else f"kata-mem refuses, Go reads {go_float32(go)!r}"
@@ -61,8 +57,8 @@ def float32_differences(text: str, go: dict[str, Any]) -> Optional[str]:
     if isinstance(ours, float):
         same = math.isnan(theirs) if math.isnan(ours) else theirs == ours
         return None if same else f"kata-mem {ours!r}, Go {theirs!r}"
-    if float32_nearest(ours) != theirs:
-        return f"kata-mem {ours} (float32 {float32_nearest(ours)!r}), Go {theirs!r}"
+    if ours != Fraction(theirs):
+        return f"kata-mem {ours}, Go {theirs!r}"
     return None
 
 
@@ -85,10 +81,11 @@ _CLASS_NAME = re.compile(r"\\[pP](?:\{\^?([^}]*)\}|([^{]))")
 
 
 def re2_compiles(pattern: str) -> tuple[bool, str]:
-    """Whether RE2 itself (google-re2, with its default memory budget) compiles
+    """Whether RE2 itself (google-re2, with the memory kata-mem gives it) compiles
     ``pattern``, and its refusal."""
     options = re2.Options()
     options.log_errors = False
+    options.max_mem = golang.RE2_MAX_MEM
     try:
         re2.compile(pattern, options=options)  # type: ignore[no-untyped-call]
     except re2.error as exc:
@@ -97,15 +94,13 @@ def re2_compiles(pattern: str) -> tuple[bool, str]:
     return True, ""
 
 
-def _class_names_disputed(pattern: str, go_oracle: Oracle) -> bool:
-    """Whether ``pattern`` names a Unicode class that Go's regexp and RE2 do not both know
-    or both refuse: compared-with-kata.md, "``enable_annotations`` patterns", Go 1.26's
-    loose class names (regexp/syntax/parse.go ``canonicalName``)."""
+def _class_names_only_go_reads(pattern: str, go_oracle: Oracle) -> bool:
+    """Whether ``pattern`` names a Unicode class that Go's regexp reads and RE2 refuses:
+    compared-with-kata.md, "``enable_annotations`` patterns", the class names Go 1.25 and
+    later reads loosely (regexp/syntax/parse.go ``canonicalName``, ``unicodeTable``)."""
     for braced, letter in set(_CLASS_NAME.findall(pattern)):
-        name = braced or letter
-        alone = "\\p{" + name + "}"
-        go = go_oracle.ask({"op": "Compile", "text": alone})
-        if go["ok"] != re2_compiles(alone)[0]:
+        alone = "\\p{" + (braced or letter) + "}"
+        if go_oracle.ask({"op": "Compile", "text": alone})["ok"] and not re2_compiles(alone)[0]:
             return True
     return False
 
@@ -114,25 +109,30 @@ def match_differences(
     pattern: str, text: str, go: dict[str, Any], go_oracle: Oracle
 ) -> Optional[str]:
     """How kata-mem's ``regexp_match`` differs from Go's ``regexp.MatchString``, but for
-    the documented differences: a Unicode class name Go and RE2 read differently
-    (:func:`_class_names_disputed`), a program beyond RE2's memory budget, and a pattern
-    kata-mem refuses as a configuration error because Go compiles it and RE2 does not."""
+    the two documented differences (compared-with-kata.md, "``enable_annotations``
+    patterns"): a pattern naming a Unicode class only Go reads, which kata-mem refuses as a
+    configuration error (:func:`_class_names_only_go_reads`), and ``\\B`` in a text that is
+    not ASCII."""
     try:
         ours = golang.regexp_match(pattern, text)
     except ConfigError:
-        if go["ok"] and not re2_compiles(pattern)[0]:
+        if go["ok"] and _class_names_only_go_reads(pattern, go_oracle):
             return None  # kata-mem cannot match as Go does, and says so
         return f"MatchString({pattern!r}, {text!r}): kata-mem refuses it, Go {go}"
     theirs = go["match"] if go["ok"] else None
-    if ours == theirs or _class_names_disputed(pattern, go_oracle):
+    if ours == theirs:
         return None
-    if ours is None and re2_compiles(pattern)[1] == RE2_TOO_LARGE and go["ok"]:
-        return None  # compared-with-kata.md, "``enable_annotations`` patterns": RE2's budget
     if "\\B" in pattern and not text.isascii():
         return None  # the same row: RE2 tries \B between the bytes of a character too
     why = "" if go["ok"] else f" ({go['err']})"
     ours_why = "" if ours is not None else f" ({golang.compile_regexp(pattern)[1]})"
     return f"MatchString({pattern!r}, {text!r}): kata-mem {ours}{ours_why}, Go {theirs}{why}"
+
+
+def go_refusal(pattern: str) -> Optional[str]:
+    """kata-mem's ``regexp.Compile`` error for ``pattern`` in Go's words, or ``None``."""
+    refused = parse_error(pattern)
+    return None if refused is None else str(refused)
 
 
 # -- the case tables that say they were checked against Go -------------------------------
@@ -174,8 +174,8 @@ def test_go_parsers_row_is_what_go_answers(case: dict[str, Any], go_oracle: Orac
     go = _ask_row(go_oracle, case)
     expect = case["expect"]
     if case["go"] == "ParseFloat32" and go["ok"] and expect not in ("inf", "-inf", "nan"):
-        # The table keeps the value exact (as kata-mem reads it); Go rounds it to a float32.
-        assert float32_nearest(Fraction(expect)) == go_float32(go), go
+        # The table writes the float32 exactly, as a fraction.
+        assert Fraction(expect) == Fraction(go_float32(go)), go
     else:
         assert _table_answer(case, go) == expect, go
 
@@ -246,46 +246,45 @@ def test_parse_bool_is_gos(go_oracle: Oracle, text: str) -> None:
 def test_regexp_match_is_gos(go_oracle: Oracle, pattern: str, text: str) -> None:
     go = go_oracle.ask({"op": "MatchString", "pattern": pattern, "text": text})
     assert match_differences(pattern, text, go, go_oracle) is None
+    assert go_refusal(pattern) == go.get("err")  # and refused in Go's words
 
 
 # -- the documented differences, as they stand -------------------------------------------
 
 
 def test_the_documented_regexp_differences_are_still_there(go_oracle: Oracle) -> None:
-    # compared-with-kata.md, "``enable_annotations`` patterns", as upstream stands. Go 1.26
-    # reads Unicode class names loosely (regexp/syntax/parse.go canonicalName: \\p{greek},
-    # \\pp), and so no longer finds a script whose name has an underscore; RE2 takes
-    # Unicode's names as written, as Go did before 1.26. And RE2, with its default memory
-    # budget, refuses a large class repeated 1,000 times, which Go, counting a class as one
-    # instruction, compiles. When a Go or google-re2 release changes one, this fails:
-    # update the row (and what kata-mem does about it).
+    # compared-with-kata.md, "``enable_annotations`` patterns", as upstream stands. When a
+    # Go or google-re2 release changes one, this fails: update the row (and what kata-mem
+    # does about it).
     # RE2 tries an empty-width assertion at every byte of UTF-8, so \\B holds inside "é"
     # (two non-word bytes), where Go, which steps by runes, finds no place for it in "0é0".
     go = go_oracle.ask({"op": "MatchString", "pattern": "\\B", "text": "0\u00e90"})
     assert (go["match"], golang.regexp_match("\\B", "0\u00e90")) == (False, True)
-    cases = {
-        "\\p{greek}": (True, False),
-        "\\pp": (True, False),
-        "\\p{Nag_Mundari}": (False, True),
-        "\\pL{1000}": (True, False),
-        "\\p{Greek}": (True, True),
-    }
-    answers = go_oracle.ask_many([{"op": "Compile", "text": p} for p in cases])
-    got = {p: (a["ok"], re2_compiles(p)[0]) for p, a in zip(cases, answers)}
-    assert got == cases
-    assert re2_compiles("\\pL{1000}")[1] == RE2_TOO_LARGE
+    # Go 1.25+ reads Unicode class names loosely (regexp/syntax/parse.go canonicalName,
+    # unicode.CategoryAliases); RE2 takes Unicode's names as written: kata-mem refuses such
+    # a pattern as a configuration error rather than guess what it allows.
+    only_go = ("\\p{greek}", "\\pp", "\\p{Letter}")
+    answers = go_oracle.ask_many([{"op": "Compile", "text": p} for p in only_go])
+    assert [(a["ok"], re2_compiles(p)[0]) for p, a in zip(only_go, answers)] == [(True, False)] * 3
+    for pattern in only_go:
+        with pytest.raises(ConfigError, match="RE2"):
+            golang.regexp_match(pattern, "a")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 33 item 15 (branch wt/core33): RE2 takes a pattern nested beyond 1,000 "
-    "levels, which Go refuses ('expression nests too deeply')",
-)
-def test_nesting_limits_are_gos(go_oracle: Oracle) -> None:
+def test_what_go_refuses_and_re2_takes_is_refused(go_oracle: Oracle) -> None:
+    # Go's parser (kata_mem.core.gosyntax) decides, not RE2: a tree 1000 levels high or
+    # more (maxHeight: 1000 nested groups and the literal in them), Go 1.26's reading of a
+    # script whose name has an underscore, RE2's any-byte \\C. RE2 compiles each; Go
+    # refuses it, and so does kata-mem, in Go's words. And a large class repeated 1,000
+    # times, beyond RE2's default memory budget, which Go compiles, is matched (kata-mem
+    # gives RE2 the memory Go's limits need).
     patterns = ["(" * n + "a" + ")" * n for n in (999, 1000, 1001)]
+    patterns += ["\\p{Nag_Mundari}", "\\C", "\\pL{1000}"]
     answers = go_oracle.ask_many(
         [{"op": "MatchString", "pattern": p, "text": "a"} for p in patterns]
     )
-    assert [match_differences(p, "a", a, go_oracle) for p, a in zip(patterns, answers)] == [
-        None
-    ] * 3
+    assert [a["ok"] for a in answers] == [True, False, False, False, False, True]
+    assert all(re2_compiles(p)[0] for p in patterns)
+    for pattern, answer in zip(patterns, answers):
+        assert match_differences(pattern, "a", answer, go_oracle) is None
+        assert go_refusal(pattern) == answer.get("err")

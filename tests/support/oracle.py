@@ -20,12 +20,10 @@ cases cost more, 10 times), or ``$KATA_MEM_ORACLE_EXAMPLES`` for every test
 from __future__ import annotations
 
 import json
-import math
 import os
 import struct
 import subprocess
 import threading
-from fractions import Fraction
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Optional
@@ -162,31 +160,6 @@ class Oracle:
             for stream in (self._proc.stdout, self._proc.stderr):
                 if stream is not None:
                     stream.close()
-
-
-def float32_nearest(value: Fraction) -> float:
-    """The float32 nearest ``value`` (ties to even, subnormals, beyond the largest:
-    infinity), as a Python float (every float32 is one exactly): what Go's
-    ``strconv.ParseFloat(s, 32)`` gives for a decimal or hexadecimal number of that value."""
-    if value == 0:
-        return 0.0
-    sign = -1.0 if value < 0 else 1.0
-    x = abs(value)
-    exponent = x.numerator.bit_length() - x.denominator.bit_length()  # 2^e <= x < 2^(e+2)
-    if Fraction(2) ** exponent > x:
-        exponent -= 1
-    elif Fraction(2) ** (exponent + 1) <= x:
-        exponent += 1
-    quantum = Fraction(2) ** (max(exponent, -126) - 23)  # 24 bits, or the subnormals' step
-    units = x / quantum
-    whole = units.numerator // units.denominator
-    rest = units - whole
-    if rest > Fraction(1, 2) or (rest == Fraction(1, 2) and whole % 2 == 1):
-        whole += 1
-    rounded = whole * quantum
-    if rounded >= Fraction(2) ** 128:
-        return sign * math.inf
-    return sign * float(rounded)
 
 
 def go_float32(answer: dict[str, Any]) -> float:
