@@ -41,7 +41,7 @@ from tests.support.paths import REPO
 pytestmark = [pytest.mark.go, pytest.mark.oracle, pytest.mark.timeout(900)]
 
 ORACLE = settings(
-    max_examples=oracle_examples(10),  # each case: two API servers and a file
+    max_examples=oracle_examples(5),  # each case: two API servers and a file
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
