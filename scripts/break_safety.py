@@ -85,6 +85,7 @@ GUARDS: dict[str, tuple[str, ...]] = {
         "tests/unit/test_gosyntax.py",
         "tests/unit/test_golang.py",
         "tests/unit/test_annotation_cases.py",
+        "tests/oracle/test_golang_oracle.py",
     ),
     "kata_mem/edges/config.py": ("tests/unit/test_plan_cases.py", "tests/unit/test_config.py"),
     "kata_mem/interfaces/render.py": ("tests/cli/test_preview.py",),

@@ -4,15 +4,19 @@ and mutated inputs; and the example counts of tests that are not like most."""
 from __future__ import annotations
 
 import json
+import random
 import re
+import struct
 from fractions import Fraction
 from typing import Any, Optional
 
 from hypothesis import settings
 from hypothesis import strategies as st
 
+from kata_mem.core import gosyntax
 from kata_mem.core.arch import HUGEPAGE_SIZES
 from kata_mem.core.endpoint import LIBVIRT_URIS, Endpoint, VmmIdentity
+from kata_mem.core.golang import round_float32
 from kata_mem.core.model import (
     ARCHES,
     RUNTIMES,
@@ -341,6 +345,74 @@ def _with_underscores(draw: st.DrawFn, digits: str) -> str:
 _dec_digits = st.text("0123456789", max_size=12) | st.text("0", max_size=900).map(lambda z: z + "1")
 _hex_digits = st.text("0123456789abcdefABCDEF", max_size=10)
 _signs = st.sampled_from(["", "", "+", "-"])
+
+
+#: Patterns at Go's limits, and the code Go refuses each with (None: Go compiles it),
+#: each answer Go 1.26.8's (tests/oracle/test_golang_oracle.py asks Go again). A limit's error
+#: names the whole pattern (parse.go ``parse``: ``&Error{Code: ErrLarge, Expr: s}``).
+GO_REGEXP_LIMITS: list[tuple[str, str, Optional[str]]] = [
+    # maxHeight 1000: a capture is one level above what it holds.
+    ("captures-999-deep", "(" * 999 + "a" + ")" * 999, None),
+    ("captures-1000-deep", "(" * 1000 + "a" + ")" * 1000, gosyntax.ERR_NESTING_DEPTH),
+    ("captures-1001-deep", "(" * 1001 + "a" + ")" * 1001, gosyntax.ERR_NESTING_DEPTH),
+    # A non-capturing group is no level of its own: Go builds no node for it.
+    ("groups-5000-deep", "(?:" * 5000 + "a" + ")" * 5000, None),
+    ("flag-groups-1001-deep", "(?i:" * 1001 + "a" + ")" * 1001, None),
+    # A repetition is a level.
+    ("stars-1200-deep", "(?:" * 1200 + "a*" + ")*" * 1200, gosyntax.ERR_NESTING_DEPTH),
+    ("quests-1200-deep", "(?:" * 1200 + "a" + ")?" * 1200, gosyntax.ERR_NESTING_DEPTH),
+    # Alternatives of single runes are one class (factor, round 3): no level.
+    ("rune-alternations-1200-deep", "(?:a|" * 1200 + "b" + ")" * 1200, None),
+    (
+        "captured-alternations-1001-deep",
+        "(a|" * 1001 + "b" + ")" * 1001,
+        gosyntax.ERR_NESTING_DEPTH,
+    ),
+    ("a-deep-group-never-closed", "(" * 1001 + "a", gosyntax.ERR_MISSING_PAREN),
+    # maxSize, 3355443 instructions: 3355 x 1000 fit, 3356 x 1000 do not.
+    ("size-at-the-limit", "(?:" + "a" * 3355 + "){1000}", None),
+    ("size-above-the-limit", "(?:" + "a" * 3356 + "){1000}", gosyntax.ERR_LARGE),
+    # maxRunes, 33554432 runes in classes: \pL is 659 ranges, 1318 runes, in Go 1.26.
+    ("runes-at-the-limit", "\\pL" * 25458, None),
+    ("runes-above-the-limit", "\\pL" * 25459, gosyntax.ERR_LARGE),
+]
+
+
+#: Pieces the corpus is made of: every kind of token the parser reads, and the ones that
+#: fold (k, K, the Kelvin sign, the long s), so that literals merge and alternations factor.
+GO_REGEXP_TOKENS = [
+    "(", ")", "(?:", "(?i)", "(?i:", "(?P<n>", "(?<n>", "(?P<>", "|", "*", "+", "?", "{2}",
+    "{1,3}", "{1000}", "{2,}", "{,3}", "{", "}", "{01}", "[", "]", "[^", "-", "a", "b", "A",
+    "k", "K", "s", "\u017f", "\u00e9", ".", "^", "$", "\\d", "\\W", "\\pL", "\\p{Greek}",
+    "\\PL", "\\p{^Lu}", "\\p{Foo}", "\\p", "\\x41", "\\x{1F600}", "\\x{}", "\\xZ", "\\Q",
+    "\\E", "\\b", "\\z", "\\C", "\\1", "\\12", "\\0", "\\", "[:alpha:]", "[[:^digit:]]",
+    "[[:foo:]]", "\\p{Letter}", "\\p{Assigned}", "\\pN", "(?U)", "(?s)", "(?m)", "(?-i)",
+    "(?i-s:", "(?-)", "(?i-:", "??", "*?", "+?", "\\.", "\\_", "\\q", "ab", "abc", "ac",
+    "[a-z]", "[z-a]", "[a-]", "[-a]", "[]a]", "\\n", "x*", "(a|b)", "a|ab|abc", "[Kk]",
+    "[k\u212a]", "\u212a", "\\x{10FFFF}", "\\x{110000}",
+]  # fmt: skip
+
+
+def go_regexp_corpus(seed: int = 33, count: int = 4000) -> list[str]:
+    """A seeded corpus of patterns made of :data:`GO_REGEXP_TOKENS` (the same every run)."""
+    rng = random.Random(seed)
+    return ["".join(rng.choices(GO_REGEXP_TOKENS, k=rng.randint(1, 12))) for _ in range(count)]
+
+
+@st.composite
+def float32_values(draw: st.DrawFn) -> Fraction:
+    """Finite float32s, exactly: any bit pattern (every exponent as likely, subnormals
+    included), whole numbers and decimals as a configuration writes them (``1.5``,
+    ``2.00000001``, ``1234567``), each rounded to its float32."""
+    kind = draw(st.sampled_from(["bits", "bits", "whole", "decimal"]))
+    if kind == "bits":
+        bits = draw(st.integers(min_value=0, max_value=0x7F7FFFFF))  # up to the largest
+        magnitude = Fraction(struct.unpack("<f", struct.pack("<I", bits))[0])
+        return -magnitude if draw(st.booleans()) else magnitude
+    if kind == "whole":
+        return round_float32(Fraction(draw(st.integers(min_value=-(10**9), max_value=10**9))))
+    digits = draw(st.integers(min_value=1, max_value=10**9))
+    return round_float32(Fraction(digits, 10 ** draw(st.integers(min_value=0, max_value=12))))
 
 
 @st.composite

@@ -21,9 +21,12 @@ from kata_mem.core import golang
 from kata_mem.core.errors import ConfigError
 from kata_mem.core.gosyntax import parse_error
 from tests.strategies import (
+    GO_REGEXP_LIMITS,
+    float32_values,
     go_bool_texts,
     go_float_texts,
     go_integer_texts,
+    go_regexp_corpus,
     go_regexp_texts,
     go_regexps,
 )
@@ -180,6 +183,21 @@ def test_go_parsers_row_is_what_go_answers(case: dict[str, Any], go_oracle: Orac
         assert _table_answer(case, go) == expect, go
 
 
+def test_the_regexp_port_refuses_what_go_refuses_in_gos_words(go_oracle: Oracle) -> None:
+    # kata_mem.core.gosyntax, Go's regexp/syntax ported: the table's Compile rows, the
+    # patterns at Go's limits (tests/unit/test_gosyntax.py pins Go's answers), and a seeded
+    # corpus of every kind of token the parser reads, each asked of regexp.Compile itself.
+    table = [c["input"] for c in load_cases("go-parsers") if c["go"] == "Compile"]
+    patterns = [*table, *(limit[1] for limit in GO_REGEXP_LIMITS), *go_regexp_corpus()]
+    answers = go_oracle.ask_many([{"op": "Compile", "text": p} for p in patterns])
+    wrong = [
+        (p[:80], a.get("err", "")[:120], (go_refusal(p) or "")[:120])
+        for p, a in zip(patterns, answers)
+        if go_refusal(p) != a.get("err")
+    ]
+    assert not wrong, wrong[:10]
+
+
 def test_every_value_and_pattern_of_the_annotation_table_is_read_as_go_reads_it(
     go_oracle: Oracle,
 ) -> None:
@@ -223,6 +241,15 @@ def test_every_value_and_pattern_of_the_annotation_table_is_read_as_go_reads_it(
 def test_parse_float32_is_gos(go_oracle: Oracle, text: str) -> None:
     go = go_oracle.ask({"op": "ParseFloat", "text": text, "bits": 32})
     assert float32_differences(text, go) is None
+
+
+@ORACLE
+@given(float32_values())
+def test_format_float32_is_gos(go_oracle: Oracle, value: Fraction) -> None:
+    # How kata-mem writes a vCPU count (the preview, config check, runtimeclass), as fmt's
+    # %v writes Kata's float32: every float32, subnormals and the largest included.
+    go = go_oracle.ask({"op": "FormatFloat32", "text": str(value)})
+    assert golang.format_float32(value) == go["value"]
 
 
 @ORACLE
