@@ -1,5 +1,8 @@
-"""Fixtures of the differential tests: the oracles (tests/support/oracle.py), built once a
-session by scripts/build-oracles.sh and each run as one process for the whole session.
+"""Fixtures of the differential tests: the oracles (tests/support/oracle.py), built by
+scripts/build-oracles.sh and each run as one process for the whole session. scripts/test
+builds them in the background before these tests run, and the script then finds each up to
+date (the hash of its inputs); run by hand, it builds what is missing, or waits on the lock
+of a build under way.
 
 * ``go_oracle`` (session): Go's strconv and regexp (tests/oracle/golang).
 * ``kubernetes_oracles`` (session): ``{"1.35": oracle, "1.37": oracle}``, Kubernetes'
