@@ -94,6 +94,7 @@ GUARDS: dict[str, tuple[str, ...]] = {
     ),
     "kata_mem/interfaces/reconcile_loop.py": ("tests/service/test_reconcile_loop.py",),
     "kata_mem/core/golang.py": (
+        "tests/oracle/test_golang_oracle.py",
         "tests/unit/test_golang.py",
         "tests/unit/test_annotation_cases.py",
         "tests/unit/test_config.py",
@@ -102,6 +103,7 @@ GUARDS: dict[str, tuple[str, ...]] = {
         "tests/unit/test_gosyntax.py",
         "tests/unit/test_golang.py",
         "tests/unit/test_annotation_cases.py",
+        "tests/oracle/test_golang_oracle.py",
     ),
     "kata_mem/edges/config.py": (
         "tests/unit/test_plan_cases.py",
@@ -135,6 +137,14 @@ GUARDS: dict[str, tuple[str, ...]] = {
     "scripts/install-node.sh": ("tests/cli/test_install_layout.py",),
     "kata_mem/orchestration/handle.py": ("tests/unit/test_ledger.py",),
     "kata_mem/orchestration/reconcile.py": ("tests/unit/test_ledger.py",),
+    # The rules kata-mem takes from upstream: the differential tests run upstream's own
+    # code (tests/oracle, built by scripts/build-oracles.sh) beside it, then the tables.
+    "kata_mem/core/quantity.py": (
+        "tests/oracle/test_quantity_oracle.py",
+        "tests/oracle/test_pod_oracle.py",
+        "tests/unit/test_quantity.py",
+    ),
+    "kata_mem/edges/pod.py": ("tests/oracle/test_pod_oracle.py", "tests/unit/test_pod_cases.py"),
     "kata_mem/core/record.py": (
         "tests/unit/test_record.py",
         "tests/unit/test_host_side.py",
@@ -170,6 +180,8 @@ GUESTMEM = "kata_mem/core/guestmem.py"
 EXECUTOR = "kata_mem/orchestration/executor.py"
 ENDPOINT = "kata_mem/core/endpoint.py"
 REQUEST = "kata_mem/core/request.py"
+QUANTITY = "kata_mem/core/quantity.py"
+POD = "kata_mem/edges/pod.py"
 GOLANG = "kata_mem/core/golang.py"
 GOSYNTAX = "kata_mem/core/gosyntax.py"
 CONFIG = "kata_mem/edges/config.py"
@@ -704,6 +716,78 @@ BREAKS = (
         "        if k > m or (k < m and len(root) > m):",
         "        if k != m:",
     ),
+    # -- what kata-mem takes from upstream, which the oracles run beside it (tests/oracle) ---
+    # Kubernetes' quantities (apimachinery ParseQuantity).
+    Break("quantity-gi-is-2-to-the-29", QUANTITY, '"Gi": 30,', '"Gi": 29,'),
+    Break(
+        "quantity-rounds-down-to-nano",
+        QUANTITY,
+        "nanos = -(-value.numerator * 10**9 // value.denominator)",
+        "nanos = value.numerator * 10**9 // value.denominator",
+    ),
+    Break(
+        "quantity-exponent-sign-lost",
+        QUANTITY,
+        "exp = int(suffix[1:])",
+        "exp = abs(int(suffix[1:]))",
+    ),
+    # The API server's Pod defaulting and validation (pkg/apis/core/v1/defaults.go,
+    # pkg/api/pod/util.go, pkg/apis/core/validation/validation.go).
+    Break(
+        "pod-limit-ignores-pod-request",
+        POD,
+        "limits[key] = max(request, container_limits[key])",
+        "limits[key] = container_limits[key]",
+    ),
+    Break(
+        "pod-request-not-from-containers",
+        POD,
+        "requests[key] = from_containers[key] = total",
+        "from_containers[key] = total",
+    ),
+    Break(
+        "container-request-not-its-limit",
+        POD,
+        "requests = {**limits, **given}",
+        "requests = dict(given)",
+    ),
+    Break(
+        "quantity-not-rounded-to-milli",
+        POD,
+        "    if thousandths.denominator == 1:\n        return amount",
+        "    if True:\n        return amount",
+    ),
+    Break(
+        "hugepages-any-number-of-bytes",
+        POD,
+        "            if whole % size:",
+        "            if False:",
+    ),
+    # Go's strconv.ParseFloat(s, 32) and regexp.MatchString, as Kata reads annotations.
+    Break(
+        "float-hex-exponent-of-ten",
+        GOLANG,
+        "value *= Fraction(2 if hexa else 10) ** exponent",
+        "value *= Fraction(10) ** exponent",
+    ),
+    Break(
+        "float-underscores-anywhere",
+        GOLANG,
+        "if i != n or (underscores and not underscore_ok(text)):",
+        "if i != n:",
+    ),
+    Break(
+        "regexp-anchored-at-the-start",
+        GOLANG,
+        "compiled.search(_SURROGATE.sub",
+        "compiled.match(_SURROGATE.sub",
+    ),
+    Break(
+        "float-plus-infinity-refused",
+        GOLANG,
+        'if lower in ("inf", "+inf", "infinity", "+infinity"):',
+        'if lower in ("inf", "infinity"):',
+    ),
     # -- the QMP monitor's socket (qmp_socket.py): a full backlog is waited for (issue 33) ---
     Break(
         "qmp-full-backlog-not-waited",
@@ -948,6 +1032,13 @@ BREAKS = (
 )
 
 
+#: The copies share the tree's oracles (tests/oracle): a copy has no .cache, and its Go
+#: sources are the tree's, so scripts/build-oracles.sh finds them built there.
+ORACLE_ENV = {
+    **os.environ,
+    "KATA_MEM_ORACLE_DIR": os.environ.get("KATA_MEM_ORACLE_DIR") or str(ROOT / ".cache" / "oracle"),
+}
+
 #: The control: no change at all. It must pass, or every "killed" would mean nothing.
 CONTROL = Break("none (control)", SAFETY, "", "")
 
@@ -981,6 +1072,7 @@ def run_break(brk: Break, tests: tuple[str, ...], python: str) -> tuple[str, flo
         proc = subprocess.run(
             [python, "-m", "pytest", "-p", "no:cacheprovider", "-x", "-q", *FAST, *tests],
             cwd=work,
+            env=ORACLE_ENV,
             capture_output=True,
             text=True,
             check=False,

@@ -57,9 +57,9 @@ _MAX_LEN = {2: 64, 8: 22, 10: 20, 16: 16}
 def parse_uint(text: str, bits: int = 64, base: int = 10) -> Optional[int]:
     """``strconv.ParseUint(text, base, bits)`` for base 2, 8, 10, 16 or 0 (the prefix
     says: ``0b``, ``0o``, ``0x``, a leading ``0`` for octal, else decimal): ASCII digits
-    only, no sign, leading zeros allowed, underscores already removed by the caller where
-    base 0 allows them (``underscore_ok``); ``None`` where Go answers an error (syntax,
-    or above ``2**bits - 1``)."""
+    only, no sign, leading zeros allowed, and with base 0 underscores where
+    ``underscore_ok`` allows them; ``None`` where Go answers an error (syntax, or above
+    ``2**bits - 1``)."""
     if not text:
         return None
     digits = text
@@ -69,6 +69,10 @@ def parse_uint(text: str, bits: int = 64, base: int = 10) -> Optional[int]:
             prefix = text[1:2].lower() if len(text) >= 3 else ""
             base = {"b": 2, "o": 8, "x": 16}.get(prefix, 8)
             digits = text[2:] if prefix in ("b", "o", "x") else text[1:]
+        if "_" in digits:  # atoi.go ParseUint: skipped as digits are read, then underscoreOK
+            if not underscore_ok(text):
+                return None
+            digits = digits.replace("_", "")
     allowed = _BASE_DIGITS[base]
     if not all(c in allowed for c in digits):
         return None

@@ -161,7 +161,17 @@ def _resource_list(items: Any, where: str, at: str, arch: Arch) -> _Resources:
                     "each page size once (the kubelet keeps one limit per page size, "
                     "HugePageLimits, so two names of one size are not two limits)"
                 )
-            out[size] = Fraction(_yaml_quantity_bytes(value, field))
+            whole = _yaml_quantity_bytes(value, field)
+            if whole % size:
+                # pkg/apis/core/validation/validation.go validateResourceQuantityHugePageValue
+                # (pkg/apis/core/helper/helpers.go IsHugePageResourceValueDivisible): the
+                # value, rounded up to a byte, a whole number of pages; 0 is one.
+                raise InputError(
+                    f"{field}: {_shown(value)} is not a whole number of "
+                    f"{_q(Fraction(size))} pages; expected a multiple of the page size, "
+                    "as Kubernetes requires"
+                )
+            out[size] = Fraction(whole)
     return out
 
 
@@ -188,6 +198,21 @@ def _aggregate(read: list[_Read], of: Callable[[_Read], _Resources]) -> _Resourc
     for key, value in inits.items():
         total[key] = max(total.get(key, Fraction(0)), value)
     return total
+
+
+def _check_hugepages_with_cpu_or_memory(
+    requests: _Resources, limits: _Resources, where: str, at: str
+) -> None:
+    """pkg/apis/core/validation/validation.go ``validateResourceRequirements``:
+    "HugePages require cpu or memory": hugepages in the limits or requests, neither cpu
+    nor memory there."""
+    names = set(requests) | set(limits)
+    if any(isinstance(k, int) for k in names) and not names & {"cpu", "memory"}:
+        pages = ", ".join(sorted(_name(k) for k in names if isinstance(k, int)))
+        raise InputError(
+            f"{where}: {at}: {pages} without cpu or memory; expected a cpu or memory "
+            "request or limit beside hugepages, as Kubernetes requires"
+        )
 
 
 def _check_requests(
@@ -225,24 +250,31 @@ def _pod_level(
     spec: dict[str, Any], read: list[_Read], where: str, arch: Arch
 ) -> Optional[PodResources]:
     """The Pod's pod-level limits (KEP-2837 ``spec.resources``), defaulted and checked
-    against its containers as the API server does, or None when it sets none.
+    against its containers as the API server of Kubernetes 1.37 does, or None when it
+    sets none.
 
-    Defaulting (pkg/apis/core/v1/defaults.go, in ``SetDefaults_Pod``'s order):
-    ``defaultHugePagePodLimits`` fills a hugepage size the pod names neither a limit nor
-    a request of from the containers' total limit of that size;
-    ``defaultPodRequests`` fills the pod's cpu and memory requests from the
-    containers' total requests, then any other request from the pod's limit;
-    ``defaultPodLimits`` fills, for a pod with requests and no limits, the cpu and
-    memory limits of resources every container limits. Validation
-    (pkg/apis/core/validation/validation.go ``validatePodResources``): the pod's
-    requests within its limits (hugepages equal), the pod's requests at least the
-    containers' total requests, and each app container's limit at most the pod's
-    (``validatePodResourceConsistency``: init containers and sidecars are not bounded
-    there, only through their requests).
+    Defaulting (pkg/api/pod/util.go ``DefaultPodLevelResources``, which the registry's
+    ``PrepareForCreate`` runs from 1.37, PodLevelResourcesFixDefaulting; before, a part of
+    it ran in pkg/apis/core/v1/defaults.go ``SetDefaults_Pod``: compared-with-kata.md,
+    "Kubernetes"), in its order: ``defaultHugePagePodLevelLimits`` fills a hugepage size
+    the pod names neither a limit nor a request of from the containers' total limit of
+    that size; ``defaultPodLevelRequests`` fills the pod's cpu and memory requests from
+    the containers' total requests, then any other request from the pod's limit;
+    ``defaultPodLevelLimits`` fills the limit of a resource the pod requests without a
+    limit, when every container (init containers and sidecars too) limits it, with the
+    larger of the pod's request and the containers' total limit. Validation
+    (pkg/apis/core/validation/validation.go ``validatePodResources``): the pod's requests
+    within its limits (hugepages equal, and with cpu or memory beside them), and
+    (``validatePodResourceConsistency``) each pod request that is set at least the
+    containers' total request, each hugepage limit at least the containers' total limit,
+    and each app container's limit at most the pod's (init containers and sidecars are
+    not bounded there, only through their requests).
 
-    The limits returned are the pod's with the hugepage sizes filled in: the kubelet
-    limits the pod cgroup to them (pkg/kubelet/cm/helpers_linux.go
-    ``ResourceConfigForPod``, ``HugePageLimits``)."""
+    The limits returned are the pod's memory and cpu limits as given, and its hugepage
+    limits with the sizes filled in: the kubelet limits the pod cgroup to them
+    (pkg/kubelet/cm/helpers_linux.go ``ResourceConfigForPod``, ``HugePageLimits``). A
+    defaulted memory or cpu limit is never below the containers' peak, the figure
+    kata-mem sizes from when every container is limited, so it is not kept."""
     resources = spec.get("resources")
     if resources is None:
         return None
@@ -259,21 +291,18 @@ def _pod_level(
     limits, requests = dict(given_limits), dict(given_requests)
     container_limits = _aggregate(read, lambda r: r.limits)
     container_requests = _aggregate(read, lambda r: r.requests)
-    if limits or requests:  # defaultHugePagePodLimits
-        for key, total in container_limits.items():
-            if isinstance(key, int) and key not in requests and key not in limits:
-                limits[key] = total
+    for key, total in container_limits.items():  # defaultHugePagePodLevelLimits
+        if isinstance(key, int) and key not in requests and key not in limits:
+            limits[key] = total
     from_containers: _Resources = {}
-    if limits:  # defaultPodRequests
-        for key, total in container_requests.items():
-            if isinstance(key, str) and key not in requests:
-                requests[key] = from_containers[key] = total
-        for key, limit in limits.items():
-            requests.setdefault(key, limit)
-    if not limits and requests:  # defaultPodLimits (none set, defaulted hugepages included)
-        for key in ("cpu", "memory"):
-            if key in container_limits and all(key in r.limits for r in read):
-                limits[key] = container_limits[key]
+    for key, total in container_requests.items():  # defaultPodLevelRequests
+        if isinstance(key, str) and key not in requests:  # cpu and memory: overcommitted
+            requests[key] = from_containers[key] = total
+    for key, limit in limits.items():
+        requests.setdefault(key, limit)
+    for key, request in requests.items():  # defaultPodLevelLimits
+        if key not in limits and all(key in r.limits for r in read):
+            limits[key] = max(request, container_limits[key])
     for r in read:  # validatePodResourceConsistency
         if r.container.role != "app":
             continue  # only spec.containers are bounded by the pod's limits
@@ -294,15 +323,24 @@ def _pod_level(
         " (not set, so the API server sets it to the containers' total request, a"
         " container's request being its limit when not set)",
     )
+    _check_hugepages_with_cpu_or_memory(requests, limits, where, at)
     for key, total in container_requests.items():
-        if total > requests.get(key, Fraction(0)):
-            have = requests.get(key)
-            shown = "not set" if have is None else _q(have)
+        have = requests.get(key)
+        if have is not None and total > have:  # a pod request not set bounds nothing
             raise InputError(
-                f"{where}: {at}.requests.{_name(key)}: {shown} is below the containers' total "
+                f"{where}: {at}.requests.{_name(key)}: {_q(have)} is below the containers' total "
                 f"request of {_q(total)} (a container's request defaults to its limit); "
                 "expected pod-level requests of at least the containers' total, as "
                 "Kubernetes requires"
+            )
+    for key, total in container_limits.items():
+        cap = limits.get(key)
+        if isinstance(key, int) and cap is not None and total > cap:
+            raise InputError(
+                f"{where}: {at}.limits.{_name(key)}: {_q(cap)} is below the containers' total "
+                f"limit of {_q(total)}; expected a pod-level hugepage limit of at least the "
+                "containers' total, as Kubernetes requires of resources that cannot be "
+                "overcommitted"
             )
     pages = tuple(sorted((k, int(v)) for k, v in limits.items() if isinstance(k, int) and v > 0))
     memory, cpu = given_limits.get("memory"), given_limits.get("cpu")
@@ -358,15 +396,17 @@ def pod_containers(pod: dict[str, Any], where: str, arch: Arch) -> tuple[Contain
 
 def _init_role(policy: Any, where: str, at: str) -> Role:
     """An init container's role: a sidecar with ``restartPolicy: Always``, else a plain
-    init container. Kubernetes refuses any other policy on an init container
-    (pkg/apis/core/validation/validation.go ``validateInitContainers``: NotSupported,
-    only Always), so the Pod never runs, and is not sized."""
-    if policy is None:
+    init container, which ``OnFailure`` and ``Never`` keep being (pkg/apis/core/validation/
+    validation.go ``validateInitContainerRestartPolicy``: with ContainerRestartRules, beta
+    and on from 1.35, ``validateContainerRestartPolicy`` takes all three; component-helpers
+    ``isRestartableInitContainer``: only Always makes a sidecar). Kubernetes refuses any
+    other value (NotSupported), so the Pod never runs, and is not sized."""
+    if policy is None or policy in ("OnFailure", "Never"):
         return "init"
     if policy != "Always":
         raise InputError(
-            f"{where}: {at}.restartPolicy: {_shown(policy)}: expected Always (a sidecar) or "
-            "no restartPolicy, as Kubernetes takes on an init container"
+            f"{where}: {at}.restartPolicy: {_shown(policy)}: expected Always (a sidecar), "
+            "OnFailure, Never or no restartPolicy, as Kubernetes takes on an init container"
         )
     return "sidecar"
 
@@ -390,6 +430,7 @@ def _pod_container(item: dict[str, Any], role: Role, where: str, at: str, arch: 
     # SetDefaults_Pod: a request not given is the limit (validated after defaulting).
     requests = {**limits, **given}
     _check_requests(given, limits, where, f"{at}.resources", "")
+    _check_hugepages_with_cpu_or_memory(requests, limits, where, f"{at}.resources")
     pages = tuple(sorted((k, int(v)) for k, v in limits.items() if isinstance(k, int)))
     memory = limits.get("memory", Fraction(0))
     container = Container(
@@ -424,9 +465,18 @@ def _hugepage_resource(key: str, field: str, arch: Arch) -> int:
 
 
 def _yaml_quantity(value: Any, field: str) -> Fraction:
+    """A resource quantity of the Pod as the API server stores it: read as Kubernetes
+    reads it, then rounded up, away from zero, to a thousandth (pkg/apis/core/v1/
+    defaults.go ``SetDefaults_ResourceList``, ``Quantity.RoundUp(-3)``: 1.5n of a CPU is
+    1m)."""
     from kata_mem.core.manifest import kubernetes_quantity
 
-    return kubernetes_quantity(value, field)
+    amount = kubernetes_quantity(value, field)
+    thousandths = amount * 1000
+    if thousandths.denominator == 1:
+        return amount
+    away = -(-abs(thousandths.numerator) // thousandths.denominator)
+    return Fraction(away if amount > 0 else -away, 1000)
 
 
 def _yaml_quantity_bytes(value: Any, field: str) -> int:

@@ -410,11 +410,11 @@ def test_a_broken_pipe_elsewhere_is_still_a_bug(
 # --- 6. Hugepage sizes the architecture has --------------------------------------------
 
 
-def _pod(tmp_path: Path, key: str) -> Path:
+def _pod(tmp_path: Path, key: str, pages: str = "64Mi") -> Path:
     pod = tmp_path / "pod.yaml"
     pod.write_text(
         "kind: Pod\nspec:\n  containers:\n  - name: a\n    resources:\n      limits:\n"
-        f"        memory: 1Gi\n        {key}: 64Mi\n"
+        f"        memory: 1Gi\n        {key}: {pages}\n"
     )
     return pod
 
@@ -447,15 +447,20 @@ def test_a_pod_hugepage_size_the_architecture_lacks_is_refused(
     _error(r, 4, f"{pod}: spec.containers[0].resources.limits.{key}: {message}")
 
 
-@pytest.mark.parametrize(("key", "arch"), [("hugepages-64Ki", "arm64"), ("hugepages-2048Ki", "amd64"),
-                                           ("hugepages-16Gi", "ppc64le"), ("hugepages-1Mi", "s390x")])  # fmt: skip
+# A whole number of pages of each size (Kubernetes refuses any other: validation.go
+# validateResourceQuantityHugePageValue).
+@pytest.mark.parametrize(("key", "arch", "pages", "mib"), [("hugepages-64Ki", "arm64", "64Mi", 64),
+                                                           ("hugepages-2048Ki", "amd64", "64Mi", 64),
+                                                           ("hugepages-16Gi", "ppc64le", "16Gi", 16384),
+                                                           ("hugepages-1Mi", "s390x", "64Mi", 64)])  # fmt: skip
 def test_a_pod_hugepage_size_of_the_architecture_counts(
-    run_cli: Run, cfg: Path, tmp_path: Path, key: str, arch: str
+    run_cli: Run, cfg: Path, tmp_path: Path, key: str, arch: str, pages: str, mib: int
 ) -> None:
-    args = ("--host-memory", "16Gi", "--host-cpus", "4", "--host-arch", arch, "--json")
-    r = run_cli("preview", "--config", str(cfg), "--pod", str(_pod(tmp_path, key)), *args)
+    args = ("--host-memory", "32Gi", "--host-cpus", "4", "--host-arch", arch, "--json")
+    pod = _pod(tmp_path, key, pages)
+    r = run_cli("preview", "--config", str(cfg), "--pod", str(pod), *args)
     assert r.code == 0, r.err
-    assert json.loads(r.out)["memory"]["requested_mib"] == 2048 + 1024 + 64
+    assert json.loads(r.out)["memory"]["requested_mib"] == 2048 + 1024 + mib
 
 
 def test_the_probed_architecture_decides_too(run_cli: Run, cfg: Path, tmp_path: Path) -> None:
