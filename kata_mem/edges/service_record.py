@@ -10,7 +10,6 @@ user, in a directory no other user could swap it through.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import stat
@@ -22,7 +21,7 @@ from kata_mem.core.units import KiB
 from kata_mem.core.values import Frozen
 from kata_mem.edges.files import read_open
 from kata_mem.edges.ownership import check_way, who
-from kata_mem.edges.statefiles import CREATE, READ, os_error_text
+from kata_mem.edges.statefiles import READ, os_error_text, write_durably
 
 SERVICE_SCHEMA = "kata-mem/service/v1"
 #: A record is a few hundred bytes: anything larger is not one serve wrote.
@@ -70,24 +69,9 @@ def publish_service(socket: str, state_dir: str, config: Optional[str]) -> Path:
     }
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     try:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()  # a crashed serve's, of this pid: kata-mem's own name
-        fd = os.open(tmp, CREATE, 0o644)
-        try:
-            os.fchmod(fd, 0o644)  # whatever the umask
-            os.write(fd, (json.dumps(doc) + "\n").encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-        dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        # 0644 whatever the umask: a shim of ``--group`` reads it.
+        write_durably(tmp, path, (json.dumps(doc) + "\n").encode(), 0o644)
     except OSError as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
         raise ConfigError(
             f"{where}: cannot write {path}, the record of the state directory kata-mem-shim "
             f"answers in when the service does not ({exc.strerror or exc}); nothing was served"

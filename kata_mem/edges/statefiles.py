@@ -160,22 +160,21 @@ def os_error_text(exc: OSError) -> str:
 # -- writing a state file -----------------------------------------------------------------
 
 
-def atomic_write(
-    directory: Path, path: Path, data: bytes, root: Path, *, replace: bool = True
-) -> None:
-    """Write ``path`` (in ``directory``) atomically and durably; with ``replace=False``
-    an existing ``path`` is kept as it is (its inode too: the root marker is a lock).
+def write_durably(tmp: Path, path: Path, data: bytes, mode: int, *, replace: bool = True) -> None:
+    """Write ``data`` to ``path`` atomically and durably: into ``tmp`` (kata-mem's own name
+    beside it; one a crashed call of this pid left is taken again), fsync, rename, fsync
+    the directory. With ``replace=False`` an existing ``path`` is kept as it is (its inode
+    too: the root marker is a lock). ``mode`` whatever the umask.
 
-    :raises StateDirError: when the directory cannot be written.
-    """
-    tmp = directory / f".{path.name.lstrip('.')}.{os.getpid()}.tmp"
+    :raises OSError: nothing is left at ``tmp`` then."""
     try:
         try:
-            fd = os.open(tmp, CREATE, 0o600)
+            fd = os.open(tmp, CREATE, mode)
         except FileExistsError:
             tmp.unlink()  # left by a crashed call that had this pid: kata-mem's own name
-            fd = os.open(tmp, CREATE, 0o600)
+            fd = os.open(tmp, CREATE, mode)
         try:
+            os.fchmod(fd, mode)
             os.write(fd, data)
             os.fsync(fd)
         finally:
@@ -186,12 +185,27 @@ def atomic_write(
             with contextlib.suppress(FileExistsError):
                 os.link(tmp, path)
             tmp.unlink()
-        dfd = os.open(directory, os.O_RDONLY)
+        dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
             os.fsync(dfd)
         finally:
             os.close(dfd)
-    except OSError as exc:
+    except OSError:
         with contextlib.suppress(OSError):
             tmp.unlink()
+        raise
+
+
+def atomic_write(
+    directory: Path, path: Path, data: bytes, root: Path, *, replace: bool = True
+) -> None:
+    """Write the state file ``path`` (in ``directory``) atomically and durably, 0600; with
+    ``replace=False`` an existing ``path`` is kept as it is.
+
+    :raises StateDirError: when the directory cannot be written.
+    """
+    tmp = directory / f".{path.name.lstrip('.')}.{os.getpid()}.tmp"
+    try:
+        write_durably(tmp, path, data, 0o600, replace=replace)
+    except OSError as exc:
         raise cannot_write(root, str(path), exc, "it was not written") from exc
