@@ -57,6 +57,7 @@ from typing import IO, Any, Callable, NamedTuple, Optional, Union
 
 import psutil
 
+from tests.support.builds import build
 from tests.support.oci_image import go_arch, write_image_tar
 from tests.support.paths import REPO
 from tests.support.waits import wait_until
@@ -153,18 +154,9 @@ def build_rig(out: Path = DEFAULT_RIG_DIR) -> Rig:
     lacking = machine_lacks()
     if lacking:
         raise RigUnavailable(lacking)
-    done = subprocess.run(
-        [str(BUILD_SCRIPT), str(out)],
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise NodeError(
-            f"{BUILD_SCRIPT.relative_to(REPO)} {out} failed (exit {done.returncode}):\n"
-            f"{done.stderr[-4000:]}"
-        )
+    failed = build(BUILD_SCRIPT, out)
+    if failed is not None:
+        raise NodeError(failed)
     runc = shutil.which("runc")
     if runc is None:
         raise NodeError("runc not found: run scripts/install-system-deps.sh node")

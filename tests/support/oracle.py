@@ -29,6 +29,7 @@ from types import TracebackType
 from typing import Any, Optional
 
 from tests.strategies import examples
+from tests.support.builds import build
 from tests.support.paths import REPO
 
 BUILD_SCRIPT = REPO / "scripts" / "build-oracles.sh"
@@ -65,18 +66,9 @@ def build_oracles() -> dict[str, Path]:
         does not serve).
     """
     out = oracle_dir()
-    done = subprocess.run(
-        [str(BUILD_SCRIPT), str(out)],
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise OracleError(
-            f"{BUILD_SCRIPT.relative_to(REPO)} {out} failed (exit {done.returncode}):\n"
-            f"{done.stderr[-4000:]}"
-        )
+    failed = build(BUILD_SCRIPT, out)
+    if failed is not None:
+        raise OracleError(failed)
     return {name: out / name / "bin" / program for name, program in PROGRAMS.items()}
 
 
