@@ -75,15 +75,19 @@ def baseline_dimm(sock: Path) -> int:
     number of round trips."""
     with QMPClient(sock) as q:
         q.execute("query-memory-devices")
-        q.execute("object-add", {"qom-type": "memory-backend-ram", "id": "bmem0", "size": GiB})
-        q.execute("device_add", {"driver": "pc-dimm", "id": "bdimm0", "memdev": "bmem0"})
-        # The guest's insert confirmation for this DIMM: an eject's (source 3) from the
-        # previous round's unplug can still arrive first.
-        while not inserted(q.wait_event("ACPI_DEVICE_OST", timeout=30), "bdimm0"):
-            pass
+        _plug(q)
         devices = q.execute("query-memory-devices")
         assert any(d["data"].get("id") == "bdimm0" for d in devices)
         return 5  # capabilities + 4 commands
+
+
+def _plug(q: QMPClient) -> None:
+    """object-add, device_add, and the guest's insert confirmation for this DIMM (an
+    eject's, source 3, from the previous round's unplug can still arrive first)."""
+    q.execute("object-add", {"qom-type": "memory-backend-ram", "id": "bmem0", "size": GiB})
+    q.execute("device_add", {"driver": "pc-dimm", "id": "bdimm0", "memdev": "bmem0"})
+    while not inserted(q.wait_event("ACPI_DEVICE_OST", timeout=30), "bdimm0"):
+        pass
 
 
 def baseline_virtio(sock: Path) -> int:
@@ -93,19 +97,25 @@ def baseline_virtio(sock: Path) -> int:
     correct wait). Returns the number of round trips."""
     with QMPClient(sock) as q:
         q.execute("query-memory-devices")
-        q.execute(
-            "qom-set",
-            {"path": "/machine/peripheral/vm0", "property": "requested-size", "value": GiB},
+        return 2 + _resize(q)
+
+
+def _resize(q: QMPClient) -> int:
+    """Set the virtio-mem device's requested size to 1 GiB and read its size until it is
+    reached, every ``VIRTIO_MEM_POLL_S``. Returns the round trips."""
+    q.execute(
+        "qom-set",
+        {"path": "/machine/peripheral/vm0", "property": "requested-size", "value": GiB},
+    )
+    trips = 1
+    while True:
+        trips += 1
+        dev = next(
+            d["data"] for d in q.execute("query-memory-devices") if d["type"] == "virtio-mem"
         )
-        trips = 3
-        while True:
-            trips += 1
-            dev = next(
-                d["data"] for d in q.execute("query-memory-devices") if d["type"] == "virtio-mem"
-            )
-            if dev["size"] == GiB:
-                return trips
-            time.sleep(VIRTIO_MEM_POLL_S)
+        if dev["size"] == GiB:
+            return trips
+        time.sleep(VIRTIO_MEM_POLL_S)
 
 
 BALLOON = "/machine/peripheral/balloon0"  # GuestSpec's balloon
@@ -143,47 +153,28 @@ def _shows(q: QMPClient, before: int) -> int:
         time.sleep(0.001)
 
 
+def _observe(q: QMPClient) -> int:
+    """The devices and the guest's latest MemTotal, in one exchange: the MemTotal the
+    grow is measured from."""
+    _, stats = q.execute_all(
+        [("query-memory-devices", None), ("qom-get", {"path": BALLOON, "property": "guest-stats"})]
+    )
+    return int(stats["stats"]["stat-total-memory"])
+
+
 def confirmed_dimm(sock: Path) -> int:
     """:func:`baseline_dimm`, then a fresh reading of the guest that shows the memory."""
     with QMPClient(sock) as q:
-        _, stats = q.execute_all(
-            [
-                ("query-memory-devices", None),
-                ("qom-get", {"path": BALLOON, "property": "guest-stats"}),
-            ]
-        )
-        before = int(stats["stats"]["stat-total-memory"])
-        q.execute("object-add", {"qom-type": "memory-backend-ram", "id": "bmem0", "size": GiB})
-        q.execute("device_add", {"driver": "pc-dimm", "id": "bdimm0", "memdev": "bmem0"})
-        while not inserted(q.wait_event("ACPI_DEVICE_OST", timeout=30), "bdimm0"):
-            pass
+        before = _observe(q)
+        _plug(q)
         return 4 + _shows(q, before)
 
 
 def confirmed_virtio(sock: Path) -> int:
     """:func:`baseline_virtio`, then a fresh reading of the guest that shows the memory."""
     with QMPClient(sock) as q:
-        _, stats = q.execute_all(
-            [
-                ("query-memory-devices", None),
-                ("qom-get", {"path": BALLOON, "property": "guest-stats"}),
-            ]
-        )
-        before = int(stats["stats"]["stat-total-memory"])
-        q.execute(
-            "qom-set",
-            {"path": "/machine/peripheral/vm0", "property": "requested-size", "value": GiB},
-        )
-        trips = 3
-        while True:
-            trips += 1
-            dev = next(
-                d["data"] for d in q.execute("query-memory-devices") if d["type"] == "virtio-mem"
-            )
-            if dev["size"] == GiB:
-                break
-            time.sleep(VIRTIO_MEM_POLL_S)
-        return trips + _shows(q, before)
+        before = _observe(q)
+        return 2 + _resize(q) + _shows(q, before)
 
 
 def reset(sock: Path, boot_total: int) -> None:

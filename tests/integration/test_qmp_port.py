@@ -198,35 +198,13 @@ def test_a_reply_of_the_wrong_shape_names_the_field(
     )
 
 
-def test_a_done_resize_is_verified_from_the_read_that_found_it_done(
+def test_a_resize_its_first_poll_and_its_verification_take_one_exchange(
     server: FakeQmpServer, qemu: RecordingQemu
 ) -> None:
-    # The poll that finds the step done read the devices from QEMU after the step; the
-    # observation that verifies it takes that reply instead of asking again.
-    qemu.add_virtio_mem("vm0", 0, 2048 * MiB)
-    backend = QmpBackend.connect(str(server.path))
-    try:
-        backend.observe()
-        step = Step("resize_virtio_mem", "vm0", 1024 * MiB, 1024 * MiB, 1536 * MiB)
-        backend.begin(step)
-        assert backend.poll(step, 1.0).state == "done"
-        polled = len(qemu.calls)
-        after = backend.observe()
-        assert qemu.calls[polled:] == []
-        assert after.total == 1536 * MiB
-        # Kept for that observation only: the next one reads afresh.
-        backend.observe()
-        assert [c for c, _ in qemu.calls[polled:]] == ["query-memory-devices"]
-    finally:
-        backend.close()
-
-
-def test_a_resize_and_the_first_read_of_its_size_go_out_in_one_exchange(
-    server: FakeQmpServer, qemu: RecordingQemu
-) -> None:
-    # The new requested size, then the devices: QEMU answers in order, so the size the
-    # first poll reads is QEMU's after it took the request. One round trip for both, and
-    # the first poll asks nothing more; the observation after reads afresh.
+    # The new requested size goes out with a read of the devices: QEMU answers in order, so
+    # the size the first poll reads is QEMU's after it took the request. The poll that finds
+    # the step done read the devices after the step; the observation that verifies it takes
+    # that reply instead of asking again.
     qemu.add_virtio_mem("vm0", 0, 2048 * MiB)
     backend = QmpBackend.connect(str(server.path))
     try:
@@ -234,9 +212,15 @@ def test_a_resize_and_the_first_read_of_its_size_go_out_in_one_exchange(
         sent, trips = len(qemu.calls), backend.round_trips
         step = Step("resize_virtio_mem", "vm0", 1024 * MiB, 1024 * MiB, 1536 * MiB)
         backend.begin(step)
-        assert backend.poll(step, 0.0).state == "done"
+        assert backend.poll(step, 1.0).state == "done"
+        after = backend.observe()
         assert [c for c, _ in qemu.calls[sent:]] == ["qom-set", "query-memory-devices"]
         assert backend.round_trips == trips + 1
+        assert after.total == 1536 * MiB
+        # Kept for that observation only: the next one reads afresh.
+        polled = len(qemu.calls)
+        backend.observe()
+        assert [c for c, _ in qemu.calls[polled:]] == ["query-memory-devices"]
         # A refused resize raises where it was sent, and leaves no read for a later poll.
         with pytest.raises(BackendError):
             backend.begin(replace(step, device="nosuch"))
