@@ -607,6 +607,12 @@ BREAKS = (
         "                self._stats_count(path),\n"
         '                ("qom-get", {"path": path, "property": "guest-stats"}),\n',
     ),
+    Break(
+        "resize-read-before-the-change",
+        "kata_mem/backends/qmp.py",
+        'self._read_ahead([resize, ("query-memory-devices", None)])',
+        'self._read_ahead([("query-memory-devices", None), resize])',
+    ),
     # -- the journal's record (record.py) --------------------------------------------------
     Break(
         "commitment-ignores-grow",

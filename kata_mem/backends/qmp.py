@@ -259,6 +259,11 @@ class QmpBackend:
         self._resizing: Optional[Step] = None
         #: Replies of commands sent ahead (:meth:`_read_ahead`), until they are asked for.
         self._ahead: dict[str, tuple[object]] = {}
+        #: The devices read with a virtio-mem resize, for its first poll.
+        self._read_with_change: Optional[tuple[object]] = None
+        #: A DIMM's plug was found done from its event, and QEMU has not been read since:
+        #: the observation that verifies it is the executor's next read of the devices.
+        self._verify_due = False
         #: Commands sent, and round trips waited for (commands sent together count once).
         self.commands = 0
         self.round_trips = 0
@@ -395,8 +400,10 @@ class QmpBackend:
         return self._run(self._client.execute(cmd, args), cmd)
 
     def _read_ahead(self, commands: list[tuple[str, Optional[dict[str, object]]]]) -> None:
-        """Send read-only ``commands`` at once and keep their replies (or errors) for the
-        :meth:`_execute` calls that ask for them: one round trip instead of one each.
+        """Send ``commands`` at once and keep their replies (or errors) for the
+        :meth:`_execute` calls that ask for them: one round trip instead of one each. Read-only
+        commands, or a change followed by the reads that must come after it (its caller
+        asks for the change's reply first, so that its error is raised where it was sent).
         QEMU answers a client's commands in order (docs/interop/qmp-spec.rst,
         "Commands Responses"), and ``qemu.qmp`` matches replies by id."""
         todo = [(c, a) for c, a in commands if _key(c, a) not in self._ahead]
@@ -592,6 +599,7 @@ class QmpBackend:
         finally:
             # Never a later observation's: what is plugged is read afresh every time.
             self._ahead.pop(_key("query-memory-devices", None), None)
+            self._verify_due = False
         state = vm_state(
             base=base,
             maxmem=maxmem,
@@ -613,6 +621,8 @@ class QmpBackend:
         self._events.clear()
         self._seen.clear()
         self._ahead.pop(_key("query-memory-devices", None), None)
+        self._read_with_change = None
+        self._verify_due = False
         self._resizing = None
         if step.action == "plug_dimm":
             memdev = step.memdev
@@ -633,7 +643,7 @@ class QmpBackend:
         elif step.action == "delete_memdev":
             self._object_del(step.device)
         else:
-            self._execute(
+            resize: _Command = (
                 "qom-set",
                 {
                     "path": f"/machine/peripheral/{step.device}",
@@ -641,6 +651,15 @@ class QmpBackend:
                     "value": step.size,
                 },
             )
+            # The size the step's first poll reads goes out with the change: QEMU answers in
+            # order, so it is read after QEMU took the new requested size, one round trip
+            # for both. Kept for that poll only (:meth:`poll`); an observation reads afresh.
+            self._read_ahead([resize, ("query-memory-devices", None)])
+            try:
+                self._execute(*resize)
+            finally:
+                read = self._ahead.pop(_key("query-memory-devices", None), None)
+            self._read_with_change = read
 
     def poll(self, step: Step, wait_s: float = 0.0) -> StepProgress:
         if step.action == "resize_virtio_mem":
@@ -648,8 +667,9 @@ class QmpBackend:
             # reading of the size: QEMU sends a device's first such event at once but holds
             # the later ones for up to a second (monitor/monitor.c, ``monitor_qapi_event_conf``:
             # 1000 ms), so the event of the last block the guest plugs can come a second late.
-            # One read per poll: the first poll of a step answers at once, a later one (the
-            # step was pending) waits for an event or VIRTIO_MEM_POLL_S, then reads.
+            # One read per poll: the first poll of a step answers at once (from the size
+            # read with the change, :meth:`begin`), a later one (the step was pending) waits
+            # for an event or VIRTIO_MEM_POLL_S, then reads.
             if self._resizing == step and wait_s > 0:
                 self._drain_events(min(wait_s, VIRTIO_MEM_POLL_S))
             self._resizing = step
@@ -668,6 +688,7 @@ class QmpBackend:
             if ost is None:
                 return StepProgress("pending", "waiting for the guest's ACPI_DEVICE_OST")
             status = ost["info"].get("status")
+            self._verify_due = status == 0
             return (
                 StepProgress("done")
                 if status == 0
@@ -697,7 +718,10 @@ class QmpBackend:
             if any(n == step.device for n, _ in self._children("/objects")):
                 return StepProgress("pending", f"{step.device} is still in /objects")
             return StepProgress("done")
-        raw = self._execute("query-memory-devices")
+        read, self._read_with_change = self._read_with_change, None
+        raw = self._execute("query-memory-devices") if read is None else read[0]
+        if isinstance(raw, KataMemError):
+            raise raw
         progress = resize_progress(
             step, next((d for d in self._devices(raw)[0] if d.id == step.device), None)
         )
@@ -756,8 +780,13 @@ class QmpBackend:
 
         stop, restart = interval(0), interval(seconds)
         self._interval = None  # unknown until QEMU has taken both
+        # A DIMM just plugged, not verified yet: its verifying read goes with the ask
+        # (:meth:`kata_mem.orchestration.usage.UsageReader.look_now`), read after the step
+        # as the observation needs; QEMU answers in order.
+        verify: list[_Command] = [("query-memory-devices", None)] if self._verify_due else []
         self._read_ahead(
             [
+                *verify,
                 self._stats_count(path),
                 ("qom-get", {"path": path, "property": "guest-stats"}),
                 stop,

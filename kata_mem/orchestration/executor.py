@@ -537,6 +537,11 @@ class Executor:
             _step_timeout(cfg, step),
             None if watched is None else lambda: self._pressure(watched.latest(), cfg, block),
         )
+        if progress.state == "done" and step.delta > 0 and self._watch and reader is not None:
+            # The guest's reading that will show the grow (:meth:`_confirm_grow`) is due now:
+            # asked for before the step is verified, in one exchange with it where the
+            # backend can.
+            reader.look_now()
         after = self._observe()
         if progress.state == "done" and step.shrinks and reader is not None:
             # Also after a DIMM unplug: the next step's check must not take a reading from

@@ -68,6 +68,8 @@ class UsageReader:
         self._last_end: Optional[float] = None
         self._mark: Optional[int] = None
         self._total_before_last = 0
+        #: A look taken by :meth:`look_now` (when, and what it read), for :meth:`until`.
+        self._looked: Optional[tuple[float, Optional[GuestUsage]]] = None
 
     def latest(self) -> Optional[GuestUsage]:
         """The latest reading, however old."""
@@ -136,19 +138,30 @@ class UsageReader:
         """A reading that shows the last step (waiting for it if need be)."""
         return self.fresh(after=self._last_end)
 
+    def look_now(self) -> None:
+        """Ask for the reading :meth:`until` will wait for, now: called as soon as the
+        hypervisor says a grow step is done, before the executor verifies it from the
+        hypervisor, so that a backend that can (QMP) sends the ask and the verifying read in
+        one exchange, and the guest answers while the read is served."""
+        looked = self._clock()
+        self._looked = (looked, self._look())
+
     def until(self, done: Callable[[GuestUsage], bool], timeout_s: float) -> Optional[GuestUsage]:
         """Fresh readings, one after another, until one satisfies ``done`` or ``timeout_s``
         has passed; returns the last one (None if the guest reports none).
 
         Called once the hypervisor shows the change, when the guest's reading is due: the
         latest reading is looked at and a new one asked for in the same exchange
-        (:meth:`_look`); until one satisfies ``done``, again after waits that double up to
-        ``UNTIL_POLL_S``."""
+        (:meth:`_look`, or the look :meth:`look_now` took); until one satisfies ``done``,
+        again after waits that double up to ``UNTIL_POLL_S``."""
         deadline = self._clock() + timeout_s
         wait = FRESH_POLL_S
         while True:
-            looked = self._clock()
-            usage = self._look()
+            if self._looked is not None:  # the first look, taken by look_now
+                (looked, usage), self._looked = self._looked, None
+            else:
+                looked = self._clock()
+                usage = self._look()
             if usage is not None and not done(usage) and self._clock() < deadline:
                 usage = self.fresh(looked, usage)
             if (usage is not None and done(usage)) or self._clock() >= deadline:

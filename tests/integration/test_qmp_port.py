@@ -17,6 +17,7 @@ from kata_mem.backends.qmp import QmpBackend
 from kata_mem.core.errors import BackendError, KataMemError
 from kata_mem.core.model import BackendObject, OwnedDevice, Step
 from kata_mem.core.reports import owned_view
+from kata_mem.core.values import replace
 from tests.support.cli import CliResult
 from tests.support.configs import write_config
 from tests.support.fake_qmp import FakeQemu, FakeQmpServer
@@ -197,25 +198,35 @@ def test_a_reply_of_the_wrong_shape_names_the_field(
     )
 
 
-def test_a_done_resize_is_verified_from_the_read_that_found_it_done(
+def test_a_resize_its_first_poll_and_its_verification_take_one_exchange(
     server: FakeQmpServer, qemu: RecordingQemu
 ) -> None:
-    # The poll that finds the step done read the devices from QEMU after the step; the
-    # observation that verifies it takes that reply instead of asking again.
+    # The new requested size goes out with a read of the devices: QEMU answers in order, so
+    # the size the first poll reads is QEMU's after it took the request. The poll that finds
+    # the step done read the devices after the step; the observation that verifies it takes
+    # that reply instead of asking again.
     qemu.add_virtio_mem("vm0", 0, 2048 * MiB)
     backend = QmpBackend.connect(str(server.path))
     try:
         backend.observe()
+        sent, trips = len(qemu.calls), backend.round_trips
         step = Step("resize_virtio_mem", "vm0", 1024 * MiB, 1024 * MiB, 1536 * MiB)
         backend.begin(step)
         assert backend.poll(step, 1.0).state == "done"
-        polled = len(qemu.calls)
         after = backend.observe()
-        assert qemu.calls[polled:] == []
+        assert [c for c, _ in qemu.calls[sent:]] == ["qom-set", "query-memory-devices"]
+        assert backend.round_trips == trips + 1
         assert after.total == 1536 * MiB
         # Kept for that observation only: the next one reads afresh.
+        polled = len(qemu.calls)
         backend.observe()
         assert [c for c, _ in qemu.calls[polled:]] == ["query-memory-devices"]
+        # A refused resize raises where it was sent, and leaves no read for a later poll.
+        with pytest.raises(BackendError):
+            backend.begin(replace(step, device="nosuch"))
+        sent = len(qemu.calls)
+        assert backend.poll(step, 0.0).state == "done"
+        assert [c for c, _ in qemu.calls[sent:]] == ["query-memory-devices"]
     finally:
         backend.close()
 
@@ -342,9 +353,15 @@ def test_a_grow_sends_only_the_commands_that_carry_it_or_prove_it(
             {"default_memory": 512, "default_maxmemory": 4096, "shared_fs": "none"},
         )
     )
+    backends: list[QmpBackend] = []
+
+    def connect() -> QmpBackend:
+        backends.append(QmpBackend.connect(str(server.path), dimm_backend=dimm_backend(cfg)))
+        return backends[-1]
+
     result = run_locked(
         SandboxState(tmp_path / "state", "sb"),
-        lambda: QmpBackend.connect(str(server.path), dimm_backend=dimm_backend(cfg)),
+        connect,
         cfg,
         HOST,
         Workload((Container("c", 1024 * MiB),)),
@@ -360,7 +377,12 @@ def test_a_grow_sends_only_the_commands_that_carry_it_or_prove_it(
         *reading,
         "object-add",
         "device_add",
+        # The step's verification goes with the ask for the reading that shows it.
         "query-memory-devices",
         *reading,
         *ask,
     ]
+    # Round trips after the capabilities: the reads made once with the observation, the
+    # reading and its ask, the reading asked for, object-add, device_add, and the
+    # verification with the next ask (whose reading this scripted guest has at once).
+    assert [b.round_trips for b in backends] == [6]

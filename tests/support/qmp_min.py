@@ -142,6 +142,32 @@ class QMPClient:
             raise QMPError(f"{name}: {err.get('class')}: {err.get('desc')}", reply)
         return reply.get("return")
 
+    def execute_all(self, commands: list[tuple[str, Optional[JSONObject]]]) -> list[Any]:
+        """Send ``commands`` at once and return their ``return`` values, in order: one
+        round trip (QEMU answers a client's commands in order). Raises :class:`QMPError`
+        for the first that failed, once every reply is in."""
+        ids = []
+        for name, args in commands:
+            self._next_id += 1
+            ids.append(f"k{self._next_id}")
+            msg: JSONObject = {"execute": name, "id": ids[-1]}
+            if args:
+                msg["arguments"] = args
+            self._send(msg)
+        deadline = time.monotonic() + self.timeout
+        replies: dict[str, JSONObject] = {}
+        while len(replies) < len(ids):
+            reply = self._recv(deadline)
+            if "event" in reply:
+                self._events.append(reply)
+            elif reply.get("id") in ids:
+                replies[str(reply["id"])] = reply
+        for (name, _), msg_id in zip(commands, ids):
+            if "error" in replies[msg_id]:
+                err = replies[msg_id]["error"]
+                raise QMPError(f"{name}: {err.get('class')}: {err.get('desc')}", replies[msg_id])
+        return [replies[i].get("return") for i in ids]
+
     # -- events -------------------------------------------------------------------
     def events(self, clear: bool = True) -> list[JSONObject]:
         """Events received so far (reads what is already on the socket, never blocks)."""
