@@ -9,7 +9,6 @@ shim's answer makes neither."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Literal, NamedTuple, Optional, Union
@@ -162,17 +161,11 @@ def read_sandbox(state_dir: str, name: str) -> SandboxFiles:
 
     :raises ConfigError: another user could have written its journal.
     """
-    from kata_mem.core.errors import KataMemError
-    from kata_mem.edges.journal import SandboxState
+    from kata_mem.edges.journal import SandboxState, saved_backend
 
     state = SandboxState(state_dir, name)
     record = state.load(read_only=True)
-    notes = tuple(state.notes)
-    endpoint = None
-    # An unreadable saved request leaves the backend unknown; reconcile reports it.
-    with contextlib.suppress(KataMemError):
-        endpoint = state.saved_endpoint()
-    return SandboxFiles(name, record, notes, endpoint)
+    return SandboxFiles(name, record, tuple(state.notes), saved_backend(state))
 
 
 class Row(NamedTuple):
