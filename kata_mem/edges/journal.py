@@ -217,24 +217,29 @@ def owner_among(
 ) -> Optional[str]:
     """The first sandbox of ``saved`` (each sandbox's id and its saved request's backend,
     in name order), other than ``sandbox``, whose saved request leads to the VM ``reached``
-    leads to, or None. For QMP the same socket file (its filesystem device and inode,
-    which the saved request keeps as ``backend.vmm``); for libvirt the same URI and domain.
+    leads to (the same :func:`vm_key`), or None.
 
     A VM is sized from one sandbox's requests: a second sandbox id sending its own would
     resize the first one's VM from another workload, and neither journal would tell what
     the VM holds (two owners of one VM's memory). A saved request that cannot be read or
     trusted is passed over (None in ``saved``).
     """
+    key = vm_key(reached)
+    if key is None:
+        return None
     for other, backend in saved:
-        if other == sandbox or backend is None or backend.kind != reached.kind:
-            continue
-        if reached.kind == "libvirt":
-            if (backend.target, backend.domain) == (reached.target, reached.domain):
-                return other
-        elif (
-            backend.vmm is not None
-            and reached.vmm is not None
-            and (backend.vmm.device, backend.vmm.inode) == (reached.vmm.device, reached.vmm.inode)
-        ):
+        if other != sandbox and backend is not None and vm_key(backend) == key:
             return other
     return None
+
+
+def vm_key(endpoint: Endpoint) -> Optional[tuple[object, ...]]:
+    """What two endpoints that lead to one VM have in common: for QMP the socket file (its
+    filesystem device and inode, which a saved request keeps as ``backend.vmm``); for
+    libvirt the URI and domain. None for a QMP endpoint without its VMM (saved by a
+    kata-mem older than the pin): it is compared with none."""
+    if endpoint.kind == "libvirt":
+        return ("libvirt", endpoint.target, endpoint.domain)
+    if endpoint.vmm is None:
+        return None
+    return ("qmp", endpoint.vmm.device, endpoint.vmm.inode)

@@ -249,6 +249,9 @@ class NodeView:
         self.snapshot: Optional[tuple[tuple[str, Entry], ...]] = None
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._wake: Callable[[], None] = lambda: None
+        #: The sandboxes whose saved request leads to each VM (its ``vm_key``), so that a
+        #: first request's owner check looks at those only (:meth:`vm_owner`).
+        self._owners: dict[tuple[object, ...], set[str]] = {}
         #: The last body of GET /v1/node: for which entries, settings, host and state
         #: directory (:meth:`document`).
         self._document: Optional[tuple[object, object, bytes]] = None
@@ -445,14 +448,17 @@ class NodeView:
     ) -> Union[str, Unknown, None]:
         """:func:`~kata_mem.edges.journal.vm_owner` from the entries as they are now (every
         change the kernel reported so far read first, so a request saved before this call
-        began is in the answer), by the same rule (:func:`~kata_mem.edges.journal.owner_among`);
-        ``UNKNOWN`` while the view cannot answer (the caller reads the files)."""
-        from kata_mem.edges.journal import owner_among
+        began is in the answer), by the same rule (:func:`~kata_mem.edges.journal.owner_among`)
+        over the entries whose saved request has the VM's key (an index kept as they are
+        read: nothing here grows with the node); ``UNKNOWN`` while the view cannot answer
+        (the caller reads the files)."""
+        from kata_mem.edges.journal import owner_among, vm_key
 
-        entries = await self.current(run)
-        if entries is None:
+        if await self.current(run) is None:
             return UNKNOWN
-        return owner_among(sandbox, reached, ((n, e.saved) for n, e in entries))
+        key = vm_key(reached)
+        names = sorted(self._owners.get(key, ())) if key is not None else []
+        return owner_among(sandbox, reached, ((n, self.entries[n].saved) for n in names))
 
     def vm_owner_from_thread(
         self, root: Path, sandbox: str, reached: Endpoint, run: Run
@@ -519,6 +525,21 @@ class NodeView:
         found: dict[str, Optional[Entry]] = dict.fromkeys(known) if read_now is None else read_now
         self._apply(found, complete=names is None)
 
+    def _index(self, name: str, before: Optional[Entry], entry: Optional[Entry]) -> None:
+        """Keep :attr:`_owners` as ``name``'s entry changes from ``before`` to ``entry``."""
+        from kata_mem.edges.journal import vm_key
+
+        old = None if before is None or before.saved is None else vm_key(before.saved)
+        new = None if entry is None or entry.saved is None else vm_key(entry.saved)
+        if old == new:
+            return
+        if old is not None:
+            self._owners[old].discard(name)
+            if not self._owners[old]:
+                del self._owners[old]
+        if new is not None:
+            self._owners.setdefault(new, set()).add(name)
+
     def _unwatched(self) -> set[str]:
         return {n for n, e in self.entries.items() if not e.watched}
 
@@ -533,6 +554,7 @@ class NodeView:
                 self.entries[name] = entry
             if entry is not before:
                 changed.add(name)
+                self._index(name, before, entry)
         if changed:
             self.changed = True
             self._published = None
