@@ -132,9 +132,9 @@ def served_node(directory: str, config_path: Optional[str]) -> Optional[dict[str
     """``GET /v1/node`` of the ``kata-mem serve`` at ``$KATA_MEM_SOCKET`` (else its default
     socket, as ``kata-mem-shim`` finds it), or None, and the caller reads the files: when
     none listens there, its listener is neither root nor this user (``SO_PEERCRED``, as the
-    shim trusts it), the record beside its socket (read under the same rule as the shim reads it)
-    names another state directory or ``--config`` than this command's (its settings would
-    differ), or its answer is not the node's document of ``directory`` within
+    shim trusts it), the record beside its socket (read under the rule the shim reads it
+    by) names another state directory or ``--config`` than this command's (its settings
+    would differ), or its answer is not the node's document of ``directory`` within
     ``SERVED_NODE_TIMEOUT_S``. An error (a state directory another user could write) is
     the files' to say, with its exit code: the service's error answer is not taken.
 

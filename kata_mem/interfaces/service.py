@@ -28,10 +28,10 @@ peer rule and the listeners: :mod:`kata_mem.interfaces.listener`). Every refusal
 serves ``GET /metrics`` and ``GET /healthz`` only, read-only: TCP carries no peer
 credentials, so nothing that changes a VM or shows one's state is routed there.
 
-One module (about 620 lines) because the handlers share one :class:`Service`'s state (the pool, the
-sandboxes' turns, the metrics, the middleware's peer check); the socket and its
-activation (:mod:`~kata_mem.interfaces.serve`), the listeners, aiohttp's internals and the
-reconcile loop are modules of their own.
+One module (about 620 lines) because the handlers share one :class:`Service`'s state
+(the pool, the sandboxes' turns, the metrics, the middleware's peer check); the socket and
+its activation (:mod:`~kata_mem.interfaces.serve`), the listeners, aiohttp's internals and
+the reconcile loop are modules of their own.
 """
 
 from __future__ import annotations
@@ -330,7 +330,7 @@ class Service:
         return await asyncio.get_running_loop().run_in_executor(self.pool, fn)
 
     async def read_view(self, fn: Callable[[], T]) -> T:
-        """``fn()`` in the node view's reader thread (its :class:`~kata_mem.interfaces.node_view.Run`)."""
+        """``fn()`` in the node view's own thread (:class:`~kata_mem.interfaces.node_view.Run`)."""
         return await asyncio.get_running_loop().run_in_executor(self.reader, fn)
 
     def vm_owner(self, root: Path, sandbox: str, reached: Endpoint) -> Optional[str]:
