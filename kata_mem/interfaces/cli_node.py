@@ -46,8 +46,9 @@ if TYPE_CHECKING:
     "--all",
     "every",
     is_flag=True,
-    help="Every sandbox in the state directory and the node's totals, from the journals "
-    "(schema kata-mem/node/v1 with --json).",
+    help="Every sandbox in the state directory and the node's totals, from the journals, or "
+    "from the kata-mem serve at $KATA_MEM_SOCKET that keeps them (schema kata-mem/node/v1 "
+    "with --json).",
 )
 @click.option(
     "--host-memory",
