@@ -9,7 +9,8 @@ every size alike:
 1. ``apply`` in-process (:func:`kata_mem.handle`, so Python's start-up is not in it) of a
    NoChange (the steady state) and of a small grow (one 256 MiB DIMM);
 2. the same two as ``POST /v1/shim`` to a ``kata-mem serve`` of that state directory;
-3. ``GET /v1/node`` of that service and a one-shot ``kata-mem status --all --json``;
+3. ``GET /v1/node`` of that service and a one-shot ``kata-mem status --all --json``, reading
+   the files, and again while that service runs (which it asks, since issue 36);
 4. the service's resident memory (VmRSS) and, with its reconcile loop at the default
    interval, the CPU it spends while idle, once its start-up pass is done (that pass is
    reported on its own, as is what the safety net's full pass every ten minutes costs,
@@ -266,20 +267,34 @@ class Size:
         self.reset_probe(via_service=True)
 
     def status_all(self, counted: bool) -> None:
-        cmd = [sys.executable, "-m", "kata_mem", "status", "--all", "--json"]
-        cmd += ["--config", str(self.config), "--state-dir", str(self.state)]
-        cmd += ["--host-memory", f"{HOST_MEMORY // GiB}Gi"]
+        """``status --all --json`` as a process, twice: reading the files (no service at
+        ``$KATA_MEM_SOCKET``, and ``--host-memory``, which the service does not take), and
+        with this size's service at ``$KATA_MEM_SOCKET`` (a kata-mem before issue 36 reads
+        the files then too)."""
+        base = [sys.executable, "-m", "kata_mem", "status", "--all", "--json"]
+        base += ["--config", str(self.config), "--state-dir", str(self.state)]
         # As installed: from bytecode, compiled once (a wheel's install compiles it; round 0,
         # not counted, does it here), not from source on every start, as
         # PYTHONDONTWRITEBYTECODE in a checkout without __pycache__ has it (a third of a
         # second of compiling, which no installed kata-mem pays).
         env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
         env["PYTHONPYCACHEPREFIX"] = str(self.state.parent / "pycache")
-        t0 = time.perf_counter()
-        out = subprocess.run(cmd, cwd=ROOT, env=env, check=True, capture_output=True).stdout
-        self.record("status --all --json (a process)", time.perf_counter() - t0, counted)
-        if len(json.loads(out)["sandboxes"]) != self.count:
-            raise SystemExit("status --all: wrong number of sandboxes")
+        files = [*base, "--host-memory", f"{HOST_MEMORY // GiB}Gi"]
+        for what, cmd, listening in (
+            ("status --all --json (a process)", files, str(self.state.parent / "none.sock")),
+            ("status --all --json (a process, serve running)", base, self.sock),
+        ):
+            t0 = time.perf_counter()
+            out = subprocess.run(
+                cmd,
+                cwd=ROOT,
+                env={**env, "KATA_MEM_SOCKET": listening},
+                check=True,
+                capture_output=True,
+            ).stdout
+            self.record(what, time.perf_counter() - t0, counted)
+            if len(json.loads(out)["sandboxes"]) != self.count:
+                raise SystemExit(f"{what}: wrong number of sandboxes")
 
     # -- the service --
 

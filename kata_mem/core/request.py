@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import re
 from fractions import Fraction
-from typing import Any, Literal, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Literal, Optional, Union
 
 from kata_mem.core.annotations import hypervisor_annotations
 from kata_mem.core.arch import check_hugepages, normalize_arch
@@ -643,10 +643,23 @@ def _resize(doc: dict[str, Any]) -> Optional[SandboxResize]:
     )
 
 
+if TYPE_CHECKING:
+    from pathlib import Path  # not imported by a plan-only shim call
+
+#: Which other sandbox of a state directory already sizes the VM an endpoint reached
+#: (:func:`kata_mem.edges.journal.vm_owner`): the state directory, the sandbox asking,
+#: the endpoint as connecting reached it; the owner's id, or None.
+VmOwner = Callable[["Path", str, Endpoint], Optional[str]]
+
+
 class CallOptions(Frozen):
     """What one process adds to every request it serves, which no request carries: the
-    state directory (``--state-dir``; ``None``: the configuration's) and ``force``
-    (``apply --force``: skip the shrink checks, for tests and benchmarks only)."""
+    state directory (``--state-dir``; ``None``: the configuration's), ``force``
+    (``apply --force``: skip the shrink checks, for tests and benchmarks only), and
+    ``vm_owner``: who answers a sandbox's first request's check that no other sandbox
+    sizes its VM (``None``: :func:`kata_mem.edges.journal.vm_owner`, which reads every
+    saved request; ``kata-mem serve`` answers it from its node view)."""
 
     state_dir: Optional[str] = None
     force: bool = False
+    vm_owner: Optional[VmOwner] = None

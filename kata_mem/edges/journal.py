@@ -1,6 +1,6 @@
 """One sandbox's journal (the intent record, a :class:`~kata_mem.core.record.Record`) and
 its saved request, read and written in its directory (:class:`SandboxState`), and which
-other sandbox's saved request leads to a VM (:func:`vm_owner`).
+other sandbox's saved request leads to a VM (:func:`vm_owner`, by :func:`owner_among`).
 
 The record is written atomically (temp file, fsync, rename, fsync of the directory)
 *before* every hypervisor command and again with the observed result after it. It is a
@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Callable, Optional, TypeVar
 
@@ -186,35 +187,59 @@ class SandboxState(SandboxDirectory):
 
 def vm_owner(root: Path, sandbox: str, reached: Endpoint) -> Optional[str]:
     """Another sandbox of the state directory ``root`` whose saved request leads to the VM
-    that ``reached`` (an endpoint as connecting reached it) leads to, or None. For QMP the
-    same socket file (its filesystem device and inode, which the saved request keeps as
-    ``backend.vmm``); for libvirt the same URI and domain.
+    that ``reached`` (an endpoint as connecting reached it) leads to, or None
+    (:func:`owner_among`, over every sandbox's saved request read from its file).
 
-    A VM is sized from one sandbox's requests: a second sandbox id sending its own would
-    resize the first one's VM from another workload, and neither journal would tell what
-    the VM holds (two owners of one VM's memory). Called for a sandbox's first request only
-    (one without a saved request of its own), so an apply reads the other sandboxes' saved
-    requests once in its sandbox's life; a request of another sandbox that cannot be read
-    or trusted is passed over here (reconcile and status report it).
+    Called for a sandbox's first request only (one without a saved request of its own),
+    so an apply reads the other sandboxes' saved requests once in its sandbox's life.
+    ``kata-mem serve`` answers the same question from the saved requests its node view
+    keeps (:meth:`kata_mem.interfaces.node_view.NodeView.vm_owner`), by the same rule.
     """
     with node_lock(root, shared=True):  # no sandbox directory half made or half removed
         names = sandboxes(root).sandboxes
-    for other in names:
-        if other == sandbox:
-            continue
-        try:
-            saved = SandboxState(root, other).saved_endpoint()
-        except KataMemError:
-            continue
-        if saved is None or saved.kind != reached.kind:
-            continue
-        if reached.kind == "libvirt":
-            if (saved.target, saved.domain) == (reached.target, reached.domain):
-                return other
-        elif (
-            saved.vmm is not None
-            and reached.vmm is not None
-            and (saved.vmm.device, saved.vmm.inode) == (reached.vmm.device, reached.vmm.inode)
-        ):
+    return owner_among(
+        sandbox, reached, ((n, saved_backend(SandboxState(root, n))) for n in names if n != sandbox)
+    )
+
+
+def saved_backend(state: SandboxState) -> Optional[Endpoint]:
+    """The backend of the sandbox's saved request as ``status --all`` shows it and
+    :func:`owner_among` weighs it: None when there is none, or it cannot be read or
+    trusted (``reconcile`` reports it)."""
+    try:
+        return state.saved_endpoint()
+    except KataMemError:
+        return None
+
+
+def owner_among(
+    sandbox: str, reached: Endpoint, saved: Iterable[tuple[str, Optional[Endpoint]]]
+) -> Optional[str]:
+    """The first sandbox of ``saved`` (each sandbox's id and its saved request's backend,
+    in name order), other than ``sandbox``, whose saved request leads to the VM ``reached``
+    leads to (the same :func:`vm_key`), or None.
+
+    A VM is sized from one sandbox's requests: a second sandbox id sending its own would
+    resize the first one's VM from another workload, and neither journal would tell what
+    the VM holds (two owners of one VM's memory). A saved request that cannot be read or
+    trusted is passed over (None in ``saved``).
+    """
+    key = vm_key(reached)
+    if key is None:
+        return None
+    for other, backend in saved:
+        if other != sandbox and backend is not None and vm_key(backend) == key:
             return other
     return None
+
+
+def vm_key(endpoint: Endpoint) -> Optional[tuple[object, ...]]:
+    """What two endpoints that lead to one VM have in common: for QMP the socket file (its
+    filesystem device and inode, which a saved request keeps as ``backend.vmm``); for
+    libvirt the URI and domain. None for a QMP endpoint without its VMM (saved by a
+    kata-mem older than the pin): it is compared with none."""
+    if endpoint.kind == "libvirt":
+        return ("libvirt", endpoint.target, endpoint.domain)
+    if endpoint.vmm is None:
+        return None
+    return ("qmp", endpoint.vmm.device, endpoint.vmm.inode)

@@ -4,12 +4,13 @@ click is imported)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import click
 
-from kata_mem.core.errors import InputError
+from kata_mem.core.errors import ConfigError, InputError
 from kata_mem.edges import logs
 from kata_mem.interfaces import render_node
 from kata_mem.interfaces.cli_options import (
@@ -45,8 +46,9 @@ if TYPE_CHECKING:
     "--all",
     "every",
     is_flag=True,
-    help="Every sandbox in the state directory and the node's totals, from the journals "
-    "(schema kata-mem/node/v1 with --json).",
+    help="Every sandbox in the state directory and the node's totals, from the journals, or "
+    "from the kata-mem serve at $KATA_MEM_SOCKET that keeps them (schema kata-mem/node/v1 "
+    "with --json).",
 )
 @click.option(
     "--host-memory",
@@ -69,14 +71,28 @@ def status(
     """Show what the hypervisor reports: boot memory, devices, plugged total, guest usage;
     with --all, every sandbox kata-mem manages and the node's totals. --sandbox ID alone
     asks the VM its last applied request names, as GET /v1/sandboxes/ID does."""
-    from kata_mem.orchestration.status import NoEndpoint, node_status, read_status, saved_endpoint
+    from kata_mem.orchestration.status import (
+        NoEndpoint,
+        node_from_json,
+        node_status,
+        read_status,
+        saved_endpoint,
+    )
 
     endpoint = endpoint_of(qmp, libvirt_uri, domain)
     if every:
         if endpoint is not None:
             raise click.UsageError("status --all takes no --qmp, --libvirt or --domain")
         settings, directory = node_of(config_path, state_dir)
-        node = node_status(settings, directory, host_overrides(host_memory, None, None, None))
+        # The service's node view when it keeps this one (and the host is probed): no
+        # sandbox's files read here; else the files, read as the service reads them. One
+        # rendering of the two (the document's sizes in whole MiB render to themselves).
+        node = None
+        if host_memory is None and (served := served_node(directory, config_path)) is not None:
+            with contextlib.suppress(ValueError):  # not the node's document: the files
+                node = node_from_json(served)
+        if node is None:
+            node = node_status(settings, directory, host_overrides(host_memory, None, None, None))
         if as_json:
             emit(render_node.node_status_json(node))
         else:
@@ -101,6 +117,69 @@ def status(
         emit(render_node.status_json(seen))
     else:
         click.echo(render_node.status_text(seen))
+
+
+#: Where ``status --all`` looks for the service first, as ``kata-mem-shim`` does
+#: (``shim_client.SOCKET_ENV``: imported from there, the shim's fallback through the command
+#: line would make an import cycle).
+SOCKET_ENV = "KATA_MEM_SOCKET"
+#: How long ``status --all`` waits for the service before it reads the files itself.
+SERVED_NODE_TIMEOUT_S = 10.0
+#: The largest node document taken from the service (about 250 bytes a sandbox).
+SERVED_NODE_CAP = 64 << 20
+
+
+def served_node(directory: str, config_path: Optional[str]) -> Optional[dict[str, Any]]:
+    """``GET /v1/node`` of the ``kata-mem serve`` at ``$KATA_MEM_SOCKET`` (else its default
+    socket, as ``kata-mem-shim`` finds it), or None, and the caller reads the files: when
+    none listens there, its listener is neither root nor this user (``SO_PEERCRED``, as the
+    shim trusts it), the record beside its socket (read under the rule the shim reads it
+    by) names another state directory or ``--config`` than this command's (its settings
+    would differ), or its answer is not the node's document of ``directory`` within
+    ``SERVED_NODE_TIMEOUT_S``. An error (a state directory another user could write) is
+    the files' to say, with its exit code: the service's error answer is not taken.
+
+    The service answers from what its node view keeps (docs/design/state.md, "What
+    ``kata-mem serve`` notices, and how"), after reading every change the kernel reported
+    so far, with the settings it started with; the warnings a damaged journal gives are
+    in its log rather than on this command's stderr."""
+    import http.client
+    import json
+    import socket
+
+    from kata_mem.edges.service_record import published_service
+    from kata_mem.interfaces.listener import DEFAULT_SOCKET, peer_of
+
+    path = os.environ.get(SOCKET_ENV) or DEFAULT_SOCKET
+    try:
+        record = published_service(path)
+    except ConfigError:
+        return None  # a record kata-mem does not trust: the files say what there is
+    config = None if config_path is None else os.path.abspath(config_path)
+    if record is None or (record.state_dir, record.config) != (os.path.abspath(directory), config):
+        return None
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(SERVED_NODE_TIMEOUT_S)
+    conn = http.client.HTTPConnection("localhost", timeout=SERVED_NODE_TIMEOUT_S)
+    try:
+        sock.connect(path)
+        if peer_of(sock).uid not in (0, os.geteuid()):
+            return None  # as kata-mem-shim: never a planted socket's word
+        conn.sock = sock
+        conn.request("GET", "/v1/node", headers={"Connection": "close"})
+        resp = conn.getresponse()
+        body = resp.read(SERVED_NODE_CAP + 1)
+        if resp.status != 200 or len(body) > SERVED_NODE_CAP:
+            return None
+        doc = json.loads(body)
+    except (OSError, http.client.HTTPException, ValueError, RecursionError):
+        return None
+    finally:
+        conn.close()
+        sock.close()
+    if not isinstance(doc, dict) or doc.get("schema") != render_node.NODE_SCHEMA:
+        return None
+    return doc if doc.get("state_dir") == directory else None
 
 
 @click.command()

@@ -20,19 +20,37 @@ fact. When the kernel cannot tell (no inotify, a watch refused at
 Linux before 5.3 without pidfds), that sandbox is read, and its VM asked, at every
 interval as before; a queue overflow makes everything read again.
 
-:class:`NodeView` is used from the event loop only (its reads run in the service's pool,
-its results are applied on the loop), but for :meth:`NodeView.published`, an immutable
-tuple a pool thread may read.
+:class:`NodeView` is used from the event loop only (its reads run in a thread of their
+own, its results are applied on the loop), but for :meth:`NodeView.published`, an
+immutable tuple a pool thread may read, and :meth:`NodeView.vm_owner_from_thread`, which
+a pool thread asks and the loop answers.
+
+What the service answers from the view is here too: ``GET /v1/node``'s body
+(:meth:`NodeView.document`) and which sandbox owns a VM (:meth:`NodeView.vm_owner`). One
+module (about 620 lines) because all of it reads and keeps one state: the entries, what
+is left to read, the VMs watched, and the snapshot last published.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
+import json
 import os
 from collections.abc import Awaitable
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Literal, NamedTuple, Optional, Protocol, TypeVar
+from typing import (
+    TYPE_CHECKING,
+    Callable,
+    Final,
+    Literal,
+    NamedTuple,
+    Optional,
+    Protocol,
+    TypeVar,
+    Union,
+)
 
 from kata_mem.core.errors import ConfigError, KataMemError
 from kata_mem.edges import watch
@@ -40,7 +58,8 @@ from kata_mem.edges.statefiles import JOURNAL, LOCK, REQUEST, SANDBOX_MARKER
 from kata_mem.orchestration.status import Row, SandboxFiles, node_totals, read_sandbox, summary
 
 if TYPE_CHECKING:
-    from kata_mem.core.model import Settings
+    from kata_mem.core.endpoint import Endpoint
+    from kata_mem.core.model import HostFacts, Settings
     from kata_mem.core.results import NodeStatus
 
 T = TypeVar("T")
@@ -54,8 +73,20 @@ Signature = tuple[Stat, Stat, Stat, Stat, Stat]
 _READ_ON = (JOURNAL, REQUEST, SANDBOX_MARKER, "")
 
 
+#: How long a request's owner check waits for the view (its own reading included: every
+#: entry after a queue overflow) before it reads the files instead, as a one-shot call does.
+OWNER_WAIT_S = 10.0
+
+
+class Unknown:
+    """What :meth:`NodeView.vm_owner` answers when the view cannot say."""
+
+
+UNKNOWN: Final = Unknown()
+
+
 class Run(Protocol):
-    """Runs a function in the service's pool (:meth:`Service._run`)."""
+    """Runs a function off the event loop, in the view's own thread (:meth:`Service.read_view`)."""
 
     def __call__(self, fn: Callable[[], T], /) -> Awaitable[T]: ...
 
@@ -77,6 +108,12 @@ class Entry(NamedTuple):
     watched: bool
     #: Its part of the node's status, against the host as probed when it was read.
     row: Optional[Row] = None
+    #: The backend of its saved request, as :func:`~kata_mem.edges.journal.vm_owner`
+    #: weighs it (a sandbox directory of kata-mem's, its journal refused or not).
+    saved: Optional[Endpoint] = None
+    #: ``row``'s entry of ``GET /v1/node``'s ``sandboxes``, encoded as the service encodes
+    #: the document (:func:`row_json`): made when it is read, not at each request.
+    row_json: Optional[str] = None
 
 
 def _stat(path: Path) -> Stat:
@@ -113,6 +150,7 @@ def read_entry(
     the host's memory, to sum its row against (0: not now).
     """
     from kata_mem.core.model import SANDBOX_ID
+    from kata_mem.edges.journal import SandboxState, saved_backend
     from kata_mem.edges.statedir import entry
 
     directory = root / name
@@ -136,9 +174,39 @@ def read_entry(
     try:
         files = read_sandbox(str(root), name)
     except KataMemError as exc:  # its journal could have been written by another user
-        return Entry("refused", None, exc, sig, False, watched)
+        # Its saved request still says which VM it sizes, as vm_owner reads it.
+        saved = saved_backend(SandboxState(root, name))
+        return Entry("refused", None, exc, sig, False, watched, saved=saved)
     row = summary(files, limit) if limit else None
-    return Entry("ours", files, None, sig, sig[2] is not None, watched, row)
+    text = None if row is None else row_json(row)
+    return Entry("ours", files, None, sig, sig[2] is not None, watched, row, files.endpoint, text)
+
+
+def row_json(row: Row) -> str:
+    """A sandbox's entry of ``kata-mem/node/v1``'s ``sandboxes``, as ``json.dumps`` writes
+    it in the service's one line of JSON."""
+    from kata_mem.interfaces.render_node import sandbox_summary_json
+
+    return json.dumps(sandbox_summary_json(row.summary))
+
+
+def node_document(node: NodeStatus, rows: list[str]) -> bytes:
+    """The body of ``GET /v1/node``: ``json.dumps(node_status_json(node))`` and a newline,
+    byte for byte, from each sandbox's row encoded already (``rows``, in ``node``'s order:
+    :attr:`Entry.row_json`), so that only what changed is encoded again. ``json.dumps``
+    writes a dict as its items joined by ``", "``, each a key and a value encoded on their
+    own joined by ``": "`` (Lib/json/encoder.py ``_iterencode_dict``), so the document's
+    other items are encoded as it would."""
+    from kata_mem.core.values import replace
+    from kata_mem.interfaces.render_node import node_status_json
+
+    doc = node_status_json(replace(node, sandboxes=()))
+    listed = "[" + ", ".join(rows) + "]"
+    items = (
+        f"{json.dumps(key)}: {listed if key == 'sandboxes' else json.dumps(value)}"
+        for key, value in doc.items()
+    )
+    return ("{" + ", ".join(items) + "}\n").encode()
 
 
 class Vm(NamedTuple):
@@ -181,6 +249,14 @@ class NodeView:
         self.snapshot: Optional[tuple[tuple[str, Entry], ...]] = None
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._wake: Callable[[], None] = lambda: None
+        #: The entries inotify does not watch (read at every sync), kept as they are read.
+        self._unwatched: set[str] = set()
+        #: The sandboxes whose saved request leads to each VM (its ``vm_key``), so that a
+        #: first request's owner check looks at those only (:meth:`vm_owner`).
+        self._owners: dict[tuple[object, ...], set[str]] = {}
+        #: The last body of GET /v1/node: for which entries, settings, host and state
+        #: directory (:meth:`document`).
+        self._document: Optional[tuple[object, object, bytes]] = None
 
     # --- the kernel's side ---------------------------------------------------------------
 
@@ -357,17 +433,64 @@ class NodeView:
         """The entries as they are now (every change the kernel reported so far read), or
         None while the view cannot answer (not read in full yet, the state directory not
         watched, or unusable: the caller reads the files, which says why)."""
-        if self.inotify is None:
+        if not await self._synced(run):
             return None
+        self.snapshot = self.published()
+        return self.snapshot
+
+    async def _synced(self, run: Run) -> bool:
+        """Read every change the kernel reported so far; False while the view cannot
+        answer (as :meth:`current`)."""
+        if self.inotify is None:
+            return False
         async with self.lock():
             try:
                 await self.sync(run)
             except KataMemError:
-                return None
-        if not self.ready or self.inotify is None:
-            return None
-        self.snapshot = self.published()
-        return self.snapshot
+                return False
+        return self.ready and self.inotify is not None
+
+    async def vm_owner(
+        self, sandbox: str, reached: Endpoint, run: Run
+    ) -> Union[str, Unknown, None]:
+        """:func:`~kata_mem.edges.journal.vm_owner` from the entries as they are now (every
+        change the kernel reported so far read first, so a request saved before this call
+        began is in the answer), by the same rule (:func:`~kata_mem.edges.journal.owner_among`)
+        over the entries whose saved request has the VM's key (an index kept as they are
+        read: nothing here grows with the node); ``UNKNOWN`` while the view cannot answer
+        (the caller reads the files)."""
+        from kata_mem.edges.journal import owner_among, vm_key
+
+        if not await self._synced(run):
+            return UNKNOWN
+        key = vm_key(reached)
+        names = sorted(self._owners.get(key, ())) if key is not None else []
+        return owner_among(sandbox, reached, ((n, self.entries[n].saved) for n in names))
+
+    def vm_owner_from_thread(
+        self, root: Path, sandbox: str, reached: Endpoint, run: Run
+    ) -> Union[str, Unknown, None]:
+        """:meth:`vm_owner`, asked from a thread of the service's pool (a request's first
+        apply, which holds the sandbox's lock and the VM's monitor): answered on the loop
+        within ``OWNER_WAIT_S``. ``UNKNOWN`` when it cannot be (another state directory, no
+        loop, the loop stopping, asked on the loop itself): the caller reads the files.
+        ``run`` must not be the pool the asking thread is in: the view's reading waits for
+        it while that thread waits for the answer."""
+        loop = self._loop
+        if loop is None or root != self.root:
+            return UNKNOWN
+        with contextlib.suppress(RuntimeError):
+            if asyncio.get_running_loop() is loop:
+                return UNKNOWN  # would wait for itself
+        try:
+            future = asyncio.run_coroutine_threadsafe(self.vm_owner(sandbox, reached, run), loop)
+        except RuntimeError:  # the loop is closed: the service is stopping
+            return UNKNOWN
+        try:
+            return future.result(OWNER_WAIT_S)
+        except (concurrent.futures.TimeoutError, concurrent.futures.CancelledError):
+            future.cancel()  # late, or cancelled as the service stops
+            return UNKNOWN
 
     async def sync(self, run: Run) -> None:
         """Read again what changed (and what the kernel cannot watch); the names whose
@@ -380,12 +503,14 @@ class NodeView:
         if self.root_wd is None:
             await run(self.watch_root)
         everything = self.everything or self.inotify is None or self.root_wd is None
-        names = None if everything else self.dirty | self._unwatched()
+        names = None if everything else self.dirty | self._unwatched
         if names is not None and not names:
             return  # nothing changed: nothing to read
         self.dirty = set()
         self.everything = False
-        known = dict(self.entries)
+        # What a reader compares with: only the entries it reads again, unless it reads all.
+        entries = self.entries
+        known = dict(entries) if names is None else {n: entries[n] for n in names if n in entries}
         inotify = self.inotify
         root = self.root
 
@@ -406,11 +531,25 @@ class NodeView:
         except BaseException:
             self.everything = True  # read again, all of it, next time
             raise
-        found: dict[str, Optional[Entry]] = dict.fromkeys(known) if read_now is None else read_now
+        found: dict[str, Optional[Entry]] = (
+            dict.fromkeys(self.entries) if read_now is None else read_now
+        )
         self._apply(found, complete=names is None)
 
-    def _unwatched(self) -> set[str]:
-        return {n for n, e in self.entries.items() if not e.watched}
+    def _index(self, name: str, before: Optional[Entry], entry: Optional[Entry]) -> None:
+        """Keep :attr:`_owners` as ``name``'s entry changes from ``before`` to ``entry``."""
+        from kata_mem.edges.journal import vm_key
+
+        old = None if before is None or before.saved is None else vm_key(before.saved)
+        new = None if entry is None or entry.saved is None else vm_key(entry.saved)
+        if old == new:
+            return
+        if old is not None:
+            self._owners[old].discard(name)
+            if not self._owners[old]:
+                del self._owners[old]
+        if new is not None:
+            self._owners.setdefault(new, set()).add(name)
 
     def _apply(self, found: dict[str, Optional[Entry]], complete: bool) -> None:
         changed = set()
@@ -423,6 +562,11 @@ class NodeView:
                 self.entries[name] = entry
             if entry is not before:
                 changed.add(name)
+                self._index(name, before, entry)
+                if entry is not None and not entry.watched:
+                    self._unwatched.add(name)
+                else:
+                    self._unwatched.discard(name)
         if changed:
             self.changed = True
             self._published = None
@@ -448,22 +592,58 @@ class NodeView:
         from kata_mem.orchestration.handle import probe
         from kata_mem.orchestration.status import PROBED
 
-        host = probe(PROBED)
-        if state_dir_state(self.root) != "ours":
+        return self._status(settings, entries, probe(PROBED), state_dir_state(self.root))[0]
+
+    def document(self, settings: Settings, entries: tuple[tuple[str, Entry], ...]) -> bytes:
+        """The body of ``GET /v1/node`` (:func:`node_document`) for :meth:`status`; the same
+        bytes as last time while ``entries`` (:meth:`published`), the host and the state
+        directory are as they were. Made on the event loop: it reads no sandbox (a stat of
+        the state directory and its marker, the host's memory); at 1,000 sandboxes about
+        1.5 ms when something changed, 0.2 ms when nothing did (docs/benchmarks.md, "Node
+        ledger").
+
+        :raises ConfigError: as :meth:`status`.
+        """
+        from kata_mem.edges.statedir import state_dir_state
+        from kata_mem.orchestration.handle import probe
+        from kata_mem.orchestration.status import PROBED
+
+        key = (settings, probe(PROBED), state_dir_state(self.root))
+        cached = self._document
+        if cached is not None and cached[0] is entries and cached[1] == key:
+            return cached[2]
+        node, rows = self._status(settings, entries, key[1], key[2])
+        body = node_document(node, rows)
+        self._document = (entries, key, body)
+        return body
+
+    def _status(
+        self,
+        settings: Settings,
+        entries: tuple[tuple[str, Entry], ...],
+        host: HostFacts,
+        state: str,
+    ) -> tuple[NodeStatus, list[str]]:
+        """:meth:`status`, and each sandbox's row encoded (:func:`row_json`)."""
+        if state != "ours":
             entries = ()
         refused = [e.refused for _n, e in entries if e.refused is not None]
         if refused:
             raise ConfigError("; ".join(why.message for why in refused))
-        rows = [
-            e.row
-            if e.row is not None and e.row.limit == host.memory
-            else summary(files, host.memory)
-            for _n, e in entries
-            if (files := e.files) is not None
-        ]
-        return node_totals(
-            settings, self.state_dir, host, rows, [n for n, e in entries if e.kind == "foreign"]
-        )
+        rows: list[Row] = []
+        texts: list[str] = []
+        for _n, e in entries:
+            if e.files is None:
+                continue
+            if e.row is not None and e.row.limit == host.memory and e.row_json is not None:
+                rows.append(e.row)
+                texts.append(e.row_json)
+            else:
+                row = summary(e.files, host.memory)
+                rows.append(row)
+                texts.append(row_json(row))
+        foreign = [n for n, e in entries if e.kind == "foreign"]
+        return node_totals(settings, self.state_dir, host, rows, foreign), texts
 
 
 __all__ = ["Entry", "NodeView", "Vm", "read_entry", "signature"]

@@ -158,7 +158,7 @@ class ReconcileLoop:
         directory cannot be used (said once)."""
         async with self.view.lock():
             try:
-                await self.view.sync(self._run)
+                await self.view.sync(self.service.read_view)
             except KataMemError as exc:
                 self._said(exc)
                 return False

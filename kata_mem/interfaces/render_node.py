@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Optional
 
 from kata_mem.core.model import MemoryDevice, Unseen
-from kata_mem.core.results import NodeStatus, Visit
+from kata_mem.core.results import NodeStatus, SandboxSummary, Visit
 from kata_mem.core.units import MiB, to_mib_ceil, to_mib_floor
 from kata_mem.interfaces.render import outcome_json
 
@@ -178,18 +178,20 @@ def node_status_json(node: NodeStatus) -> dict[str, Any]:
         "reserved_mib": to_mib_floor(node.reserved),
         "budget_mib": _to_mib_floor_or_none(node.budget),
         "committed_mib": to_mib_ceil(node.committed),
-        "sandboxes": [
-            {
-                "sandbox": s.sandbox,
-                "backend": None if s.backend is None else s.backend.to_json(),
-                "current_mib": _to_mib_floor_or_none(s.current),
-                "target_mib": _to_mib_floor_or_none(s.target),
-                "state": s.state,
-                "reason": s.reason,
-            }
-            for s in node.sandboxes
-        ],
+        "sandboxes": [sandbox_summary_json(s) for s in node.sandboxes],
         "skipped": list(node.skipped),
+    }
+
+
+def sandbox_summary_json(s: SandboxSummary) -> dict[str, Any]:
+    """One sandbox's row of ``kata-mem/node/v1`` (``sandboxes[]``)."""
+    return {
+        "sandbox": s.sandbox,
+        "backend": None if s.backend is None else s.backend.to_json(),
+        "current_mib": _to_mib_floor_or_none(s.current),
+        "target_mib": _to_mib_floor_or_none(s.target),
+        "state": s.state,
+        "reason": s.reason,
     }
 
 

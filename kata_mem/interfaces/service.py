@@ -28,10 +28,10 @@ peer rule and the listeners: :mod:`kata_mem.interfaces.listener`). Every refusal
 serves ``GET /metrics`` and ``GET /healthz`` only, read-only: TCP carries no peer
 credentials, so nothing that changes a VM or shows one's state is routed there.
 
-One module because the handlers share one :class:`Service`'s state (the pool, the
-sandboxes' turns, the metrics, the middleware's peer check); the socket and its
-activation (:mod:`~kata_mem.interfaces.serve`), the listeners, aiohttp's internals and the
-reconcile loop are modules of their own.
+One module (about 620 lines) because the handlers share one :class:`Service`'s state
+(the pool, the sandboxes' turns, the metrics, the middleware's peer check); the socket and
+its activation (:mod:`~kata_mem.interfaces.serve`), the listeners, aiohttp's internals and
+the reconcile loop are modules of their own.
 """
 
 from __future__ import annotations
@@ -44,10 +44,12 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any, Callable, Optional, TypeVar, Union
 
 from aiohttp import HttpVersion11, web
 
+from kata_mem.core.endpoint import Endpoint
 from kata_mem.core.errors import BackendUnavailable, InputError, KataMemError
 from kata_mem.core.model import Settings, Unseen, check_sandbox_id
 from kata_mem.core.request import MAX_REQUEST_BYTES, CallOptions, SandboxRequest
@@ -204,8 +206,9 @@ class Service:
         default_config: Optional[str] = None,
     ) -> None:
         self.state_dir = state_dir
-        #: What the service adds to every request: its state directory.
-        self.options = CallOptions(state_dir=state_dir)
+        #: What the service adds to every request: its state directory, and the owner
+        #: check of a sandbox's first request answered from the node view.
+        self.options = CallOptions(state_dir=state_dir, vm_owner=self.vm_owner)
         #: ``serve --config``, absolute: the configuration of a request whose ``config`` is
         #: null (else where Kata looks, as ``kata-mem shim`` does).
         self.default_config = default_config
@@ -214,6 +217,10 @@ class Service:
         self.env = dict(env)
         self.idle_timeout = idle_timeout
         self.pool = ThreadPoolExecutor(WORKERS, thread_name_prefix="kata-mem-serve")
+        #: The node view's reads (:meth:`read_view`), in a thread of their own: a request's
+        #: owner check waits in a pool thread for the view, so the view's reading must never
+        #: wait for a pool thread (64 first requests at once would hold them all).
+        self.reader = ThreadPoolExecutor(1, thread_name_prefix="kata-mem-view")
         self.turns = Turns(self.pool)
         self.metrics = Metrics(state_dir)
         # sandbox id -> why its last resize could not see QEMU's host cgroup (/healthz)
@@ -321,6 +328,24 @@ class Service:
 
     async def _run(self, fn: Callable[[], T]) -> T:
         return await asyncio.get_running_loop().run_in_executor(self.pool, fn)
+
+    async def read_view(self, fn: Callable[[], T]) -> T:
+        """``fn()`` in the node view's own thread (:class:`~kata_mem.interfaces.node_view.Run`)."""
+        return await asyncio.get_running_loop().run_in_executor(self.reader, fn)
+
+    def vm_owner(self, root: Path, sandbox: str, reached: Endpoint) -> Optional[str]:
+        """Which other sandbox sizes the VM a sandbox's first request reached
+        (:attr:`CallOptions.vm_owner`, asked in a pool thread): from the node view, which
+        reads every change the kernel reported first; from the files when it cannot say
+        (:func:`~kata_mem.edges.journal.vm_owner`, as a one-shot call)."""
+        from kata_mem.edges.journal import vm_owner
+        from kata_mem.interfaces.node_view import Unknown
+
+        if self.view is not None:
+            found = self.view.vm_owner_from_thread(root, sandbox, reached, self.read_view)
+            if not isinstance(found, Unknown):
+                return found
+        return vm_owner(root, sandbox, reached)
 
     @web.middleware
     async def _guard(
@@ -454,20 +479,23 @@ class Service:
         return _json(done.document(), status or http_status(code), code)
 
     async def node(self, request: web.Request) -> web.StreamResponse:
-        from kata_mem.orchestration.status import node_status
-
         view = self.view
-        entries = None if view is None else await view.current(self._run)
-
-        def read() -> dict[str, Any]:
-            if view is not None and entries is not None:
-                return render_node.node_status_json(view.status(self.settings, entries))
-            return render_node.node_status_json(node_status(self.settings, self.state_dir))
-
+        entries = None if view is None else await view.current(self.read_view)
         try:
-            return _json(await self._run(read), 200)
+            if view is not None and entries is not None:
+                # From memory, on the loop: no thread hop (most of this answer's time on a
+                # busy node), and the body made again only when something changed.
+                body = view.document(self.settings, entries)
+                return web.Response(body=body, status=200, content_type="application/json")
+            return _json(await self._run(self._node_from_files), 200)
         except KataMemError as exc:
             return self._failed(request, exc)
+
+    def _node_from_files(self) -> dict[str, Any]:
+        """GET /v1/node read from the files, as ``status --all`` reads them (no node view)."""
+        from kata_mem.orchestration.status import node_status
+
+        return render_node.node_status_json(node_status(self.settings, self.state_dir))
 
     async def sandbox(self, request: web.Request) -> web.StreamResponse:
         from kata_mem.orchestration.status import NoEndpoint, read_status, saved_endpoint
@@ -509,7 +537,7 @@ class Service:
     # --- the reconcile loop ------------------------------------------------------------
 
     async def metrics_text(self, request: web.Request) -> web.StreamResponse:
-        entries = None if self.view is None else await self.view.current(self._run)
+        entries = None if self.view is None else await self.view.current(self.read_view)
         body = await self._run(lambda: self.metrics.text(entries))
         resp = web.Response(body=body)
         resp.headers["Content-Type"] = CONTENT_TYPE

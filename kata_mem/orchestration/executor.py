@@ -53,11 +53,12 @@ from kata_mem.core.plan.geometry import assumed_vm
 from kata_mem.core.plan.guards import level_room
 from kata_mem.core.record import PendingGrow, Phase, Record
 from kata_mem.core.reports import owned_view, still_owned
-from kata_mem.core.request import SandboxRequest
+from kata_mem.core.request import SandboxRequest, VmOwner
 from kata_mem.core.units import fmt_bytes
 from kata_mem.core.values import Frozen, replace
 from kata_mem.edges.host import mem_available
-from kata_mem.edges.journal import SandboxState, vm_owner
+from kata_mem.edges.journal import SandboxState
+from kata_mem.edges.journal import vm_owner as files_vm_owner
 from kata_mem.edges.ledger import node_admission, record_commitment
 from kata_mem.edges.logs import get_logger
 from kata_mem.edges.statedir import LOCK_WAIT_S
@@ -131,6 +132,7 @@ def run_locked(
     sleep: Callable[[float], None] = time.sleep,
     saved_request: Optional[SandboxRequest] = None,
     host_side: Optional[HostSide] = None,
+    vm_owner: Optional[VmOwner] = None,
 ) -> Result:
     """Take the sandbox lock, *then* connect (QEMU serves one monitor client at a
     time), apply, and close. A call that cannot get the lock in ``LOCK_WAIT_S``
@@ -145,6 +147,8 @@ def run_locked(
     :class:`~kata_mem.orchestration.connect.Opened`: for QMP, the VMM it led to), so
     that a later call through it talks to that VMM only (a socket path may be bound again
     by another process once its VM is gone: :class:`~kata_mem.core.endpoint.VmmIdentity`).
+    ``vm_owner``: who says which other sandbox sizes the VM a first request reached
+    (None: :func:`~kata_mem.edges.journal.vm_owner`, from the files).
 
     :raises BackendUnavailable: the hypervisor cannot be reached.
     :raises ConfigError: the state directory is not kata-mem's or cannot be written.
@@ -163,7 +167,7 @@ def run_locked(
             try:
                 if not state.request_path.is_file():
                     if reached is not None:
-                        _check_vm_owner(state, reached)
+                        _check_vm_owner(state, reached, vm_owner or files_vm_owner)
                     if saved_request is not None:
                         # A sandbox's first call saves its request before its first journal
                         # write, not only after it: killed in between (kill -9, no finally),
@@ -188,9 +192,10 @@ def _reached(request: SandboxRequest, reached: Optional[Endpoint]) -> SandboxReq
     return request if reached is None else replace(request, endpoint=reached)
 
 
-def _check_vm_owner(state: SandboxState, reached: Endpoint) -> None:
-    """Refuse a new sandbox's request whose VM another sandbox already owns
-    (:func:`~kata_mem.edges.journal.vm_owner`), before anything is written or sent.
+def _check_vm_owner(state: SandboxState, reached: Endpoint, vm_owner: VmOwner) -> None:
+    """Refuse a new sandbox's request whose VM another sandbox already owns (``vm_owner``:
+    :func:`~kata_mem.edges.journal.vm_owner`, or ``kata-mem serve``'s node view), before
+    anything is written or sent.
 
     :raises InputError: naming both sandboxes and the backend.
     """

@@ -410,5 +410,6 @@ def _resize(
             allowed,
             saved_request=again,
             host_side=host_side,
+            vm_owner=options.vm_owner,
         )
     return Applied(sandbox, cfg, result.plan, result.outcome, result.notes)

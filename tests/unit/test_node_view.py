@@ -6,18 +6,22 @@ from it equal to the one read from the files, refusals included."""
 from __future__ import annotations
 
 import asyncio
+import json
 import select
 from collections.abc import Awaitable, Iterator
+from fractions import Fraction
 from pathlib import Path
 from typing import Callable, TypeVar
 
 import pytest
 
+from kata_mem.core.endpoint import Endpoint
 from kata_mem.core.errors import ConfigError
 from kata_mem.core.model import Settings
 from kata_mem.core.record import LastOutcome, Record
-from kata_mem.edges.journal import SandboxState
-from kata_mem.interfaces.node_view import NodeView, read_entry
+from kata_mem.edges.journal import SandboxState, vm_owner
+from kata_mem.interfaces.node_view import UNKNOWN, NodeView, read_entry
+from kata_mem.interfaces.render_node import node_status_json
 from kata_mem.orchestration.status import node_status
 
 MiB = 1 << 20
@@ -149,5 +153,119 @@ def test_without_inotify_every_entry_is_read_at_each_sync(
         await view.sync(_inline)  # no event: read anyway
         assert view.take_changed() == {"a"}
         assert await view.current(_inline) is None  # GET /v1/node reads the files then
+
+    _run(view, body)
+
+
+def _saved(state: Path, name: str, backend: dict[str, object]) -> None:
+    """A sandbox whose saved request leads to ``backend`` (as a first apply saves it)."""
+    sandbox = SandboxState(state, name)
+    with sandbox.locked(0):
+        sandbox.save(Record(name, observed=512 * MiB))
+        doc = {"schema": "kata-mem/shim-request/v1", "sandbox_id": name, "event": "update"}
+        sandbox.save_request({**doc, "backend": backend, "apply": True})
+
+
+def _qmp(inode: int) -> dict[str, object]:
+    vmm = {"device": 7, "inode": inode, "owner_uid": 0, "peer_uid": 0, "peer_pid": 4242}
+    return {"type": "qmp", "socket": f"/run/vm-{inode}.sock", "vmm": vmm}
+
+
+def test_the_view_says_who_owns_a_vm_as_the_files_do_and_reads_a_request_saved_just_before(
+    tmp_path: Path,
+) -> None:
+    state = tmp_path / "state"
+    _saved(state, "a", _qmp(10))
+    _saved(state, "b", {"type": "libvirt", "uri": "qemu:///system", "domain": "d1"})
+    _saved(state, "c", _qmp(20))
+    (state / "c" / "journal.json").chmod(0o666)  # refused: passed over, as by the files
+    _saved(state, "d", _qmp(30))
+    (state / "d" / "request.json").write_text("{not json")  # unreadable: passed over
+    _sandbox(state, "e", 512)  # a request without the VMM it led to
+    view = NodeView(str(state))
+
+    def reached(backend: dict[str, object]) -> Endpoint:
+        return Endpoint.from_json(backend)
+
+    asked = [
+        ("new", reached(_qmp(10))),
+        ("a", reached(_qmp(10))),  # a sandbox's own request is no other owner
+        ("new", reached(_qmp(20))),
+        ("new", reached(_qmp(30))),
+        ("new", reached(_qmp(99))),
+        ("new", reached({"type": "libvirt", "uri": "qemu:///system", "domain": "d1"})),
+        ("new", reached({"type": "libvirt", "uri": "qemu:///system", "domain": "d2"})),
+        ("new", reached({"type": "qmp", "socket": "/run/e.sock"})),
+    ]
+
+    async def body() -> None:
+        answers = [await view.vm_owner(n, e, _inline) for n, e in asked]
+        assert answers == [vm_owner(state, n, e) for n, e in asked]
+        assert answers == ["a", None, None, None, None, "b", None, None]
+        # Saved by another process just now, nothing synced since: in the answer.
+        _saved(state, "f", _qmp(40))
+        assert await view.vm_owner("new", reached(_qmp(40)), _inline) == "f"
+        (state / "f" / "request.json").unlink()  # forgotten: no longer the owner
+        assert await view.vm_owner("new", reached(_qmp(40)), _inline) is None
+        assert vm_owner(state, "new", reached(_qmp(40))) is None
+
+    _run(view, body)
+
+
+def test_without_a_view_that_can_answer_the_owner_is_read_from_the_files(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    _saved(state, "a", _qmp(10))
+    view = NodeView(str(state))
+    endpoint = Endpoint.from_json(_qmp(10))
+    # Not started (no loop, no inotify): the caller reads the files.
+    assert view.vm_owner_from_thread(state, "new", endpoint, _inline) is UNKNOWN
+
+    async def body() -> None:
+        assert await view.vm_owner("new", endpoint, _inline) == "a"
+        # Asked on the loop itself (it would wait for itself), or for another directory.
+        assert view.vm_owner_from_thread(state, "new", endpoint, _inline) is UNKNOWN
+        other = tmp_path / "other"
+        assert view.vm_owner_from_thread(other, "new", endpoint, _inline) is UNKNOWN
+        # From a thread, while the loop runs: the view's answer.
+        loop = asyncio.get_running_loop()
+        found = await loop.run_in_executor(
+            None, lambda: view.vm_owner_from_thread(state, "new", endpoint, _inline)
+        )
+        assert found == "a"
+
+    _run(view, body)
+
+
+def test_the_node_document_is_the_files_document_made_again_only_on_a_change(state: Path) -> None:
+    """GET /v1/node's body from memory: ``json.dumps`` of what ``status --all`` reads from
+    the files, byte for byte (a backend with its VMM, a libvirt one, none, a name to escape),
+    the same bytes while nothing changed, and the new state once something did."""
+    _saved(state, "q", _qmp(10))
+    _saved(state, "v", {"type": "libvirt", "uri": "qemu:///system", "domain": 'd\u00e9"1'})
+    settings = Settings(node_overcommit=Fraction(1))
+    view = NodeView(str(state))
+
+    def files() -> bytes:
+        return (json.dumps(node_status_json(node_status(settings, str(state)))) + "\n").encode()
+
+    async def body() -> None:
+        entries = await view.current(_inline)
+        assert entries is not None
+        first = view.document(settings, entries)
+        assert first == files()
+        assert json.loads(first)["sandboxes"][0]["sandbox"] == "a"
+        again = await view.current(_inline)
+        assert again is entries and view.document(settings, again) is first  # not made again
+        _sandbox(state, "b", 4096)
+        changed = await view.current(_inline)
+        assert changed is not None and changed is not entries
+        now = view.document(settings, changed)
+        assert now != first and now == files()
+        # Another user could write a sandbox's directory: refused, as from the files.
+        (state / "a").chmod(0o777)
+        refused = await view.current(_inline)
+        assert refused is not None
+        with pytest.raises(ConfigError, match="a"):
+            view.document(settings, refused)
 
     _run(view, body)
