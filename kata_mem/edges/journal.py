@@ -229,8 +229,26 @@ def owner_among(
         return None
     for other, backend in saved:
         if other != sandbox and backend is not None and vm_key(backend) == key:
+            if _other_vmm(backend, reached):
+                continue
             return other
     return None
+
+
+def _other_vmm(saved: Endpoint, reached: Endpoint) -> bool:
+    """Whether a saved request whose socket file has the inode ``reached`` has was applied
+    to another VMM than the one listening now, by the rule a saved request's VMM is proven
+    by when connecting (:meth:`~kata_mem.core.endpoint.VmmIdentity.other_socket`,
+    :meth:`~kata_mem.core.endpoint.VmmIdentity.other_peer`): once a VM's socket file is
+    removed, a new one may get the same inode number, and a sandbox whose VM is gone must
+    not be taken for the owner of the VM bound there since."""
+    if saved.vmm is None or reached.vmm is None:
+        return False
+    now = reached.vmm
+    return bool(
+        saved.vmm.other_socket(now.device, now.inode, now.owner_uid)
+        or saved.vmm.other_peer(now.peer_uid, now.peer_pid)
+    )
 
 
 def vm_key(endpoint: Endpoint) -> Optional[tuple[object, ...]]:

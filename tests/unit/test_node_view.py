@@ -166,8 +166,8 @@ def _saved(state: Path, name: str, backend: dict[str, object]) -> None:
         sandbox.save_request({**doc, "backend": backend, "apply": True})
 
 
-def _qmp(inode: int) -> dict[str, object]:
-    vmm = {"device": 7, "inode": inode, "owner_uid": 0, "peer_uid": 0, "peer_pid": 4242}
+def _qmp(inode: int, pid: int = 4242) -> dict[str, object]:
+    vmm = {"device": 7, "inode": inode, "owner_uid": 0, "peer_uid": 0, "peer_pid": pid}
     return {"type": "qmp", "socket": f"/run/vm-{inode}.sock", "vmm": vmm}
 
 
@@ -193,6 +193,8 @@ def test_the_view_says_who_owns_a_vm_as_the_files_do_and_reads_a_request_saved_j
         ("new", reached(_qmp(20))),
         ("new", reached(_qmp(30))),
         ("new", reached(_qmp(99))),
+        # a's socket file is gone and a new VM's got its inode number: another listener
+        ("new", reached(_qmp(10, pid=5353))),
         ("new", reached({"type": "libvirt", "uri": "qemu:///system", "domain": "d1"})),
         ("new", reached({"type": "libvirt", "uri": "qemu:///system", "domain": "d2"})),
         ("new", reached({"type": "qmp", "socket": "/run/e.sock"})),
@@ -201,7 +203,7 @@ def test_the_view_says_who_owns_a_vm_as_the_files_do_and_reads_a_request_saved_j
     async def body() -> None:
         answers = [await view.vm_owner(n, e, _inline) for n, e in asked]
         assert answers == [vm_owner(state, n, e) for n, e in asked]
-        assert answers == ["a", None, None, None, None, "b", None, None]
+        assert answers == ["a", None, None, None, None, None, "b", None, None]
         # Saved by another process just now, nothing synced since: in the answer.
         _saved(state, "f", _qmp(40))
         assert await view.vm_owner("new", reached(_qmp(40)), _inline) == "f"
