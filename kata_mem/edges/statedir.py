@@ -53,6 +53,7 @@ from kata_mem.edges.statefiles import (
     atomic_write,
     cannot_write,
     refusal,
+    temp_name,
     what_to_do,
 )
 
@@ -122,11 +123,13 @@ def state_dir_state(state_dir: str | Path) -> DirState:
         try:
             fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except FileNotFoundError as exc:
-            if os.path.lexists(root):
+            if os.path.islink(root) and not os.path.exists(root):
                 raise StateDirError(
                     f"state_dir {root}: is a symlink to nothing; nothing was changed. {WHAT_TO_DO}",
                     "dangling",
                 ) from exc
+            if os.path.lexists(root):
+                continue  # made since it was opened (another call sets it up too): look again
             return "absent"
         except OSError as exc:
             if exc.errno == errno.ENOTDIR and os.path.exists(root):
@@ -449,10 +452,10 @@ class SandboxDirectory:
 
     def _probe(self) -> None:
         """Fail before anything is changed when the sandbox directory is not writable."""
-        probe = self.dir / f".probe.{os.getpid()}.tmp"
+        probe = self.dir / temp_name("probe")
         try:
             with contextlib.suppress(FileNotFoundError):
-                probe.unlink()  # left by a crashed call that had this pid
+                probe.unlink()  # left by a crashed call that had this pid and thread
             os.close(os.open(probe, CREATE, 0o600))
             probe.unlink()
         except OSError as exc:
@@ -563,7 +566,7 @@ class SandboxDirectory:
                 "it holds entries kata-mem did not create: " + ", ".join(sorted(others)[:5]),
             )
             return
-        away = self.root / f".removing.{self.sandbox}.{os.getpid()}.tmp"
+        away = self.root / temp_name(f"removing.{self.sandbox}")
         try:
             with node_lock(self.root):
                 os.rename(self.dir, away)

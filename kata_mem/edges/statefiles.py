@@ -29,6 +29,7 @@ import errno
 import os
 import re
 import stat
+import threading
 from pathlib import Path
 from typing import Literal
 
@@ -51,12 +52,24 @@ SERVICE_RECORD = f".{SERVICE_ENTRIES[0]}.service"
 JOURNAL, REQUEST, LOCK = "journal.json", "request.json", "lock"
 #: The files kata-mem writes in a sandbox directory: the only ones it ever removes.
 OWN_FILES = (JOURNAL, REQUEST, LOCK)
-#: Its temporary files (``.<name>.<pid>.tmp``, and a sandbox directory being removed as
-#: ``.removing.<sandbox>.<pid>.tmp``), left behind only by a crash.
+#: Its temporary files (``.<name>.<pid>.<tid>.tmp``, and a sandbox directory being removed
+#: as ``.removing.<sandbox>.<pid>.<tid>.tmp``; an older kata-mem named them without the
+#: thread), left behind only by a crash.
 TEMP = re.compile(
     r"\.(?:journal\.json|request\.json|kata-mem-state|kata-mem-sandbox|kata-mem-ledger|probe"
-    r"|kata-mem\.sock\.service|removing\.[A-Za-z0-9][A-Za-z0-9_.-]*)\.\d+\.tmp"
+    r"|kata-mem\.sock\.service|removing\.[A-Za-z0-9][A-Za-z0-9_.-]*)\.\d+(?:\.\d+)?\.tmp"
 )
+
+
+def temp_name(name: str) -> str:
+    """kata-mem's temporary name for ``name`` (:data:`TEMP`): its process and thread, so
+    that no other call takes it while this one lives (the threads of ``kata-mem serve``
+    make two sandboxes, or the state directory, at once: with the pid alone, one took the
+    other's file for a crashed call's and removed it), and one that is there was left by a
+    crashed call."""
+    return f".{name.lstrip('.')}.{os.getpid()}.{threading.get_native_id()}.tmp"
+
+
 WHAT_TO_DO = (
     "Set [kata_mem] state_dir (or the command's --state-dir) to a directory kata-mem "
     "created, an empty directory, or a path that does not exist yet"
@@ -171,7 +184,7 @@ def write_durably(tmp: Path, path: Path, data: bytes, mode: int, *, replace: boo
         try:
             fd = os.open(tmp, CREATE, mode)
         except FileExistsError:
-            tmp.unlink()  # left by a crashed call that had this pid: kata-mem's own name
+            tmp.unlink()  # left by a crashed call that had this pid and thread: ours
             fd = os.open(tmp, CREATE, mode)
         try:
             os.fchmod(fd, mode)
@@ -204,7 +217,7 @@ def atomic_write(
 
     :raises StateDirError: when the directory cannot be written.
     """
-    tmp = directory / f".{path.name.lstrip('.')}.{os.getpid()}.tmp"
+    tmp = directory / temp_name(path.name)
     try:
         write_durably(tmp, path, data, 0o600, replace=replace)
     except OSError as exc:

@@ -34,7 +34,7 @@ from kata_mem.core.errors import ConfigError
 from kata_mem.core.record import Record
 from kata_mem.edges.journal import SandboxState
 from kata_mem.edges.statedir import ensure_state_dir, state_dir_state
-from kata_mem.edges.statefiles import STATE_MARKER
+from kata_mem.edges.statefiles import STATE_MARKER, temp_name
 from tests.support.cli import CliResult, Run, kata_mem_process
 from tests.support.configs import write_config
 from tests.support.fake_qmp import FakeQemu, FakeQmpServer
@@ -504,10 +504,13 @@ def test_a_temporary_file_that_is_a_link_is_not_written_through(
     assert apply(run_cli, cfg, server.path, state, "sb", "--limit", "256Mi").code == 0
     victim = tmp_path / "victim"
     victim.write_text("precious\n")
-    os.link(victim, state / "sb" / f".journal.json.{os.getpid()}.tmp")  # run_cli runs in this pid
+    # run_cli runs in this process and thread: the name its journal write takes
+    link = state / "sb" / temp_name("journal.json")
+    os.link(victim, link)
     r = apply(run_cli, cfg, server.path, state, "sb", "--limit", "512Mi")
     assert r.code == 0, r
     assert victim.read_text() == "precious\n"
+    assert not link.exists()  # the name was taken, and the link replaced, not written through
     assert json.loads((state / "sb" / "journal.json").read_text())["observed_mib"] == 1024
 
 

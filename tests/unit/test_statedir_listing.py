@@ -52,3 +52,26 @@ def test_without_a_marker_it_is_listed_to_tell_empty_from_foreign(
     (state / STATE_MARKER).write_text('{"schema": "someone-else/v1"}')
     with pytest.raises(ConfigError, match="did not create"):
         state_dir_state(state)
+
+
+def test_calls_that_set_up_one_state_dir_at_once_all_succeed(tmp_path: Path) -> None:
+    """The first requests of a node, in serve's threads, each set up the state directory
+    that does not exist yet: none fails (it did: one thread's temporary marker was removed
+    by another of the same pid, and a directory made between two looks was taken for a
+    symlink to nothing), and the directory is kata-mem's."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    for i in range(30):
+        state = tmp_path / f"run{i}" / "state"
+        start = threading.Barrier(8)
+
+        def set_up(start: threading.Barrier, state: Path) -> None:
+            start.wait()
+            ensure_state_dir(state)
+
+        with ThreadPoolExecutor(8) as pool:
+            for done in [pool.submit(set_up, start, state) for _ in range(8)]:
+                done.result()  # raises what the call raised
+        assert state_dir_state(state) == "ours"
+        assert sorted(os.listdir(state)) == [STATE_MARKER]  # no temporary file left
