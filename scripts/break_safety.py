@@ -135,6 +135,8 @@ GUARDS: dict[str, tuple[str, ...]] = {
     ),
     "kata_mem/backends/qmp.py": ("tests/integration/test_qmp_port.py",),
     "kata_mem/edges/journal.py": ("tests/unit/test_node_view.py", "tests/cli/test_vm_owner.py"),
+    "kata_mem/edges/statefiles.py": ("tests/unit/test_statedir_listing.py",),
+    "kata_mem/edges/statedir.py": ("tests/unit/test_statedir_listing.py",),
     "scripts/install-node.sh": ("tests/cli/test_install_layout.py",),
     "kata_mem/orchestration/handle.py": ("tests/unit/test_ledger.py",),
     "kata_mem/orchestration/reconcile.py": ("tests/unit/test_ledger.py",),
@@ -882,6 +884,19 @@ BREAKS = (
         "kata_mem/edges/journal.py",
         "            if _other_vmm(backend, reached):\n",
         "            if False:\n",
+    ),
+    # -- the state directory set up by calls at once -------------------------------------
+    Break(
+        "temporary-name-per-process-only",
+        "kata_mem/edges/statefiles.py",
+        'f".{name.lstrip(\'.\')}.{os.getpid()}.{threading.get_native_id()}.tmp"',
+        'f".{name.lstrip(\'.\')}.{os.getpid()}.{0}.tmp"',
+    ),
+    Break(
+        "state-dir-made-meanwhile-called-dangling",
+        "kata_mem/edges/statedir.py",
+        "            if os.path.islink(root) and not os.path.exists(root):",
+        "            if os.path.lexists(root):",
     ),
     # -- vCPUs as Kata holds them, float32 (issue 33, item 5) ------------------------------
     Break(
