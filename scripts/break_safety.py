@@ -889,8 +889,8 @@ BREAKS = (
     Break(
         "temporary-name-per-process-only",
         "kata_mem/edges/statefiles.py",
-        'f".{name.lstrip(\'.\')}.{os.getpid()}.{threading.get_native_id()}.tmp"',
-        'f".{name.lstrip(\'.\')}.{os.getpid()}.{0}.tmp"',
+        "f\".{name.lstrip('.')}.{os.getpid()}.{threading.get_native_id()}.tmp\"",
+        "f\".{name.lstrip('.')}.{os.getpid()}.{0}.tmp\"",
     ),
     Break(
         "state-dir-made-meanwhile-called-dangling",
