@@ -434,11 +434,9 @@ def main() -> None:
 
 
 def safety_pass_ms(state: Path) -> float:
-    """What the loop's full pass reads, in this process, on a state directory a pass read
-    before (best of 5): the listing (every sandbox directory's checks) and each entry's
-    files compared by ``stat``; no VM is asked (the kernel watches them)."""
-    from kata_mem.edges.statedir import list_state_dir
-
+    """What the loop's full pass after the first reads, in this process, on a state
+    directory a pass read before (best of 5): the view's listing and each entry's files
+    compared by ``stat``; no VM is asked (the kernel watches them)."""
     try:
         from kata_mem.interfaces.node_view import NodeView
     except ImportError:  # a kata-mem before issue 36: every pass was a full one
@@ -455,7 +453,6 @@ def safety_pass_ms(state: Path) -> float:
             best = float("inf")
             for _ in range(5):
                 t0 = time.perf_counter()
-                list_state_dir(state)
                 view.everything = True
                 await view.sync(inline)
                 best = min(best, time.perf_counter() - t0)

@@ -92,7 +92,10 @@ GUARDS: dict[str, tuple[str, ...]] = {
         "tests/unit/test_node_view.py",
         "tests/service/test_reconcile_loop.py",
     ),
-    "kata_mem/interfaces/reconcile_loop.py": ("tests/service/test_reconcile_loop.py",),
+    "kata_mem/interfaces/reconcile_loop.py": (
+        "tests/service/test_operator_logs.py",
+        "tests/service/test_reconcile_loop.py",
+    ),
     "kata_mem/core/golang.py": (
         "tests/oracle/test_golang_oracle.py",
         "tests/unit/test_golang.py",
@@ -684,6 +687,12 @@ BREAKS = (
         LOOP,
         "            if not self.view.watched(name):\n",
         "            if False:\n",
+    ),
+    Break(
+        "safety-net-reads-only-what-events-said",
+        LOOP,
+        "        self.view.everything = True\n        if not await self._sync():",
+        "        if not await self._sync():",
     ),
     # A VMM cgroup that cannot be seen read as "no limit" (the DaemonSet in a pod's own
     # cgroup namespace grew QEMU into an OOM kill), and the proof that a directory is the

@@ -179,3 +179,42 @@ def test_a_host_cgroup_unseen_for_the_same_reason_in_other_words_is_said_once(
     in_process.saw("sb", Unseen("unreadable", "memory.max unreadable"))  # unseen again: said
     assert len(_said(caplog, "sandbox sb: host cgroup unseen")) == 3
     assert in_process.unseen == {"sb": Unseen("unreadable", "memory.max unreadable")}
+
+
+def test_the_safety_net_reads_a_change_no_event_reported(in_process: Serving) -> None:
+    """A full pass after the first reads again what moved though the kernel said nothing (a
+    state directory mounted over, a lost event): here the event was read and dropped. The
+    view lists the directory itself, so a sandbox made meanwhile is found too."""
+    from kata_mem.core.record import Record
+    from kata_mem.edges.journal import SandboxState
+
+    mib = 1 << 20
+    state = Path(in_process.state_dir)
+
+    def journal(name: str, observed: int) -> None:
+        sandbox = SandboxState(state, name)
+        with sandbox.locked(0):
+            sandbox.save(Record(name, observed=observed * mib))
+
+    journal("sb", 512)
+    loop = ReconcileLoop(in_process)
+
+    async def body() -> None:
+        loop.view.start(asyncio.get_running_loop(), lambda: None)
+        try:
+            await loop.one_pass()  # the first: every sandbox read and visited
+            journal("sb", 1024)
+            journal("new", 256)
+            loop.view.drain()
+            loop.view.dirty.clear()  # the events, lost
+            await loop.step()
+            files = loop.view.entries["sb"].files
+            assert files is not None and files.record.observed == 512 * mib  # not seen
+            await loop.one_pass()
+            files = loop.view.entries["sb"].files
+            assert files is not None and files.record.observed == 1024 * mib
+            assert "new" in loop.view.entries and loop.full_passes == 2
+        finally:
+            loop.view.close()
+
+    asyncio.run(body())
