@@ -147,6 +147,10 @@ def test_apply_then_sandbox_status_node_and_metrics(service: Service, tmp_path: 
         )
         assert st["journal"]["observed_mib"] == 768
 
+    # A VM that is gone, counted by kind (this test's own: the service is the module's).
+    gone = request(apply=True, backend={"type": "qmp", "socket": str(tmp_path / "gone.sock")})
+    assert service.post(gone).status == 503
+
     node = service.request("GET", "/v1/node")
     rows = {row["sandbox"]: row for row in node.json()["sandboxes"]}
     assert node.status == 200 and node.json()["schema"] == "kata-mem/node/v1"
