@@ -148,8 +148,8 @@ def test_apply_then_sandbox_status_node_and_metrics(service: Service, tmp_path: 
         assert st["journal"]["observed_mib"] == 768
 
     # A VM that is gone, counted by kind (this test's own: the service is the module's).
-    gone = request(apply=True, backend={"type": "qmp", "socket": str(tmp_path / "gone.sock")})
-    assert service.post(gone).status == 503
+    no_vm = request(apply=True, backend={"type": "qmp", "socket": str(tmp_path / "gone.sock")})
+    assert service.post(no_vm).status == 503
 
     node = service.request("GET", "/v1/node")
     rows = {row["sandbox"]: row for row in node.json()["sandboxes"]}
