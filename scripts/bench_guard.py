@@ -186,7 +186,7 @@ def p90(xs: list[float]) -> float:
 def row(name: str, t_on: list[float], t_off: list[float]) -> str:
     on, off = statistics.median(t_on), statistics.median(t_off)
     lo, hi = bootstrap(t_on, t_off)
-    diffs = [a - b for a, b in zip(t_on, t_off)]
+    diffs = [a - b for a, b in zip(t_on, t_off, strict=True)]
     paired = statistics.median(diffs)
     rng = random.Random(11)
     boot = sorted(statistics.median(rng.choices(diffs, k=len(diffs))) for _ in range(2000))

@@ -111,7 +111,7 @@ def main() -> None:
             serve.wait(30)
     median = {name: statistics.median(t) for name, t in times.items()}
     per_round = {
-        name: statistics.median(t / f for t, f in zip(times[name], times["floor"]))
+        name: statistics.median(t / f for t, f in zip(times[name], times["floor"], strict=True))
         for name in ("client", "shim")
     }
     print(

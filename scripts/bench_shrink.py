@@ -16,9 +16,10 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -255,7 +256,7 @@ def main() -> None:
         print("| step | " + " | ".join(PHASES) + " |")
         print("| --- |" + " --- |" * len(PHASES))
         safe_rows, force_rows = (_median_rows(r["lines"][s]) for s in ("safe", "force"))
-        for i, (s, f) in enumerate(zip(safe_rows, force_rows)):
+        for i, (s, f) in enumerate(zip(safe_rows, force_rows, strict=True)):
             name = f"{i + 1}" if i < len(safe_rows) - 1 else "after the last"
             cells = " | ".join(f"{s[p] * 1000:.0f} / {f[p] * 1000:.0f}" for p in PHASES)
             print(f"| {name} | {cells} |")

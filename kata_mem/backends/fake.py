@@ -9,8 +9,9 @@ executor's handling of each case can be tested without a VM.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Optional
 
 from kata_mem.core.errors import BackendError
 from kata_mem.core.model import GuestUsage, MemoryDevice, Step, VmState

@@ -24,9 +24,10 @@ import threading
 import time
 import urllib.parse
 import xml.etree.ElementTree as ET
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from itertools import pairwise
 from pathlib import Path
-from typing import Any, Callable, Optional, TypeVar
+from typing import Any, Optional, TypeVar
 
 from kata_mem.core.errors import (
     BackendError,
@@ -177,7 +178,7 @@ def qemu_pid(uri: str, name: str, env: Mapping[str, str]) -> Optional[int]:
     guest = b"guest=" + name.replace(",", ",,").encode()
     named = any(
         flag == b"-name" and (value == guest or value.startswith(guest + b","))
-        for flag, value in zip(argv, argv[1:])
+        for flag, value in pairwise(argv)
     )
     if pid <= 0 or not named:
         log.debug("domain %s: pid %d in %s is not its QEMU", name, pid, run_dir)

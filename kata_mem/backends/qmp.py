@@ -420,7 +420,7 @@ class QmpBackend:
         self.round_trips += 1
         self.commands += len(todo)
         replies = self._run(batch(), todo[0][0])
-        for (cmd, args), reply in zip(todo, replies):
+        for (cmd, args), reply in zip(todo, replies, strict=True):
             if isinstance(reply, BaseException) and not isinstance(reply, ExecuteError):
                 self._ahead.clear()
                 raise self._failed(reply, cmd) from reply

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Collection, Mapping, Sequence
-from typing import Any, Callable, Optional, TypeVar, Union
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Any, Optional, TypeVar, Union
 
 from kata_mem.core.errors import InputError, KataMemError
 from kata_mem.core.units import INT64_MAX, INT64_MIN

@@ -291,7 +291,7 @@ def _clean_class(r: list[int]) -> list[int]:
 def _cleaned(r: tuple[int, ...]) -> tuple[int, ...]:
     # Memoised: a pattern that repeats a large class ([\pL] thousands of times) cleans
     # the same ranges each time.
-    pairs = sorted(zip(r[0::2], r[1::2]), key=lambda p: (p[0], -p[1]))
+    pairs = sorted(zip(r[0::2], r[1::2], strict=False), key=lambda p: (p[0], -p[1]))
     out: list[int] = []
     for lo, hi in pairs:
         if out and lo <= out[-1] + 1:
@@ -521,7 +521,7 @@ def _equal(x: Optional[_Re], y: Optional[_Re]) -> _Gen:
     elif op in (ALTERNATE, CONCAT):
         if len(x.sub) != len(y.sub):
             return False
-        for a, b in zip(x.sub, y.sub):
+        for a, b in zip(x.sub, y.sub, strict=True):
             if not (yield _equal(a, b)):
                 return False
     elif op in (STAR, PLUS, QUEST):

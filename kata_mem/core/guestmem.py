@@ -47,7 +47,8 @@ is taken to be one the guest may not give back.
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from collections.abc import Callable
+from typing import Optional
 
 from kata_mem.core.model import (
     Arch,

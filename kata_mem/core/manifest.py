@@ -37,9 +37,10 @@ import json.decoder
 import json.scanner
 import math
 import re
+from collections.abc import Callable
 from decimal import Decimal
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any, Callable, Union
+from typing import TYPE_CHECKING, Any, Union
 
 import yaml
 

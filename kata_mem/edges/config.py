@@ -18,10 +18,10 @@ import os
 import stat
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 from kata_mem.core.errors import ConfigError
 from kata_mem.core.fields import (
@@ -254,7 +254,7 @@ def _load_files(
                 )
         files += found
     each = [_read_toml(f) for f in files]
-    for f, own in zip(files, each):
+    for f, own in zip(files, each, strict=True):
         _merge(data, copy.deepcopy(own), origins, str(f))  # each file's own kept as read
     return data, origins, tuple(str(f) for f in files), where, each
 
@@ -389,7 +389,7 @@ def _each_file_typed(each: list[dict[str, Any]], files: tuple[str, ...]) -> None
     ``drop_in.rs``), as :func:`_load_config` reads the merged table.
 
     :raises ConfigError: naming the file and key."""
-    for own, file in zip(each, files):
+    for own, file in zip(each, files, strict=True):
         hypervisors = own.get("hypervisor", {})
         tables = hypervisors.items() if isinstance(hypervisors, dict) else ()
         for name, table in tables:

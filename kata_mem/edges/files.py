@@ -13,8 +13,9 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Optional, Union
+from typing import Optional, Union
 
 from kata_mem.core.errors import InputError, KataMemError
 from kata_mem.core.units import MiB, to_kib_floor, to_mib_floor

@@ -17,9 +17,9 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Callable, Optional, TypeVar
+from typing import Any, Optional, TypeVar
 
 from kata_mem.core.endpoint import Endpoint
 from kata_mem.core.errors import ConfigError, InputError, KataMemError

@@ -11,9 +11,10 @@ here, naming the field, and never sized. The OCI and command-line readers are in
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, Callable, Optional, Union
+from typing import Any, Optional, Union
 
 from kata_mem.core.annotations import hypervisor_annotations
 from kata_mem.core.arch import check_hugepage_size

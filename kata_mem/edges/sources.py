@@ -10,9 +10,10 @@ line's together make one sandbox's :class:`~kata_mem.core.model.Workload`
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 from kata_mem.core.annotations import hypervisor_annotations
 from kata_mem.core.arch import HUGEPAGE_SIZES

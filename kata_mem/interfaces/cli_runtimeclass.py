@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
 from typing import Optional
 
 import click
@@ -112,7 +113,7 @@ def _size_classes(text: str, max_pod_memory: Optional[str]) -> list[tuple[str, i
         raise click.UsageError("--size-classes and --max-pod-memory: give one of the two")
     parts = [p.strip() for p in text.split(",")]
     bounds = [(p, quantity_bytes(p, f"--size-classes {p!r}")) for p in parts]
-    for (a, x), (b, y) in zip(bounds, bounds[1:]):
+    for (a, x), (b, y) in pairwise(bounds):
         if y <= x:
             raise click.UsageError(
                 f"--size-classes {text!r}: {b} is not larger than {a}; expected increasing sizes"

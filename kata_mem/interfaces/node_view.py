@@ -38,11 +38,10 @@ import concurrent.futures
 import contextlib
 import json
 import os
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import (
     TYPE_CHECKING,
-    Callable,
     Final,
     Literal,
     NamedTuple,

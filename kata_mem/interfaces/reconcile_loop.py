@@ -28,7 +28,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING, Callable, NamedTuple, Optional, TypeVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, NamedTuple, Optional, TypeVar
 
 from kata_mem.core.errors import KataMemError
 from kata_mem.edges.logs import describe, get_logger

@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Callable, Optional, Union
+from collections.abc import Callable
+from typing import Optional, Union
 
 from kata_mem.backends import Backend, StepProgress
 from kata_mem.core import outcomes, podresize, safety

@@ -13,7 +13,8 @@ node's total comes from the state directory, under the node-wide admission lock
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from collections.abc import Callable
+from typing import Optional
 
 from kata_mem.core.errors import InputError
 from kata_mem.core.model import (

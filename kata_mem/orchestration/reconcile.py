@@ -16,7 +16,7 @@ trouble is reported for that sandbox and the pass goes on.
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from kata_mem.core.errors import BackendUnavailable, KataMemError
 from kata_mem.core.record import Record

@@ -19,7 +19,7 @@ Repair steps are journaled and waited for like any other (``run``).
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from kata_mem.backends import Backend, StepProgress
 from kata_mem.core.model import Note, Step, VmState

@@ -13,7 +13,8 @@ the step.
 from __future__ import annotations
 
 import time
-from typing import Callable, Optional
+from collections.abc import Callable
+from typing import Optional
 
 from kata_mem.backends import Backend
 from kata_mem.core import safety

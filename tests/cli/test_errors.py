@@ -7,8 +7,8 @@ import importlib
 import json
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 

@@ -6,8 +6,8 @@ promises more than ``default_memory`` can describe."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from tests.support.cli import CliResult
 from tests.support.configs import write_config

@@ -5,8 +5,9 @@ hypervisor annotations; preview, apply --dry-run and the shim plan them alike.""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import jsonschema
 import pytest

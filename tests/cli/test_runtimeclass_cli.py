@@ -194,7 +194,7 @@ def test_size_classes_are_one_runtimeclass_per_bound_with_the_split_arithmetic()
         "kata-mem-qemu-8gi",
         "kata-mem-qemu-256gi",
     ]
-    for c, bound in zip(classes, ("2Gi", "8Gi", "256Gi")):
+    for c, bound in zip(classes, ("2Gi", "8Gi", "256Gi"), strict=True):
         validate(c, "1.35", strict=True)
         assert c["handler"] == "kata-qemu"
         single = yaml.safe_load(

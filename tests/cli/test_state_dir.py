@@ -16,9 +16,9 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
@@ -318,7 +318,7 @@ def test_reconcile_reports_each_sandboxs_trouble_and_goes_on(
     other = config_for(tmp_path, state, "other.toml")
     # Each sandbox its own VM: a VM is sized by one sandbox's requests.
     servers = [server] + [FakeQmpServer(tmp_path / f"vm{i}.sock", FakeQemu()) for i in range(1, 4)]
-    for sb, vm in zip(("a-damaged", "b-noconfig", "c-bug", "d-fine"), servers):
+    for sb, vm in zip(("a-damaged", "b-noconfig", "c-bug", "d-fine"), servers, strict=True):
         config = other if sb == "b-noconfig" else cfg
         assert apply(run_cli, config, vm.path, state, sb, "--limit", "256Mi").code == 0
     # A journal whose retry time is not a number: corrupt, so rebuilt from the VM.

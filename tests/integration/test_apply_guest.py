@@ -4,8 +4,8 @@ backend-independent scenarios (test_scenarios.py) do not cover."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 

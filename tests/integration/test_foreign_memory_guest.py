@@ -6,8 +6,9 @@ guest's own MemTotal shows what it got."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 

@@ -272,7 +272,7 @@ def test_two_guests_growing_at_once_share_the_node_budget(guest_dir: Path, tmp_p
         clamped = docs[targets.index(min(targets))]["plan"]["memory"]
         assert clamped["clamped_by"] == ["node_budget"], clamped
         assert [d["observed_mib"] for d in docs] == targets
-        for vm, target in zip(vms, targets):
+        for vm, target in zip(vms, targets, strict=True):
             reached(vm, base_kb + (target - 512) * KiB_PER_MiB)
         r = kata_mem_process(
             "status", "--all", "--json", "--config", str(cfg), "--host-memory", f"{budget}Mi"

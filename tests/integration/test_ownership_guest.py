@@ -8,9 +8,10 @@ collide with none of them; and kata-mem's own orphan, left between ``object-add`
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional, Union
+from typing import Any, Optional, Union
 
 import pytest
 

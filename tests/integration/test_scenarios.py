@@ -5,9 +5,10 @@ backends cannot drift apart."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Union
+from typing import Any, Union
 
 import pytest
 

@@ -4,8 +4,8 @@ with the flag, the whole-DIMM limit is named with the DIMMs."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 

@@ -5,8 +5,8 @@ workload with now, and never below the memory it booted with."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 

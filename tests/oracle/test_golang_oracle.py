@@ -206,15 +206,19 @@ def test_every_value_and_pattern_of_the_annotation_table_is_read_as_go_reads_it(
         + [{"op": "MatchString", "pattern": p, "text": t} for p, t in pairs]
     )
     n = len(texts)
-    found = [float32_differences(t, a) for t, a in zip(texts, answers[:n])]
+    found = [float32_differences(t, a) for t, a in zip(texts, answers[:n], strict=True)]
     found += [
-        integer_differences("ParseUint", t, 10, 64, a) for t, a in zip(texts, answers[n : 2 * n])
+        integer_differences("ParseUint", t, 10, 64, a)
+        for t, a in zip(texts, answers[n : 2 * n], strict=True)
     ]
     found += [
         None if golang.parse_bool(t) == (a["value"] == "true" if a["ok"] else None) else t
-        for t, a in zip(texts, answers[2 * n : 3 * n])
+        for t, a in zip(texts, answers[2 * n : 3 * n], strict=True)
     ]
-    found += [match_differences(p, t, a, go_oracle) for (p, t), a in zip(pairs, answers[3 * n :])]
+    found += [
+        match_differences(p, t, a, go_oracle)
+        for (p, t), a in zip(pairs, answers[3 * n :], strict=True)
+    ]
     assert [f for f in found if f] == []
 
 
@@ -277,7 +281,9 @@ def test_the_documented_regexp_differences_are_still_there(go_oracle: Oracle) ->
     # a pattern as a configuration error rather than guess what it allows.
     only_go = ("\\p{greek}", "\\pp", "\\p{Letter}")
     answers = go_oracle.ask_many([{"op": "Compile", "text": p} for p in only_go])
-    assert [(a["ok"], re2_compiles(p)[0]) for p, a in zip(only_go, answers)] == [(True, False)] * 3
+    assert [(a["ok"], re2_compiles(p)[0]) for p, a in zip(only_go, answers, strict=True)] == [
+        (True, False)
+    ] * 3
     for pattern in only_go:
         with pytest.raises(ConfigError, match="RE2"):
             golang.regexp_match(pattern, "a")
@@ -297,7 +303,7 @@ def test_what_go_refuses_and_re2_takes_is_refused(go_oracle: Oracle) -> None:
     )
     assert [a["ok"] for a in answers] == [True, False, False, False, False, True]
     assert all(re2_compiles(p)[0] for p in patterns)
-    for pattern, answer in zip(patterns, answers):
+    for pattern, answer in zip(patterns, answers, strict=True):
         assert match_differences(pattern, "a", answer, go_oracle) is None
         assert go_refusal(pattern) == answer.get("err")
 
@@ -312,7 +318,7 @@ def test_the_regexp_port_refuses_what_go_refuses_in_gos_words(go_oracle: Oracle)
     answers = go_oracle.ask_many([{"op": "Compile", "text": p} for p in patterns])
     wrong = [
         (p[:80], a.get("err", "")[:120], (go_refusal(p) or "")[:120])
-        for p, a in zip(patterns, answers)
+        for p, a in zip(patterns, answers, strict=True)
         if go_refusal(p) != a.get("err")
     ]
     assert not wrong, wrong[:10]

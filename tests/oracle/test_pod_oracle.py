@@ -16,10 +16,11 @@ import copy
 import json
 import math
 import re
+from collections.abc import Callable
 from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, Callable, Optional, Union
+from typing import Any, Optional, Union
 
 import pytest
 from hypothesis import HealthCheck, given, settings

@@ -92,7 +92,7 @@ def test_every_short_text_is_read_as_kubernetes_reads_it(
     answers = kubernetes_oracles[release].ask_many(
         [{"op": "ParseQuantity", "text": t} for t in texts]
     )
-    found = [quantity_differences(t, a) for t, a in zip(texts, answers)]
+    found = [quantity_differences(t, a) for t, a in zip(texts, answers, strict=True)]
     assert [f for f in found if f] == []
     assert sum(a["ok"] for a in answers) > 300  # both sides read many, not only refuse
 
@@ -142,5 +142,5 @@ def test_the_documented_quantity_differences_are_still_there(
     }
     for oracle in kubernetes_oracles.values():
         answers = oracle.ask_many([{"op": "ParseQuantity", "text": t} for t in texts])
-        got = {t: documented(t, _ours(t), a) for t, a in zip(texts, answers)}
+        got = {t: documented(t, _ours(t), a) for t, a in zip(texts, answers, strict=True)}
         assert got == texts

@@ -109,7 +109,7 @@ def test_two_sandboxes_resize_side_by_side(guests: list[GuestVM], tmp_path: Path
     cfg = guest_config(tmp_path, virtio=True)
     svc = start(tmp_path, env=_env())
     try:
-        for name, vm in zip("cd", guests):
+        for name, vm in zip("cd", guests, strict=True):
             # Back to the boot size, and the balloon's statistics off, as a new VM has them.
             # (By the sandbox that sizes it from now on: a VM is one sandbox's.)
             assert _outcome(svc.post(_req(cfg, name, vm, 0)))["observed_mib"] == 512
@@ -124,7 +124,7 @@ def test_two_sandboxes_resize_side_by_side(guests: list[GuestVM], tmp_path: Path
                 )
         # A plan-only create names the VM, and changes nothing on it: its
         # balloon's statistics stay off until an apply turns them on.
-        for name, vm in zip("cd", guests):
+        for name, vm in zip("cd", guests, strict=True):
             got = svc.post(_req(cfg, name, vm, 1024, apply=False, event="create"))
             assert got.status == 200 and got.json()["outcome"] is None, got.body
             with QMPClient(vm.qmp_socket) as q:
@@ -136,7 +136,9 @@ def test_two_sandboxes_resize_side_by_side(guests: list[GuestVM], tmp_path: Path
                     },
                 )
             assert interval == 0
-        grown = [_post_in_thread(svc, _req(cfg, n, vm, 1024)) for n, vm in zip("cd", guests)]
+        grown = [
+            _post_in_thread(svc, _req(cfg, n, vm, 1024)) for n, vm in zip("cd", guests, strict=True)
+        ]
         for thread, _ in grown:
             thread.join(120)
         outs = [_outcome(out["answer"]) for _, out in grown]
@@ -145,7 +147,9 @@ def test_two_sandboxes_resize_side_by_side(guests: list[GuestVM], tmp_path: Path
         # A safe shrink waits for each guest to give its memory back, step by step: the
         # longest resize there is, so the one to run side by side.
         t0 = time.monotonic()
-        runs = [_post_in_thread(svc, _req(cfg, n, vm, 0)) for n, vm in zip("cd", guests)]
+        runs = [
+            _post_in_thread(svc, _req(cfg, n, vm, 0)) for n, vm in zip("cd", guests, strict=True)
+        ]
         states: list[list[str]] = []
 
         def both_or_done() -> bool:

@@ -69,7 +69,7 @@ def test_first_requests_for_one_vm_through_the_service_have_one_owner(tmp_path: 
             names = [f"race-{i}" for i in range(6)]
             with ThreadPoolExecutor(6) as pool:
                 answers = list(pool.map(lambda n: svc.post(update(n, first), timeout=60), names))
-            done = {n: (a.status, a.json()) for n, a in zip(names, answers)}
+            done = {n: (a.status, a.json()) for n, a in zip(names, answers, strict=True)}
             owners = [n for n, (status, _) in done.items() if status == 200]
             assert len(owners) == 1, done
             owner = owners[0]

@@ -309,7 +309,7 @@ class FakeQmpServer:
         while not self._stop.is_set():
             try:
                 conn, _ = self._sock.accept()
-            except socket.timeout:
+            except TimeoutError:
                 continue
             self.sessions += 1
             with conn:
@@ -341,7 +341,7 @@ class FakeQmpServer:
         while not self._stop.is_set():
             try:
                 chunk = conn.recv(65536)
-            except socket.timeout:
+            except TimeoutError:
                 continue
             except OSError:
                 return

@@ -30,9 +30,10 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Optional, Protocol
+from typing import TYPE_CHECKING, Optional, Protocol
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -246,7 +247,7 @@ class GuestControl:
                 while b"\n" not in self._buf:
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
-                        raise socket.timeout
+                        raise TimeoutError
                     sock.settimeout(remaining)
                     chunk = sock.recv(4096)
                     if not chunk:
@@ -255,7 +256,7 @@ class GuestControl:
                             f"{self._is_alive()})\n{self._console_tail()}"
                         )
                     self._buf += chunk
-            except socket.timeout:
+            except TimeoutError:
                 raise GuestError(
                     f"no reply to {line!r} within {timeout:.0f} s ({self._what} alive: "
                     f"{self._is_alive()})\n--- console tail ---\n{self._console_tail()}"

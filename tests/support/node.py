@@ -50,10 +50,10 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Callable, NamedTuple, Optional, Union
+from typing import IO, Any, NamedTuple, Optional, Union
 
 import psutil
 

@@ -162,7 +162,7 @@ class QMPClient:
                 self._events.append(reply)
             elif reply.get("id") in ids:
                 replies[str(reply["id"])] = reply
-        for (name, _), msg_id in zip(commands, ids):
+        for (name, _), msg_id in zip(commands, ids, strict=True):
             if "error" in replies[msg_id]:
                 err = replies[msg_id]["error"]
                 raise QMPError(f"{name}: {err.get('class')}: {err.get('desc')}", replies[msg_id])
@@ -214,7 +214,7 @@ class QMPClient:
             self._sock.settimeout(remaining)
             try:
                 chunk = self._sock.recv(65536)
-            except socket.timeout:
+            except TimeoutError:
                 raise TimeoutError("QMP read timed out") from None
             if not chunk:
                 raise QMPError("QMP connection closed by QEMU")

@@ -9,10 +9,10 @@ import os
 import stat
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from tests.support.cli import CliResult, Run
 from tests.support.configs import HOST_ARGS, write_config

@@ -4,7 +4,8 @@ on a loaded machine and too long on an idle one."""
 from __future__ import annotations
 
 import time
-from typing import Callable, TypeVar, Union
+from collections.abc import Callable
+from typing import TypeVar, Union
 
 T = TypeVar("T")
 

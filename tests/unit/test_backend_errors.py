@@ -8,8 +8,9 @@ from __future__ import annotations
 import asyncio
 import queue
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from types import SimpleNamespace
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 

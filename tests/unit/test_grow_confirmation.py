@@ -6,8 +6,9 @@ in-memory fake backend, whose guest reports what it has onlined (``FakeGuest.onl
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 

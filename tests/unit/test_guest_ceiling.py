@@ -4,7 +4,7 @@ executor. The arithmetic without a reading is in tests/fixtures/plan-cases/guest
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import pytest
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 import asyncio
 import json
 import select
-from collections.abc import Awaitable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from fractions import Fraction
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import TypeVar
 
 import pytest
 

@@ -4,8 +4,9 @@ may hold: tests/fixtures/schemas/{before-steps,after-steps,step-stopped}.schema.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from fractions import Fraction
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import pytest
 
@@ -111,7 +112,7 @@ def test_before_steps(case: dict[str, Any]) -> None:
     if "warnings" in expect:
         shown = warnings_json(p.notes)
         assert len(shown) == len(expect["warnings"]), shown
-        assert all(w.startswith(want) for w, want in zip(shown, expect["warnings"]))
+        assert all(w.startswith(want) for w, want in zip(shown, expect["warnings"], strict=True))
 
 
 @pytest.mark.parametrize("case", case_params("after-steps"))

@@ -3,8 +3,9 @@ what a case may hold: tests/fixtures/schemas/plan.schema.json."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from fractions import Fraction
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 

@@ -6,9 +6,10 @@ Every example Pod under examples/pods is one the API server accepts."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import yaml

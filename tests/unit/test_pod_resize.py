@@ -10,9 +10,10 @@ rejects the resize, a failed write sends the old resources again)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import jsonschema
 import pytest

@@ -3,8 +3,9 @@ major faults that rise and free memory that falls while a shrink runs."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 

@@ -5,8 +5,9 @@ for right after the step; and a DIMM unplug is a step the next check must see pa
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 from kata_mem.backends.fake import FakeBackend, FakeGuest, VirtualTime
 from kata_mem.core.model import (

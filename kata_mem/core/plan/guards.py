@@ -7,7 +7,8 @@ bounds the VM whichever way it goes. The readings themselves are
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple, Optional
+from collections.abc import Callable
+from typing import NamedTuple, Optional
 
 from kata_mem.core.model import (
     CgroupLevel,

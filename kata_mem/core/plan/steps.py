@@ -9,8 +9,8 @@ hypervisor (src/runtime/virtcontainers/qemu.go ``ResizeMemory``, which sandbox.g
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
-from typing import Callable, Optional
+from collections.abc import Callable, Iterator
+from typing import Optional
 
 from kata_mem.core.guestmem import ceiling_at
 from kata_mem.core.model import (

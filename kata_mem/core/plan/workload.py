@@ -6,8 +6,9 @@ src/runtime-rs/crates/resource/src/cpu_mem/initial_size.rs."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from fractions import Fraction
-from typing import Callable, Optional, TypeVar, Union
+from typing import Optional, TypeVar, Union
 
 from kata_mem.core.errors import ConfigError
 from kata_mem.core.model import (
