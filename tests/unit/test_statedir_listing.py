@@ -75,3 +75,43 @@ def test_calls_that_set_up_one_state_dir_at_once_all_succeed(tmp_path: Path) -> 
                 done.result()  # raises what the call raised
         assert state_dir_state(state) == "ours"
         assert sorted(os.listdir(state)) == [STATE_MARKER]  # no temporary file left
+
+
+def test_two_threads_never_take_one_temporary_name() -> None:
+    """A temporary name is its process's and its thread's: a thread that finds one there
+    takes it for a crashed call's and removes it, which must never be another live call's."""
+    import threading
+
+    from kata_mem.edges.statefiles import TEMP, temp_name
+
+    other: list[str] = []
+    thread = threading.Thread(target=lambda: other.append(temp_name("journal.json")))
+    thread.start()
+    thread.join()
+    mine = temp_name("journal.json")
+    assert other[0] != mine
+    assert TEMP.fullmatch(mine) and TEMP.fullmatch(other[0])
+    assert TEMP.fullmatch(".journal.json.42.tmp")  # as an older kata-mem named it
+
+
+def test_a_state_dir_made_between_two_looks_is_looked_at_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another call makes the state directory just after this one found nothing there: it
+    is looked at again (here: empty), not called a symlink to nothing."""
+    state = tmp_path / "state"
+    real_open = os.open
+    made: list[bool] = []
+
+    def open_as_another_call_makes_it(path: object, flags: int, *args: object, **kw: object) -> int:
+        if path == state and not made:
+            made.append(True)
+            try:
+                return real_open(path, flags, *args, **kw)  # type: ignore[arg-type]
+            finally:
+                os.mkdir(state, 0o700)  # the other call, meanwhile
+        return real_open(path, flags, *args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "open", open_as_another_call_makes_it)
+    assert state_dir_state(state) == "empty"
+    assert made == [True]
