@@ -944,14 +944,14 @@ BREAKS = (
     Break(
         "vm-owner-never-found",
         "kata_mem/edges/journal.py",
-        "vm_key(backend) == key:",
-        "False:",
+        "vm_key(backend) != key:",
+        "True:",
     ),
     Break(
         "vm-owner-from-a-reused-inode",
         "kata_mem/edges/journal.py",
-        "            if _other_vmm(backend, reached):\n",
-        "            if False:\n",
+        "        if not _other_vmm(backend, reached):\n",
+        "        if True:\n",
     ),
     # -- the state directory set up by calls at once -------------------------------------
     Break(

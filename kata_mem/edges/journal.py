@@ -228,9 +228,9 @@ def owner_among(
     if key is None:
         return None
     for other, backend in saved:
-        if other != sandbox and backend is not None and vm_key(backend) == key:
-            if _other_vmm(backend, reached):
-                continue
+        if other == sandbox or backend is None or vm_key(backend) != key:
+            continue
+        if not _other_vmm(backend, reached):
             return other
     return None
 

@@ -71,13 +71,7 @@ def status(
     """Show what the hypervisor reports: boot memory, devices, plugged total, guest usage;
     with --all, every sandbox kata-mem manages and the node's totals. --sandbox ID alone
     asks the VM its last applied request names, as GET /v1/sandboxes/ID does."""
-    from kata_mem.orchestration.status import (
-        NoEndpoint,
-        node_from_json,
-        node_status,
-        read_status,
-        saved_endpoint,
-    )
+    from kata_mem.orchestration.status import NoEndpoint, node_status, read_status, saved_endpoint
 
     endpoint = endpoint_of(qmp, libvirt_uri, domain)
     if every:
@@ -90,7 +84,7 @@ def status(
         node = None
         if host_memory is None and (served := served_node(directory, config_path)) is not None:
             with contextlib.suppress(ValueError):  # not the node's document: the files
-                node = node_from_json(served)
+                node = render_node.node_from_json(served)
         if node is None:
             node = node_status(settings, directory, host_overrides(host_memory, None, None, None))
         if as_json:

@@ -183,6 +183,69 @@ def node_status_json(node: NodeStatus) -> dict[str, Any]:
     }
 
 
+def node_from_json(doc: object) -> NodeStatus:
+    """The node's status as its ``kata-mem/node/v1`` document (GET /v1/node, made by
+    :func:`node_status_json`) tells it, for
+    ``status --all`` asked of the service to print as text: each size in the whole MiB
+    the document holds, which the text shows rounded the same way again, so that the text
+    is the one the files would give. No notes: the service logs its own.
+
+    :raises ValueError: it is not such a document.
+    """
+    from kata_mem.core.endpoint import Endpoint
+    from kata_mem.core.errors import KataMemError
+
+    def mib(value: object) -> Optional[int]:
+        if value is None:
+            return None
+        if type(value) is not int or value < 0:
+            raise ValueError(f"not a size in MiB: {value!r}")
+        return value * MiB
+
+    def text(value: object) -> str:
+        if not isinstance(value, str):
+            raise ValueError(f"not a string: {value!r}")
+        return value
+
+    if not isinstance(doc, dict) or doc.get("schema") != NODE_SCHEMA:
+        raise ValueError("not a kata-mem/node/v1 document")
+    try:
+        rows = tuple(
+            SandboxSummary(
+                text(row["sandbox"]),
+                None if row["backend"] is None else Endpoint.from_json(row["backend"]),
+                mib(row["current_mib"]),
+                mib(row["target_mib"]),
+                text(row["state"]),  # type: ignore[arg-type]  # shown as it is
+                text(row["reason"]),  # type: ignore[arg-type]
+            )
+            for row in doc["sandboxes"]
+        )
+        host, reserved, committed = (
+            mib(doc[k]) for k in ("host_mib", "reserved_mib", "committed_mib")
+        )
+        if host is None or reserved is None or committed is None:
+            raise ValueError("a size of the node is null")
+        return NodeStatus(
+            host=host,
+            reserved=reserved,
+            budget=mib(doc["budget_mib"]),
+            committed=committed,
+            sandboxes=rows,
+            skipped=tuple(text(name) for name in doc["skipped"]),
+            state_dir=text(doc["state_dir"]),
+            found=_flag(doc["state_dir_exists"]),
+        )
+    except (KeyError, TypeError, AttributeError, KataMemError) as exc:
+        raise ValueError(f"not a kata-mem/node/v1 document: {exc}") from exc
+
+
+def _flag(value: object) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"not a boolean: {value!r}")
+    return value
+
+
 def sandbox_summary_json(s: SandboxSummary) -> dict[str, Any]:
     """One sandbox's row of ``kata-mem/node/v1`` (``sandboxes[]``)."""
     return {
